@@ -1,0 +1,149 @@
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Config configures a control-plane replica. The zero value of every field
+// means its default; defaults are filled by Server's constructor.
+type Config struct {
+	// ListenAddr is host:port of the gRPC listener (NodeService, AdminService,
+	// health, reflection). Default "127.0.0.1:7070".
+	ListenAddr string
+
+	// EtcdEndpoints are the client URLs of an existing etcd cluster. Empty
+	// starts an embedded etcd configured by EmbeddedEtcd.
+	EtcdEndpoints []string
+	// EtcdDialTimeout bounds the first contact with etcd; an unreachable etcd
+	// makes Run fail after it. Default 5s.
+	EtcdDialTimeout time.Duration
+	// EmbeddedEtcd configures the embedded etcd used when EtcdEndpoints is empty.
+	EmbeddedEtcd EmbeddedEtcdConfig
+
+	// Prefix is the etcd key prefix of all shardcache state. Default "/shardcache/".
+	Prefix string
+	// ReplicaID names this replica in elections and in ListNodes. Default: the
+	// listen address.
+	ReplicaID string
+
+	// LeaseTTL is how long a node that stopped answering stays a member: its
+	// member record is bound to an etcd lease of this TTL, kept alive by its
+	// session. Default 10s. Values under 2s are refused: a loaded etcd can
+	// miss a keepalive, and a member flapping out of the ring moves keys.
+	LeaseTTL time.Duration
+	// EpochBatchWindow is how long the leader waits after a membership change
+	// before writing a new epoch, so that changes close together (a rolling
+	// restart) become one epoch. Default 2s.
+	EpochBatchWindow time.Duration
+	// EpochsKept is how many past epochs stay readable. Default 20.
+	EpochsKept int
+
+	// AdminToken is the bearer token AdminService calls must carry. Required.
+	AdminToken string
+
+	// Logger receives the replica's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// EmbeddedEtcdConfig configures the embedded etcd.
+type EmbeddedEtcdConfig struct {
+	// Dir holds etcd's data. Required when the embedded etcd is used.
+	Dir string
+	// ClientURL is where the embedded etcd serves clients. Default "http://127.0.0.1:2379".
+	ClientURL string
+	// PeerURL is where the embedded etcd listens for peers (it has none, but
+	// etcd always binds one). Default "http://127.0.0.1:2380".
+	PeerURL string
+}
+
+func (c *Config) setDefaults() {
+	if c.ListenAddr == "" {
+		c.ListenAddr = "127.0.0.1:7070"
+	}
+	if c.EtcdDialTimeout == 0 {
+		c.EtcdDialTimeout = 5 * time.Second
+	}
+	if c.EmbeddedEtcd.ClientURL == "" {
+		c.EmbeddedEtcd.ClientURL = "http://127.0.0.1:2379"
+	}
+	if c.EmbeddedEtcd.PeerURL == "" {
+		c.EmbeddedEtcd.PeerURL = "http://127.0.0.1:2380"
+	}
+	if c.Prefix == "" {
+		c.Prefix = "/shardcache/"
+	}
+	if !strings.HasSuffix(c.Prefix, "/") {
+		c.Prefix += "/"
+	}
+	if c.ReplicaID == "" {
+		c.ReplicaID = c.ListenAddr
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 10 * time.Second
+	}
+	if c.EpochBatchWindow == 0 {
+		c.EpochBatchWindow = 2 * time.Second
+	}
+	if c.EpochsKept == 0 {
+		c.EpochsKept = 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first setting a replica cannot run with, in words an
+// operator can act on.
+func (c *Config) Validate() error {
+	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
+		return fmt.Errorf("listen address %q: %w", c.ListenAddr, err)
+	}
+	for _, ep := range c.EtcdEndpoints {
+		if err := validateURL(ep); err != nil {
+			return fmt.Errorf("etcd endpoint %q: %w", ep, err)
+		}
+	}
+	if len(c.EtcdEndpoints) == 0 {
+		if c.EmbeddedEtcd.Dir == "" {
+			return errors.New("embedded etcd needs a data directory (or give etcd endpoints)")
+		}
+		for name, u := range map[string]string{"client": c.EmbeddedEtcd.ClientURL, "peer": c.EmbeddedEtcd.PeerURL} {
+			if err := validateURL(u); err != nil {
+				return fmt.Errorf("embedded etcd %s URL %q: %w", name, u, err)
+			}
+		}
+	}
+	if c.LeaseTTL < 2*time.Second {
+		return fmt.Errorf("lease TTL %s is below the 2s minimum", c.LeaseTTL)
+	}
+	if c.EpochBatchWindow < 0 {
+		return fmt.Errorf("epoch batch window %s is negative", c.EpochBatchWindow)
+	}
+	if c.EpochsKept < 1 {
+		return fmt.Errorf("epochs kept is %d; keep at least 1", c.EpochsKept)
+	}
+	if c.AdminToken == "" {
+		return errors.New("admin token is empty; admin calls would be refused")
+	}
+	return nil
+}
+
+func validateURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("scheme must be http or https, not %q", u.Scheme)
+	}
+	if _, _, err := net.SplitHostPort(u.Host); err != nil {
+		return fmt.Errorf("host: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,196 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// errLostLeadership ends a term; the replica campaigns again.
+var errLostLeadership = errors.New("controlplane: leadership lost")
+
+// lead campaigns for leadership and, while leader, writes epochs. It returns
+// when ctx ends.
+func (s *Server) lead(ctx context.Context) error {
+	for ctx.Err() == nil {
+		err := s.term(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.log.Warn("leader term ended; campaigning again", "err", err)
+		if !sleepCtx(ctx, time.Second) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// term is one campaign and, if won, one term as leader.
+func (s *Server) term(ctx context.Context) error {
+	sess, err := concurrency.NewSession(s.etcd, concurrency.WithTTL(int(s.cfg.LeaseTTL/time.Second)), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("election session: %w", err)
+	}
+	defer sess.Close()
+	el := concurrency.NewElection(sess, s.state.electionPrefix())
+	if err := el.Campaign(ctx, s.cfg.ReplicaID); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	s.log.Info("elected leader; writing ring epochs")
+	s.isLeader.Store(true)
+	defer s.isLeader.Store(false)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = el.Resign(rctx)
+		cancel()
+	}()
+	// Only the holder of this exact election key may write: if the session
+	// expired and another replica won, the comparison fails.
+	guard := clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())
+	return s.writeEpochs(ctx, sess.Done(), guard)
+}
+
+// writeEpochs turns membership changes into epochs until ctx ends or done
+// closes. The first change opens a batch window; every change inside it is
+// part of the same epoch.
+func (s *Server) writeEpochs(ctx context.Context, done <-chan struct{}, guard clientv3.Cmp) error {
+	var window <-chan time.Time
+	openWindow := func() {
+		if window == nil {
+			window = time.After(s.cfg.EpochBatchWindow)
+		}
+	}
+	openWindow() // reconcile once at the start of every term
+	watch := s.etcd.Watch(clientv3.WithRequireLeader(ctx), s.state.membersPrefix(), clientv3.WithPrefix())
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-done:
+			return errLostLeadership
+		case wr, ok := <-watch:
+			if !ok || wr.Err() != nil {
+				// Missed events are harmless: reconciliation reads the full
+				// member list. Watch again from now.
+				if !sleepCtx(ctx, 500*time.Millisecond) {
+					return nil
+				}
+				watch = s.etcd.Watch(clientv3.WithRequireLeader(ctx), s.state.membersPrefix(), clientv3.WithPrefix())
+			}
+			openWindow()
+		case <-window:
+			window = nil
+			if err := s.reconcile(ctx, guard); err != nil {
+				if errors.Is(err, ErrEpochConflict) {
+					return err
+				}
+				s.log.Warn("writing epoch failed; retrying", "err", err)
+				window = time.After(time.Second)
+			}
+		}
+	}
+}
+
+// reconcile writes a new epoch if the registered members differ from the
+// current epoch's.
+func (s *Server) reconcile(ctx context.Context, guard clientv3.Cmp) error {
+	members, _, err := s.state.members(ctx)
+	if err != nil {
+		return err
+	}
+	cur, rev, err := s.state.currentEpoch(ctx)
+	if err != nil {
+		return err
+	}
+	want := ringMembers(members)
+	if cur != nil && sameMembers(cur.GetMembers(), want) {
+		return nil
+	}
+	if cur == nil && len(want) == 0 {
+		return nil
+	}
+	next := &pb.RingEpoch{
+		Epoch:         cur.GetEpoch() + 1,
+		Members:       want,
+		CreatedAt:     timestamppb.Now(),
+		PreviousEpoch: cur.GetEpoch(),
+		Reason:        describeChange(cur.GetMembers(), want),
+	}
+	if err := s.state.writeEpoch(ctx, next, rev, s.cfg.EpochsKept, guard); err != nil {
+		return err
+	}
+	s.epochsWritten.Add(1)
+	s.log.Info("wrote ring epoch", "epoch", next.GetEpoch(), "members", len(want), "reason", next.GetReason())
+	return nil
+}
+
+// ringMembers selects the members that own keys and keeps only the fields
+// that define the ring, so a reconnect (new joined_at) is not a change.
+func ringMembers(registered []*pb.Member) []*pb.Member {
+	out := make([]*pb.Member, 0, len(registered))
+	for _, m := range registered {
+		if m.GetState() != pb.MemberState_MEMBER_STATE_ACTIVE {
+			continue
+		}
+		out = append(out, &pb.Member{
+			Id:          m.GetId(),
+			PeerAddress: m.GetPeerAddress(),
+			PublicUrl:   m.GetPublicUrl(),
+			Weight:      m.GetWeight(),
+			State:       m.GetState(),
+			Zone:        m.GetZone(),
+		})
+	}
+	slices.SortFunc(out, func(a, b *pb.Member) int { return strings.Compare(a.GetId(), b.GetId()) })
+	return out
+}
+
+func sameMembers(a, b []*pb.Member) bool {
+	return slices.EqualFunc(a, b, func(x, y *pb.Member) bool { return proto.Equal(x, y) })
+}
+
+// describeChange names the members that joined, left or changed.
+func describeChange(old, next []*pb.Member) string {
+	byID := make(map[string]*pb.Member, len(old))
+	for _, m := range old {
+		byID[m.GetId()] = m
+	}
+	var parts []string
+	for _, m := range next {
+		prev, ok := byID[m.GetId()]
+		switch {
+		case !ok:
+			parts = append(parts, "+"+m.GetId())
+		case !proto.Equal(prev, m):
+			parts = append(parts, "~"+m.GetId())
+		}
+		delete(byID, m.GetId())
+	}
+	for id := range byID {
+		parts = append(parts, "-"+id)
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,244 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// shutdownGrace is how long Run waits for in-flight RPCs before it stops
+// the gRPC server forcibly.
+const shutdownGrace = 5 * time.Second
+
+// Server is one control-plane replica.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	hub   *hub
+	ready chan struct{}
+	addr  atomic.Pointer[net.TCPAddr]
+
+	// Set by Run.
+	etcd  *clientv3.Client
+	state *state
+
+	isLeader      atomic.Bool
+	epochsWritten atomic.Uint64
+}
+
+// New checks cfg and returns a replica ready to Run.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, hub: newHub(), ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once the replica serves gRPC and reaches etcd.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// Addr is the bound gRPC address, nil before Ready.
+func (s *Server) Addr() net.Addr {
+	if a := s.addr.Load(); a != nil {
+		return a
+	}
+	return nil
+}
+
+// IsLeader reports whether this replica currently writes epochs.
+func (s *Server) IsLeader() bool { return s.isLeader.Load() }
+
+// Run serves until ctx ends, then stops gracefully within shutdownGrace.
+func (s *Server) Run(ctx context.Context) error {
+	lis, err := net.Listen("tcp", s.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("control plane listener: %w", err)
+	}
+	defer lis.Close()
+	s.addr.Store(lis.Addr().(*net.TCPAddr))
+
+	endpoints := s.cfg.EtcdEndpoints
+	var etcdErr <-chan error // nil (never ready) with an external etcd
+	if len(endpoints) == 0 {
+		e, err := startEmbeddedEtcd(ctx, s.cfg.EmbeddedEtcd)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		etcdErr = e.Err()
+		endpoints = []string{s.cfg.EmbeddedEtcd.ClientURL}
+		s.log.Info("embedded etcd ready", "client_url", s.cfg.EmbeddedEtcd.ClientURL, "dir", s.cfg.EmbeddedEtcd.Dir)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: s.cfg.EtcdDialTimeout,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
+	}
+	defer cli.Close()
+	// clientv3 dials lazily: ask once so an unreachable etcd fails now, by name.
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.EtcdDialTimeout)
+	_, err = cli.Get(pctx, s.cfg.Prefix+"epochs/current")
+	cancel()
+	if err != nil {
+		return fmt.Errorf("etcd at %s unreachable: %w", strings.Join(endpoints, ","), err)
+	}
+	s.etcd = cli
+	s.state = &state{kv: cli, prefix: s.cfg.Prefix}
+
+	stopping := make(chan struct{})
+	gs := s.grpcServer(stopping)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := gs.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("serving gRPC: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return s.watchEpochs(gctx) })
+	g.Go(func() error { return s.lead(gctx) })
+	g.Go(func() error {
+		select {
+		case err := <-etcdErr:
+			return fmt.Errorf("embedded etcd failed: %w", err)
+		case <-gctx.Done():
+			return nil
+		}
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		close(stopping)
+		stopGRPC(gs, shutdownGrace)
+		return nil
+	})
+	close(s.ready)
+	s.log.Info("control plane serving", "addr", lis.Addr().String(), "replica", s.cfg.ReplicaID)
+	return g.Wait()
+}
+
+// stopGRPC stops gs gracefully, or forcibly once grace has passed.
+func stopGRPC(gs *grpc.Server, grace time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		gs.Stop()
+		<-done
+	}
+}
+
+func (s *Server) grpcServer(stopping <-chan struct{}) *grpc.Server {
+	token := []byte("Bearer " + s.cfg.AdminToken)
+	authFn := func(ctx context.Context) (context.Context, error) {
+		got, err := auth.AuthFromMD(ctx, "bearer")
+		if err != nil {
+			return nil, err
+		}
+		if subtle.ConstantTimeCompare([]byte("Bearer "+got), token) != 1 {
+			return nil, status.Error(codes.Unauthenticated, "invalid admin token")
+		}
+		return ctx, nil
+	}
+	adminOnly := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+		return c.Service == pb.AdminService_ServiceDesc.ServiceName
+	})
+	panicToStatus := recovery.WithRecoveryHandler(func(p any) error {
+		s.log.Error("panic in RPC handler", "panic", p)
+		return status.Error(codes.Internal, "internal error")
+	})
+	gs := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(
+			recovery.UnaryServerInterceptor(panicToStatus),
+			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), adminOnly),
+		),
+		grpc.ChainStreamInterceptor(
+			recovery.StreamServerInterceptor(panicToStatus),
+			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), adminOnly),
+		),
+	)
+	pb.RegisterNodeServiceServer(gs, &nodeService{
+		state:    s.state,
+		hub:      s.hub,
+		leaseTTL: s.cfg.LeaseTTL,
+		replica:  s.cfg.ReplicaID,
+		stopping: stopping,
+		log:      s.log,
+	})
+	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub})
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	return gs
+}
+
+// watchEpochs keeps the hub at the current epoch in etcd, whoever wrote it.
+func (s *Server) watchEpochs(ctx context.Context) error {
+	for ctx.Err() == nil {
+		resp, err := s.etcd.Get(ctx, s.state.currentEpochKey())
+		if err != nil {
+			s.log.Warn("reading current epoch; retrying", "err", err)
+			if !sleepCtx(ctx, time.Second) {
+				return nil
+			}
+			continue
+		}
+		if len(resp.Kvs) > 0 {
+			if e, err := decodeEpoch(resp.Kvs[0].Value); err == nil {
+				s.hub.publish(e)
+			}
+		}
+		from := clientv3.WithRev(resp.Header.Revision + 1)
+		for wr := range s.etcd.Watch(clientv3.WithRequireLeader(ctx), s.state.currentEpochKey(), from) {
+			if wr.Err() != nil {
+				s.log.Warn("epoch watch interrupted", "err", wr.Err())
+				break
+			}
+			for _, ev := range wr.Events {
+				if ev.Type != clientv3.EventTypePut {
+					continue
+				}
+				e, err := decodeEpoch(ev.Kv.Value)
+				if err != nil {
+					s.log.Error("undecodable epoch record", "err", err)
+					continue
+				}
+				s.hub.publish(e)
+			}
+		}
+		if !sleepCtx(ctx, 500*time.Millisecond) {
+			return nil
+		}
+	}
+	return nil
+}

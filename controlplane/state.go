@@ -1,0 +1,173 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// Errors of the state layer; errors.go gives each its gRPC code.
+var (
+	ErrEpochNotFound = errors.New("controlplane: epoch not found")
+	ErrEpochConflict = errors.New("controlplane: epoch changed concurrently")
+	ErrNotLeader     = errors.New("controlplane: not the leader")
+)
+
+// state reads and writes shardcache's records in etcd. It holds no cache of
+// its own: every replica sees the same etcd.
+type state struct {
+	kv     *clientv3.Client
+	prefix string
+}
+
+func (s *state) memberKey(id string) string { return s.prefix + "members/" + id }
+func (s *state) statusKey(id string) string { return s.prefix + "status/" + id }
+func (s *state) membersPrefix() string      { return s.prefix + "members/" }
+func (s *state) statusPrefix() string       { return s.prefix + "status/" }
+func (s *state) currentEpochKey() string    { return s.prefix + "epochs/current" }
+func (s *state) electionPrefix() string     { return s.prefix + "leader/" }
+
+// epochKey pads the number so that keys sort in epoch order.
+func (s *state) epochKey(n uint64) string { return fmt.Sprintf("%sepochs/%020d", s.prefix, n) }
+
+// putMember registers a member bound to lease; the record disappears when the
+// lease expires or is revoked.
+func (s *state) putMember(ctx context.Context, m *pb.Member, lease clientv3.LeaseID) error {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encoding member %s: %w", m.GetId(), err)
+	}
+	if _, err := s.kv.Put(ctx, s.memberKey(m.GetId()), string(b), clientv3.WithLease(lease)); err != nil {
+		return fmt.Errorf("writing member %s: %w", m.GetId(), err)
+	}
+	return nil
+}
+
+// putStatus records a node's last load report under the session's lease.
+func (s *state) putStatus(ctx context.Context, st *nodeStatus, lease clientv3.LeaseID) error {
+	b, err := proto.Marshal(st.node)
+	if err != nil {
+		return fmt.Errorf("encoding status of %s: %w", st.node.GetMember().GetId(), err)
+	}
+	if _, err := s.kv.Put(ctx, s.statusKey(st.node.GetMember().GetId()), string(b), clientv3.WithLease(lease)); err != nil {
+		return fmt.Errorf("writing status of %s: %w", st.node.GetMember().GetId(), err)
+	}
+	return nil
+}
+
+// nodeStatus wraps the Node message stored under status/<id>; only its
+// session fields (replica, serving epoch, load) are meaningful there.
+type nodeStatus struct{ node *pb.Node }
+
+// members returns every registered member sorted by id, and the revision read.
+func (s *state) members(ctx context.Context) ([]*pb.Member, int64, error) {
+	resp, err := s.kv.Get(ctx, s.membersPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading members: %w", err)
+	}
+	out := make([]*pb.Member, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		m := &pb.Member{}
+		if err := proto.Unmarshal(kv.Value, m); err != nil {
+			return nil, 0, fmt.Errorf("decoding member %s: %w", kv.Key, err)
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b *pb.Member) int { return strings.Compare(a.GetId(), b.GetId()) })
+	return out, resp.Header.Revision, nil
+}
+
+// statuses returns the stored session status of every node, by id.
+func (s *state) statuses(ctx context.Context) (map[string]*pb.Node, error) {
+	resp, err := s.kv.Get(ctx, s.statusPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("reading node status: %w", err)
+	}
+	out := make(map[string]*pb.Node, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		n := &pb.Node{}
+		if err := proto.Unmarshal(kv.Value, n); err != nil {
+			return nil, fmt.Errorf("decoding status %s: %w", kv.Key, err)
+		}
+		out[strings.TrimPrefix(string(kv.Key), s.statusPrefix())] = n
+	}
+	return out, nil
+}
+
+// currentEpoch returns the current epoch (nil before the first) and the mod
+// revision of its record, which writeEpoch compares against.
+func (s *state) currentEpoch(ctx context.Context) (*pb.RingEpoch, int64, error) {
+	resp, err := s.kv.Get(ctx, s.currentEpochKey())
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading current epoch: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, nil
+	}
+	e, err := decodeEpoch(resp.Kvs[0].Value)
+	if err != nil {
+		return nil, 0, err
+	}
+	return e, resp.Kvs[0].ModRevision, nil
+}
+
+// epoch returns epoch n from the kept history.
+func (s *state) epoch(ctx context.Context, n uint64) (*pb.RingEpoch, error) {
+	resp, err := s.kv.Get(ctx, s.epochKey(n))
+	if err != nil {
+		return nil, fmt.Errorf("reading epoch %d: %w", n, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, fmt.Errorf("%w: %d (only the last epochs are kept)", ErrEpochNotFound, n)
+	}
+	return decodeEpoch(resp.Kvs[0].Value)
+}
+
+// writeEpoch makes next the current epoch if the current record is still at
+// prevRev and every guard holds (the leader passes its election key), and
+// drops the epoch that falls out of the kept history.
+func (s *state) writeEpoch(ctx context.Context, next *pb.RingEpoch, prevRev int64, kept int, guards ...clientv3.Cmp) error {
+	b, err := proto.Marshal(next)
+	if err != nil {
+		return fmt.Errorf("encoding epoch %d: %w", next.GetEpoch(), err)
+	}
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.currentEpochKey()), "=", prevRev)}, guards...)
+	ops := []clientv3.Op{
+		clientv3.OpPut(s.currentEpochKey(), string(b)),
+		clientv3.OpPut(s.epochKey(next.GetEpoch()), string(b)),
+	}
+	if next.GetEpoch() > uint64(kept) {
+		ops = append(ops, clientv3.OpDelete(s.epochKey(next.GetEpoch()-uint64(kept))))
+	}
+	resp, err := s.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("writing epoch %d: %w", next.GetEpoch(), err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("writing epoch %d: %w", next.GetEpoch(), ErrEpochConflict)
+	}
+	return nil
+}
+
+func decodeEpoch(b []byte) (*pb.RingEpoch, error) {
+	e := &pb.RingEpoch{}
+	if err := proto.Unmarshal(b, e); err != nil {
+		return nil, fmt.Errorf("decoding epoch: %w", err)
+	}
+	return e, nil
+}
+
+// epochNumber parses the number out of an epochs/<n> key; ok is false for
+// epochs/current.
+func epochNumber(key, prefix string) (uint64, bool) {
+	n, err := strconv.ParseUint(strings.TrimPrefix(key, prefix+"epochs/"), 10, 64)
+	return n, err == nil
+}
