@@ -1,0 +1,144 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"regexp"
+	"time"
+)
+
+// Config configures a cache node. Zero values mean the documented default;
+// New fills them in.
+type Config struct {
+	// ID is the node's stable id, hashed by the ring (the StatefulSet pod
+	// name in Kubernetes). Required.
+	ID string
+	// ClientAddr is host:port of the client HTTP listener. Default "127.0.0.1:8081".
+	ClientAddr string
+	// PeerAddr is host:port of the peer listener, which only accepts
+	// requests relayed by other nodes. Default "127.0.0.1:9081".
+	PeerAddr string
+	// OpsAddr is host:port of the ops listener (/healthz, /readyz, /metrics,
+	// /debug/pprof). Default "127.0.0.1:9191".
+	OpsAddr string
+	// AdvertisePeerAddr is the peer address other nodes dial. Default PeerAddr.
+	AdvertisePeerAddr string
+	// PublicURL is the client-facing base URL of this node. Default
+	// "http://" + ClientAddr.
+	PublicURL string
+	// Zone is the node's failure domain, reported to the control plane.
+	Zone string
+	// Weight is the node's relative share of keys. Default 1.
+	Weight uint32
+
+	// ControlPlane is host:port of a control-plane replica. Required.
+	ControlPlane string
+	// Origin is the base URL requests are fetched from (scheme and host;
+	// the request's path and query are appended). Required.
+	Origin string
+
+	// MemoryBytes is the memory tier's budget. Default 256 MiB.
+	MemoryBytes int64
+	// MaxObjectBytes is the largest response stored; larger ones are
+	// streamed to the client without storing. Default 64 MiB.
+	MaxObjectBytes int64
+	// OriginTimeout bounds one origin request, headers and body. Default 60s.
+	OriginTimeout time.Duration
+	// RelayTimeout bounds one relayed request to the owner. It must exceed
+	// OriginTimeout, since the owner may be waiting on the origin. Default
+	// OriginTimeout + 5s.
+	RelayTimeout time.Duration
+	// DataDir holds the node's persistent data. Optional until the disk tier.
+	DataDir string
+
+	// Logger receives the node's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// validID matches what the control plane accepts as a node id.
+var validID = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$`)
+
+func (c *Config) setDefaults() {
+	if c.ClientAddr == "" {
+		c.ClientAddr = "127.0.0.1:8081"
+	}
+	if c.PeerAddr == "" {
+		c.PeerAddr = "127.0.0.1:9081"
+	}
+	if c.OpsAddr == "" {
+		c.OpsAddr = "127.0.0.1:9191"
+	}
+	if c.AdvertisePeerAddr == "" {
+		c.AdvertisePeerAddr = c.PeerAddr
+	}
+	if c.PublicURL == "" {
+		c.PublicURL = "http://" + c.ClientAddr
+	}
+	if c.Weight == 0 {
+		c.Weight = 1
+	}
+	if c.MemoryBytes == 0 {
+		c.MemoryBytes = 256 << 20
+	}
+	if c.MaxObjectBytes == 0 {
+		c.MaxObjectBytes = 64 << 20
+	}
+	if c.OriginTimeout == 0 {
+		c.OriginTimeout = 60 * time.Second
+	}
+	if c.RelayTimeout == 0 {
+		c.RelayTimeout = c.OriginTimeout + 5*time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first setting the node cannot run with.
+func (c *Config) Validate() error {
+	if !validID.MatchString(c.ID) {
+		return fmt.Errorf("node id %q: use 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit", c.ID)
+	}
+	for _, a := range []struct{ name, addr string }{
+		{"client", c.ClientAddr}, {"peer", c.PeerAddr}, {"ops", c.OpsAddr},
+		{"advertised peer", c.AdvertisePeerAddr}, {"control plane", c.ControlPlane},
+	} {
+		if a.addr == "" {
+			return fmt.Errorf("%s address is empty", a.name)
+		}
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return fmt.Errorf("%s address %q: %w", a.name, a.addr, err)
+		}
+	}
+	if c.Origin == "" {
+		return errors.New("origin URL is empty")
+	}
+	u, err := url.Parse(c.Origin)
+	if err != nil {
+		return fmt.Errorf("origin URL %q: %w", c.Origin, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("origin URL %q: want http:// or https:// and a host", c.Origin)
+	}
+	if _, err := url.Parse(c.PublicURL); err != nil {
+		return fmt.Errorf("public URL %q: %w", c.PublicURL, err)
+	}
+	if c.MemoryBytes < 1<<20 {
+		return fmt.Errorf("memory budget %d bytes is below 1 MiB", c.MemoryBytes)
+	}
+	if c.MaxObjectBytes <= 0 || c.MaxObjectBytes > c.MemoryBytes {
+		return fmt.Errorf("max object size %d bytes must be positive and at most the memory budget (%d)", c.MaxObjectBytes, c.MemoryBytes)
+	}
+	if c.OriginTimeout <= 0 {
+		return fmt.Errorf("origin timeout %s must be positive", c.OriginTimeout)
+	}
+	// A relay that gives up before the owner's origin fetch does turns one
+	// slow object into a stream of duplicate fetches.
+	if c.RelayTimeout <= c.OriginTimeout {
+		return fmt.Errorf("relay timeout %s must exceed the origin timeout %s", c.RelayTimeout, c.OriginTimeout)
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+package freshness
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+func header(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i < len(kv); i += 2 {
+		h.Add(kv[i], kv[i+1])
+	}
+	return h
+}
+
+func TestStorable(t *testing.T) {
+	tests := []struct {
+		name   string
+		status int
+		h      http.Header
+		want   bool
+	}{
+		{"plain 200", 200, header(), true},
+		{"no-store", 200, header("Cache-Control", "no-store"), false},
+		{"private", 200, header("Cache-Control", "max-age=60, private"), false},
+		{"no-cache", 200, header("Cache-Control", "no-cache"), false},
+		{"vary star", 200, header("Vary", "*"), false},
+		{"500 without freshness", 500, header(), false},
+		{"500 with s-maxage", 500, header("Cache-Control", "s-maxage=5"), true},
+		{"404", 404, header(), true},
+		{"directive names are case-insensitive", 200, header("Cache-Control", "No-Store"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Storable(tt.status, tt.h); got != tt.want {
+				t.Fatalf("Storable = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLifetime(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	date := now.Format(http.TimeFormat)
+	tests := []struct {
+		name   string
+		status int
+		h      http.Header
+		want   time.Duration
+	}{
+		{"s-maxage wins over max-age", 200, header("Cache-Control", "max-age=10, s-maxage=20"), 20 * time.Second},
+		{"max-age", 200, header("Cache-Control", "public, max-age=3600"), time.Hour},
+		{"first max-age wins", 200, header("Cache-Control", "max-age=5", "Cache-Control", "max-age=9"), 5 * time.Second},
+		{"invalid max-age ignored", 200, header("Cache-Control", "max-age=abc"), 0},
+		{"expires minus date", 200, header("Date", date, "Expires", now.Add(time.Minute).Format(http.TimeFormat)), time.Minute},
+		{"invalid expires is expired", 200, header("Date", date, "Expires", "0"), 0},
+		{"heuristic 10% of last-modified", 200, header("Date", date, "Last-Modified", now.Add(-100*time.Minute).Format(http.TimeFormat)), 10 * time.Minute},
+		{"no heuristic for 500", 500, header("Date", date, "Last-Modified", now.Add(-100*time.Minute).Format(http.TimeFormat)), 0},
+		{"nothing", 200, header(), 0},
+		{"huge max-age capped", 200, header("Cache-Control", "max-age=99999999999"), time.Duration(1<<31-1) * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Lifetime(tt.status, tt.h, now); got != tt.want {
+				t.Fatalf("Lifetime = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestInitialAge(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	if got := InitialAge(header("Age", "30"), now); got != 30*time.Second {
+		t.Fatalf("Age header: %s", got)
+	}
+	if got := InitialAge(header("Date", now.Add(-time.Minute).Format(http.TimeFormat), "Age", "5"), now); got != time.Minute {
+		t.Fatalf("Date older than Age: %s", got)
+	}
+}

@@ -1,0 +1,32 @@
+module github.com/shardcache/shardcache/dataplane
+
+go 1.26.0
+
+require (
+	github.com/dgraph-io/ristretto/v2 v2.4.2
+	github.com/prometheus/client_golang v1.25.0
+	github.com/shardcache/shardcache/proto v0.0.0
+	github.com/shardcache/shardcache/sdk v0.0.0-00010101000000-000000000000
+	golang.org/x/sync v0.25.0
+	google.golang.org/grpc v1.85.0
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/dustin/go-humanize v1.0.1 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+replace (
+	github.com/shardcache/shardcache/proto => ../proto
+	github.com/shardcache/shardcache/sdk => ../sdk
+)

@@ -1,0 +1,381 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shardcache/shardcache/dataplane/freshness"
+	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/store"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// X-Cache values.
+const (
+	cacheHit    = "HIT"
+	cacheMiss   = "MISS"
+	cacheBypass = "BYPASS"
+)
+
+// serveClient is the client listener's handler: every request starts here.
+func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	// The hop headers mean something only on the peer listener; a client
+	// sending them is ignored, never trusted.
+	r.Header.Del(relay.HopHeader)
+	r.Header.Del(relay.EpochHeader)
+	r.Header.Del(relay.SchemeHeader)
+	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+	route := n.route(rec, r)
+	n.requests.Add(1)
+	cache := rec.Header().Get("X-Cache")
+	if cache == cacheHit {
+		n.hits.Add(1)
+	}
+	n.metrics.requests.WithLabelValues(route, cache, statusClass(rec.status)).Inc()
+	n.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	n.metrics.responseSize.WithLabelValues(route).Observe(float64(rec.bytes))
+}
+
+// route serves r by bypass, relay or from this node's store, and returns
+// the route taken.
+func (n *Node) route(w http.ResponseWriter, r *http.Request) string {
+	if reason := bypassReason(r); reason != "" {
+		n.bypass(w, r)
+		return routeBypass
+	}
+	key := cacheKey("http", r)
+	if rt := n.routes.Load(); rt != nil {
+		if owner := rt.owner(key); owner != nil && owner.GetId() != n.cfg.ID {
+			if n.relay(w, r, owner, rt) {
+				n.relayed.Add(1)
+				return routeRelayed
+			}
+			// The owner did not answer: serving from here costs an origin
+			// request but keeps the client served until the next epoch.
+			n.metrics.relayFallback.Inc()
+		}
+	}
+	n.serveOwned(w, r, key)
+	return routeLocal
+}
+
+// servePeer is the peer listener's handler: requests relayed by other nodes,
+// served from this node's store and never relayed again.
+func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get(relay.HopHeader) == "" {
+		http.Error(w, "peer listener: only requests relayed by shardcache nodes are served here", http.StatusBadRequest)
+		return
+	}
+	scheme := r.Header.Get(relay.SchemeHeader)
+	if scheme != "https" {
+		scheme = "http"
+	}
+	n.serveOwned(w, r, cacheKey(scheme, r))
+}
+
+// bypassReason says why r must not go through the cache, or "".
+func bypassReason(r *http.Request) string {
+	switch {
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		return "method"
+	case r.Header.Get("Authorization") != "":
+		return "authorization"
+	case r.Header.Get("Upgrade") != "":
+		return "upgrade"
+	}
+	for _, v := range r.Header.Values("Cache-Control") {
+		if strings.Contains(strings.ToLower(v), "no-store") {
+			return "no-store"
+		}
+	}
+	return ""
+}
+
+// cacheKey is $scheme$host$request_uri with the host lower-cased and
+// without its port, as nginx's $host, so that a URL has one key whichever
+// node or port receives it.
+func cacheKey(scheme string, r *http.Request) string {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	return scheme + host + r.URL.RequestURI()
+}
+
+// relay forwards r to owner and copies the answer. It reports false when
+// the owner could not be reached and nothing was written.
+func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, rt *routes) bool {
+	ctx, cancel := context.WithTimeout(r.Context(), n.cfg.RelayTimeout)
+	defer cancel()
+	h := r.Header.Clone()
+	relay.RemoveHopByHop(h)
+	appendForwardedFor(h, r.RemoteAddr)
+	h.Set(relay.HopHeader, n.cfg.ID)
+	h.Set(relay.EpochHeader, strconv.FormatUint(rt.epoch.GetEpoch(), 10))
+	h.Set(relay.SchemeHeader, "http")
+	resp, err := n.peers.Forward(ctx, owner.GetPeerAddress(), r, h)
+	if err != nil {
+		n.metrics.peerReqs.WithLabelValues(owner.GetId(), "error").Inc()
+		if r.Context().Err() == nil {
+			n.log.Warn("relay failed; serving locally", "owner", owner.GetId(), "err", err)
+		}
+		return false
+	}
+	defer resp.Body.Close()
+	n.metrics.peerReqs.WithLabelValues(owner.GetId(), statusClass(resp.StatusCode)).Inc()
+	relay.RemoveHopByHop(resp.Header)
+	copyHeader(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	nb, _ := io.Copy(w, resp.Body)
+	n.peerBytes.Add(uint64(nb))
+	return true
+}
+
+// serveOwned serves key from this node's store, or fetches it from the
+// origin, collapsing concurrent misses into one origin request.
+func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string) {
+	if e, ok := n.mem.Get(key); ok && e.Fresh(time.Now()) {
+		n.writeEntry(w, r, e, cacheHit)
+		return
+	}
+	call, leader := n.flights.Join(key)
+	if leader {
+		n.fill(w, r, key, func(e *store.Entry, ok bool) { n.flights.Settle(key, call, e, ok) })
+		return
+	}
+	wctx, cancel := context.WithTimeout(r.Context(), n.cfg.OriginTimeout)
+	e, ok := call.Wait(wctx)
+	cancel()
+	if ok {
+		n.metrics.collapsed.Inc()
+		n.writeEntry(w, r, e, cacheHit)
+		return
+	}
+	// The leader's response could not be shared (not cacheable, too large)
+	// or took too long: fetch alone, as nginx's proxy_cache_lock does.
+	n.fill(w, r, key, nil)
+}
+
+// fill fetches key from the origin, stores the response when it may, and
+// answers w. settle, when not nil, releases the requests waiting on this
+// fill: with the stored entry, or with nothing as soon as it is clear that
+// the response cannot be shared.
+func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, settle func(*store.Entry, bool)) {
+	settled := settle == nil
+	release := func(e *store.Entry, ok bool) {
+		if !settled {
+			settled = true
+			settle(e, ok)
+		}
+	}
+	defer release(nil, false)
+
+	// The fill outlives a client that hangs up: others may be waiting on it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), n.cfg.OriginTimeout)
+	defer cancel()
+	req, err := n.originRequest(ctx, r, true)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	resp, err := n.origin.Do(req)
+	if err != nil {
+		n.metrics.originReqs.WithLabelValues("fill", "error").Inc()
+		n.log.Warn("origin request failed", "key", key, "err", err)
+		http.Error(w, "shardcache: origin unreachable", http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	n.originFills.Add(1)
+	n.metrics.originReqs.WithLabelValues("fill", statusClass(resp.StatusCode)).Inc()
+	received := time.Now()
+	relay.RemoveHopByHop(resp.Header)
+
+	lifetime := freshness.Lifetime(resp.StatusCode, resp.Header, received)
+	storable := settle != nil && lifetime > 0 && freshness.Storable(resp.StatusCode, resp.Header) &&
+		resp.ContentLength <= n.cfg.MaxObjectBytes
+	if storable {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, n.cfg.MaxObjectBytes+1))
+		n.metrics.originBytes.Add(float64(len(body)))
+		if err != nil {
+			n.log.Warn("reading origin body", "key", key, "err", err)
+			http.Error(w, "shardcache: origin response broken", http.StatusBadGateway)
+			return
+		}
+		if int64(len(body)) <= n.cfg.MaxObjectBytes {
+			e := &store.Entry{
+				Key:        key,
+				Status:     resp.StatusCode,
+				Header:     resp.Header,
+				Body:       body,
+				Received:   received,
+				InitialAge: freshness.InitialAge(resp.Header, received),
+				Lifetime:   lifetime,
+			}
+			n.mem.Set(e)
+			release(e, true)
+			n.writeEntry(w, r, e, cacheMiss)
+			return
+		}
+		// Larger than announced: pass on what was read and the rest.
+		release(nil, false)
+		n.writeResponse(w, r, resp, io.MultiReader(bytes.NewReader(body), resp.Body))
+		return
+	}
+	release(nil, false)
+	n.writeResponse(w, r, resp, resp.Body)
+}
+
+// writeResponse streams an origin response that is not stored.
+func (n *Node) writeResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, body io.Reader) {
+	copyHeader(w.Header(), resp.Header)
+	w.Header().Set("X-Cache", cacheMiss)
+	w.Header().Set("X-Cache-Node", n.cfg.ID)
+	w.WriteHeader(resp.StatusCode)
+	if r.Method != http.MethodHead {
+		nb, _ := io.Copy(w, body)
+		n.metrics.originBytes.Add(float64(nb))
+	}
+}
+
+// writeEntry answers from a stored entry.
+func (n *Node) writeEntry(w http.ResponseWriter, r *http.Request, e *store.Entry, status string) {
+	h := w.Header()
+	for k, v := range e.Header {
+		h[k] = v // entries are immutable; the slices are only read
+	}
+	h.Set("Age", strconv.FormatInt(int64(e.Age(time.Now())/time.Second), 10))
+	h.Set("Content-Length", strconv.Itoa(len(e.Body)))
+	h.Set("X-Cache", status)
+	h.Set("X-Cache-Node", n.cfg.ID)
+	w.WriteHeader(e.Status)
+	if r.Method != http.MethodHead {
+		w.Write(e.Body)
+	}
+}
+
+// bypass forwards a request that must not be cached straight to the origin.
+func (n *Node) bypass(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), n.cfg.OriginTimeout)
+	defer cancel()
+	req, err := n.originRequest(ctx, r, false)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	req.Body = r.Body
+	req.ContentLength = r.ContentLength
+	resp, err := n.origin.Do(req)
+	if err != nil {
+		n.metrics.originReqs.WithLabelValues("bypass", "error").Inc()
+		http.Error(w, "shardcache: origin unreachable", http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	n.metrics.originReqs.WithLabelValues("bypass", statusClass(resp.StatusCode)).Inc()
+	relay.RemoveHopByHop(resp.Header)
+	copyHeader(w.Header(), resp.Header)
+	w.Header().Set("X-Cache", cacheBypass)
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+}
+
+// originRequest builds the request to the origin for r: the origin's base
+// URL with r's path and query, r's end-to-end headers, and the client's
+// address appended to X-Forwarded-For. A fill is always a whole-object GET.
+func (n *Node) originRequest(ctx context.Context, r *http.Request, fill bool) (*http.Request, error) {
+	method := r.Method
+	if fill {
+		method = http.MethodGet // a HEAD miss fills with a GET, so the body is stored
+	}
+	u := *n.originURL
+	u.Path = strings.TrimSuffix(u.Path, "/") + r.URL.Path
+	u.RawPath = ""
+	if r.URL.RawPath != "" {
+		u.RawPath = strings.TrimSuffix(n.originURL.EscapedPath(), "/") + r.URL.RawPath
+	}
+	u.RawQuery = r.URL.RawQuery
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("shardcache: building origin request: %w", err)
+	}
+	req.Header = r.Header.Clone()
+	relay.RemoveHopByHop(req.Header)
+	for _, h := range []string{relay.HopHeader, relay.EpochHeader, relay.SchemeHeader} {
+		req.Header.Del(h)
+	}
+	if fill {
+		// A fill brings the whole object for every later client, not a 304
+		// or a range for this one.
+		for _, h := range []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range"} {
+			req.Header.Del(h)
+		}
+	}
+	appendForwardedFor(req.Header, r.RemoteAddr)
+	via := "1.1 " + n.cfg.ID
+	if prior := r.Header.Get("Via"); prior != "" {
+		via = prior + ", " + via
+	}
+	req.Header.Set("Via", via)
+	return req, nil
+}
+
+// appendForwardedFor extends X-Forwarded-For with the address the request
+// came from, keeping the chain it already had (for audit).
+func appendForwardedFor(h http.Header, remoteAddr string) {
+	ip, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		return
+	}
+	if prior := strings.Join(h.Values("X-Forwarded-For"), ", "); prior != "" {
+		ip = prior + ", " + ip
+	}
+	h.Set("X-Forwarded-For", ip)
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, v := range src {
+		dst[k] = v
+	}
+}
+
+func statusClass(code int) string {
+	if code < 100 || code > 599 {
+		return "other"
+	}
+	return strconv.Itoa(code/100) + "xx"
+}
+
+// recorder notes the status and body bytes written, for metrics.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+	wrote  bool
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.status, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.wrote = true
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

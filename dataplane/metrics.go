@@ -1,0 +1,88 @@
+package dataplane
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Routes, the label that tells relayed requests from local ones.
+const (
+	routeLocal   = "local"
+	routeRelayed = "relayed"
+	routeBypass  = "bypass"
+)
+
+// metrics are the node's Prometheus metrics, on a registry of its own (an
+// embedded etcd in the same process registers on the default one).
+type metrics struct {
+	reg *prometheus.Registry
+
+	requests      *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
+	responseSize  *prometheus.HistogramVec
+	originReqs    *prometheus.CounterVec
+	originBytes   prometheus.Counter
+	peerReqs      *prometheus.CounterVec
+	peerConns     *prometheus.CounterVec
+	relayFallback prometheus.Counter
+	ringEpoch     prometheus.Gauge
+	ringMembers   prometheus.Gauge
+	session       prometheus.Gauge
+	collapsed     prometheus.Counter
+}
+
+// Classic buckets reach 1 h and 100 GB, so that quantiles of long downloads
+// and large objects are measured rather than clamped at the last bucket;
+// native histograms give fine resolution where the scraper supports them.
+var (
+	durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+	sizeBuckets     = prometheus.ExponentialBuckets(256, 4, 16) // 256 B .. 256 GiB
+)
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_requests_total", Help: "Client requests by route, cache status and status class.",
+		}, []string{"route", "cache", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "shardcache_request_duration_seconds", Help: "Client request duration by route.",
+			Buckets: durationBuckets, NativeHistogramBucketFactor: 1.1,
+		}, []string{"route"}),
+		responseSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "shardcache_response_size_bytes", Help: "Client response body size by route.",
+			Buckets: sizeBuckets, NativeHistogramBucketFactor: 1.1,
+		}, []string{"route"}),
+		originReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_origin_requests_total", Help: "Requests sent to the origin, by purpose (fill, bypass) and result.",
+		}, []string{"purpose", "result"}),
+		originBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardcache_origin_bytes_total", Help: "Body bytes received from the origin for cache fills.",
+		}),
+		peerReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_peer_requests_total", Help: "Requests relayed to an owner, by peer and result.",
+		}, []string{"peer", "result"}),
+		peerConns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_peer_connections_total", Help: "Connections used for relayed requests: opened anew or reused from the pool.",
+		}, []string{"state"}),
+		relayFallback: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardcache_relay_fallbacks_total", Help: "Relays that failed before a response and were served by this node instead.",
+		}),
+		ringEpoch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shardcache_ring_epoch", Help: "The ring epoch this node serves with (0: none yet).",
+		}),
+		ringMembers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shardcache_ring_members", Help: "Members of the current ring epoch.",
+		}),
+		session: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shardcache_session_connected", Help: "1 while the session with the control plane is established.",
+		}),
+		collapsed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardcache_collapsed_requests_total", Help: "Cache misses served by waiting on another request's origin fetch.",
+		}),
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
+		m.peerConns, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

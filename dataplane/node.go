@@ -1,0 +1,273 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardcache/shardcache/dataplane/flight"
+	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/session"
+	"github.com/shardcache/shardcache/dataplane/store"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// shutdownGrace is how long in-flight requests may take to finish when the
+// node stops; then connections are closed.
+const shutdownGrace = 10 * time.Second
+
+// Node is one cache node.
+type Node struct {
+	cfg       Config
+	log       *slog.Logger
+	metrics   *metrics
+	mem       *store.Memory
+	flights   flight.Group[*store.Entry]
+	routes    atomic.Pointer[routes]
+	originURL *url.URL
+	origin    *http.Client
+	peers     *relay.Client
+	session   *session.Client
+
+	ready chan struct{}
+	addrs [3]atomic.Pointer[net.TCPAddr] // client, peer, ops
+
+	// Totals for load reports.
+	requests, hits, originFills, relayed, peerBytes atomic.Uint64
+}
+
+// New checks cfg and builds a node; Run starts it.
+func New(cfg Config) (*Node, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	originURL, _ := url.Parse(cfg.Origin) // checked by Validate
+	mem, err := store.NewMemory(cfg.MemoryBytes)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg:       cfg,
+		log:       cfg.Logger.With("node", cfg.ID),
+		metrics:   newMetrics(),
+		mem:       mem,
+		originURL: originURL,
+		origin: &http.Client{
+			Transport: &http.Transport{
+				Proxy:               nil,
+				DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+				MaxIdleConnsPerHost: 256,
+				IdleConnTimeout:     90 * time.Second,
+				DisableCompression:  true,
+				ForceAttemptHTTP2:   true,
+			},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		ready: make(chan struct{}),
+	}
+	n.peers = relay.New(relay.Config{OnConn: func(reused bool) {
+		if reused {
+			n.metrics.peerConns.WithLabelValues("reused").Inc()
+		} else {
+			n.metrics.peerConns.WithLabelValues("opened").Inc()
+		}
+	}})
+	sc, err := session.New(session.Config{
+		Address: cfg.ControlPlane,
+		Member: &pb.Member{
+			Id:            cfg.ID,
+			PeerAddress:   cfg.AdvertisePeerAddr,
+			PublicUrl:     cfg.PublicURL,
+			Weight:        cfg.Weight,
+			Zone:          cfg.Zone,
+			CapacityBytes: cfg.MemoryBytes,
+		},
+		Load:   n.loadReport,
+		Logger: n.log,
+	}, n)
+	if err != nil {
+		mem.Close()
+		return nil, err
+	}
+	n.session = sc
+	return n, nil
+}
+
+// ApplyEpoch installs a ring epoch pushed by the control plane.
+func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
+	rt, err := newRoutes(e)
+	if err != nil {
+		n.log.Error("refusing ring epoch", "epoch", e.GetEpoch(), "err", err)
+		return
+	}
+	n.routes.Store(rt)
+	n.metrics.ringEpoch.Set(float64(e.GetEpoch()))
+	n.metrics.ringMembers.Set(float64(len(e.GetMembers())))
+	n.log.Info("applied ring epoch", "epoch", e.GetEpoch(), "members", len(e.GetMembers()), "reason", e.GetReason())
+}
+
+// Ready is closed once every listener is bound.
+func (n *Node) Ready() <-chan struct{} { return n.ready }
+
+// ClientAddr, PeerAddr and OpsAddr are the bound addresses, nil before Ready.
+func (n *Node) ClientAddr() net.Addr { return n.addr(0) }
+
+// PeerAddr is the bound peer listener address.
+func (n *Node) PeerAddr() net.Addr { return n.addr(1) }
+
+// OpsAddr is the bound ops listener address.
+func (n *Node) OpsAddr() net.Addr { return n.addr(2) }
+
+func (n *Node) addr(i int) net.Addr {
+	if a := n.addrs[i].Load(); a != nil {
+		return a
+	}
+	return nil
+}
+
+// Run serves until ctx ends, then leaves the ring and stops gracefully.
+func (n *Node) Run(ctx context.Context) error {
+	defer n.mem.Close()
+	defer n.peers.CloseIdle()
+	listeners := make([]net.Listener, 0, 3)
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	for i, a := range []struct{ name, addr string }{{"client", n.cfg.ClientAddr}, {"peer", n.cfg.PeerAddr}, {"ops", n.cfg.OpsAddr}} {
+		l, err := net.Listen("tcp", a.addr)
+		if err != nil {
+			return fmt.Errorf("%s listener: %w", a.name, err)
+		}
+		listeners = append(listeners, l)
+		n.addrs[i].Store(l.Addr().(*net.TCPAddr))
+	}
+	servers := []*http.Server{
+		{Handler: http.HandlerFunc(n.serveClient), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10},
+		{Handler: http.HandlerFunc(n.servePeer), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute, MaxHeaderBytes: 64 << 10,
+			Protocols: relay.Protocols(true), HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000}},
+		{Handler: n.opsHandler(), ReadHeaderTimeout: 10 * time.Second},
+	}
+	for _, s := range servers {
+		s.ErrorLog = slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	for i, s := range servers {
+		l := listeners[i]
+		g.Go(func() error {
+			if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serving %s: %w", l.Addr(), err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error { return n.session.Run(gctx) })
+	g.Go(func() error {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-t.C:
+				n.metrics.session.Set(boolGauge(n.session.Connected()))
+			}
+		}
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		for _, s := range servers {
+			if err := s.Shutdown(sctx); err != nil {
+				s.Close()
+			}
+		}
+		return nil
+	})
+	close(n.ready)
+	n.log.Info("node serving", "client", listeners[0].Addr().String(), "peer", listeners[1].Addr().String(),
+		"ops", listeners[2].Addr().String(), "control_plane", n.cfg.ControlPlane, "origin", n.cfg.Origin)
+	return g.Wait()
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// opsHandler serves health, readiness, metrics and pprof.
+func (n *Node) opsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		rt := n.routes.Load()
+		if rt == nil {
+			http.Error(w, "not ready: no ring epoch yet from the control plane at "+n.cfg.ControlPlane, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "ready epoch=%d members=%d\n", rt.epoch.GetEpoch(), len(rt.epoch.GetMembers()))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+// loadReport is what the session reports to the control plane.
+func (n *Node) loadReport() *pb.LoadReport {
+	bytes, objects := n.mem.Stats()
+	var epoch uint64
+	if rt := n.routes.Load(); rt != nil {
+		epoch = rt.epoch.GetEpoch()
+	}
+	return &pb.LoadReport{
+		Epoch:               epoch,
+		MemoryBytes:         bytes,
+		MemoryObjects:       objects,
+		RequestsTotal:       n.requests.Load(),
+		HitsTotal:           n.hits.Load(),
+		OriginRequestsTotal: n.originFills.Load(),
+		RelayedTotal:        n.relayed.Load(),
+		PeerBytesTotal:      n.peerBytes.Load(),
+	}
+}
+
+// ID is the node's id.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// Epoch is the ring epoch the node serves with, 0 before the first.
+func (n *Node) Epoch() uint64 {
+	if rt := n.routes.Load(); rt != nil {
+		return rt.epoch.GetEpoch()
+	}
+	return 0
+}
+
+// RingMembers is the number of members in the node's current epoch.
+func (n *Node) RingMembers() int {
+	if rt := n.routes.Load(); rt != nil {
+		return len(rt.epoch.GetMembers())
+	}
+	return 0
+}

@@ -1,0 +1,129 @@
+// Package relay is the peer hop: a node that does not own a key forwards the
+// request to the owner's peer listener over HTTP/2 without TLS (h2c, prior
+// knowledge). One connection per peer pair carries every relayed request as
+// its own stream, so the hop never pays a TCP handshake per request — the
+// defect of relays built on nginx's default "Connection: close".
+package relay
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"time"
+)
+
+// Headers of the peer hop. They are honoured only on the peer listener; the
+// client listener deletes them from incoming requests.
+const (
+	// HopHeader marks a relayed request and names the node that relayed it.
+	// A request carrying it is served by the receiver, never relayed again.
+	HopHeader = "X-Shardcache-Hop"
+	// EpochHeader carries the sender's ring epoch.
+	EpochHeader = "X-Shardcache-Epoch"
+	// SchemeHeader carries the client-facing scheme, part of the cache key.
+	SchemeHeader = "X-Shardcache-Scheme"
+)
+
+// Config tunes the peer transport. Zero values mean the defaults.
+type Config struct {
+	// DialTimeout bounds connecting to a peer. Default 2s.
+	DialTimeout time.Duration
+	// PingTimeout is how long a silent peer connection may stay unanswered
+	// to a health ping before it is closed. Default 5s.
+	PingTimeout time.Duration
+	// OnConn is called for every relayed request with whether its
+	// connection was reused from the pool.
+	OnConn func(reused bool)
+}
+
+// Client sends relayed requests. It is safe for concurrent use.
+type Client struct {
+	hc     *http.Client
+	onConn func(bool)
+}
+
+// New returns a client with its own connection pool.
+func New(cfg Config) *Client {
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = 2 * time.Second
+	}
+	if cfg.PingTimeout == 0 {
+		cfg.PingTimeout = 5 * time.Second
+	}
+	tr := &http.Transport{
+		Protocols:   Protocols(false),
+		DialContext: (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		HTTP2: &http.HTTP2Config{
+			// Ping an idle-looking connection so a peer that vanished
+			// (SIGKILL, partition) is noticed before requests queue on it.
+			SendPingTimeout: 10 * time.Second,
+			PingTimeout:     cfg.PingTimeout,
+		},
+		IdleConnTimeout:    5 * time.Minute,
+		DisableCompression: true, // bodies pass through as the origin sent them
+	}
+	return &Client{
+		hc: &http.Client{
+			Transport: tr,
+			// A redirect from the owner is the client's to follow.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		onConn: cfg.OnConn,
+	}
+}
+
+// Protocols returns the protocols of the peer hop: h2c only for the client,
+// h2c plus HTTP/1.1 for the peer listener (so curl can probe it).
+func Protocols(server bool) *http.Protocols {
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	p.SetHTTP1(server)
+	return p
+}
+
+// Forward relays r to the peer listener at peerAddr. header replaces the
+// outgoing header (the caller builds it, hop marker included). The caller
+// closes the response body.
+func (c *Client) Forward(ctx context.Context, peerAddr string, r *http.Request, header http.Header) (*http.Response, error) {
+	if c.onConn != nil {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			GotConn: func(info httptrace.GotConnInfo) { c.onConn(info.Reused) },
+		})
+	}
+	out, err := http.NewRequestWithContext(ctx, r.Method, "http://"+peerAddr+r.URL.RequestURI(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("relay to %s: %w", peerAddr, err)
+	}
+	out.Host = r.Host
+	out.Header = header
+	resp, err := c.hc.Do(out)
+	if err != nil {
+		return nil, fmt.Errorf("relay to %s: %w", peerAddr, err)
+	}
+	return resp, nil
+}
+
+// CloseIdle closes pooled connections that carry no request.
+func (c *Client) CloseIdle() { c.hc.CloseIdleConnections() }
+
+// hopByHop are the fields that describe one connection, never forwarded
+// (RFC 9110 7.6.1).
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// RemoveHopByHop deletes hop-by-hop fields from h, including those that
+// Connection names.
+func RemoveHopByHop(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				h.Del(f)
+			}
+		}
+	}
+	for _, f := range hopByHop {
+		h.Del(f)
+	}
+}

@@ -1,0 +1,234 @@
+// Package session keeps a cache node's Session stream with the control
+// plane: it says hello, applies the snapshot and every epoch pushed after it,
+// reports load, and reconnects with backoff when the stream breaks. While it
+// is disconnected the node keeps serving with the last epoch it applied.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// Applier receives what the control plane pushes.
+type Applier interface {
+	// ApplyEpoch installs a ring epoch. It is called with increasing epochs.
+	ApplyEpoch(*pb.RingEpoch)
+}
+
+// Config configures a session Client.
+type Config struct {
+	// Address is host:port of a control-plane replica. Required.
+	Address string
+	// Member describes this node as it should appear in the ring. Required.
+	Member *pb.Member
+	// LoadInterval is how often a load report is sent. Default 5s.
+	LoadInterval time.Duration
+	// Load returns the report to send; nil sends none.
+	Load func() *pb.LoadReport
+	// MinBackoff and MaxBackoff bound the wait between reconnects, which
+	// doubles after every failure, with jitter. Defaults 200ms and 10s.
+	MinBackoff, MaxBackoff time.Duration
+	// Logger receives connection changes. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Client is a node's session with the control plane.
+type Client struct {
+	cfg       Config
+	apply     Applier
+	connected atomic.Bool
+	applied   atomic.Uint64
+}
+
+// New checks cfg and returns a client that applies pushes to apply.
+func New(cfg Config, apply Applier) (*Client, error) {
+	if _, _, err := net.SplitHostPort(cfg.Address); err != nil {
+		return nil, fmt.Errorf("control plane address %q: %w", cfg.Address, err)
+	}
+	if cfg.Member == nil || cfg.Member.GetId() == "" {
+		return nil, errors.New("session: member with an id is required")
+	}
+	if cfg.LoadInterval == 0 {
+		cfg.LoadInterval = 5 * time.Second
+	}
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff = 200 * time.Millisecond
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Client{cfg: cfg, apply: apply}, nil
+}
+
+// Connected reports whether a session is established now.
+func (c *Client) Connected() bool { return c.connected.Load() }
+
+// Epoch is the last epoch applied, 0 if none.
+func (c *Client) Epoch() uint64 { return c.applied.Load() }
+
+// Run keeps a session open until ctx ends; then it closes the stream
+// cleanly, so the control plane removes the node at once.
+func (c *Client) Run(ctx context.Context) error {
+	conn, err := grpc.NewClient(c.cfg.Address,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Notice a control plane that vanished without closing the stream.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	if err != nil {
+		return fmt.Errorf("session: control plane %s: %w", c.cfg.Address, err)
+	}
+	defer conn.Close()
+	rpc := pb.NewNodeServiceClient(conn)
+
+	backoff := c.cfg.MinBackoff
+	for ctx.Err() == nil {
+		established, err := c.session(ctx, rpc)
+		c.connected.Store(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if established {
+			backoff = c.cfg.MinBackoff
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		c.cfg.Logger.Warn("control plane unreachable; serving with the last epoch and retrying",
+			"control_plane", c.cfg.Address, "err", err, "retry_in", wait.Round(time.Millisecond), "epoch", c.Epoch())
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(backoff*2, c.cfg.MaxBackoff)
+	}
+	return nil
+}
+
+// inbound is one result of the stream's Recv.
+type inbound struct {
+	resp *pb.SessionResponse
+	err  error
+}
+
+// session runs one stream. established reports whether a snapshot arrived.
+func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient) (established bool, err error) {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stream, err := rpc.Session(sctx)
+	if err != nil {
+		return false, err
+	}
+	hello := &pb.Hello{Member: c.cfg.Member, LastEpoch: c.Epoch()}
+	if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Hello{Hello: hello}}); err != nil {
+		return false, recvErr(stream, err)
+	}
+
+	msgs := make(chan inbound)
+	go func() {
+		for {
+			resp, err := stream.Recv()
+			select {
+			case msgs <- inbound{resp, err}:
+			case <-sctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	tick := time.NewTicker(c.cfg.LoadInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return established, c.goodbye(stream, msgs)
+		case <-tick.C:
+			if c.cfg.Load == nil || !established {
+				continue
+			}
+			if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Load{Load: c.cfg.Load()}}); err != nil {
+				return established, recvErr(stream, err)
+			}
+		case m := <-msgs:
+			if m.err != nil {
+				if errors.Is(m.err, io.EOF) {
+					return established, errors.New("control plane closed the session")
+				}
+				return established, m.err
+			}
+			switch msg := m.resp.GetMsg().(type) {
+			case *pb.SessionResponse_Snapshot:
+				if !established {
+					c.cfg.Logger.Info("session established", "control_plane", c.cfg.Address, "epoch", msg.Snapshot.GetEpoch().GetEpoch())
+				}
+				established = true
+				c.connected.Store(true)
+				c.applyEpoch(msg.Snapshot.GetEpoch())
+			case *pb.SessionResponse_Epoch:
+				c.applyEpoch(msg.Epoch)
+			}
+		}
+	}
+}
+
+func (c *Client) applyEpoch(e *pb.RingEpoch) {
+	if e == nil || e.GetEpoch() <= c.applied.Load() {
+		return
+	}
+	c.apply.ApplyEpoch(e)
+	c.applied.Store(e.GetEpoch())
+}
+
+// goodbyeWait bounds how long a closing node waits for the control plane to
+// acknowledge its goodbye.
+const goodbyeWait = 2 * time.Second
+
+// goodbye half-closes the stream, which the control plane takes as a clean
+// departure, and waits briefly for it to finish.
+func (c *Client) goodbye(stream pb.NodeService_SessionClient, msgs <-chan inbound) error {
+	if err := stream.CloseSend(); err != nil {
+		return err
+	}
+	t := time.NewTimer(goodbyeWait)
+	defer t.Stop()
+	for {
+		select {
+		case m := <-msgs:
+			if m.err != nil {
+				return nil
+			}
+		case <-t.C:
+			return errors.New("control plane did not acknowledge the goodbye")
+		}
+	}
+}
+
+// recvErr returns the stream's real error after a failed Send, which only
+// reports io.EOF.
+func recvErr(stream grpc.ClientStream, err error) error {
+	if errors.Is(err, io.EOF) {
+		if rerr := stream.RecvMsg(new(pb.SessionResponse)); rerr != nil {
+			return rerr
+		}
+	}
+	return err
+}

@@ -1,0 +1,66 @@
+package store
+
+import (
+	"fmt"
+
+	"github.com/dgraph-io/ristretto/v2"
+)
+
+// Memory is the memory tier: a ristretto cache whose cost is bytes, with
+// TinyLFU admission so one-off objects do not push out popular ones.
+type Memory struct {
+	c *ristretto.Cache[string, *Entry]
+}
+
+// minCounters keeps the frequency sketch useful for small budgets.
+const minCounters = 10_000
+
+// NewMemory returns a memory tier holding at most maxBytes.
+func NewMemory(maxBytes int64) (*Memory, error) {
+	if maxBytes <= 0 {
+		return nil, fmt.Errorf("store: memory budget %d bytes; it must be positive", maxBytes)
+	}
+	c, err := ristretto.NewCache(&ristretto.Config[string, *Entry]{
+		// Ten counters per object we can hold, assuming objects of 1 KiB or
+		// more, as ristretto's documentation advises.
+		NumCounters:        max(maxBytes/1024*10, minCounters),
+		MaxCost:            maxBytes,
+		BufferItems:        64,
+		Metrics:            true,
+		IgnoreInternalCost: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: memory tier: %w", err)
+	}
+	return &Memory{c: c}, nil
+}
+
+// Get returns the entry stored under key.
+func (m *Memory) Get(key string) (*Entry, bool) { return m.c.Get(key) }
+
+// Set offers e to the tier and waits until the tier has decided, so that a
+// request right after a fill sees the entry. It reports whether e was
+// admitted; admission may refuse an entry that is less popular than what it
+// would evict.
+func (m *Memory) Set(e *Entry) bool {
+	if !m.c.Set(e.Key, e, e.Size()) {
+		return false
+	}
+	m.c.Wait()
+	_, ok := m.c.Get(e.Key)
+	return ok
+}
+
+// Delete removes key.
+func (m *Memory) Delete(key string) { m.c.Del(key) }
+
+// Stats returns the bytes and objects held.
+func (m *Memory) Stats() (bytes, objects int64) {
+	s := m.c.Metrics
+	bytes = int64(s.CostAdded()) - int64(s.CostEvicted())
+	objects = int64(s.KeysAdded()) - int64(s.KeysEvicted())
+	return max(bytes, 0), max(objects, 0)
+}
+
+// Close stops the tier's goroutines.
+func (m *Memory) Close() { m.c.Close() }

@@ -1,0 +1,75 @@
+package store
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+)
+
+func entry(key string, size int) *Entry {
+	return &Entry{Key: key, Status: 200, Header: http.Header{"Content-Type": {"text/plain"}}, Body: make([]byte, size), Received: time.Now(), Lifetime: time.Hour}
+}
+
+func TestMemorySetGetDelete(t *testing.T) {
+	m, err := NewMemory(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	e := entry("k", 100)
+	if !m.Set(e) {
+		t.Fatal("an entry far below the budget was not admitted")
+	}
+	got, ok := m.Get("k")
+	if !ok || got != e {
+		t.Fatalf("Get after Set = %v, %v", got, ok)
+	}
+	bytes, objects := m.Stats()
+	if objects != 1 || bytes != e.Size() {
+		t.Fatalf("Stats = %d bytes, %d objects; want %d, 1", bytes, objects, e.Size())
+	}
+	m.Delete("k")
+	m.c.Wait()
+	if _, ok := m.Get("k"); ok {
+		t.Fatal("entry still there after Delete")
+	}
+}
+
+func TestMemoryStaysWithinBudget(t *testing.T) {
+	const budget = 64 << 10
+	m, err := NewMemory(budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for i := range 200 {
+		m.Set(entry(fmt.Sprintf("k%d", i), 1000))
+	}
+	if bytes, _ := m.Stats(); bytes > budget {
+		t.Fatalf("tier holds %d bytes, budget %d", bytes, budget)
+	}
+	if m.Set(entry("huge", budget*2)) {
+		t.Fatal("an entry larger than the whole budget was admitted")
+	}
+}
+
+func TestNewMemoryRefusesZeroBudget(t *testing.T) {
+	if _, err := NewMemory(0); err == nil {
+		t.Fatal("a zero budget was accepted")
+	}
+}
+
+func TestEntryFreshness(t *testing.T) {
+	now := time.Now()
+	e := &Entry{Received: now.Add(-30 * time.Second), InitialAge: 10 * time.Second, Lifetime: time.Minute}
+	if got := e.Age(now); got != 40*time.Second {
+		t.Fatalf("Age = %s, want 40s", got)
+	}
+	if !e.Fresh(now) {
+		t.Fatal("entry at 40s of a 60s lifetime is not fresh")
+	}
+	if e.Fresh(now.Add(30 * time.Second)) {
+		t.Fatal("entry at 70s of a 60s lifetime is fresh")
+	}
+}
