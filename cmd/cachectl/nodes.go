@@ -1,0 +1,46 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardcache/shardcache/cmd/internal/units"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+func newNodesCommand(g *globalOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "nodes",
+		Short: "List the registered nodes with their load",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := c.ListNodes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return render(cmd.OutOrStdout(), g.output, resp, func(tw *tabwriter.Writer) { nodesTable(tw, resp, time.Now()) })
+		},
+	}
+}
+
+func nodesTable(tw *tabwriter.Writer, resp *pb.ListNodesResponse, now time.Time) {
+	fmt.Fprintln(tw, "ID\tSTATE\tIN RING\tEPOCH\tREPLICA\tOBJECTS\tMEMORY\tREQUESTS\tHITS\tLAST REPORT")
+	for _, n := range resp.GetNodes() {
+		l := n.GetLoad()
+		last := "-"
+		if n.GetLastReportAt() != nil {
+			last = now.Sub(n.GetLastReportAt().AsTime()).Round(time.Second).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%d\t%s\t%d\t%s\t%d\t%d\t%s\n", n.GetMember().GetId(), stateName(n.GetMember().GetState()),
+			n.GetInRing(), n.GetServingEpoch(), dash(n.GetSessionReplica()), l.GetMemoryObjects(),
+			units.Bytes(l.GetMemoryBytes()), l.GetRequestsTotal(), l.GetHitsTotal(), last)
+	}
+}

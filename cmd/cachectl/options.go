@@ -1,0 +1,56 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardcache/shardcache/cmd/internal/devtoken"
+	"github.com/shardcache/shardcache/sdk/admin"
+)
+
+// globalOptions are the flags every command shares.
+type globalOptions struct {
+	controlPlane string
+	token        string
+	output       string
+	timeout      time.Duration
+}
+
+func (g *globalOptions) register(root *cobra.Command) {
+	f := root.PersistentFlags()
+	def := os.Getenv("SHARDCACHE_CONTROL_PLANE")
+	if def == "" {
+		def = "127.0.0.1:7070"
+	}
+	f.StringVar(&g.controlPlane, "control-plane", def, "control-plane address (default $SHARDCACHE_CONTROL_PLANE or 127.0.0.1:7070)")
+	f.StringVar(&g.token, "token", "", "admin token (default $SHARDCACHE_TOKEN, then the dev token file)")
+	f.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
+	f.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each call")
+}
+
+// client returns an admin client from the flags, the environment or the dev
+// token file, in that order.
+func (g *globalOptions) client() (*admin.Client, error) {
+	if err := checkFormat(g.output); err != nil {
+		return nil, err
+	}
+	token := g.token
+	if token == "" {
+		token = os.Getenv("SHARDCACHE_TOKEN")
+	}
+	if token == "" {
+		t, err := devtoken.Read()
+		if err != nil {
+			return nil, err
+		}
+		token = t
+	}
+	c, err := admin.New(admin.Config{Address: g.controlPlane, Token: token, Timeout: g.timeout})
+	if err != nil {
+		return nil, fmt.Errorf("--control-plane: %w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
+)
+
+// checkFormat refuses an unknown -o value before any call is made.
+func checkFormat(format string) error {
+	switch format {
+	case "table", "json", "yaml":
+		return nil
+	}
+	return fmt.Errorf("-o %q: want table, json or yaml", format)
+}
+
+// render writes msg as JSON or YAML, or calls table for the table format.
+// JSON and YAML use protobuf's JSON mapping, so field names are stable.
+func render(w io.Writer, format string, msg proto.Message, table func(*tabwriter.Writer)) error {
+	switch format {
+	case "table":
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		table(tw)
+		return tw.Flush()
+	case "json", "yaml":
+		raw, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(msg)
+		if err != nil {
+			return fmt.Errorf("encoding output: %w", err)
+		}
+		// protojson varies its spacing on purpose; indent it ourselves so
+		// the output is stable for scripts and golden files.
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, raw, "", "  "); err != nil {
+			return fmt.Errorf("encoding output: %w", err)
+		}
+		b := buf.Bytes()
+		if format == "yaml" {
+			if b, err = yaml.JSONToYAML(b); err != nil {
+				return fmt.Errorf("encoding output: %w", err)
+			}
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	return checkFormat(format)
+}

@@ -1,0 +1,36 @@
+package units
+
+import "testing"
+
+func TestParseBytes(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    int64
+		wantErr bool
+	}{
+		{"4096", 4096, false},
+		{"256MiB", 256 << 20, false},
+		{"1GB", 1e9, false},
+		{"1.5K", 1536, false},
+		{" 2 GiB ", 2 << 30, false},
+		{"-1", 0, true},
+		{"lots", 0, true},
+		{"", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseBytes(tt.in)
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Fatalf("ParseBytes(%q) = %d, %v; want %d, error %v", tt.in, got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestBytes(t *testing.T) {
+	for in, want := range map[int64]string{100: "100B", 1536: "1.5KiB", 256 << 20: "256.0MiB", 3 << 30: "3.0GiB"} {
+		if got := Bytes(in); got != want {
+			t.Errorf("Bytes(%d) = %q, want %q", in, got, want)
+		}
+	}
+}

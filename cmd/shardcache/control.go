@@ -1,0 +1,61 @@
+package main
+
+import (
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardcache/shardcache/controlplane"
+)
+
+type controlOptions struct {
+	cfg       controlplane.Config
+	endpoints string
+	log       logOptions
+}
+
+func newControlCommand() *cobra.Command {
+	o := &controlOptions{}
+	cmd := &cobra.Command{
+		Use:   "control",
+		Short: "Run a control-plane replica",
+		Long: `Run a control-plane replica. With --etcd-endpoints it uses an existing etcd
+cluster; without, it starts an embedded etcd in --etcd-dir. The admin token comes
+from --admin-token or SHARDCACHE_TOKEN.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.cfg.ListenAddr, "listen", "127.0.0.1:7070", "gRPC listen address (host:port)")
+	f.StringVar(&o.endpoints, "etcd-endpoints", "", "comma-separated etcd client URLs; empty starts an embedded etcd")
+	f.StringVar(&o.cfg.EmbeddedEtcd.Dir, "etcd-dir", "", "data directory of the embedded etcd")
+	f.StringVar(&o.cfg.EmbeddedEtcd.ClientURL, "etcd-client-url", "http://127.0.0.1:2379", "client URL of the embedded etcd")
+	f.StringVar(&o.cfg.EmbeddedEtcd.PeerURL, "etcd-peer-url", "http://127.0.0.1:2380", "peer URL of the embedded etcd")
+	f.StringVar(&o.cfg.Prefix, "prefix", "/shardcache/", "etcd key prefix of all shardcache state")
+	f.StringVar(&o.cfg.ReplicaID, "replica-id", "", "name of this replica (default: the listen address)")
+	f.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", 0, "how long a silent node stays a member (default 10s)")
+	f.DurationVar(&o.cfg.EpochBatchWindow, "epoch-batch-window", 0, "membership changes within this window make one epoch (default 2s)")
+	f.StringVar(&o.cfg.AdminToken, "admin-token", "", "bearer token of admin calls (default $SHARDCACHE_TOKEN)")
+	o.log.register(cmd)
+	return cmd
+}
+
+func (o *controlOptions) run(cmd *cobra.Command) error {
+	logger, err := o.log.logger()
+	if err != nil {
+		return err
+	}
+	o.cfg.Logger = logger
+	if o.endpoints != "" {
+		o.cfg.EtcdEndpoints = strings.Split(o.endpoints, ",")
+	}
+	if o.cfg.AdminToken == "" {
+		o.cfg.AdminToken = os.Getenv("SHARDCACHE_TOKEN")
+	}
+	srv, err := controlplane.New(o.cfg)
+	if err != nil {
+		return err
+	}
+	return srv.Run(cmd.Context())
+}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardcache/shardcache/cmd/internal/demo"
+	"github.com/shardcache/shardcache/cmd/internal/devtoken"
+	"github.com/shardcache/shardcache/controlplane"
+	"github.com/shardcache/shardcache/dataplane"
+)
+
+type devOptions struct {
+	origin     string
+	originAddr string
+	dataDir    string
+	control    string
+	etcdClient string
+	etcdPeer   string
+	nodes      int
+	log        logOptions
+}
+
+func newDevCommand() *cobra.Command {
+	o := &devOptions{}
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a whole cluster on this machine: embedded etcd, control plane, nodes and a demo origin",
+		Long: `Run a whole shardcache cluster on 127.0.0.1: an embedded etcd, a control plane,
+three nodes (node-1..node-3) and a demo origin. Node i listens for clients on
+127.0.0.1:808i, for peers on 127.0.0.1:908i and for ops on 127.0.0.1:919i.
+The admin token is written where cachectl finds it. Stop with Ctrl-C.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), cmd.OutOrStdout()) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.origin, "origin", "", "front this origin (base URL) instead of the demo origin")
+	f.StringVar(&o.originAddr, "demo-origin", "127.0.0.1:8090", "listen address of the demo origin")
+	f.StringVar(&o.dataDir, "data-dir", "", "keep etcd's and each node's data under this directory across runs (default: a temporary directory removed on exit)")
+	f.StringVar(&o.control, "control", "127.0.0.1:7070", "control-plane listen address")
+	f.StringVar(&o.etcdClient, "etcd-client-url", "http://127.0.0.1:7071", "client URL of the embedded etcd")
+	f.StringVar(&o.etcdPeer, "etcd-peer-url", "http://127.0.0.1:7072", "peer URL of the embedded etcd")
+	f.IntVar(&o.nodes, "nodes", 3, "number of nodes (1 to 9)")
+	o.log.register(cmd)
+	return cmd
+}
+
+func (o *devOptions) run(ctx context.Context, out io.Writer) error {
+	if o.nodes < 1 || o.nodes > 9 {
+		return fmt.Errorf("--nodes %d: want 1 to 9", o.nodes)
+	}
+	logger, err := o.log.logger()
+	if err != nil {
+		return err
+	}
+	dataDir := o.dataDir
+	if dataDir == "" {
+		if dataDir, err = os.MkdirTemp("", "shardcache-dev-"); err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
+		defer os.RemoveAll(dataDir)
+	} else if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+
+	origin := o.origin
+	var originSrv *http.Server
+	var originLis net.Listener
+	if origin == "" {
+		if originLis, err = net.Listen("tcp", o.originAddr); err != nil {
+			return fmt.Errorf("demo origin listener: %w", err)
+		}
+		defer originLis.Close()
+		originSrv = &http.Server{Handler: &demo.Origin{}, ReadHeaderTimeout: 10 * time.Second}
+		origin = "http://" + originLis.Addr().String()
+	}
+
+	token, err := newToken()
+	if err != nil {
+		return err
+	}
+	tokenPath, err := devtoken.Write(token)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tokenPath)
+
+	cp, err := controlplane.New(controlplane.Config{
+		ListenAddr:   o.control,
+		EmbeddedEtcd: controlplane.EmbeddedEtcdConfig{Dir: filepath.Join(dataDir, "etcd"), ClientURL: o.etcdClient, PeerURL: o.etcdPeer},
+		AdminToken:   token,
+		// One machine: no reason to wait long for more changes, and a
+		// stopped node should leave quickly.
+		EpochBatchWindow: 500 * time.Millisecond,
+		LeaseTTL:         5 * time.Second,
+		Logger:           logger.With("component", "control"),
+	})
+	if err != nil {
+		return err
+	}
+	nodes := make([]*dataplane.Node, 0, o.nodes)
+	for i := 1; i <= o.nodes; i++ {
+		n, err := dataplane.New(dataplane.Config{
+			ID:           fmt.Sprintf("node-%d", i),
+			ClientAddr:   fmt.Sprintf("127.0.0.1:808%d", i),
+			PeerAddr:     fmt.Sprintf("127.0.0.1:908%d", i),
+			OpsAddr:      fmt.Sprintf("127.0.0.1:919%d", i),
+			ControlPlane: o.control,
+			Origin:       origin,
+			DataDir:      filepath.Join(dataDir, fmt.Sprintf("node-%d", i)),
+			Logger:       logger,
+		})
+		if err != nil {
+			return err
+		}
+		nodes = append(nodes, n)
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	if originSrv != nil {
+		g.Go(func() error {
+			if err := originSrv.Serve(originLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("demo origin: %w", err)
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return originSrv.Shutdown(sctx)
+		})
+	}
+	g.Go(func() error { return cp.Run(gctx) })
+	g.Go(func() error {
+		select {
+		case <-cp.Ready():
+		case <-gctx.Done():
+			return nil
+		}
+		ng, nctx := errgroup.WithContext(gctx)
+		for _, n := range nodes {
+			ng.Go(func() error { return n.Run(nctx) })
+		}
+		ng.Go(func() error {
+			if waitForRing(nctx, nodes) {
+				printBanner(out, o, origin, dataDir, tokenPath, nodes)
+			}
+			return nil
+		})
+		return ng.Wait()
+	})
+	err = g.Wait()
+	logger.Info("dev cluster stopped")
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// waitForRing waits until every node serves with an epoch holding all of
+// them; it reports false if ctx ended first.
+func waitForRing(ctx context.Context, nodes []*dataplane.Node) bool {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		complete := true
+		for _, n := range nodes {
+			if n.RingMembers() != len(nodes) {
+				complete = false
+			}
+		}
+		if complete {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+func printBanner(out io.Writer, o *devOptions, origin, dataDir, tokenPath string, nodes []*dataplane.Node) {
+	w := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	w("")
+	w("shardcache dev cluster is up: ring epoch %d, %d nodes", nodes[0].Epoch(), len(nodes))
+	w("  control plane  %s  (admin token in %s)", o.control, tokenPath)
+	w("  etcd           %s  (embedded; data in %s)", o.etcdClient, filepath.Join(dataDir, "etcd"))
+	if o.origin == "" {
+		w("  origin         %s  (demo: GET /obj/<id>?size=N)", origin)
+	} else {
+		w("  origin         %s", origin)
+	}
+	for _, n := range nodes {
+		w("  %-13s  client http://%s  peer %s  ops http://%s", n.ID(), n.ClientAddr(), n.PeerAddr(), n.OpsAddr())
+	}
+	w("Try:")
+	w("  curl -si http://%s/obj/1?size=1000    # X-Cache: MISS", nodes[min(1, len(nodes)-1)].ClientAddr())
+	w("  curl -si http://%s/obj/1?size=1000    # X-Cache: HIT, from the same owner", nodes[0].ClientAddr())
+	w("  go run ./cmd/cachectl ring")
+	w("  go run ./cmd/cachectl nodes")
+	w("Stop with Ctrl-C.")
+	w("")
+}
+
+func newToken() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("making the admin token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}

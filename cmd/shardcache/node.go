@@ -1,0 +1,51 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/shardcache/shardcache/cmd/internal/units"
+	"github.com/shardcache/shardcache/dataplane"
+)
+
+type nodeOptions struct {
+	cfg dataplane.Config
+	log logOptions
+}
+
+func newNodeCommand() *cobra.Command {
+	o := &nodeOptions{}
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Run a cache node",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := o.log.logger()
+			if err != nil {
+				return err
+			}
+			o.cfg.Logger = logger
+			n, err := dataplane.New(o.cfg)
+			if err != nil {
+				return err
+			}
+			return n.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.cfg.ID, "id", "", "stable node id hashed by the ring (e.g. the pod name)")
+	f.StringVar(&o.cfg.ClientAddr, "client", "127.0.0.1:8081", "client HTTP listen address")
+	f.StringVar(&o.cfg.PeerAddr, "peer", "127.0.0.1:9081", "peer listen address (relayed requests)")
+	f.StringVar(&o.cfg.OpsAddr, "ops", "127.0.0.1:9191", "ops listen address (/healthz, /readyz, /metrics, pprof)")
+	f.StringVar(&o.cfg.AdvertisePeerAddr, "advertise-peer", "", "peer address other nodes dial (default --peer)")
+	f.StringVar(&o.cfg.PublicURL, "public-url", "", "client-facing base URL (default http://<client>)")
+	f.StringVar(&o.cfg.Zone, "zone", "", "failure domain of this node")
+	f.Uint32Var(&o.cfg.Weight, "weight", 1, "relative share of keys")
+	f.StringVar(&o.cfg.ControlPlane, "control-plane", "127.0.0.1:7070", "control-plane address (host:port)")
+	f.StringVar(&o.cfg.Origin, "origin", "", "origin base URL, e.g. http://127.0.0.1:8090")
+	f.Var(units.Value{N: &o.cfg.MemoryBytes}, "memory", "memory tier budget (default 256MiB)")
+	f.Var(units.Value{N: &o.cfg.MaxObjectBytes}, "max-object", "largest response stored (default 64MiB)")
+	f.DurationVar(&o.cfg.OriginTimeout, "origin-timeout", 0, "timeout of one origin request (default 60s)")
+	f.StringVar(&o.cfg.DataDir, "data-dir", "", "directory of the node's persistent data")
+	o.log.register(cmd)
+	return cmd
+}
