@@ -1,0 +1,170 @@
+// Package e2e tests shardcache as it runs: it builds the real binaries and
+// starts an etcd-backed control plane, several nodes and an origin as
+// separate processes, then drives them over HTTP and through cachectl.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// process is one started binary. Its combined output is kept so that a
+// failing test can show it, and so that readiness can wait on a log line.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+
+	mu    sync.Mutex
+	out   bytes.Buffer
+	lines chan string
+	done  chan struct{}
+	err   error
+}
+
+// startProcess starts bin with args; t's cleanup kills it if still running.
+func startProcess(t *testing.T, name, bin string, args ...string) *process {
+	t.Helper()
+	p := &process{name: name, cmd: exec.Command(bin, args...), lines: make(chan string, 1024), done: make(chan struct{})}
+	pr, pw := io.Pipe()
+	p.cmd.Stdout, p.cmd.Stderr = pw, pw
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.out.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			select {
+			case p.lines <- sc.Text():
+			default: // nobody is waiting for lines now
+			}
+		}
+	}()
+	go func() {
+		p.err = p.cmd.Wait()
+		pw.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("--- output of %s ---\n%s", name, p.Output())
+		}
+	})
+	return p
+}
+
+// Output is everything the process printed so far.
+func (p *process) Output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// WaitLine waits until the process prints a line containing substr.
+func (p *process) WaitLine(ctx context.Context, substr string) error {
+	if strings.Contains(p.Output(), substr) {
+		return nil
+	}
+	for {
+		select {
+		case l := <-p.lines:
+			if strings.Contains(l, substr) || strings.Contains(p.Output(), substr) {
+				return nil
+			}
+		case <-p.done:
+			return fmt.Errorf("%s exited (%v) before printing %q", p.name, p.err, substr)
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not print %q: %w", p.name, substr, ctx.Err())
+		}
+	}
+}
+
+// Stop sends SIGTERM and waits for a clean exit, killing after timeout.
+func (p *process) Stop(timeout time.Duration) error {
+	if p.cmd.Process == nil {
+		return nil
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(timeout):
+		p.Kill()
+		return fmt.Errorf("%s did not stop within %s", p.name, timeout)
+	}
+}
+
+// Kill sends SIGKILL, by PID, and waits for the process to end.
+func (p *process) Kill() {
+	if p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Exited reports whether the process has ended.
+func (p *process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// buildBinaries builds shardcache and cachectl into dir.
+func buildBinaries(dir string) error {
+	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator),
+		"github.com/shardcache/shardcache/cmd/shardcache", "github.com/shardcache/shardcache/cmd/cachectl")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return errors.New("building the binaries failed")
+	}
+	return nil
+}
+
+// eventually calls f until it returns nil or ctx ends; the last error is
+// returned. It waits on a condition, never a fixed time.
+func eventually(ctx context.Context, f func() error) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
