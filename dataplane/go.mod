@@ -7,6 +7,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/shardcache/shardcache/proto v0.0.0
 	github.com/shardcache/shardcache/sdk v0.0.0-00010101000000-000000000000
+	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.25.0
 	google.golang.org/grpc v1.85.0
 )

@@ -153,7 +153,9 @@ func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string) {
 		return
 	}
 	wctx, cancel := context.WithTimeout(r.Context(), n.cfg.OriginTimeout)
+	n.waiting.Add(1)
 	e, ok := call.Wait(wctx)
+	n.waiting.Add(-1)
 	cancel()
 	if ok {
 		n.metrics.collapsed.Inc()

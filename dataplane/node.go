@@ -42,6 +42,8 @@ type Node struct {
 	ready chan struct{}
 	addrs [3]atomic.Pointer[net.TCPAddr] // client, peer, ops
 
+	// waiting counts requests waiting on another request's fill.
+	waiting atomic.Int64
 	// Totals for load reports.
 	requests, hits, originFills, relayed, peerBytes atomic.Uint64
 }
@@ -140,6 +142,7 @@ func (n *Node) addr(i int) net.Addr {
 func (n *Node) Run(ctx context.Context) error {
 	defer n.mem.Close()
 	defer n.peers.CloseIdle()
+	defer n.origin.CloseIdleConnections()
 	listeners := make([]net.Listener, 0, 3)
 	defer func() {
 		for _, l := range listeners {

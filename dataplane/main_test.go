@@ -1,0 +1,12 @@
+package dataplane
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Every goroutine a node starts must end when Run returns.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}

@@ -1,0 +1,504 @@
+package dataplane
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/ring"
+)
+
+// fakeControl is a hand-written NodeService: it answers every hello with a
+// snapshot of the epoch it holds and pushes each new epoch to every session.
+type fakeControl struct {
+	pb.UnimplementedNodeServiceServer
+	mu     sync.Mutex
+	epoch  *pb.RingEpoch
+	wake   chan struct{}
+	hellos atomic.Int32
+	addr   string
+	srv    *grpc.Server
+}
+
+func startFakeControl(t *testing.T, addr string) *fakeControl {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeControl{wake: make(chan struct{}), addr: l.Addr().String(), srv: grpc.NewServer()}
+	pb.RegisterNodeServiceServer(f.srv, f)
+	go f.srv.Serve(l)
+	t.Cleanup(f.srv.Stop)
+	return f
+}
+
+func (f *fakeControl) publish(e *pb.RingEpoch) {
+	f.mu.Lock()
+	f.epoch = e
+	close(f.wake)
+	f.wake = make(chan struct{})
+	f.mu.Unlock()
+}
+
+func (f *fakeControl) Session(stream pb.NodeService_SessionServer) error {
+	req, err := stream.Recv()
+	if err != nil || req.GetHello() == nil {
+		return fmt.Errorf("no hello: %v", err)
+	}
+	f.hellos.Add(1)
+	f.mu.Lock()
+	e, wake := f.epoch, f.wake
+	f.mu.Unlock()
+	if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: &pb.Snapshot{Epoch: e}}}); err != nil {
+		return err
+	}
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		for {
+			if _, err := stream.Recv(); err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-gone: // the node said goodbye
+			return nil
+		case <-wake:
+			f.mu.Lock()
+			e, wake = f.epoch, f.wake
+			f.mu.Unlock()
+			if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Epoch{Epoch: e}}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// testOrigin counts requests per path; gate, when set, holds responses.
+type testOrigin struct {
+	counts sync.Map // path -> *atomic.Int32
+	gate   chan struct{}
+	header http.Header
+}
+
+func (o *testOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c, _ := o.counts.LoadOrStore(r.URL.Path, new(atomic.Int32))
+	c.(*atomic.Int32).Add(1)
+	if o.gate != nil {
+		<-o.gate
+	}
+	for k, v := range o.header {
+		w.Header()[k] = v
+	}
+	if w.Header().Get("Cache-Control") == "" {
+		w.Header().Set("Cache-Control", "max-age=60")
+	}
+	w.Header().Set("X-Seen-Forwarded-For", r.Header.Get("X-Forwarded-For"))
+	io.WriteString(w, "body of "+r.URL.Path)
+}
+
+func (o *testOrigin) count(path string) int32 {
+	c, ok := o.counts.Load(path)
+	if !ok {
+		return 0
+	}
+	return c.(*atomic.Int32).Load()
+}
+
+// startNode runs a node on ephemeral ports until the test ends.
+func startNode(t *testing.T, id, control, origin string) *Node {
+	t.Helper()
+	n, err := New(Config{
+		ID: id, ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", OpsAddr: "127.0.0.1:0",
+		ControlPlane: control, Origin: origin, MemoryBytes: 16 << 20, MaxObjectBytes: 1 << 20,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	<-n.Ready()
+	return n
+}
+
+func epochOf(num uint64, nodes ...*Node) *pb.RingEpoch {
+	e := &pb.RingEpoch{Epoch: num}
+	for _, n := range nodes {
+		e.Members = append(e.Members, &pb.Member{Id: n.ID(), PeerAddress: n.PeerAddr().String(), State: pb.MemberState_MEMBER_STATE_ACTIVE})
+	}
+	return e
+}
+
+func waitEpoch(t *testing.T, n *Node, want uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for n.Epoch() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s serves epoch %d, want %d", n.ID(), n.Epoch(), want)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the session's apply
+	}
+}
+
+func do(t *testing.T, method, url string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func metricValue(t *testing.T, n *Node, name string, labels ...string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + n.OpsAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		match := true
+		for _, l := range labels {
+			match = match && strings.Contains(line, l)
+		}
+		if match {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			sum += v
+		}
+	}
+	return sum
+}
+
+// keyOwnedBy finds a path whose key the ring gives to owner.
+func keyOwnedBy(t *testing.T, e *pb.RingEpoch, owner string) string {
+	t.Helper()
+	var members []ring.Member
+	for _, m := range e.GetMembers() {
+		members = append(members, ring.Member{ID: m.GetId()})
+	}
+	r, err := ring.New(e.GetEpoch(), members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10000 {
+		p := fmt.Sprintf("/k/%d", i)
+		if r.Owner("http127.0.0.1"+p).ID == owner {
+			return p
+		}
+	}
+	t.Fatalf("no key owned by %s", owner)
+	return ""
+}
+
+func TestNotReadyUntilEpoch(t *testing.T) {
+	fc := startFakeControl(t, "127.0.0.1:0")
+	origin := httptest.NewServer(&testOrigin{})
+	defer origin.Close()
+	n := startNode(t, "a", fc.addr, origin.URL)
+	ready := "http://" + n.OpsAddr().String() + "/readyz"
+	if resp, body := do(t, "GET", ready); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz before any epoch: %d %s", resp.StatusCode, body)
+	}
+	fc.publish(epochOf(1, n))
+	waitEpoch(t, n, 1)
+	if resp, body := do(t, "GET", ready); resp.StatusCode != 200 || !strings.Contains(body, "epoch=1 members=1") {
+		t.Fatalf("/readyz after epoch 1: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := do(t, "GET", "http://"+n.OpsAddr().String()+"/healthz"); resp.StatusCode != 200 {
+		t.Fatalf("/healthz: %d", resp.StatusCode)
+	}
+}
+
+func TestConcurrentMissesCollapse(t *testing.T) {
+	fc := startFakeControl(t, "127.0.0.1:0")
+	o := &testOrigin{gate: make(chan struct{})}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	n := startNode(t, "a", fc.addr, origin.URL)
+	fc.publish(epochOf(1, n))
+	waitEpoch(t, n, 1)
+
+	const clients = 20
+	url := "http://" + n.ClientAddr().String() + "/obj/x"
+	var wg sync.WaitGroup
+	statuses := make(chan string, clients)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, body := do(t, "GET", url)
+			if resp.StatusCode != 200 || body != "body of /obj/x" {
+				t.Errorf("status %d body %q", resp.StatusCode, body)
+			}
+			statuses <- resp.Header.Get("X-Cache")
+		}()
+	}
+	// Release the origin only once the fill reached it and every other
+	// client waits on that fill.
+	deadline := time.Now().Add(10 * time.Second)
+	for o.count("/obj/x") != 1 || n.waiting.Load() != clients-1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("origin saw %d requests and %d clients wait; want 1 and %d", o.count("/obj/x"), n.waiting.Load(), clients-1)
+		}
+		time.Sleep(2 * time.Millisecond) // polling the node's own counters
+	}
+	close(o.gate)
+	wg.Wait()
+	close(statuses)
+	if got := o.count("/obj/x"); got != 1 {
+		t.Fatalf("origin saw %d requests for one key, want 1", got)
+	}
+	misses := 0
+	for s := range statuses {
+		if s == "MISS" {
+			misses++
+		}
+	}
+	if misses != 1 {
+		t.Fatalf("%d MISS responses, want exactly 1 (the fill)", misses)
+	}
+	if resp, _ := do(t, "GET", url); resp.Header.Get("X-Cache") != "HIT" || resp.Header.Get("X-Cache-Node") != "a" {
+		t.Fatalf("after the fill: X-Cache %q from %q, want HIT from a", resp.Header.Get("X-Cache"), resp.Header.Get("X-Cache-Node"))
+	}
+}
+
+func TestRelayToOwnerOverOnePooledConnection(t *testing.T) {
+	fc := startFakeControl(t, "127.0.0.1:0")
+	o := &testOrigin{}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	a := startNode(t, "a", fc.addr, origin.URL)
+	b := startNode(t, "b", fc.addr, origin.URL)
+	e := epochOf(1, a, b)
+	fc.publish(e)
+	waitEpoch(t, a, 1)
+	waitEpoch(t, b, 1)
+
+	path := keyOwnedBy(t, e, "b")
+	const n = 10
+	for i := range n {
+		// A client's forged hop header must be ignored, not trusted.
+		resp, body := do(t, "GET", "http://"+a.ClientAddr().String()+path, "X-Shardcache-Hop", "forged")
+		if resp.StatusCode != 200 || body != "body of "+path {
+			t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+		}
+		if got := resp.Header.Get("X-Cache-Node"); got != "b" {
+			t.Fatalf("request %d served by %q, want owner b", i, got)
+		}
+		if want := map[bool]string{true: "MISS", false: "HIT"}[i == 0]; resp.Header.Get("X-Cache") != want {
+			t.Fatalf("request %d: X-Cache %q, want %s", i, resp.Header.Get("X-Cache"), want)
+		}
+		if i == 0 && !strings.HasPrefix(resp.Header.Get("X-Seen-Forwarded-For"), "127.0.0.1, 127.0.0.1") {
+			t.Fatalf("origin saw X-Forwarded-For %q, want the client then the relaying node", resp.Header.Get("X-Seen-Forwarded-For"))
+		}
+	}
+	if got := o.count(path); got != 1 {
+		t.Fatalf("origin saw %d requests, want 1", got)
+	}
+	if got := metricValue(t, a, "shardcache_requests_total", `route="relayed"`); got != n {
+		t.Fatalf("a counted %v relayed requests, want %d", got, n)
+	}
+	opened := metricValue(t, a, "shardcache_peer_connections_total", `state="opened"`)
+	reused := metricValue(t, a, "shardcache_peer_connections_total", `state="reused"`)
+	if opened != 1 || reused != n-1 {
+		t.Fatalf("peer connections: %v opened, %v reused; want 1 and %d", opened, reused, n-1)
+	}
+}
+
+func TestRelayFallsBackWhenOwnerIsDown(t *testing.T) {
+	fc := startFakeControl(t, "127.0.0.1:0")
+	o := &testOrigin{}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	a := startNode(t, "a", fc.addr, origin.URL)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	e := epochOf(1, a)
+	e.Members = append(e.Members, &pb.Member{Id: "gone", PeerAddress: deadAddr, State: pb.MemberState_MEMBER_STATE_ACTIVE})
+	fc.publish(e)
+	waitEpoch(t, a, 1)
+
+	path := keyOwnedBy(t, e, "gone")
+	resp, body := do(t, "GET", "http://"+a.ClientAddr().String()+path)
+	if resp.StatusCode != 200 || body != "body of "+path || resp.Header.Get("X-Cache-Node") != "a" {
+		t.Fatalf("with the owner down: %d %q from %q; want 200 served by a", resp.StatusCode, body, resp.Header.Get("X-Cache-Node"))
+	}
+	if got := metricValue(t, a, "shardcache_relay_fallbacks_total"); got != 1 {
+		t.Fatalf("relay fallbacks = %v, want 1", got)
+	}
+}
+
+func TestPeerListenerOnlyServesRelayedRequests(t *testing.T) {
+	fc := startFakeControl(t, "127.0.0.1:0")
+	origin := httptest.NewServer(&testOrigin{})
+	defer origin.Close()
+	a := startNode(t, "a", fc.addr, origin.URL)
+	resp, _ := do(t, "GET", "http://"+a.PeerAddr().String()+"/x")
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("unmarked request on the peer listener: %d, want 400", resp.StatusCode)
+	}
+}
+
+func TestBypassAndUncacheable(t *testing.T) {
+	fc := startFakeControl(t, "127.0.0.1:0")
+	o := &testOrigin{}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	a := startNode(t, "a", fc.addr, origin.URL)
+	fc.publish(epochOf(1, a))
+	waitEpoch(t, a, 1)
+	base := "http://" + a.ClientAddr().String()
+
+	tests := []struct {
+		name, method, path string
+		hdr                []string
+		wantCache          string
+	}{
+		{"POST", "POST", "/post", nil, "BYPASS"},
+		{"Authorization", "GET", "/auth", []string{"Authorization", "Bearer x"}, "BYPASS"},
+		{"request no-store", "GET", "/nostore", []string{"Cache-Control", "no-store"}, "BYPASS"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for range 2 {
+				resp, _ := do(t, tt.method, base+tt.path, tt.hdr...)
+				if resp.StatusCode != 200 || resp.Header.Get("X-Cache") != tt.wantCache {
+					t.Fatalf("%d X-Cache %q, want 200 %s", resp.StatusCode, resp.Header.Get("X-Cache"), tt.wantCache)
+				}
+			}
+			if got := o.count(tt.path); got != 2 {
+				t.Fatalf("origin saw %d requests, want 2 (never cached)", got)
+			}
+		})
+	}
+
+	o.header = http.Header{"Cache-Control": {"private, max-age=60"}}
+	for range 2 {
+		if resp, _ := do(t, "GET", base+"/private"); resp.Header.Get("X-Cache") != "MISS" {
+			t.Fatalf("private response: X-Cache %q, want MISS", resp.Header.Get("X-Cache"))
+		}
+	}
+	if got := o.count("/private"); got != 2 {
+		t.Fatalf("a private response was served from the cache (%d origin requests, want 2)", got)
+	}
+}
+
+func TestSessionReconnectsAndKeepsServing(t *testing.T) {
+	fc := startFakeControl(t, "127.0.0.1:0")
+	addr := fc.addr
+	origin := httptest.NewServer(&testOrigin{})
+	defer origin.Close()
+	a := startNode(t, "a", addr, origin.URL)
+	fc.publish(epochOf(1, a))
+	waitEpoch(t, a, 1)
+
+	fc.srv.Stop() // the control plane goes away
+	if resp, _ := do(t, "GET", "http://"+a.ClientAddr().String()+"/still"); resp.StatusCode != 200 {
+		t.Fatalf("without a control plane: status %d, want 200", resp.StatusCode)
+	}
+	fc2 := startFakeControl(t, addr)
+	fc2.publish(epochOf(2, a))
+	waitEpoch(t, a, 2)
+	if fc2.hellos.Load() < 1 {
+		t.Fatal("the node did not say hello to the returning control plane")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	base := func() Config {
+		c := Config{ID: "n1", ControlPlane: "127.0.0.1:7070", Origin: "http://127.0.0.1:8090"}
+		c.setDefaults()
+		return c
+	}
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"valid", func(*Config) {}, ""},
+		{"bad id", func(c *Config) { c.ID = "a/b" }, "node id"},
+		{"client without port", func(c *Config) { c.ClientAddr = "127.0.0.1" }, "client address"},
+		{"no origin", func(c *Config) { c.Origin = "" }, "origin URL is empty"},
+		{"origin without scheme", func(c *Config) { c.Origin = "127.0.0.1:8090" }, "origin URL"},
+		{"tiny memory", func(c *Config) { c.MemoryBytes = 1000 }, "memory budget"},
+		{"object above memory", func(c *Config) { c.MaxObjectBytes = c.MemoryBytes + 1 }, "max object size"},
+		{"relay shorter than origin", func(c *Config) { c.RelayTimeout = c.OriginTimeout }, "relay timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := base()
+			tt.mutate(&c)
+			err := c.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate = %v, want an error about %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestCacheKey(t *testing.T) {
+	tests := []struct{ host, uri, want string }{
+		{"Example.COM:8080", "/a?b=1", "httpexample.com/a?b=1"},
+		{"example.com.", "/", "httpexample.com/"},
+		{"[::1]:80", "/x", "http::1/x"},
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest("GET", "http://"+tt.host+tt.uri, nil)
+		if got := cacheKey("http", r); got != tt.want {
+			t.Errorf("cacheKey(%s%s) = %q, want %q", tt.host, tt.uri, got, tt.want)
+		}
+	}
+}
