@@ -51,7 +51,8 @@ type Config struct {
 	// OriginTimeout, since the owner may be waiting on the origin. Default
 	// OriginTimeout + 5s.
 	RelayTimeout time.Duration
-	// DataDir holds the node's persistent data. Optional until the disk tier.
+	// DataDir holds the node's persistent data; created if missing. Empty
+	// means the node keeps nothing across restarts.
 	DataDir string
 
 	// Logger receives the node's logs. Default slog.Default().

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -143,6 +144,11 @@ func (n *Node) Run(ctx context.Context) error {
 	defer n.mem.Close()
 	defer n.peers.CloseIdle()
 	defer n.origin.CloseIdleConnections()
+	if n.cfg.DataDir != "" {
+		if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
+	}
 	listeners := make([]net.Listener, 0, 3)
 	defer func() {
 		for _, l := range listeners {
