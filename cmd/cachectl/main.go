@@ -31,6 +31,6 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	g.register(root)
-	root.AddCommand(newRingCommand(g), newNodesCommand(g))
+	root.AddCommand(newRingCommand(g), newNodesCommand(g), newBenchCommand(g))
 	return root
 }

@@ -31,7 +31,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newControlCommand(), newNodeCommand(), newDevCommand())
+	root.AddCommand(newControlCommand(), newNodeCommand(), newDevCommand(), newOriginCommand())
 	return root
 }
 
