@@ -11,7 +11,7 @@ BUF := $(BIN)/buf
 TEST_FLAGS ?= -p 2 -count=1 -timeout 15m
 ARGS ?=
 
-.PHONY: help run build test unit e2e proto verify-proto lint tidy-check clean
+.PHONY: help run build test unit e2e bench bench-quick proto verify-proto lint tidy-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -31,6 +31,14 @@ unit: ## the tests of every module but e2e
 
 e2e: ## the end-to-end tests (real processes)
 	$(GO) test $(TEST_FLAGS) -v ./e2e/...
+
+bench: build ## compare with nginx and Varnish on this machine; writes bench/results/<date>.md and .png
+	bench/install-deps.sh
+	$(GO) run ./bench -shardcache $(BIN)/shardcache -cachectl $(BIN)/cachectl
+
+bench-quick: build ## the same with short workloads, to try the harness (figures not for quoting)
+	bench/install-deps.sh
+	$(GO) run ./bench -quick -out $(CURDIR)/tmp/bench -shardcache $(BIN)/shardcache -cachectl $(BIN)/cachectl
 
 $(BUF): tools/go.mod tools/go.sum
 	GOWORK=off $(GO) build -C tools -o $(BUF) github.com/bufbuild/buf/cmd/buf

@@ -1,0 +1,233 @@
+// Command bench compares shardcache with the designs it replaces — nginx
+// two-tier (hash $request_uri consistent in front of proxy_cache), nginx
+// local caches, and Varnish with the shard director — on one machine, with
+// the same origin, workload and memory budget. Each system is started, measured
+// and stopped in turn; nothing is left running. Results are written to
+// bench/results/<date>.md with a PNG chart.
+//
+//	go run ./bench -shardcache .bin/shardcache -cachectl .bin/cachectl
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// runner holds what every scenario needs.
+type runner struct {
+	shardcache, cachectl, nginx, varnishd, self string
+	origin                                      string // base URL of the shared demo origin
+	originProc                                  *proc
+	work                                        string
+	quick                                       bool
+	log                                         io.Writer
+}
+
+// measurement is one system's figures in one scenario.
+type measurement struct {
+	System       string
+	ReqPerSec    float64
+	P50, P99     float64 // ms
+	HitRatio     float64
+	OriginReqs   int64
+	CPUPerReqUs  float64
+	MBPerSec     float64
+	RSSGrowthMiB float64
+	Errors       int64
+	Note         string
+	Runs         int
+}
+
+func main() {
+	if len(os.Args) == 3 && os.Args[1] == "ceiling" {
+		ceiling(os.Args[2])
+		return
+	}
+	var (
+		out          = flag.String("out", "bench/results", "folder of the results")
+		shardcache   = flag.String("shardcache", ".bin/shardcache", "shardcache binary")
+		cachectl     = flag.String("cachectl", ".bin/cachectl", "cachectl binary")
+		scenarioList = flag.String("scenarios", "S1,S2,S3,S4", "scenarios to run")
+		quick        = flag.Bool("quick", false, "shorter runs (for trying the harness, not for figures)")
+		keep         = flag.Bool("keep", false, "keep the work folder (configurations and logs) after the run")
+		only         = flag.String("systems", "", "comma-separated systems to run (default: all)")
+	)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *out, *shardcache, *cachectl, *scenarioList, *quick, *keep, *only); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, out, shardcache, cachectl, only string, quick, keep bool, systemList string) error {
+	if systemList != "" {
+		var chosen []system
+		for _, s := range systems {
+			if strings.Contains(","+systemList+",", ","+s.name+",") {
+				chosen = append(chosen, s)
+			}
+		}
+		if len(chosen) == 0 || chosen[0].name != "shardcache" {
+			return fmt.Errorf("-systems %q: name shardcache first, then any of nginx two-tier, nginx local, varnish shard", systemList)
+		}
+		systems = chosen
+	}
+	r := &runner{quick: quick, log: os.Stderr}
+	var err error
+	for _, b := range []struct {
+		dst  *string
+		name string
+	}{{&r.shardcache, shardcache}, {&r.cachectl, cachectl}} {
+		if *b.dst, err = filepath.Abs(b.name); err != nil {
+			return err
+		}
+		if _, err := os.Stat(*b.dst); err != nil {
+			return fmt.Errorf("%s: %w (run make build first)", b.name, err)
+		}
+	}
+	if r.nginx, err = exec.LookPath("nginx"); err != nil {
+		r.nginx = "/usr/sbin/nginx"
+	}
+	if r.varnishd, err = exec.LookPath("varnishd"); err != nil {
+		r.varnishd = "/usr/sbin/varnishd"
+	}
+	for _, b := range []string{r.nginx, r.varnishd} {
+		if _, err := os.Stat(b); err != nil {
+			return fmt.Errorf("%s is not installed (bench/install-deps.sh installs nginx and varnish)", b)
+		}
+	}
+	if r.self, err = os.Executable(); err != nil {
+		return err
+	}
+	if r.work, err = os.MkdirTemp("", "shardcache-bench-"); err != nil {
+		return err
+	}
+	// nginx workers run as an unprivileged user: they must reach the folder.
+	if err := os.Chmod(r.work, 0o755); err != nil {
+		return err
+	}
+	if keep {
+		fmt.Fprintf(r.log, "work folder: %s\n", r.work)
+	} else {
+		defer os.RemoveAll(r.work)
+	}
+
+	originAddr := freePort()
+	if r.originProc, err = startProc(r.work, "origin", r.shardcache, "origin", "--listen", originAddr); err != nil {
+		return err
+	}
+	defer r.originProc.stop()
+	r.origin = "http://" + originAddr
+	if err := waitHTTP(ctx, r.origin+"/", 200); err != nil {
+		return err
+	}
+
+	report := &report{Date: time.Now().UTC(), Quick: quick}
+	for _, sc := range scenarios {
+		if !strings.Contains(","+only+",", ","+sc.id+",") {
+			continue
+		}
+		fmt.Fprintf(r.log, "== %s: %s\n", sc.id, sc.title)
+		res, err := sc.run(ctx, r)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sc.id, err)
+		}
+		report.Scenarios = append(report.Scenarios, scenarioResult{ID: sc.id, Title: sc.title, Workload: sc.workload(r), Metrics: sc.metrics, Rows: res})
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return report.write(out)
+}
+
+// originRequests asks the demo origin how many objects it served.
+func (r *runner) originRequests() (int64, error) {
+	resp, err := http.Get(r.origin + "/_stats")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var st struct{ Requests int64 }
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return 0, err
+	}
+	return st.Requests, nil
+}
+
+// loadResult is the part of `cachectl bench -o json` the harness reads.
+type loadResult struct {
+	Requests  int64   `json:"requests"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"requests_per_second"`
+	Bytes     int64   `json:"bytes"`
+	LatencyMs struct {
+		P50, P90, P99, Max float64
+	} `json:"latency_ms"`
+	HitRatio float64          `json:"hit_ratio"`
+	Errors   map[string]int64 `json:"errors"`
+}
+
+// load runs cachectl bench with args against targets.
+func (r *runner) load(ctx context.Context, targets []string, args ...string) (*loadResult, error) {
+	args = append([]string{"bench", "-q", "-o", "json", "--targets", strings.Join(targets, ",")}, args...)
+	cmd := exec.CommandContext(ctx, r.cachectl, args...)
+	cmd.Stderr = os.Stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("cachectl %s: %w", strings.Join(args, " "), err)
+	}
+	var res loadResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("reading cachectl bench output: %w", err)
+	}
+	return &res, nil
+}
+
+// waitBody waits until url answers 200 with a body containing substr.
+func waitBody(ctx context.Context, url, substr string) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && strings.Contains(string(b), substr) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s never reported %q", url, substr)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// ceiling serves 4 KiB from memory on addr until killed.
+func ceiling(addr string) {
+	body := make([]byte, 4096)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("X-Cache", "HIT")
+		w.Write(body)
+	}))
+}

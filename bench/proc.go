@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// proc is one started server process. Its output goes to a log file in the
+// run's work directory.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startProc(dir, name, bin string, args ...string) (*proc, error) {
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// stop ends the process by its PID: SIGTERM, then SIGKILL after 10s.
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// tree returns pid and all its descendants (nginx workers, varnish's child).
+func tree(pid int) []int {
+	parent := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := readStat(child); err == nil {
+			parent[st.ppid] = append(parent[st.ppid], child)
+		}
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, parent[out[i]]...)
+	}
+	return out
+}
+
+type stat struct {
+	ppid     int
+	cpuTicks uint64
+}
+
+// readStat reads the parent and the user+system CPU ticks of a process.
+func readStat(pid int) (stat, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return stat{}, err
+	}
+	// The command name may hold spaces: fields start after the last ')'.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	ppid, _ := strconv.Atoi(f[1])
+	utime, _ := strconv.ParseUint(f[11], 10, 64)
+	stime, _ := strconv.ParseUint(f[12], 10, 64)
+	return stat{ppid: ppid, cpuTicks: utime + stime}, nil
+}
+
+// clockTicks is USER_HZ, 100 on every Linux this runs on.
+const clockTicks = 100
+
+// cpuSeconds is the CPU time used so far by the processes and their children.
+func cpuSeconds(procs []*proc) float64 {
+	var ticks uint64
+	for _, p := range procs {
+		for _, pid := range tree(p.cmd.Process.Pid) {
+			if st, err := readStat(pid); err == nil {
+				ticks += st.cpuTicks
+			}
+		}
+	}
+	return float64(ticks) / clockTicks
+}
+
+// rssBytes sums VmRSS (or VmHWM, the peak) over the processes' trees.
+func rssBytes(procs []*proc, field string) int64 {
+	var total int64
+	for _, p := range procs {
+		for _, pid := range tree(p.cmd.Process.Pid) {
+			f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+			if err != nil {
+				continue
+			}
+			sc := bufio.NewScanner(f)
+			for sc.Scan() {
+				if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+					kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+					total += kb << 10
+				}
+			}
+			f.Close()
+		}
+	}
+	return total
+}
+
+// freePort returns a loopback address free right now.
+func freePort() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// waitHTTP waits until url answers with want.
+func waitHTTP(ctx context.Context, url string, want int) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == want {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s never answered %d (last: %v)", url, want, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"fmt"
+	"image"
+	"image/color"
+	"image/draw"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/image/font"
+	"golang.org/x/image/font/basicfont"
+	"golang.org/x/image/math/fixed"
+)
+
+type scenarioResult struct {
+	ID, Title, Workload string
+	Metrics             []string
+	Rows                []measurement
+}
+
+type report struct {
+	Date      time.Time
+	Quick     bool
+	Scenarios []scenarioResult
+}
+
+// value returns a row's figure for a metric column.
+func value(m measurement, metric string) (float64, string) {
+	switch metric {
+	case "req/s":
+		return m.ReqPerSec, fmt.Sprintf("%.0f", m.ReqPerSec)
+	case "p50 ms":
+		return m.P50, fmt.Sprintf("%.2f", m.P50)
+	case "p99 ms":
+		return m.P99, fmt.Sprintf("%.2f", m.P99)
+	case "CPU µs/req":
+		return m.CPUPerReqUs, fmt.Sprintf("%.0f", m.CPUPerReqUs)
+	case "hit ratio":
+		return m.HitRatio, fmt.Sprintf("%.3f", m.HitRatio)
+	case "origin requests", "origin requests caused":
+		if m.OriginReqs < 0 {
+			return math.NaN(), "n/a"
+		}
+		return float64(m.OriginReqs), fmt.Sprintf("%d", m.OriginReqs)
+	case "MB/s":
+		return m.MBPerSec, fmt.Sprintf("%.0f", m.MBPerSec)
+	case "RSS growth MiB":
+		return m.RSSGrowthMiB, fmt.Sprintf("%.0f", m.RSSGrowthMiB)
+	}
+	return math.NaN(), "?"
+}
+
+func (r *report) write(out string) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	name := r.Date.Format("2006-01-02")
+	if r.Quick {
+		name += "-quick"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# shardcache benchmark, %s\n\n", r.Date.Format("2006-01-02 15:04 UTC"))
+	if r.Quick {
+		b.WriteString("**Quick run: shortened workloads, for trying the harness; not figures to quote.**\n\n")
+	}
+	host, _ := os.Hostname()
+	fmt.Fprintf(&b, "One machine (%s), everything on 127.0.0.1; the load generator (`cachectl bench`) shares the CPU with the systems. "+
+		"Each system is started, measured and stopped in turn against the same demo origin. "+
+		"A ratio is the system's figure over shardcache's in the same run. CPU µs/req is the user+system time of the serving processes "+
+		"(nodes; nginx master and workers; varnishd and its child) over the requests served.\n\n", host)
+	b.WriteString("Reproduce with `make bench` (about 10 minutes; installs nginx and varnish from Debian's packages when missing).\n\n")
+	b.WriteString("![ratios to shardcache](" + name + ".png)\n\n")
+	for _, sc := range r.Scenarios {
+		fmt.Fprintf(&b, "## %s: %s\n\n%s.\n\n", sc.ID, sc.Title, sc.Workload)
+		b.WriteString("| system |")
+		for _, m := range sc.Metrics {
+			fmt.Fprintf(&b, " %s | ratio |", m)
+		}
+		b.WriteString(" notes |\n|---|")
+		for range sc.Metrics {
+			b.WriteString("---:|---:|")
+		}
+		b.WriteString("---|\n")
+		base := sc.Rows[0]
+		for _, row := range sc.Rows {
+			fmt.Fprintf(&b, "| %s |", row.System)
+			for _, m := range sc.Metrics {
+				v, s := value(row, m)
+				bv, _ := value(base, m)
+				fmt.Fprintf(&b, " %s | %s |", s, ratio(v, bv))
+			}
+			note := row.Note
+			if row.Errors > 0 {
+				note = strings.TrimSpace(note + fmt.Sprintf(" %d errors", row.Errors))
+			}
+			if row.Runs > 1 {
+				note = strings.TrimSpace(note + fmt.Sprintf(" median of %d runs", row.Runs))
+			}
+			fmt.Fprintf(&b, " %s |\n", note)
+		}
+		b.WriteString("\n")
+	}
+	md := filepath.Join(out, name+".md")
+	if err := os.WriteFile(md, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	if err := r.chart(filepath.Join(out, name+".png")); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "wrote %s and its chart\n", md)
+	return nil
+}
+
+func ratio(v, base float64) string {
+	if math.IsNaN(v) || math.IsNaN(base) || base == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", v/base)
+}
+
+// headline is the metric each scenario's bars show.
+var headline = map[string]string{"S1": "req/s", "S2": "origin requests", "S3": "MB/s", "S4": "origin requests caused"}
+
+var palette = []color.RGBA{{0x1f, 0x77, 0xb4, 255}, {0xff, 0x7f, 0x0e, 255}, {0x2c, 0xa0, 0x2c, 255}, {0xd6, 0x27, 0x28, 255}, {0x94, 0x67, 0xbd, 255}}
+
+// chart draws, per scenario, each system's headline figure as a ratio to
+// shardcache's (1.0, the dashed line).
+func (r *report) chart(path string) error {
+	const w, h, top, bottom, left = 1000, 420, 40, 90, 50
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
+	text := func(x, y int, s string, c color.Color) {
+		d := &font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
+		d.DrawString(s)
+	}
+	maxRatio := 1.0
+	for _, sc := range r.Scenarios {
+		bv, _ := value(sc.Rows[0], headline[sc.ID])
+		for _, row := range sc.Rows {
+			v, _ := value(row, headline[sc.ID])
+			if !math.IsNaN(v) && bv > 0 {
+				maxRatio = math.Max(maxRatio, v/bv)
+			}
+		}
+	}
+	maxRatio = math.Ceil(maxRatio*2) / 2
+	plotH := h - top - bottom
+	y := func(ratio float64) int { return top + plotH - int(ratio/maxRatio*float64(plotH)) }
+	text(10, 20, "Each system's figure / shardcache's (S1 req/s, S2 origin requests, S3 MB/s, S4 origin requests caused)", color.Black)
+	for t := 0.0; t <= maxRatio+1e-9; t += 0.5 {
+		for x := left; x < w-10; x += 2 {
+			img.Set(x, y(t), color.Gray{0xdd})
+		}
+		text(10, y(t)+4, fmt.Sprintf("%.1f", t), color.Gray{0x55})
+	}
+	for x := left; x < w-10; x += 6 {
+		img.Set(x, y(1), color.Black)
+		img.Set(x+1, y(1), color.Black)
+	}
+	if len(r.Scenarios) == 0 {
+		return nil
+	}
+	groupW := (w - left - 20) / len(r.Scenarios)
+	names := map[string]int{}
+	for si, sc := range r.Scenarios {
+		x0 := left + si*groupW + 10
+		barW := (groupW - 20) / max(len(sc.Rows), 1)
+		bv, _ := value(sc.Rows[0], headline[sc.ID])
+		for ri, row := range sc.Rows {
+			if _, ok := names[row.System]; !ok {
+				names[row.System] = len(names)
+			}
+			c := palette[names[row.System]%len(palette)]
+			v, _ := value(row, headline[sc.ID])
+			if math.IsNaN(v) || bv <= 0 {
+				text(x0+ri*barW+2, y(0)-4, "n/a", color.Gray{0x77})
+				continue
+			}
+			rect := image.Rect(x0+ri*barW+2, y(v/bv), x0+(ri+1)*barW-2, y(0))
+			draw.Draw(img, rect, image.NewUniform(c), image.Point{}, draw.Src)
+			text(rect.Min.X, rect.Min.Y-3, fmt.Sprintf("%.2f", v/bv), color.Black)
+		}
+		text(x0, h-bottom+16, sc.ID+" "+headline[sc.ID], color.Black)
+	}
+	lx := left
+	ordered := make([]string, len(names))
+	for name, i := range names {
+		ordered[i] = name
+	}
+	for i, name := range ordered {
+		c := palette[i%len(palette)]
+		draw.Draw(img, image.Rect(lx, h-40, lx+12, h-28), image.NewUniform(c), image.Point{}, draw.Src)
+		text(lx+16, h-29, name, color.Black)
+		lx += 20 + 7*len(name) + 20
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return png.Encode(f, img)
+}

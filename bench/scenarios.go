@@ -1,0 +1,410 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/shardcache/shardcache/sdk/ring"
+)
+
+type scenario struct {
+	id, title string
+	workload  func(r *runner) string
+	metrics   []string // columns of the report table
+	run       func(ctx context.Context, r *runner) ([]measurement, error)
+}
+
+var scenarios = []scenario{
+	{
+		id: "S1", title: "all-hit small objects",
+		workload: func(r *runner) string {
+			return fmt.Sprintf("1,000 keys × 4 KiB, warmed through every front; uniform keys, 32 clients, %s per run, median of 3 runs; memory 64 MiB per instance", s1Duration(r))
+		},
+		metrics: []string{"req/s", "p50 ms", "p99 ms", "CPU µs/req", "hit ratio"},
+		run:     runS1,
+	},
+	{
+		id: "S2", title: "Zipf working set larger than the caches",
+		workload: func(r *runner) string {
+			return fmt.Sprintf("Zipf s=1.0 over 100,000 keys × 16 KiB, %d requests from cold, 16 clients; total cache memory ≈ 20 %% of the key space (%s per instance)", s2Requests(r), mib(s2Memory))
+		},
+		metrics: []string{"origin requests", "hit ratio", "p99 ms", "req/s", "CPU µs/req"},
+		run:     runS2,
+	},
+	{
+		id: "S3", title: "one 256 MiB object through a non-owner",
+		workload: func(*runner) string {
+			return "GET of one 256 MiB object, twice in a row (cold, then again), through a front that does not own it; 512 MiB memory per instance"
+		},
+		metrics: []string{"MB/s", "RSS growth MiB"},
+		run:     runS3,
+	},
+	{
+		id: "S4", title: "a fourth node added, then removed, under the S2 workload",
+		workload: func(r *runner) string {
+			return fmt.Sprintf("S2's workload in three thirds of %d requests; a fourth node joins after the first and leaves after the second; origin requests beyond the same run without churn", s4Requests(r))
+		},
+		metrics: []string{"origin requests caused"},
+		run:     runS4,
+	},
+}
+
+func s1Duration(r *runner) time.Duration {
+	if r.quick {
+		return 2 * time.Second
+	}
+	return 10 * time.Second
+}
+
+func s2Requests(r *runner) int {
+	if r.quick {
+		return 20000
+	}
+	return 150000
+}
+
+func s4Requests(r *runner) int {
+	if r.quick {
+		return 15000
+	}
+	return 90000
+}
+
+// s2Memory is a fifth of 100,000 × 16 KiB, spread over three instances.
+const s2Memory = 100000 * 16 << 10 / 5 / instances
+
+func mib(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }
+
+// withSystem starts sys in a fresh folder, runs f and stops it.
+func withSystem(ctx context.Context, r *runner, sys system, mem int64, f func(*instance) error) error {
+	dir, err := os.MkdirTemp(r.work, "run-")
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	in, err := sys.start(ctx, r, dir, mem)
+	if err != nil {
+		return fmt.Errorf("starting %s: %w (logs in %s)", sys.name, err, dir)
+	}
+	defer in.stop()
+	return f(in)
+}
+
+func runS1(ctx context.Context, r *runner) ([]measurement, error) {
+	var out []measurement
+	for _, sys := range append(slices.Clone(systems), system{"ceiling: net/http from memory", startCeiling}) {
+		fmt.Fprintf(r.log, "   %s\n", sys.name)
+		err := withSystem(ctx, r, sys, 64<<20, func(in *instance) error {
+			// 3,000 sequential requests reach every key through every front.
+			if _, err := r.load(ctx, in.targets, "--dist", "sequential", "--keys", "1000", "--size", "4KiB", "-n", "3000", "-d", "0", "-c", "3"); err != nil {
+				return err
+			}
+			var runs []measurement
+			for range 3 {
+				cpu0 := cpuSeconds(in.serving)
+				res, err := r.load(ctx, in.targets, "--dist", "uniform", "--keys", "1000", "--size", "4KiB", "-c", "32", "-d", s1Duration(r).String())
+				if err != nil {
+					return err
+				}
+				cpu := cpuSeconds(in.serving) - cpu0
+				runs = append(runs, measurement{System: sys.name, ReqPerSec: res.PerSecond, P50: res.LatencyMs.P50, P99: res.LatencyMs.P99,
+					HitRatio: res.HitRatio, CPUPerReqUs: cpu / float64(res.Requests) * 1e6, Errors: sumErrors(res)})
+			}
+			out = append(out, median(runs))
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func runS2(ctx context.Context, r *runner) ([]measurement, error) {
+	var out []measurement
+	for _, sys := range systems {
+		fmt.Fprintf(r.log, "   %s\n", sys.name)
+		err := withSystem(ctx, r, sys, s2Memory, func(in *instance) error {
+			o0, err := r.originRequests()
+			if err != nil {
+				return err
+			}
+			cpu0 := cpuSeconds(in.serving)
+			res, err := r.load(ctx, in.targets, "--dist", "zipf:1.0", "--keys", "100000", "--size", "16KiB", "-c", "16",
+				"-n", strconv.Itoa(s2Requests(r)), "-d", "0", "--seed", "42")
+			if err != nil {
+				return err
+			}
+			cpu := cpuSeconds(in.serving) - cpu0
+			o1, err := r.originRequests()
+			if err != nil {
+				return err
+			}
+			out = append(out, measurement{System: sys.name, OriginReqs: o1 - o0, HitRatio: res.HitRatio, P50: res.LatencyMs.P50, P99: res.LatencyMs.P99,
+				ReqPerSec: res.PerSecond, CPUPerReqUs: cpu / float64(res.Requests) * 1e6, Errors: sumErrors(res), Runs: 1})
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+const bigSize = 256 << 20
+
+func runS3(ctx context.Context, r *runner) ([]measurement, error) {
+	var out []measurement
+	path := fmt.Sprintf("/obj/big?size=%d", bigSize)
+	for _, sys := range systems {
+		fmt.Fprintf(r.log, "   %s\n", sys.name)
+		err := withSystem(ctx, r, sys, 512<<20, func(in *instance) error {
+			target := in.targets[0]
+			if sys.name == "shardcache" {
+				target = nonOwner(in.targets, "http127.0.0.1"+path)
+			}
+			rss0 := rssBytes(in.serving, "VmRSS")
+			var rates []float64
+			for range 2 {
+				res, err := r.load(ctx, []string{target}, "--path", path, "--keys", "1", "-n", "1", "-d", "0", "-c", "1", "--request-timeout", "5m")
+				if err != nil {
+					return err
+				}
+				if res.Bytes != bigSize {
+					return fmt.Errorf("%s returned %d bytes of %d", sys.name, res.Bytes, bigSize)
+				}
+				rates = append(rates, float64(res.Bytes)/res.Seconds/1e6)
+			}
+			peak := rssBytes(in.serving, "VmHWM")
+			out = append(out, measurement{System: sys.name, MBPerSec: rates[1], RSSGrowthMiB: float64(peak-rss0) / (1 << 20),
+				Note: fmt.Sprintf("cold %.0f MB/s, again %.0f MB/s", rates[0], rates[1]), Runs: 1})
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// nonOwner returns a front that does not own key in the shardcache ring of
+// node-1..node-3 (targets are in node order).
+func nonOwner(targets []string, key string) string {
+	members := make([]ring.Member, len(targets))
+	for i := range targets {
+		members[i] = ring.Member{ID: fmt.Sprintf("node-%d", i+1)}
+	}
+	rg, _ := ring.New(1, members)
+	owner := rg.Owner(key).ID
+	for i, t := range targets {
+		if fmt.Sprintf("node-%d", i+1) != owner {
+			return t
+		}
+	}
+	return targets[0]
+}
+
+// churner adds and removes a fourth member of a running system.
+type churner interface {
+	add(ctx context.Context) error
+	remove(ctx context.Context) error
+}
+
+func runS4(ctx context.Context, r *runner) ([]measurement, error) {
+	var out []measurement
+	third := s4Requests(r) / 3
+	phases := func(in *instance, ch churner) ([3]int64, error) {
+		var origin [3]int64
+		for i := range 3 {
+			if ch != nil && i == 1 {
+				if err := ch.add(ctx); err != nil {
+					return origin, err
+				}
+			}
+			if ch != nil && i == 2 {
+				if err := ch.remove(ctx); err != nil {
+					return origin, err
+				}
+			}
+			o0, err := r.originRequests()
+			if err != nil {
+				return origin, err
+			}
+			if _, err := r.load(ctx, in.targets, "--dist", "zipf:1.0", "--keys", "100000", "--size", "16KiB", "-c", "16",
+				"-n", strconv.Itoa(third), "-d", "0", "--seed", strconv.Itoa(42+i)); err != nil {
+				return origin, err
+			}
+			o1, err := r.originRequests()
+			if err != nil {
+				return origin, err
+			}
+			origin[i] = o1 - o0
+		}
+		return origin, nil
+	}
+	for _, sys := range systems {
+		newChurner := churners[sys.name]
+		if newChurner == nil {
+			out = append(out, measurement{System: sys.name, OriginReqs: -1, Note: "not measured: no membership change to make"})
+			continue
+		}
+		fmt.Fprintf(r.log, "   %s\n", sys.name)
+		var base, churn [3]int64
+		err := withSystem(ctx, r, sys, s2Memory, func(in *instance) (err error) {
+			base, err = phases(in, nil)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		err = withSystem(ctx, r, sys, s2Memory, func(in *instance) (err error) {
+			ch, err := newChurner(r, in)
+			if err != nil {
+				return err
+			}
+			churn, err = phases(in, ch)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		added, removed := churn[1]-base[1], churn[2]-base[2]
+		out = append(out, measurement{System: sys.name, OriginReqs: added + removed,
+			Note: fmt.Sprintf("join +%d, leave +%d (origin requests per third without churn: %d, %d, %d)", added, removed, base[0], base[1], base[2]), Runs: 1})
+	}
+	return out, nil
+}
+
+// churners make the fourth-node change for the systems that have one.
+var churners = map[string]func(*runner, *instance) (churner, error){
+	"shardcache":     newShardcacheChurner,
+	"nginx two-tier": newNginxChurner,
+}
+
+type shardcacheChurner struct {
+	r     *runner
+	in    *instance
+	node4 *proc
+}
+
+func newShardcacheChurner(r *runner, in *instance) (churner, error) {
+	return &shardcacheChurner{r: r, in: in}, nil
+}
+
+func (c *shardcacheChurner) add(ctx context.Context) error {
+	op := freePort()
+	p, err := startProc(c.in.dir, "node-4", c.r.shardcache, "node", "--id", "node-4", "--client", freePort(), "--peer", freePort(),
+		"--ops", op, "--control-plane", c.in.control, "--origin", c.r.origin, "--memory", fmt.Sprint(s2Memory), "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	c.node4 = p
+	c.in.all = append(c.in.all, p)
+	if err := waitBody(ctx, "http://"+op+"/readyz", "members=4"); err != nil {
+		return err
+	}
+	return waitNodesMembers(ctx, c.in, 4)
+}
+
+func (c *shardcacheChurner) remove(ctx context.Context) error {
+	c.node4.stop() // a clean stop: the node says goodbye and leaves at once
+	return waitNodesMembers(ctx, c.in, 3)
+}
+
+// waitNodesMembers waits until every first-three node serves an epoch of n.
+func waitNodesMembers(ctx context.Context, in *instance, n int) error {
+	for _, p := range in.serving {
+		op := p.cmd.Args[slices.Index(p.cmd.Args, "--ops")+1]
+		if err := waitBody(ctx, "http://"+op+"/readyz", fmt.Sprintf("members=%d", n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nginxChurner rewrites every instance's upstream list with a fourth cache
+// tier and reloads them (SIGHUP), as an ingress controller would.
+type nginxChurner struct {
+	r     *runner
+	in    *instance
+	node4 *proc
+	extra string
+}
+
+func newNginxChurner(r *runner, in *instance) (churner, error) {
+	return &nginxChurner{r: r, in: in}, nil
+}
+
+func (c *nginxChurner) reload(peers []string) error {
+	for i, p := range c.in.serving[:instances] {
+		if _, err := nginxConf(c.in.dir, i+1, c.in.fronts[i], c.in.caches[i], peers, c.r.origin, s2Memory); err != nil {
+			return err
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			return err
+		}
+	}
+	// nginx acknowledges a reload only in its log; new workers take the
+	// configuration within moments. Give the old workers time to finish.
+	time.Sleep(time.Second)
+	return nil
+}
+
+func (c *nginxChurner) add(ctx context.Context) error {
+	c.extra = freePort()
+	peers := append(slices.Clone(c.in.caches), c.extra)
+	conf, err := nginxConf(c.in.dir, 4, "", c.extra, peers, c.r.origin, s2Memory)
+	if err != nil {
+		return err
+	}
+	p, err := startProc(c.in.dir, "nginx-4", c.r.nginx, "-c", conf, "-e", filepath.Join(filepath.Dir(conf), "error.log"))
+	if err != nil {
+		return err
+	}
+	c.node4 = p
+	c.in.all = append(c.in.all, p)
+	if err := waitHTTP(ctx, "http://"+c.extra+"/", 200); err != nil {
+		return err
+	}
+	return c.reload(peers)
+}
+
+func (c *nginxChurner) remove(ctx context.Context) error {
+	if err := c.reload(c.in.caches); err != nil {
+		return err
+	}
+	c.node4.stop()
+	return nil
+}
+
+func sumErrors(res *loadResult) int64 {
+	var n int64
+	for _, v := range res.Errors {
+		n += v
+	}
+	return n
+}
+
+// median returns the run with the median req/s.
+func median(runs []measurement) measurement {
+	slices.SortFunc(runs, func(a, b measurement) int {
+		switch {
+		case a.ReqPerSec < b.ReqPerSec:
+			return -1
+		case a.ReqPerSec > b.ReqPerSec:
+			return 1
+		}
+		return 0
+	})
+	m := runs[len(runs)/2]
+	m.Runs = len(runs)
+	return m
+}

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// instance is one running system under test.
+type instance struct {
+	targets []string // client-facing base URLs
+	serving []*proc  // processes whose CPU and memory are measured
+	all     []*proc  // everything to stop, in order
+	dir     string   // the run's folder (configurations, logs)
+	control string   // shardcache: the control plane's address
+	fronts  []string // nginx: tier-1 listen addresses
+	caches  []string // nginx: tier-2 (cache) listen addresses
+}
+
+func (in *instance) stop() {
+	for i := len(in.all) - 1; i >= 0; i-- {
+		in.all[i].stop()
+	}
+}
+
+// system starts one of the compared designs with a memory budget per
+// instance, against the run's origin.
+type system struct {
+	name  string
+	start func(ctx context.Context, r *runner, dir string, memBytes int64) (*instance, error)
+}
+
+var systems = []system{
+	{"shardcache", startShardcache},
+	{"nginx two-tier", startNginxTwoTier},
+	{"nginx local", startNginxLocal},
+	{"varnish shard", startVarnish},
+}
+
+const instances = 3
+
+func startShardcache(ctx context.Context, r *runner, dir string, memBytes int64) (*instance, error) {
+	control := freePort()
+	in := &instance{dir: dir, control: control}
+	cp, err := startProc(dir, "control", r.shardcache, "control", "--listen", control,
+		"--etcd-dir", filepath.Join(dir, "etcd"), "--etcd-client-url", "http://"+freePort(),
+		"--etcd-peer-url", "http://"+freePort(), "--admin-token", "bench", "--epoch-batch-window", "200ms",
+		"--log-level", "warn")
+	if err != nil {
+		return nil, err
+	}
+	in.all = append(in.all, cp)
+	var ops []string
+	for i := 1; i <= instances; i++ {
+		client, peer, op := freePort(), freePort(), freePort()
+		n, err := startProc(dir, fmt.Sprintf("node-%d", i), r.shardcache, "node", "--id", fmt.Sprintf("node-%d", i),
+			"--client", client, "--peer", peer, "--ops", op, "--control-plane", control, "--origin", r.origin,
+			"--memory", fmt.Sprint(memBytes), "--log-level", "warn")
+		if err != nil {
+			in.stop()
+			return nil, err
+		}
+		in.all = append(in.all, n)
+		in.serving = append(in.serving, n)
+		in.targets = append(in.targets, "http://"+client)
+		ops = append(ops, op)
+	}
+	for _, op := range ops {
+		if err := waitBody(ctx, "http://"+op+"/readyz", fmt.Sprintf("members=%d", instances)); err != nil {
+			in.stop()
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+// nginxConf writes one nginx instance's configuration. tier1 is empty for a
+// cache-only instance (nginx local).
+func nginxConf(dir string, i int, tier1, tier2 string, peers []string, origin string, memBytes int64) (string, error) {
+	prefix := filepath.Join(dir, fmt.Sprintf("nginx-%d", i))
+	if err := os.MkdirAll(filepath.Join(prefix, "cache"), 0o755); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `daemon off;
+master_process on;
+worker_processes 1;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path %[1]s/client_body;
+    proxy_temp_path %[1]s/proxy_temp;
+    fastcgi_temp_path %[1]s/fastcgi;
+    uwsgi_temp_path %[1]s/uwsgi;
+    scgi_temp_path %[1]s/scgi;
+    proxy_cache_path %[1]s/cache levels=1:2 keys_zone=cache:32m max_size=%[2]d inactive=24h use_temp_path=off;
+    upstream origin { server %[3]s; keepalive 64; }
+`, prefix, memBytes, strings.TrimPrefix(origin, "http://"))
+	if tier1 != "" {
+		b.WriteString("    upstream cache_tier {\n        hash $request_uri consistent;\n")
+		for _, p := range peers {
+			fmt.Fprintf(&b, "        server %s;\n", p)
+		}
+		b.WriteString("        keepalive 64;\n    }\n")
+		fmt.Fprintf(&b, `    server {
+        listen %s;
+        location / {
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $host;
+            proxy_set_header X-Real-IP $remote_addr;
+            proxy_pass http://cache_tier;
+        }
+    }
+`, tier1)
+	}
+	fmt.Fprintf(&b, `    server {
+        listen %s;
+        location / {
+            proxy_cache cache;
+            proxy_cache_key "$scheme$host$request_uri";
+            proxy_cache_valid 200 60m;
+            proxy_cache_lock on;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $host;
+            proxy_pass http://origin;
+            add_header X-Cache $upstream_cache_status;
+            add_header X-Cache-Node nginx-%d;
+        }
+    }
+}
+`, tier2, i)
+	conf := filepath.Join(prefix, "nginx.conf")
+	return conf, os.WriteFile(conf, []byte(b.String()), 0o644)
+}
+
+func startNginx(ctx context.Context, r *runner, dir string, memBytes int64, twoTier bool) (*instance, error) {
+	tier1 := make([]string, instances)
+	tier2 := make([]string, instances)
+	for i := range instances {
+		tier1[i], tier2[i] = freePort(), freePort()
+	}
+	in := &instance{dir: dir, fronts: tier1, caches: tier2}
+	for i := range instances {
+		t1 := ""
+		if twoTier {
+			t1 = tier1[i]
+		}
+		conf, err := nginxConf(dir, i+1, t1, tier2[i], tier2, r.origin, memBytes)
+		if err != nil {
+			in.stop()
+			return nil, err
+		}
+		p, err := startProc(dir, fmt.Sprintf("nginx-%d", i+1), r.nginx, "-c", conf, "-e", filepath.Join(filepath.Dir(conf), "error.log"))
+		if err != nil {
+			in.stop()
+			return nil, err
+		}
+		in.all = append(in.all, p)
+		in.serving = append(in.serving, p)
+		front := tier2[i]
+		if twoTier {
+			front = tier1[i]
+		}
+		in.targets = append(in.targets, "http://"+front)
+	}
+	// Caches first: a front that probes a cache not yet listening marks it
+	// failed for fail_timeout.
+	for _, t := range append(slices.Clone(tier2), in.targets...) {
+		if !strings.HasPrefix(t, "http://") {
+			t = "http://" + t
+		}
+		if err := waitHTTP(ctx, t+"/", 200); err != nil {
+			in.stop()
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+func startNginxTwoTier(ctx context.Context, r *runner, dir string, memBytes int64) (*instance, error) {
+	return startNginx(ctx, r, dir, memBytes, true)
+}
+
+func startNginxLocal(ctx context.Context, r *runner, dir string, memBytes int64) (*instance, error) {
+	return startNginx(ctx, r, dir, memBytes, false)
+}
+
+// varnishVCL makes each instance a tier-1 front (shard director over the
+// instances' tier-2 listeners, no caching) and a tier-2 cache, like the
+// nginx two-tier design.
+func varnishVCL(peers []string, origin string) string {
+	host, port, _ := strings.Cut(strings.TrimPrefix(origin, "http://"), ":")
+	var b strings.Builder
+	fmt.Fprintf(&b, "vcl 4.1;\nimport directors;\n\nbackend origin { .host = %q; .port = %q; }\n", host, port)
+	for i, p := range peers {
+		h, pt, _ := strings.Cut(p, ":")
+		fmt.Fprintf(&b, "backend peer%d { .host = %q; .port = %q; }\n", i, h, pt)
+	}
+	b.WriteString("\nsub vcl_init {\n    new shard = directors.shard();\n")
+	for i := range peers {
+		fmt.Fprintf(&b, "    shard.add_backend(peer%d);\n", i)
+	}
+	b.WriteString(`    shard.reconfigure();
+}
+
+sub vcl_recv {
+    # The cache key is host and URL; drop the front's port from the host,
+    # as nginx's $host does, so a URL has one key whichever front gets it.
+    set req.http.host = regsub(req.http.host, ":[0-9]+$", "");
+    if (local.socket == "tier1") {
+        set req.backend_hint = shard.backend(by=URL);
+        return (pass);
+    }
+    set req.backend_hint = origin;
+}
+
+sub vcl_deliver {
+    if (local.socket == "tier2") {
+        set resp.http.X-Cache-Node = server.identity;
+        if (obj.hits > 0) {
+            set resp.http.X-Cache = "HIT";
+        } else {
+            set resp.http.X-Cache = "MISS";
+        }
+    }
+}
+`)
+	return b.String()
+}
+
+func startVarnish(ctx context.Context, r *runner, dir string, memBytes int64) (*instance, error) {
+	in := &instance{}
+	tier1 := make([]string, instances)
+	tier2 := make([]string, instances)
+	for i := range instances {
+		tier1[i], tier2[i] = freePort(), freePort()
+	}
+	vcl := filepath.Join(dir, "shard.vcl")
+	if err := os.WriteFile(vcl, []byte(varnishVCL(tier2, r.origin)), 0o644); err != nil {
+		return nil, err
+	}
+	for i := range instances {
+		work := filepath.Join(dir, fmt.Sprintf("varnish-%d", i+1))
+		p, err := startProc(dir, fmt.Sprintf("varnish-%d", i+1), r.varnishd, "-F", "-j", "none", "-n", work, "-i", fmt.Sprintf("varnish-%d", i+1),
+			"-a", "tier1="+tier1[i], "-a", "tier2="+tier2[i], "-f", vcl,
+			"-s", fmt.Sprintf("malloc,%dk", memBytes>>10), "-T", "none")
+		if err != nil {
+			in.stop()
+			return nil, err
+		}
+		in.all = append(in.all, p)
+		in.serving = append(in.serving, p)
+		in.targets = append(in.targets, "http://"+tier1[i])
+	}
+	for _, t := range in.targets {
+		if err := waitHTTP(ctx, t+"/", 200); err != nil {
+			in.stop()
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+// startCeiling runs this binary as a plain net/http server of 4 KiB from
+// memory: the most a hit can do on this machine's HTTP stack.
+func startCeiling(ctx context.Context, r *runner, dir string, _ int64) (*instance, error) {
+	addr := freePort()
+	p, err := startProc(dir, "ceiling", r.self, "ceiling", addr)
+	if err != nil {
+		return nil, err
+	}
+	in := &instance{targets: []string{"http://" + addr}, serving: []*proc{p}, all: []*proc{p}}
+	if err := waitHTTP(ctx, in.targets[0]+"/", 200); err != nil {
+		in.stop()
+		return nil, err
+	}
+	return in, nil
+}
