@@ -161,10 +161,14 @@ type Node struct {
 	// Epoch the node last reported serving with.
 	ServingEpoch uint64 `protobuf:"varint,4,opt,name=serving_epoch,json=servingEpoch,proto3" json:"serving_epoch,omitempty"`
 	// Last load report.
-	Load          *LoadReport            `protobuf:"bytes,5,opt,name=load,proto3" json:"load,omitempty"`
-	LastReportAt  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last_report_at,json=lastReportAt,proto3" json:"last_report_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Load         *LoadReport            `protobuf:"bytes,5,opt,name=load,proto3" json:"load,omitempty"`
+	LastReportAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last_report_at,json=lastReportAt,proto3" json:"last_report_at,omitempty"`
+	// Policy revision the node runs, and the last one it refused with the reason.
+	PolicyRevision        int64  `protobuf:"varint,7,opt,name=policy_revision,json=policyRevision,proto3" json:"policy_revision,omitempty"`
+	PolicyRefusedRevision int64  `protobuf:"varint,8,opt,name=policy_refused_revision,json=policyRefusedRevision,proto3" json:"policy_refused_revision,omitempty"`
+	PolicyError           string `protobuf:"bytes,9,opt,name=policy_error,json=policyError,proto3" json:"policy_error,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -239,6 +243,27 @@ func (x *Node) GetLastReportAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Node) GetPolicyRevision() int64 {
+	if x != nil {
+		return x.PolicyRevision
+	}
+	return 0
+}
+
+func (x *Node) GetPolicyRefusedRevision() int64 {
+	if x != nil {
+		return x.PolicyRefusedRevision
+	}
+	return 0
+}
+
+func (x *Node) GetPolicyError() string {
+	if x != nil {
+		return x.PolicyError
+	}
+	return ""
+}
+
 // ListNodesResponse lists nodes sorted by id.
 type ListNodesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -293,29 +318,785 @@ func (x *ListNodesResponse) GetEpoch() uint64 {
 	return 0
 }
 
+// DrainNodeRequest names the node to drain.
+type DrainNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeRequest) Reset() {
+	*x = DrainNodeRequest{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeRequest) ProtoMessage() {}
+
+func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
+func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DrainNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// DrainNodeResponse carries the member as it will appear in the next epoch.
+type DrainNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        *Member                `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeResponse) Reset() {
+	*x = DrainNodeResponse{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeResponse) ProtoMessage() {}
+
+func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
+func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DrainNodeResponse) GetMember() *Member {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+// UndrainNodeRequest names the node to give its keys back to.
+type UndrainNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UndrainNodeRequest) Reset() {
+	*x = UndrainNodeRequest{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UndrainNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UndrainNodeRequest) ProtoMessage() {}
+
+func (x *UndrainNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UndrainNodeRequest.ProtoReflect.Descriptor instead.
+func (*UndrainNodeRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *UndrainNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// UndrainNodeResponse carries the member as it will appear in the next epoch.
+type UndrainNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        *Member                `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UndrainNodeResponse) Reset() {
+	*x = UndrainNodeResponse{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UndrainNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UndrainNodeResponse) ProtoMessage() {}
+
+func (x *UndrainNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UndrainNodeResponse.ProtoReflect.Descriptor instead.
+func (*UndrainNodeResponse) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *UndrainNodeResponse) GetMember() *Member {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+// PutPolicyRequest carries the policy to create or replace.
+type PutPolicyRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy *CachePolicy           `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// Validate only; change nothing.
+	ValidateOnly  bool `protobuf:"varint,2,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutPolicyRequest) Reset() {
+	*x = PutPolicyRequest{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutPolicyRequest) ProtoMessage() {}
+
+func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutPolicyRequest.ProtoReflect.Descriptor instead.
+func (*PutPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PutPolicyRequest) GetPolicy() *CachePolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *PutPolicyRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+// PutPolicyResponse carries the policy as stored, with its revision.
+type PutPolicyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *CachePolicy           `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutPolicyResponse) Reset() {
+	*x = PutPolicyResponse{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutPolicyResponse) ProtoMessage() {}
+
+func (x *PutPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutPolicyResponse.ProtoReflect.Descriptor instead.
+func (*PutPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PutPolicyResponse) GetPolicy() *CachePolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// GetPolicyRequest names a policy.
+type GetPolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPolicyRequest) Reset() {
+	*x = GetPolicyRequest{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPolicyRequest) ProtoMessage() {}
+
+func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
+func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GetPolicyRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// GetPolicyResponse carries one policy.
+type GetPolicyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *CachePolicy           `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPolicyResponse) Reset() {
+	*x = GetPolicyResponse{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPolicyResponse) ProtoMessage() {}
+
+func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
+func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetPolicyResponse) GetPolicy() *CachePolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// ListPoliciesRequest has no filters.
+type ListPoliciesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoliciesRequest) Reset() {
+	*x = ListPoliciesRequest{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoliciesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoliciesRequest) ProtoMessage() {}
+
+func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
+func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+// ListPoliciesResponse carries every policy, sorted by name.
+type ListPoliciesResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Policies []*CachePolicy         `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	// Revision of the policy set.
+	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoliciesResponse) Reset() {
+	*x = ListPoliciesResponse{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoliciesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoliciesResponse) ProtoMessage() {}
+
+func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
+func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListPoliciesResponse) GetPolicies() []*CachePolicy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *ListPoliciesResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// DeletePolicyRequest names the policy to delete.
+type DeletePolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePolicyRequest) Reset() {
+	*x = DeletePolicyRequest{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePolicyRequest) ProtoMessage() {}
+
+func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePolicyRequest.ProtoReflect.Descriptor instead.
+func (*DeletePolicyRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DeletePolicyRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeletePolicyResponse carries the revision of the set after the deletion.
+type DeletePolicyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePolicyResponse) Reset() {
+	*x = DeletePolicyResponse{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePolicyResponse) ProtoMessage() {}
+
+func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePolicyResponse.ProtoReflect.Descriptor instead.
+func (*DeletePolicyResponse) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *DeletePolicyResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// PolicyStatusRequest has no filters.
+type PolicyStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyStatusRequest) Reset() {
+	*x = PolicyStatusRequest{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyStatusRequest) ProtoMessage() {}
+
+func (x *PolicyStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyStatusRequest.ProtoReflect.Descriptor instead.
+func (*PolicyStatusRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+// NodePolicyStatus is one node's policy state.
+type NodePolicyStatus struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Revision the node runs.
+	AppliedRevision int64 `protobuf:"varint,2,opt,name=applied_revision,json=appliedRevision,proto3" json:"applied_revision,omitempty"`
+	// Last revision the node refused, with its reason.
+	RefusedRevision int64  `protobuf:"varint,3,opt,name=refused_revision,json=refusedRevision,proto3" json:"refused_revision,omitempty"`
+	Error           string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *NodePolicyStatus) Reset() {
+	*x = NodePolicyStatus{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodePolicyStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodePolicyStatus) ProtoMessage() {}
+
+func (x *NodePolicyStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodePolicyStatus.ProtoReflect.Descriptor instead.
+func (*NodePolicyStatus) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *NodePolicyStatus) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodePolicyStatus) GetAppliedRevision() int64 {
+	if x != nil {
+		return x.AppliedRevision
+	}
+	return 0
+}
+
+func (x *NodePolicyStatus) GetRefusedRevision() int64 {
+	if x != nil {
+		return x.RefusedRevision
+	}
+	return 0
+}
+
+func (x *NodePolicyStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// PolicyStatusResponse compares each node's revision with the current one.
+type PolicyStatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Revision of the current policy set.
+	Revision      int64               `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Nodes         []*NodePolicyStatus `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyStatusResponse) Reset() {
+	*x = PolicyStatusResponse{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyStatusResponse) ProtoMessage() {}
+
+func (x *PolicyStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyStatusResponse.ProtoReflect.Descriptor instead.
+func (*PolicyStatusResponse) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PolicyStatusResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *PolicyStatusResponse) GetNodes() []*NodePolicyStatus {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
 var File_shardcache_v1_admin_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x19shardcache/v1/admin.proto\x12\rshardcache.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcache/v1/node.proto\x1a\x18shardcache/v1/ring.proto\"&\n" +
+	"\x19shardcache/v1/admin.proto\x12\rshardcache.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcache/v1/node.proto\x1a\x1ashardcache/v1/policy.proto\x1a\x18shardcache/v1/ring.proto\"&\n" +
 	"\x0eGetRingRequest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"A\n" +
 	"\x0fGetRingResponse\x12.\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.shardcache.v1.RingEpochR\x05epoch\"\x12\n" +
-	"\x10ListNodesRequest\"\x8d\x02\n" +
+	"\x10ListNodesRequest\"\x91\x03\n" +
 	"\x04Node\x12-\n" +
 	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12\x17\n" +
 	"\ain_ring\x18\x02 \x01(\bR\x06inRing\x12'\n" +
 	"\x0fsession_replica\x18\x03 \x01(\tR\x0esessionReplica\x12#\n" +
 	"\rserving_epoch\x18\x04 \x01(\x04R\fservingEpoch\x12-\n" +
 	"\x04load\x18\x05 \x01(\v2\x19.shardcache.v1.LoadReportR\x04load\x12@\n" +
-	"\x0elast_report_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\flastReportAt\"T\n" +
+	"\x0elast_report_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\flastReportAt\x12'\n" +
+	"\x0fpolicy_revision\x18\a \x01(\x03R\x0epolicyRevision\x126\n" +
+	"\x17policy_refused_revision\x18\b \x01(\x03R\x15policyRefusedRevision\x12!\n" +
+	"\fpolicy_error\x18\t \x01(\tR\vpolicyError\"T\n" +
 	"\x11ListNodesResponse\x12)\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x13.shardcache.v1.NodeR\x05nodes\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch2\xa8\x01\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"+\n" +
+	"\x10DrainNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"B\n" +
+	"\x11DrainNodeResponse\x12-\n" +
+	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\"-\n" +
+	"\x12UndrainNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"D\n" +
+	"\x13UndrainNodeResponse\x12-\n" +
+	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\"k\n" +
+	"\x10PutPolicyRequest\x122\n" +
+	"\x06policy\x18\x01 \x01(\v2\x1a.shardcache.v1.CachePolicyR\x06policy\x12#\n" +
+	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\"G\n" +
+	"\x11PutPolicyResponse\x122\n" +
+	"\x06policy\x18\x01 \x01(\v2\x1a.shardcache.v1.CachePolicyR\x06policy\"&\n" +
+	"\x10GetPolicyRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"G\n" +
+	"\x11GetPolicyResponse\x122\n" +
+	"\x06policy\x18\x01 \x01(\v2\x1a.shardcache.v1.CachePolicyR\x06policy\"\x15\n" +
+	"\x13ListPoliciesRequest\"j\n" +
+	"\x14ListPoliciesResponse\x126\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x1a.shardcache.v1.CachePolicyR\bpolicies\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\")\n" +
+	"\x13DeletePolicyRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"2\n" +
+	"\x14DeletePolicyResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"\x15\n" +
+	"\x13PolicyStatusRequest\"\x97\x01\n" +
+	"\x10NodePolicyStatus\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12)\n" +
+	"\x10applied_revision\x18\x02 \x01(\x03R\x0fappliedRevision\x12)\n" +
+	"\x10refused_revision\x18\x03 \x01(\x03R\x0frefusedRevision\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"i\n" +
+	"\x14PolicyStatusResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\x125\n" +
+	"\x05nodes\x18\x02 \x03(\v2\x1f.shardcache.v1.NodePolicyStatusR\x05nodes2\xf9\x05\n" +
 	"\fAdminService\x12H\n" +
 	"\aGetRing\x12\x1d.shardcache.v1.GetRingRequest\x1a\x1e.shardcache.v1.GetRingResponse\x12N\n" +
-	"\tListNodes\x12\x1f.shardcache.v1.ListNodesRequest\x1a .shardcache.v1.ListNodesResponseBCZAgithub.com/shardcache/shardcache/proto/shardcache/v1;shardcachev1b\x06proto3"
+	"\tListNodes\x12\x1f.shardcache.v1.ListNodesRequest\x1a .shardcache.v1.ListNodesResponse\x12N\n" +
+	"\tDrainNode\x12\x1f.shardcache.v1.DrainNodeRequest\x1a .shardcache.v1.DrainNodeResponse\x12T\n" +
+	"\vUndrainNode\x12!.shardcache.v1.UndrainNodeRequest\x1a\".shardcache.v1.UndrainNodeResponse\x12N\n" +
+	"\tPutPolicy\x12\x1f.shardcache.v1.PutPolicyRequest\x1a .shardcache.v1.PutPolicyResponse\x12N\n" +
+	"\tGetPolicy\x12\x1f.shardcache.v1.GetPolicyRequest\x1a .shardcache.v1.GetPolicyResponse\x12W\n" +
+	"\fListPolicies\x12\".shardcache.v1.ListPoliciesRequest\x1a#.shardcache.v1.ListPoliciesResponse\x12W\n" +
+	"\fDeletePolicy\x12\".shardcache.v1.DeletePolicyRequest\x1a#.shardcache.v1.DeletePolicyResponse\x12W\n" +
+	"\fPolicyStatus\x12\".shardcache.v1.PolicyStatusRequest\x1a#.shardcache.v1.PolicyStatusResponseBCZAgithub.com/shardcache/shardcache/proto/shardcache/v1;shardcachev1b\x06proto3"
 
 var (
 	file_shardcache_v1_admin_proto_rawDescOnce sync.Once
@@ -329,33 +1110,70 @@ func file_shardcache_v1_admin_proto_rawDescGZIP() []byte {
 	return file_shardcache_v1_admin_proto_rawDescData
 }
 
-var file_shardcache_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_shardcache_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_shardcache_v1_admin_proto_goTypes = []any{
 	(*GetRingRequest)(nil),        // 0: shardcache.v1.GetRingRequest
 	(*GetRingResponse)(nil),       // 1: shardcache.v1.GetRingResponse
 	(*ListNodesRequest)(nil),      // 2: shardcache.v1.ListNodesRequest
 	(*Node)(nil),                  // 3: shardcache.v1.Node
 	(*ListNodesResponse)(nil),     // 4: shardcache.v1.ListNodesResponse
-	(*RingEpoch)(nil),             // 5: shardcache.v1.RingEpoch
-	(*Member)(nil),                // 6: shardcache.v1.Member
-	(*LoadReport)(nil),            // 7: shardcache.v1.LoadReport
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*DrainNodeRequest)(nil),      // 5: shardcache.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),     // 6: shardcache.v1.DrainNodeResponse
+	(*UndrainNodeRequest)(nil),    // 7: shardcache.v1.UndrainNodeRequest
+	(*UndrainNodeResponse)(nil),   // 8: shardcache.v1.UndrainNodeResponse
+	(*PutPolicyRequest)(nil),      // 9: shardcache.v1.PutPolicyRequest
+	(*PutPolicyResponse)(nil),     // 10: shardcache.v1.PutPolicyResponse
+	(*GetPolicyRequest)(nil),      // 11: shardcache.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),     // 12: shardcache.v1.GetPolicyResponse
+	(*ListPoliciesRequest)(nil),   // 13: shardcache.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),  // 14: shardcache.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),   // 15: shardcache.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),  // 16: shardcache.v1.DeletePolicyResponse
+	(*PolicyStatusRequest)(nil),   // 17: shardcache.v1.PolicyStatusRequest
+	(*NodePolicyStatus)(nil),      // 18: shardcache.v1.NodePolicyStatus
+	(*PolicyStatusResponse)(nil),  // 19: shardcache.v1.PolicyStatusResponse
+	(*RingEpoch)(nil),             // 20: shardcache.v1.RingEpoch
+	(*Member)(nil),                // 21: shardcache.v1.Member
+	(*LoadReport)(nil),            // 22: shardcache.v1.LoadReport
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*CachePolicy)(nil),           // 24: shardcache.v1.CachePolicy
 }
 var file_shardcache_v1_admin_proto_depIdxs = []int32{
-	5, // 0: shardcache.v1.GetRingResponse.epoch:type_name -> shardcache.v1.RingEpoch
-	6, // 1: shardcache.v1.Node.member:type_name -> shardcache.v1.Member
-	7, // 2: shardcache.v1.Node.load:type_name -> shardcache.v1.LoadReport
-	8, // 3: shardcache.v1.Node.last_report_at:type_name -> google.protobuf.Timestamp
-	3, // 4: shardcache.v1.ListNodesResponse.nodes:type_name -> shardcache.v1.Node
-	0, // 5: shardcache.v1.AdminService.GetRing:input_type -> shardcache.v1.GetRingRequest
-	2, // 6: shardcache.v1.AdminService.ListNodes:input_type -> shardcache.v1.ListNodesRequest
-	1, // 7: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
-	4, // 8: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	20, // 0: shardcache.v1.GetRingResponse.epoch:type_name -> shardcache.v1.RingEpoch
+	21, // 1: shardcache.v1.Node.member:type_name -> shardcache.v1.Member
+	22, // 2: shardcache.v1.Node.load:type_name -> shardcache.v1.LoadReport
+	23, // 3: shardcache.v1.Node.last_report_at:type_name -> google.protobuf.Timestamp
+	3,  // 4: shardcache.v1.ListNodesResponse.nodes:type_name -> shardcache.v1.Node
+	21, // 5: shardcache.v1.DrainNodeResponse.member:type_name -> shardcache.v1.Member
+	21, // 6: shardcache.v1.UndrainNodeResponse.member:type_name -> shardcache.v1.Member
+	24, // 7: shardcache.v1.PutPolicyRequest.policy:type_name -> shardcache.v1.CachePolicy
+	24, // 8: shardcache.v1.PutPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
+	24, // 9: shardcache.v1.GetPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
+	24, // 10: shardcache.v1.ListPoliciesResponse.policies:type_name -> shardcache.v1.CachePolicy
+	18, // 11: shardcache.v1.PolicyStatusResponse.nodes:type_name -> shardcache.v1.NodePolicyStatus
+	0,  // 12: shardcache.v1.AdminService.GetRing:input_type -> shardcache.v1.GetRingRequest
+	2,  // 13: shardcache.v1.AdminService.ListNodes:input_type -> shardcache.v1.ListNodesRequest
+	5,  // 14: shardcache.v1.AdminService.DrainNode:input_type -> shardcache.v1.DrainNodeRequest
+	7,  // 15: shardcache.v1.AdminService.UndrainNode:input_type -> shardcache.v1.UndrainNodeRequest
+	9,  // 16: shardcache.v1.AdminService.PutPolicy:input_type -> shardcache.v1.PutPolicyRequest
+	11, // 17: shardcache.v1.AdminService.GetPolicy:input_type -> shardcache.v1.GetPolicyRequest
+	13, // 18: shardcache.v1.AdminService.ListPolicies:input_type -> shardcache.v1.ListPoliciesRequest
+	15, // 19: shardcache.v1.AdminService.DeletePolicy:input_type -> shardcache.v1.DeletePolicyRequest
+	17, // 20: shardcache.v1.AdminService.PolicyStatus:input_type -> shardcache.v1.PolicyStatusRequest
+	1,  // 21: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
+	4,  // 22: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
+	6,  // 23: shardcache.v1.AdminService.DrainNode:output_type -> shardcache.v1.DrainNodeResponse
+	8,  // 24: shardcache.v1.AdminService.UndrainNode:output_type -> shardcache.v1.UndrainNodeResponse
+	10, // 25: shardcache.v1.AdminService.PutPolicy:output_type -> shardcache.v1.PutPolicyResponse
+	12, // 26: shardcache.v1.AdminService.GetPolicy:output_type -> shardcache.v1.GetPolicyResponse
+	14, // 27: shardcache.v1.AdminService.ListPolicies:output_type -> shardcache.v1.ListPoliciesResponse
+	16, // 28: shardcache.v1.AdminService.DeletePolicy:output_type -> shardcache.v1.DeletePolicyResponse
+	19, // 29: shardcache.v1.AdminService.PolicyStatus:output_type -> shardcache.v1.PolicyStatusResponse
+	21, // [21:30] is the sub-list for method output_type
+	12, // [12:21] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_admin_proto_init() }
@@ -364,6 +1182,7 @@ func file_shardcache_v1_admin_proto_init() {
 		return
 	}
 	file_shardcache_v1_node_proto_init()
+	file_shardcache_v1_policy_proto_init()
 	file_shardcache_v1_ring_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -371,7 +1190,7 @@ func file_shardcache_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_admin_proto_rawDesc), len(file_shardcache_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ type SessionRequest struct {
 	//	*SessionRequest_Hello
 	//	*SessionRequest_Load
 	//	*SessionRequest_PurgeResult
+	//	*SessionRequest_PolicyAck
 	Msg           isSessionRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -98,6 +99,15 @@ func (x *SessionRequest) GetPurgeResult() *PurgeResult {
 	return nil
 }
 
+func (x *SessionRequest) GetPolicyAck() *PolicyAck {
+	if x != nil {
+		if x, ok := x.Msg.(*SessionRequest_PolicyAck); ok {
+			return x.PolicyAck
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Msg interface {
 	isSessionRequest_Msg()
 }
@@ -115,11 +125,18 @@ type SessionRequest_PurgeResult struct {
 	PurgeResult *PurgeResult `protobuf:"bytes,3,opt,name=purge_result,json=purgeResult,proto3,oneof"`
 }
 
+type SessionRequest_PolicyAck struct {
+	// The outcome of applying a policy push.
+	PolicyAck *PolicyAck `protobuf:"bytes,4,opt,name=policy_ack,json=policyAck,proto3,oneof"`
+}
+
 func (*SessionRequest_Hello) isSessionRequest_Msg() {}
 
 func (*SessionRequest_Load) isSessionRequest_Msg() {}
 
 func (*SessionRequest_PurgeResult) isSessionRequest_Msg() {}
+
+func (*SessionRequest_PolicyAck) isSessionRequest_Msg() {}
 
 // SessionResponse is a message from the control plane to a node.
 type SessionResponse struct {
@@ -223,7 +240,7 @@ type SessionResponse_Epoch struct {
 }
 
 type SessionResponse_Policies struct {
-	// The complete, new policy set.
+	// A change of the policy set: the whole set, or the changes since the node's revision.
 	Policies *PolicySet `protobuf:"bytes,3,opt,name=policies,proto3,oneof"`
 }
 
@@ -249,6 +266,11 @@ type Hello struct {
 	LastEpoch uint64 `protobuf:"varint,2,opt,name=last_epoch,json=lastEpoch,proto3" json:"last_epoch,omitempty"`
 	// Highest purge revision the node applied; the snapshot carries every purge after it.
 	PurgeRevision int64 `protobuf:"varint,3,opt,name=purge_revision,json=purgeRevision,proto3" json:"purge_revision,omitempty"`
+	// Revision of the policy set the node runs, 0 if none: the snapshot carries only the
+	// changes after it when the control plane still has them.
+	PolicyRevision int64 `protobuf:"varint,4,opt,name=policy_revision,json=policyRevision,proto3" json:"policy_revision,omitempty"`
+	// Shared secret that lets a node join the cluster, when the control plane requires one.
+	JoinToken     string `protobuf:"bytes,5,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -302,6 +324,20 @@ func (x *Hello) GetPurgeRevision() int64 {
 		return x.PurgeRevision
 	}
 	return 0
+}
+
+func (x *Hello) GetPolicyRevision() int64 {
+	if x != nil {
+		return x.PolicyRevision
+	}
+	return 0
+}
+
+func (x *Hello) GetJoinToken() string {
+	if x != nil {
+		return x.JoinToken
+	}
+	return ""
 }
 
 // LoadReport is a node's periodic report of its load and store.
@@ -430,12 +466,19 @@ func (x *LoadReport) GetPeerBytesTotal() uint64 {
 	return 0
 }
 
-// PolicySet is the complete set of cache policies.
+// PolicySet is the complete set of cache policies, or the changes to it since a revision.
 type PolicySet struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Policies []*CachePolicy         `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
-	// etcd revision of the set.
-	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// With incremental unset, the complete set; with it set, the policies added or changed.
+	Policies []*CachePolicy `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	// Revision of the set after this message is applied.
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Whether this message holds only the changes since since_revision.
+	Incremental bool `protobuf:"varint,3,opt,name=incremental,proto3" json:"incremental,omitempty"`
+	// Names of policies deleted since since_revision (incremental only).
+	Deleted []string `protobuf:"bytes,4,rep,name=deleted,proto3" json:"deleted,omitempty"`
+	// The revision the changes apply on top of (incremental only).
+	SinceRevision int64 `protobuf:"varint,5,opt,name=since_revision,json=sinceRevision,proto3" json:"since_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -484,6 +527,91 @@ func (x *PolicySet) GetRevision() int64 {
 	return 0
 }
 
+func (x *PolicySet) GetIncremental() bool {
+	if x != nil {
+		return x.Incremental
+	}
+	return false
+}
+
+func (x *PolicySet) GetDeleted() []string {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
+func (x *PolicySet) GetSinceRevision() int64 {
+	if x != nil {
+		return x.SinceRevision
+	}
+	return 0
+}
+
+// PolicyAck tells the control plane which policy revision a node runs, or why it refused
+// a push (it then keeps running the previous revision), as xDS ACK/NACK do.
+type PolicyAck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The revision now applied.
+	AppliedRevision int64 `protobuf:"varint,1,opt,name=applied_revision,json=appliedRevision,proto3" json:"applied_revision,omitempty"`
+	// The revision refused, with the reason; 0 and empty when the push was applied.
+	RefusedRevision int64  `protobuf:"varint,2,opt,name=refused_revision,json=refusedRevision,proto3" json:"refused_revision,omitempty"`
+	Error           string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PolicyAck) Reset() {
+	*x = PolicyAck{}
+	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyAck) ProtoMessage() {}
+
+func (x *PolicyAck) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyAck.ProtoReflect.Descriptor instead.
+func (*PolicyAck) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PolicyAck) GetAppliedRevision() int64 {
+	if x != nil {
+		return x.AppliedRevision
+	}
+	return 0
+}
+
+func (x *PolicyAck) GetRefusedRevision() int64 {
+	if x != nil {
+		return x.RefusedRevision
+	}
+	return 0
+}
+
+func (x *PolicyAck) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // Snapshot is the state a node starts serving from.
 type Snapshot struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -499,7 +627,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	mi := &file_shardcache_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +639,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	mi := &file_shardcache_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +652,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Snapshot) GetEpoch() *RingEpoch {
@@ -559,23 +687,28 @@ var File_shardcache_v1_node_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x18shardcache/v1/node.proto\x12\rshardcache.v1\x1a\x1ashardcache/v1/policy.proto\x1a\x19shardcache/v1/purge.proto\x1a\x18shardcache/v1/ring.proto\"\xb7\x01\n" +
+	"\x18shardcache/v1/node.proto\x12\rshardcache.v1\x1a\x1ashardcache/v1/policy.proto\x1a\x19shardcache/v1/purge.proto\x1a\x18shardcache/v1/ring.proto\"\xf2\x01\n" +
 	"\x0eSessionRequest\x12,\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.shardcache.v1.HelloH\x00R\x05hello\x12/\n" +
 	"\x04load\x18\x02 \x01(\v2\x19.shardcache.v1.LoadReportH\x00R\x04load\x12?\n" +
-	"\fpurge_result\x18\x03 \x01(\v2\x1a.shardcache.v1.PurgeResultH\x00R\vpurgeResultB\x05\n" +
+	"\fpurge_result\x18\x03 \x01(\v2\x1a.shardcache.v1.PurgeResultH\x00R\vpurgeResult\x129\n" +
+	"\n" +
+	"policy_ack\x18\x04 \x01(\v2\x18.shardcache.v1.PolicyAckH\x00R\tpolicyAckB\x05\n" +
 	"\x03msg\"\xe7\x01\n" +
 	"\x0fSessionResponse\x125\n" +
 	"\bsnapshot\x18\x01 \x01(\v2\x17.shardcache.v1.SnapshotH\x00R\bsnapshot\x120\n" +
 	"\x05epoch\x18\x02 \x01(\v2\x18.shardcache.v1.RingEpochH\x00R\x05epoch\x126\n" +
 	"\bpolicies\x18\x03 \x01(\v2\x18.shardcache.v1.PolicySetH\x00R\bpolicies\x12,\n" +
 	"\x05purge\x18\x04 \x01(\v2\x14.shardcache.v1.PurgeH\x00R\x05purgeB\x05\n" +
-	"\x03msg\"|\n" +
+	"\x03msg\"\xc4\x01\n" +
 	"\x05Hello\x12-\n" +
 	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12\x1d\n" +
 	"\n" +
 	"last_epoch\x18\x02 \x01(\x04R\tlastEpoch\x12%\n" +
-	"\x0epurge_revision\x18\x03 \x01(\x03R\rpurgeRevision\"\xa7\x03\n" +
+	"\x0epurge_revision\x18\x03 \x01(\x03R\rpurgeRevision\x12'\n" +
+	"\x0fpolicy_revision\x18\x04 \x01(\x03R\x0epolicyRevision\x12\x1d\n" +
+	"\n" +
+	"join_token\x18\x05 \x01(\tR\tjoinToken\"\xa7\x03\n" +
 	"\n" +
 	"LoadReport\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12.\n" +
@@ -591,10 +724,17 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\x15origin_requests_total\x18\t \x01(\x04R\x13originRequestsTotal\x12#\n" +
 	"\rrelayed_total\x18\n" +
 	" \x01(\x04R\frelayedTotal\x12(\n" +
-	"\x10peer_bytes_total\x18\v \x01(\x04R\x0epeerBytesTotal\"_\n" +
+	"\x10peer_bytes_total\x18\v \x01(\x04R\x0epeerBytesTotal\"\xc2\x01\n" +
 	"\tPolicySet\x126\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x1a.shardcache.v1.CachePolicyR\bpolicies\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\xcd\x01\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12 \n" +
+	"\vincremental\x18\x03 \x01(\bR\vincremental\x12\x18\n" +
+	"\adeleted\x18\x04 \x03(\tR\adeleted\x12%\n" +
+	"\x0esince_revision\x18\x05 \x01(\x03R\rsinceRevision\"w\n" +
+	"\tPolicyAck\x12)\n" +
+	"\x10applied_revision\x18\x01 \x01(\x03R\x0fappliedRevision\x12)\n" +
+	"\x10refused_revision\x18\x02 \x01(\x03R\x0frefusedRevision\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\xcd\x01\n" +
 	"\bSnapshot\x12.\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.shardcache.v1.RingEpochR\x05epoch\x124\n" +
 	"\bpolicies\x18\x02 \x01(\v2\x18.shardcache.v1.PolicySetR\bpolicies\x12,\n" +
@@ -615,41 +755,43 @@ func file_shardcache_v1_node_proto_rawDescGZIP() []byte {
 	return file_shardcache_v1_node_proto_rawDescData
 }
 
-var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_shardcache_v1_node_proto_goTypes = []any{
 	(*SessionRequest)(nil),  // 0: shardcache.v1.SessionRequest
 	(*SessionResponse)(nil), // 1: shardcache.v1.SessionResponse
 	(*Hello)(nil),           // 2: shardcache.v1.Hello
 	(*LoadReport)(nil),      // 3: shardcache.v1.LoadReport
 	(*PolicySet)(nil),       // 4: shardcache.v1.PolicySet
-	(*Snapshot)(nil),        // 5: shardcache.v1.Snapshot
-	(*PurgeResult)(nil),     // 6: shardcache.v1.PurgeResult
-	(*RingEpoch)(nil),       // 7: shardcache.v1.RingEpoch
-	(*Purge)(nil),           // 8: shardcache.v1.Purge
-	(*Member)(nil),          // 9: shardcache.v1.Member
-	(*CachePolicy)(nil),     // 10: shardcache.v1.CachePolicy
+	(*PolicyAck)(nil),       // 5: shardcache.v1.PolicyAck
+	(*Snapshot)(nil),        // 6: shardcache.v1.Snapshot
+	(*PurgeResult)(nil),     // 7: shardcache.v1.PurgeResult
+	(*RingEpoch)(nil),       // 8: shardcache.v1.RingEpoch
+	(*Purge)(nil),           // 9: shardcache.v1.Purge
+	(*Member)(nil),          // 10: shardcache.v1.Member
+	(*CachePolicy)(nil),     // 11: shardcache.v1.CachePolicy
 }
 var file_shardcache_v1_node_proto_depIdxs = []int32{
 	2,  // 0: shardcache.v1.SessionRequest.hello:type_name -> shardcache.v1.Hello
 	3,  // 1: shardcache.v1.SessionRequest.load:type_name -> shardcache.v1.LoadReport
-	6,  // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
-	5,  // 3: shardcache.v1.SessionResponse.snapshot:type_name -> shardcache.v1.Snapshot
-	7,  // 4: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
-	4,  // 5: shardcache.v1.SessionResponse.policies:type_name -> shardcache.v1.PolicySet
-	8,  // 6: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
-	9,  // 7: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
-	10, // 8: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
-	7,  // 9: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
-	4,  // 10: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
-	8,  // 11: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
-	9,  // 12: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
-	0,  // 13: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
-	1,  // 14: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
-	14, // [14:15] is the sub-list for method output_type
-	13, // [13:14] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	7,  // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
+	5,  // 3: shardcache.v1.SessionRequest.policy_ack:type_name -> shardcache.v1.PolicyAck
+	6,  // 4: shardcache.v1.SessionResponse.snapshot:type_name -> shardcache.v1.Snapshot
+	8,  // 5: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
+	4,  // 6: shardcache.v1.SessionResponse.policies:type_name -> shardcache.v1.PolicySet
+	9,  // 7: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
+	10, // 8: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
+	11, // 9: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
+	8,  // 10: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
+	4,  // 11: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
+	9,  // 12: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
+	10, // 13: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
+	0,  // 14: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
+	1,  // 15: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
+	15, // [15:16] is the sub-list for method output_type
+	14, // [14:15] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_node_proto_init() }
@@ -664,6 +806,7 @@ func file_shardcache_v1_node_proto_init() {
 		(*SessionRequest_Hello)(nil),
 		(*SessionRequest_Load)(nil),
 		(*SessionRequest_PurgeResult)(nil),
+		(*SessionRequest_PolicyAck)(nil),
 	}
 	file_shardcache_v1_node_proto_msgTypes[1].OneofWrappers = []any{
 		(*SessionResponse_Snapshot)(nil),
@@ -677,7 +820,7 @@ func file_shardcache_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_node_proto_rawDesc), len(file_shardcache_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,59 +22,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// RouteMode says how a node that does not own a key answers for it.
-type RouteMode int32
+// CacheMode says how requests under a policy are cached and routed.
+type CacheMode int32
 
 const (
-	RouteMode_ROUTE_MODE_UNSPECIFIED RouteMode = 0
-	// Relay the request to the owner over the peer hop (the default).
-	RouteMode_ROUTE_MODE_RELAY RouteMode = 1
-	// Answer 307 with the owner's public URL.
-	RouteMode_ROUTE_MODE_REDIRECT RouteMode = 2
-	// Every node caches independently (no sharding).
-	RouteMode_ROUTE_MODE_LOCAL RouteMode = 3
+	// Means SHARDED.
+	CacheMode_CACHE_MODE_UNSPECIFIED CacheMode = 0
+	// The key's owner caches it; other nodes relay to the owner over the peer hop.
+	CacheMode_CACHE_MODE_SHARDED CacheMode = 1
+	// Every node caches what it receives by itself (no sharding).
+	CacheMode_CACHE_MODE_LOCAL CacheMode = 2
+	// A non-owner answers 307 with the owner's public URL.
+	CacheMode_CACHE_MODE_REDIRECT CacheMode = 3
+	// Never cached: forwarded from the receiving node to the origin.
+	CacheMode_CACHE_MODE_BYPASS CacheMode = 4
 )
 
-// Enum value maps for RouteMode.
+// Enum value maps for CacheMode.
 var (
-	RouteMode_name = map[int32]string{
-		0: "ROUTE_MODE_UNSPECIFIED",
-		1: "ROUTE_MODE_RELAY",
-		2: "ROUTE_MODE_REDIRECT",
-		3: "ROUTE_MODE_LOCAL",
+	CacheMode_name = map[int32]string{
+		0: "CACHE_MODE_UNSPECIFIED",
+		1: "CACHE_MODE_SHARDED",
+		2: "CACHE_MODE_LOCAL",
+		3: "CACHE_MODE_REDIRECT",
+		4: "CACHE_MODE_BYPASS",
 	}
-	RouteMode_value = map[string]int32{
-		"ROUTE_MODE_UNSPECIFIED": 0,
-		"ROUTE_MODE_RELAY":       1,
-		"ROUTE_MODE_REDIRECT":    2,
-		"ROUTE_MODE_LOCAL":       3,
+	CacheMode_value = map[string]int32{
+		"CACHE_MODE_UNSPECIFIED": 0,
+		"CACHE_MODE_SHARDED":     1,
+		"CACHE_MODE_LOCAL":       2,
+		"CACHE_MODE_REDIRECT":    3,
+		"CACHE_MODE_BYPASS":      4,
 	}
 )
 
-func (x RouteMode) Enum() *RouteMode {
-	p := new(RouteMode)
+func (x CacheMode) Enum() *CacheMode {
+	p := new(CacheMode)
 	*p = x
 	return p
 }
 
-func (x RouteMode) String() string {
+func (x CacheMode) String() string {
 	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
 }
 
-func (RouteMode) Descriptor() protoreflect.EnumDescriptor {
+func (CacheMode) Descriptor() protoreflect.EnumDescriptor {
 	return file_shardcache_v1_policy_proto_enumTypes[0].Descriptor()
 }
 
-func (RouteMode) Type() protoreflect.EnumType {
+func (CacheMode) Type() protoreflect.EnumType {
 	return &file_shardcache_v1_policy_proto_enumTypes[0]
 }
 
-func (x RouteMode) Number() protoreflect.EnumNumber {
+func (x CacheMode) Number() protoreflect.EnumNumber {
 	return protoreflect.EnumNumber(x)
 }
 
-// Deprecated: Use RouteMode.Descriptor instead.
-func (RouteMode) EnumDescriptor() ([]byte, []int) {
+// Deprecated: Use CacheMode.Descriptor instead.
+func (CacheMode) EnumDescriptor() ([]byte, []int) {
 	return file_shardcache_v1_policy_proto_rawDescGZIP(), []int{0}
 }
 
@@ -193,14 +198,17 @@ func (x *StatusRange) GetTo() uint32 {
 }
 
 // BypassRule sends matching requests from the receiving node straight to the origin.
+// Every non-empty list must match (one of its entries); an empty rule is refused.
 type BypassRule struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Path prefix to match; empty matches every path.
-	PathPrefix string `protobuf:"bytes,1,opt,name=path_prefix,json=pathPrefix,proto3" json:"path_prefix,omitempty"`
-	// Request methods to match; empty matches every method.
-	Methods []string `protobuf:"bytes,2,rep,name=methods,proto3" json:"methods,omitempty"`
-	// Match when this request header is present (e.g. "Cookie").
-	HeaderPresent string `protobuf:"bytes,3,opt,name=header_present,json=headerPresent,proto3" json:"header_present,omitempty"`
+	// Request methods, e.g. "POST".
+	Methods []string `protobuf:"bytes,1,rep,name=methods,proto3" json:"methods,omitempty"`
+	// Request headers whose presence matches, e.g. "Authorization".
+	Headers []string `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty"`
+	// Cookie names whose presence matches, e.g. "session".
+	Cookies []string `protobuf:"bytes,3,rep,name=cookies,proto3" json:"cookies,omitempty"`
+	// Path patterns in path.Match syntax, e.g. "/api/*".
+	PathPatterns  []string `protobuf:"bytes,4,rep,name=path_patterns,json=pathPatterns,proto3" json:"path_patterns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -235,13 +243,6 @@ func (*BypassRule) Descriptor() ([]byte, []int) {
 	return file_shardcache_v1_policy_proto_rawDescGZIP(), []int{2}
 }
 
-func (x *BypassRule) GetPathPrefix() string {
-	if x != nil {
-		return x.PathPrefix
-	}
-	return ""
-}
-
 func (x *BypassRule) GetMethods() []string {
 	if x != nil {
 		return x.Methods
@@ -249,11 +250,25 @@ func (x *BypassRule) GetMethods() []string {
 	return nil
 }
 
-func (x *BypassRule) GetHeaderPresent() string {
+func (x *BypassRule) GetHeaders() []string {
 	if x != nil {
-		return x.HeaderPresent
+		return x.Headers
 	}
-	return ""
+	return nil
+}
+
+func (x *BypassRule) GetCookies() []string {
+	if x != nil {
+		return x.Cookies
+	}
+	return nil
+}
+
+func (x *BypassRule) GetPathPatterns() []string {
+	if x != nil {
+		return x.PathPatterns
+	}
+	return nil
 }
 
 // CachePolicy is how requests for a set of hosts and a path prefix are cached.
@@ -265,14 +280,15 @@ type CachePolicy struct {
 	Hosts []string `protobuf:"bytes,2,rep,name=hosts,proto3" json:"hosts,omitempty"`
 	// Path prefix the policy applies to; the longest matching prefix wins.
 	PathPrefix string `protobuf:"bytes,3,opt,name=path_prefix,json=pathPrefix,proto3" json:"path_prefix,omitempty"`
-	// Origin base URL for requests under this policy; empty uses the node's default origin.
-	OriginUrl string `protobuf:"bytes,4,opt,name=origin_url,json=originUrl,proto3" json:"origin_url,omitempty"`
+	// Origin base URLs for requests under this policy, tried in order; empty uses the node's
+	// default origin.
+	OriginUrls []string `protobuf:"bytes,4,rep,name=origin_urls,json=originUrls,proto3" json:"origin_urls,omitempty"`
 	// Cache key template, default "$scheme$host$request_uri".
 	KeyTemplate string `protobuf:"bytes,5,opt,name=key_template,json=keyTemplate,proto3" json:"key_template,omitempty"`
 	// Freshness lifetime for responses without freshness information; unset means none.
 	DefaultTtl *durationpb.Duration `protobuf:"bytes,6,opt,name=default_ttl,json=defaultTtl,proto3" json:"default_ttl,omitempty"`
 	StatusTtls []*StatusTTL         `protobuf:"bytes,7,rep,name=status_ttls,json=statusTtls,proto3" json:"status_ttls,omitempty"`
-	// Statuses never stored.
+	// Statuses never stored, e.g. 404 or 300-399.
 	ExcludedStatuses     []*StatusRange       `protobuf:"bytes,8,rep,name=excluded_statuses,json=excludedStatuses,proto3" json:"excluded_statuses,omitempty"`
 	StaleWhileRevalidate *durationpb.Duration `protobuf:"bytes,9,opt,name=stale_while_revalidate,json=staleWhileRevalidate,proto3" json:"stale_while_revalidate,omitempty"`
 	StaleIfError         *durationpb.Duration `protobuf:"bytes,10,opt,name=stale_if_error,json=staleIfError,proto3" json:"stale_if_error,omitempty"`
@@ -284,7 +300,7 @@ type CachePolicy struct {
 	ReplicationFactor uint32 `protobuf:"varint,13,opt,name=replication_factor,json=replicationFactor,proto3" json:"replication_factor,omitempty"`
 	// Requests per minute above which a key is hot; 0 means the node default.
 	HotThreshold uint32        `protobuf:"varint,14,opt,name=hot_threshold,json=hotThreshold,proto3" json:"hot_threshold,omitempty"`
-	RouteMode    RouteMode     `protobuf:"varint,15,opt,name=route_mode,json=routeMode,proto3,enum=shardcache.v1.RouteMode" json:"route_mode,omitempty"`
+	Mode         CacheMode     `protobuf:"varint,15,opt,name=mode,proto3,enum=shardcache.v1.CacheMode" json:"mode,omitempty"`
 	Bypass       []*BypassRule `protobuf:"bytes,16,rep,name=bypass,proto3" json:"bypass,omitempty"`
 	// Maximum Vary variants kept per object; 0 means the node default.
 	MaxVariants uint32 `protobuf:"varint,17,opt,name=max_variants,json=maxVariants,proto3" json:"max_variants,omitempty"`
@@ -295,7 +311,9 @@ type CachePolicy struct {
 	// Timeout of one relayed request to a peer.
 	RelayTimeout *durationpb.Duration `protobuf:"bytes,20,opt,name=relay_timeout,json=relayTimeout,proto3" json:"relay_timeout,omitempty"`
 	// etcd revision at which the policy was last written; set by the control plane.
-	Revision      int64 `protobuf:"varint,21,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,21,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Whether stored bodies are compressed (zstd) when that saves space.
+	Compress      bool `protobuf:"varint,22,opt,name=compress,proto3" json:"compress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -351,11 +369,11 @@ func (x *CachePolicy) GetPathPrefix() string {
 	return ""
 }
 
-func (x *CachePolicy) GetOriginUrl() string {
+func (x *CachePolicy) GetOriginUrls() []string {
 	if x != nil {
-		return x.OriginUrl
+		return x.OriginUrls
 	}
-	return ""
+	return nil
 }
 
 func (x *CachePolicy) GetKeyTemplate() string {
@@ -428,11 +446,11 @@ func (x *CachePolicy) GetHotThreshold() uint32 {
 	return 0
 }
 
-func (x *CachePolicy) GetRouteMode() RouteMode {
+func (x *CachePolicy) GetMode() CacheMode {
 	if x != nil {
-		return x.RouteMode
+		return x.Mode
 	}
-	return RouteMode_ROUTE_MODE_UNSPECIFIED
+	return CacheMode_CACHE_MODE_UNSPECIFIED
 }
 
 func (x *CachePolicy) GetBypass() []*BypassRule {
@@ -477,6 +495,13 @@ func (x *CachePolicy) GetRevision() int64 {
 	return 0
 }
 
+func (x *CachePolicy) GetCompress() bool {
+	if x != nil {
+		return x.Compress
+	}
+	return false
+}
+
 var File_shardcache_v1_policy_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_policy_proto_rawDesc = "" +
@@ -489,20 +514,20 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"1\n" +
 	"\vStatusRange\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
-	"\x02to\x18\x02 \x01(\rR\x02to\"n\n" +
+	"\x02to\x18\x02 \x01(\rR\x02to\"\x7f\n" +
 	"\n" +
-	"BypassRule\x12\x1f\n" +
-	"\vpath_prefix\x18\x01 \x01(\tR\n" +
-	"pathPrefix\x12\x18\n" +
-	"\amethods\x18\x02 \x03(\tR\amethods\x12%\n" +
-	"\x0eheader_present\x18\x03 \x01(\tR\rheaderPresent\"\xfa\a\n" +
+	"BypassRule\x12\x18\n" +
+	"\amethods\x18\x01 \x03(\tR\amethods\x12\x18\n" +
+	"\aheaders\x18\x02 \x03(\tR\aheaders\x12\x18\n" +
+	"\acookies\x18\x03 \x03(\tR\acookies\x12#\n" +
+	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\x8d\b\n" +
 	"\vCachePolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x1f\n" +
 	"\vpath_prefix\x18\x03 \x01(\tR\n" +
-	"pathPrefix\x12\x1d\n" +
-	"\n" +
-	"origin_url\x18\x04 \x01(\tR\toriginUrl\x12!\n" +
+	"pathPrefix\x12\x1f\n" +
+	"\vorigin_urls\x18\x04 \x03(\tR\n" +
+	"originUrls\x12!\n" +
 	"\fkey_template\x18\x05 \x01(\tR\vkeyTemplate\x12:\n" +
 	"\vdefault_ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"defaultTtl\x129\n" +
@@ -516,20 +541,21 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"slice_size\x18\v \x01(\x03R\tsliceSize\x12&\n" +
 	"\x0fmax_object_size\x18\f \x01(\x03R\rmaxObjectSize\x12-\n" +
 	"\x12replication_factor\x18\r \x01(\rR\x11replicationFactor\x12#\n" +
-	"\rhot_threshold\x18\x0e \x01(\rR\fhotThreshold\x127\n" +
-	"\n" +
-	"route_mode\x18\x0f \x01(\x0e2\x18.shardcache.v1.RouteModeR\trouteMode\x121\n" +
+	"\rhot_threshold\x18\x0e \x01(\rR\fhotThreshold\x12,\n" +
+	"\x04mode\x18\x0f \x01(\x0e2\x18.shardcache.v1.CacheModeR\x04mode\x121\n" +
 	"\x06bypass\x18\x10 \x03(\v2\x19.shardcache.v1.BypassRuleR\x06bypass\x12!\n" +
 	"\fmax_variants\x18\x11 \x01(\rR\vmaxVariants\x12D\n" +
 	"\x10collapse_timeout\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x0fcollapseTimeout\x12@\n" +
 	"\x0eorigin_timeout\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\roriginTimeout\x12>\n" +
 	"\rrelay_timeout\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\frelayTimeout\x12\x1a\n" +
-	"\brevision\x18\x15 \x01(\x03R\brevision*l\n" +
-	"\tRouteMode\x12\x1a\n" +
-	"\x16ROUTE_MODE_UNSPECIFIED\x10\x00\x12\x14\n" +
-	"\x10ROUTE_MODE_RELAY\x10\x01\x12\x17\n" +
-	"\x13ROUTE_MODE_REDIRECT\x10\x02\x12\x14\n" +
-	"\x10ROUTE_MODE_LOCAL\x10\x03BCZAgithub.com/shardcache/shardcache/proto/shardcache/v1;shardcachev1b\x06proto3"
+	"\brevision\x18\x15 \x01(\x03R\brevision\x12\x1a\n" +
+	"\bcompress\x18\x16 \x01(\bR\bcompress*\x85\x01\n" +
+	"\tCacheMode\x12\x1a\n" +
+	"\x16CACHE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12CACHE_MODE_SHARDED\x10\x01\x12\x14\n" +
+	"\x10CACHE_MODE_LOCAL\x10\x02\x12\x17\n" +
+	"\x13CACHE_MODE_REDIRECT\x10\x03\x12\x15\n" +
+	"\x11CACHE_MODE_BYPASS\x10\x04BCZAgithub.com/shardcache/shardcache/proto/shardcache/v1;shardcachev1b\x06proto3"
 
 var (
 	file_shardcache_v1_policy_proto_rawDescOnce sync.Once
@@ -546,7 +572,7 @@ func file_shardcache_v1_policy_proto_rawDescGZIP() []byte {
 var file_shardcache_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_shardcache_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_shardcache_v1_policy_proto_goTypes = []any{
-	(RouteMode)(0),              // 0: shardcache.v1.RouteMode
+	(CacheMode)(0),              // 0: shardcache.v1.CacheMode
 	(*StatusTTL)(nil),           // 1: shardcache.v1.StatusTTL
 	(*StatusRange)(nil),         // 2: shardcache.v1.StatusRange
 	(*BypassRule)(nil),          // 3: shardcache.v1.BypassRule
@@ -560,7 +586,7 @@ var file_shardcache_v1_policy_proto_depIdxs = []int32{
 	2,  // 3: shardcache.v1.CachePolicy.excluded_statuses:type_name -> shardcache.v1.StatusRange
 	5,  // 4: shardcache.v1.CachePolicy.stale_while_revalidate:type_name -> google.protobuf.Duration
 	5,  // 5: shardcache.v1.CachePolicy.stale_if_error:type_name -> google.protobuf.Duration
-	0,  // 6: shardcache.v1.CachePolicy.route_mode:type_name -> shardcache.v1.RouteMode
+	0,  // 6: shardcache.v1.CachePolicy.mode:type_name -> shardcache.v1.CacheMode
 	3,  // 7: shardcache.v1.CachePolicy.bypass:type_name -> shardcache.v1.BypassRule
 	5,  // 8: shardcache.v1.CachePolicy.collapse_timeout:type_name -> google.protobuf.Duration
 	5,  // 9: shardcache.v1.CachePolicy.origin_timeout:type_name -> google.protobuf.Duration
