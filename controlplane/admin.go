@@ -2,11 +2,13 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
@@ -16,8 +18,9 @@ import (
 type adminService struct {
 	pb.UnsafeAdminServiceServer
 
-	state *state
-	hub   *hub
+	state    *state
+	hub      *hub
+	policies *policyHub
 }
 
 var _ pb.AdminServiceServer = (*adminService)(nil)
@@ -56,21 +59,146 @@ func (a *adminService) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	drained, err := a.state.drained(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	inRing := make(map[string]bool, len(cur.GetMembers()))
 	for _, m := range cur.GetMembers() {
 		inRing[m.GetId()] = true
 	}
 	resp := &pb.ListNodesResponse{Epoch: cur.GetEpoch()}
 	for _, m := range members {
+		if drained[m.GetId()] {
+			m.State = pb.MemberState_MEMBER_STATE_DRAINING
+		}
 		n := &pb.Node{Member: m, InRing: inRing[m.GetId()]}
 		if st, ok := statuses[m.GetId()]; ok {
 			n.SessionReplica = st.GetSessionReplica()
 			n.ServingEpoch = st.GetServingEpoch()
 			n.Load = st.GetLoad()
 			n.LastReportAt = st.GetLastReportAt()
+			n.PolicyRevision = st.GetPolicyRevision()
+			n.PolicyRefusedRevision = st.GetPolicyRefusedRevision()
+			n.PolicyError = st.GetPolicyError()
 		}
 		resp.Nodes = append(resp.Nodes, n)
 	}
 	slices.SortFunc(resp.Nodes, func(x, y *pb.Node) int { return strings.Compare(x.GetMember().GetId(), y.GetMember().GetId()) })
+	return resp, nil
+}
+
+// DrainNode takes a registered node out of ownership in the next epoch. The
+// drain is recorded apart from the node's lease-bound record, so it holds
+// across the node's reconnects until UndrainNode.
+func (a *adminService) DrainNode(ctx context.Context, req *pb.DrainNodeRequest) (*pb.DrainNodeResponse, error) {
+	m, err := a.setDrained(ctx, req.GetNodeId(), true)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.DrainNodeResponse{Member: m}, nil
+}
+
+// UndrainNode gives a drained node its keys back in the next epoch.
+func (a *adminService) UndrainNode(ctx context.Context, req *pb.UndrainNodeRequest) (*pb.UndrainNodeResponse, error) {
+	m, err := a.setDrained(ctx, req.GetNodeId(), false)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.UndrainNodeResponse{Member: m}, nil
+}
+
+func (a *adminService) setDrained(ctx context.Context, id string, drained bool) (*pb.Member, error) {
+	members, _, err := a.state.members(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	i := slices.IndexFunc(members, func(m *pb.Member) bool { return m.GetId() == id })
+	if i < 0 {
+		return nil, toStatus(fmt.Errorf("%w: %q is not registered", ErrNodeNotFound, id))
+	}
+	if err := a.state.setDrained(ctx, id, drained); err != nil {
+		return nil, toStatus(err)
+	}
+	m := members[i]
+	if drained {
+		m.State = pb.MemberState_MEMBER_STATE_DRAINING
+	}
+	return m, nil
+}
+
+// PutPolicy validates a policy field by field, refuses one whose matches
+// another policy already claims, and stores it.
+func (a *adminService) PutPolicy(ctx context.Context, req *pb.PutPolicyRequest) (*pb.PutPolicyResponse, error) {
+	p := req.GetPolicy()
+	if v := policyViolations(p); len(v) > 0 {
+		return nil, invalidPolicy(p.GetName(), v)
+	}
+	existing, _, _, err := a.state.policies(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if v := overlapViolations(p, existing); len(v) > 0 {
+		return nil, invalidPolicy(p.GetName(), v)
+	}
+	if req.GetValidateOnly() {
+		return &pb.PutPolicyResponse{Policy: p}, nil
+	}
+	rev, err := a.state.putPolicy(ctx, p)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	stored := proto.Clone(p).(*pb.CachePolicy)
+	stored.Revision = rev
+	return &pb.PutPolicyResponse{Policy: stored}, nil
+}
+
+// GetPolicy returns one policy.
+func (a *adminService) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (*pb.GetPolicyResponse, error) {
+	ps, _, _, err := a.state.policies(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	for _, p := range ps {
+		if p.GetName() == req.GetName() {
+			return &pb.GetPolicyResponse{Policy: p}, nil
+		}
+	}
+	return nil, toStatus(fmt.Errorf("%w: %q", ErrPolicyNotFound, req.GetName()))
+}
+
+// ListPolicies returns every policy and the set's revision.
+func (a *adminService) ListPolicies(ctx context.Context, _ *pb.ListPoliciesRequest) (*pb.ListPoliciesResponse, error) {
+	ps, rev, _, err := a.state.policies(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ListPoliciesResponse{Policies: ps, Revision: rev}, nil
+}
+
+// DeletePolicy removes a policy.
+func (a *adminService) DeletePolicy(ctx context.Context, req *pb.DeletePolicyRequest) (*pb.DeletePolicyResponse, error) {
+	rev, err := a.state.deletePolicy(ctx, req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.DeletePolicyResponse{Revision: rev}, nil
+}
+
+// PolicyStatus reports the revision each registered node runs.
+func (a *adminService) PolicyStatus(ctx context.Context, _ *pb.PolicyStatusRequest) (*pb.PolicyStatusResponse, error) {
+	nodes, err := a.ListNodes(ctx, &pb.ListNodesRequest{})
+	if err != nil {
+		return nil, err
+	}
+	_, rev, _, err := a.state.policies(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &pb.PolicyStatusResponse{Revision: rev}
+	for _, n := range nodes.GetNodes() {
+		resp.Nodes = append(resp.Nodes, &pb.NodePolicyStatus{NodeId: n.GetMember().GetId(), AppliedRevision: n.GetPolicyRevision(),
+			RefusedRevision: n.GetPolicyRefusedRevision(), Error: n.GetPolicyError()})
+	}
 	return resp, nil
 }

@@ -46,6 +46,9 @@ type Config struct {
 
 	// AdminToken is the bearer token AdminService calls must carry. Required.
 	AdminToken string
+	// JoinToken, when set, is the secret a node's hello must carry to join.
+	// Empty lets any node that reaches the listener join.
+	JoinToken string
 
 	// Logger receives the replica's logs. Default: slog.Default().
 	Logger *slog.Logger

@@ -16,6 +16,8 @@ var codeTable = []struct {
 	code codes.Code
 }{
 	{ErrEpochNotFound, codes.NotFound},
+	{ErrPolicyNotFound, codes.NotFound},
+	{ErrNodeNotFound, codes.NotFound},
 	{ErrEpochConflict, codes.Aborted},
 	{ErrNotLeader, codes.Unavailable},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},

@@ -7,18 +7,56 @@ import (
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
-// hub holds the current epoch as this replica last saw it in etcd and wakes
-// every session when it changes. Sessions read the latest value when woken,
-// so a slow node skips epochs it was too slow to receive instead of
-// blocking the others.
-type hub struct {
-	current atomic.Pointer[pb.RingEpoch]
-
+// notifier wakes every subscriber after a change. Subscribers read the
+// latest state when woken, so a slow node skips intermediate states instead
+// of blocking the others.
+type notifier struct {
 	mu   sync.Mutex
 	subs map[chan struct{}]struct{}
 }
 
-func newHub() *hub { return &hub{subs: make(map[chan struct{}]struct{})} }
+func newNotifier() notifier { return notifier{subs: make(map[chan struct{}]struct{})} }
+
+// wake signals every subscriber that has no wake-up pending.
+func (n *notifier) wake() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for ch := range n.subs {
+		select {
+		case ch <- struct{}{}:
+		default: // already has a wake-up pending
+		}
+	}
+}
+
+// subscribe returns a channel that receives a value after each change, and
+// the function that ends the subscription.
+func (n *notifier) subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	n.mu.Lock()
+	n.subs[ch] = struct{}{}
+	n.mu.Unlock()
+	return ch, func() {
+		n.mu.Lock()
+		delete(n.subs, ch)
+		n.mu.Unlock()
+	}
+}
+
+// count is the number of subscribers.
+func (n *notifier) count() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.subs)
+}
+
+// hub holds the current epoch as this replica last saw it in etcd.
+type hub struct {
+	notify  notifier
+	current atomic.Pointer[pb.RingEpoch]
+}
+
+func newHub() *hub { return &hub{notify: newNotifier()} }
 
 // epoch returns the current epoch, nil before the first.
 func (h *hub) epoch() *pb.RingEpoch { return h.current.Load() }
@@ -34,34 +72,6 @@ func (h *hub) publish(e *pb.RingEpoch) bool {
 			break
 		}
 	}
-	h.mu.Lock()
-	for ch := range h.subs {
-		select {
-		case ch <- struct{}{}:
-		default: // already has a wake-up pending
-		}
-	}
-	h.mu.Unlock()
+	h.notify.wake()
 	return true
-}
-
-// subscribe returns a channel that receives a value after each publish, and
-// the function that ends the subscription.
-func (h *hub) subscribe() (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	h.mu.Lock()
-	h.subs[ch] = struct{}{}
-	h.mu.Unlock()
-	return ch, func() {
-		h.mu.Lock()
-		delete(h.subs, ch)
-		h.mu.Unlock()
-	}
-}
-
-// sessions counts the subscribed sessions.
-func (h *hub) sessions() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.subs)
 }

@@ -70,22 +70,43 @@ func (s *Server) writeEpochs(ctx context.Context, done <-chan struct{}, guard cl
 			window = time.After(s.cfg.EpochBatchWindow)
 		}
 	}
-	openWindow() // reconcile once at the start of every term
-	watch := s.etcd.Watch(clientv3.WithRequireLeader(ctx), s.state.membersPrefix(), clientv3.WithPrefix())
+	// A new leader of a running cluster reconciles at once: a change may
+	// already have waited for the previous leader's lease to expire. A new
+	// cluster waits one window, so the first nodes make one epoch.
+	if cur, _, err := s.state.currentEpoch(ctx); err == nil && cur != nil {
+		window = time.After(0)
+	} else {
+		openWindow()
+	}
+	watchMembers := func() clientv3.WatchChan {
+		return s.etcd.Watch(clientv3.WithRequireLeader(ctx), s.state.membersPrefix(), clientv3.WithPrefix())
+	}
+	watchDrains := func() clientv3.WatchChan {
+		return s.etcd.Watch(clientv3.WithRequireLeader(ctx), s.state.drainPrefix(), clientv3.WithPrefix())
+	}
+	members, drains := watchMembers(), watchDrains()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-done:
 			return errLostLeadership
-		case wr, ok := <-watch:
+		case wr, ok := <-members:
 			if !ok || wr.Err() != nil {
 				// Missed events are harmless: reconciliation reads the full
 				// member list. Watch again from now.
 				if !sleepCtx(ctx, 500*time.Millisecond) {
 					return nil
 				}
-				watch = s.etcd.Watch(clientv3.WithRequireLeader(ctx), s.state.membersPrefix(), clientv3.WithPrefix())
+				members = watchMembers()
+			}
+			openWindow()
+		case wr, ok := <-drains:
+			if !ok || wr.Err() != nil {
+				if !sleepCtx(ctx, 500*time.Millisecond) {
+					return nil
+				}
+				drains = watchDrains()
 			}
 			openWindow()
 		case <-window:
@@ -108,11 +129,15 @@ func (s *Server) reconcile(ctx context.Context, guard clientv3.Cmp) error {
 	if err != nil {
 		return err
 	}
+	drained, err := s.state.drained(ctx)
+	if err != nil {
+		return err
+	}
 	cur, rev, err := s.state.currentEpoch(ctx)
 	if err != nil {
 		return err
 	}
-	want := ringMembers(members)
+	want := ringMembers(members, drained)
 	if cur != nil && sameMembers(cur.GetMembers(), want) {
 		return nil
 	}
@@ -134,12 +159,13 @@ func (s *Server) reconcile(ctx context.Context, guard clientv3.Cmp) error {
 	return nil
 }
 
-// ringMembers selects the members that own keys and keeps only the fields
-// that define the ring, so a reconnect (new joined_at) is not a change.
-func ringMembers(registered []*pb.Member) []*pb.Member {
+// ringMembers selects the members that own keys (active, not drained) and
+// keeps only the fields that define the ring, so a reconnect (new
+// joined_at) is not a change.
+func ringMembers(registered []*pb.Member, drained map[string]bool) []*pb.Member {
 	out := make([]*pb.Member, 0, len(registered))
 	for _, m := range registered {
-		if m.GetState() != pb.MemberState_MEMBER_STATE_ACTIVE {
+		if m.GetState() != pb.MemberState_MEMBER_STATE_ACTIVE || drained[m.GetId()] {
 			continue
 		}
 		out = append(out, &pb.Member{

@@ -13,6 +13,7 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -34,11 +36,12 @@ const shutdownGrace = 5 * time.Second
 
 // Server is one control-plane replica.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	hub   *hub
-	ready chan struct{}
-	addr  atomic.Pointer[net.TCPAddr]
+	cfg      Config
+	log      *slog.Logger
+	hub      *hub
+	policies *policyHub
+	ready    chan struct{}
+	addr     atomic.Pointer[net.TCPAddr]
 
 	// Set by Run.
 	etcd  *clientv3.Client
@@ -54,7 +57,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, hub: newHub(), ready: make(chan struct{})}, nil
+	return &Server{cfg: cfg, log: cfg.Logger, hub: newHub(), policies: newPolicyHub(), ready: make(chan struct{})}, nil
 }
 
 // Ready is closed once the replica serves gRPC and reaches etcd.
@@ -122,6 +125,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return s.watchEpochs(gctx) })
+	g.Go(func() error { return s.watchPolicies(gctx) })
 	g.Go(func() error { return s.lead(gctx) })
 	g.Go(func() error {
 		select {
@@ -176,30 +180,49 @@ func (s *Server) grpcServer(stopping <-chan struct{}) *grpc.Server {
 		s.log.Error("panic in RPC handler", "panic", p)
 		return status.Error(codes.Internal, "internal error")
 	})
+	logCalls := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		s.log.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(callLevel)}
 	gs := grpc.NewServer(
+		// Nodes ping every 10s to notice a vanished control plane.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(
 			recovery.UnaryServerInterceptor(panicToStatus),
+			logging.UnaryServerInterceptor(logCalls, logOpts...),
 			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), adminOnly),
 		),
 		grpc.ChainStreamInterceptor(
 			recovery.StreamServerInterceptor(panicToStatus),
+			logging.StreamServerInterceptor(logCalls, logOpts...),
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), adminOnly),
 		),
 	)
 	pb.RegisterNodeServiceServer(gs, &nodeService{
-		state:    s.state,
-		hub:      s.hub,
-		leaseTTL: s.cfg.LeaseTTL,
-		replica:  s.cfg.ReplicaID,
-		stopping: stopping,
-		log:      s.log,
+		state:     s.state,
+		hub:       s.hub,
+		policies:  s.policies,
+		joinToken: s.cfg.JoinToken,
+		leaseTTL:  s.cfg.LeaseTTL,
+		replica:   s.cfg.ReplicaID,
+		stopping:  stopping,
+		log:       s.log,
 	})
-	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub})
+	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub, policies: s.policies})
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	return gs
+}
+
+// callLevel logs successful calls at debug (nodes' sessions and reads are
+// routine) and failures at warn.
+func callLevel(c codes.Code) logging.Level {
+	if c == codes.OK || c == codes.Canceled {
+		return logging.LevelDebug
+	}
+	return logging.LevelWarn
 }
 
 // watchEpochs keeps the hub at the current epoch in etcd, whoever wrote it.

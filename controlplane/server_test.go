@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -33,7 +34,7 @@ func freeURL(t *testing.T) string {
 
 // startServer runs a replica until the test ends. With no endpoints it
 // starts its own embedded etcd.
-func startServer(t *testing.T, endpoints []string) (*Server, Config, func()) {
+func startServer(t *testing.T, endpoints []string, opts ...func(*Config)) (*Server, Config, func()) {
 	t.Helper()
 	cfg := Config{
 		ListenAddr:       "127.0.0.1:0",
@@ -43,6 +44,9 @@ func startServer(t *testing.T, endpoints []string) (*Server, Config, func()) {
 		LeaseTTL:         2 * time.Second,
 		EpochBatchWindow: 300 * time.Millisecond,
 		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	s, err := New(cfg)
 	if err != nil {
@@ -105,13 +109,20 @@ type nodeSession struct {
 
 func openSession(t *testing.T, conn *grpc.ClientConn, id string) *nodeSession {
 	t.Helper()
+	n, _ := openSessionWith(t, conn, &pb.Hello{Member: &pb.Member{Id: id, PeerAddress: "127.0.0.1:9999", PublicUrl: "http://" + id}})
+	return n
+}
+
+// openSessionWith says hello and returns the session and its snapshot.
+func openSessionWith(t *testing.T, conn *grpc.ClientConn, hello *pb.Hello) (*nodeSession, *pb.Snapshot) {
+	t.Helper()
+	id := hello.GetMember().GetId()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	stream, err := pb.NewNodeServiceClient(conn).Session(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hello := &pb.Hello{Member: &pb.Member{Id: id, PeerAddress: "127.0.0.1:9999", PublicUrl: "http://" + id}}
 	if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Hello{Hello: hello}}); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +136,7 @@ func openSession(t *testing.T, conn *grpc.ClientConn, id string) *nodeSession {
 	if got := resp.GetSnapshot().GetMember().GetState(); got != pb.MemberState_MEMBER_STATE_ACTIVE {
 		t.Fatalf("%s registered as %s", id, got)
 	}
-	return &nodeSession{stream: stream, cancel: cancel}
+	return &nodeSession{stream: stream, cancel: cancel}, resp.GetSnapshot()
 }
 
 // waitEpoch reads pushes until an epoch with exactly the given members.
@@ -322,6 +333,25 @@ func TestOneLeaderAmongReplicasAndFailover(t *testing.T) {
 	}
 	if !follower.IsLeader() {
 		t.Fatal("the surviving replica is not the leader")
+	}
+	// Every epoch record was created once and never overwritten: no epoch
+	// number was written twice, by either leader.
+	resp, err := follower.etcd.Get(context.Background(), follower.state.prefix+"epochs/0", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for _, kv := range resp.Kvs {
+		if kv.Version != 1 {
+			t.Errorf("%s was written %d times", kv.Key, kv.Version)
+		}
+		if kv.CreateRevision <= last {
+			t.Errorf("%s was created out of order", kv.Key)
+		}
+		last = kv.CreateRevision
+	}
+	if len(resp.Kvs) != 2 {
+		t.Fatalf("%d epochs recorded, want 2", len(resp.Kvs))
 	}
 }
 

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -29,12 +30,14 @@ var validNodeID = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$`)
 type nodeService struct {
 	pb.UnsafeNodeServiceServer
 
-	state    *state
-	hub      *hub
-	leaseTTL time.Duration
-	replica  string
-	stopping <-chan struct{}
-	log      *slog.Logger
+	state     *state
+	hub       *hub
+	policies  *policyHub
+	joinToken string
+	leaseTTL  time.Duration
+	replica   string
+	stopping  <-chan struct{}
+	log       *slog.Logger
 }
 
 var _ pb.NodeServiceServer = (*nodeService)(nil)
@@ -62,7 +65,7 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 	if err := n.state.putMember(ctx, m, lease.ID); err != nil {
 		return toStatus(err)
 	}
-	st := &nodeStatus{node: &pb.Node{Member: m, SessionReplica: n.replica, ServingEpoch: hello.GetLastEpoch()}}
+	st := &nodeStatus{node: &pb.Node{Member: m, SessionReplica: n.replica, ServingEpoch: hello.GetLastEpoch(), PolicyRevision: hello.GetPolicyRevision()}}
 	if err := n.state.putStatus(ctx, st, lease.ID); err != nil {
 		return toStatus(err)
 	}
@@ -74,13 +77,21 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 	}
 	log.Info("node session started", "peer", m.GetPeerAddress(), "lease", fmt.Sprintf("%x", lease.ID))
 
-	wake, unsubscribe := n.hub.subscribe()
-	defer unsubscribe()
+	wakeEpoch, unsubscribeEpochs := n.hub.notify.subscribe()
+	defer unsubscribeEpochs()
+	wakePolicies, unsubscribePolicies := n.policies.notify.subscribe()
+	defer unsubscribePolicies()
 	cur := n.hub.epoch()
-	if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: &pb.Snapshot{Epoch: cur, Member: m}}}); err != nil {
+	policies := n.policies.since(hello.GetPolicyRevision())
+	snap := &pb.Snapshot{Epoch: cur, Member: m, Policies: policies}
+	if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: snap}}); err != nil {
 		return err
 	}
 	sent := cur.GetEpoch()
+	sentPolicies := hello.GetPolicyRevision()
+	if policies != nil {
+		sentPolicies = policies.GetRevision()
+	}
 
 	msgs := make(chan *pb.SessionRequest)
 	recvErr := make(chan error, 1)
@@ -111,7 +122,16 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 				log.Warn("lease lost; ending session so the node registers again")
 				return status.Errorf(codes.Unavailable, "lease of %s lost", m.GetId())
 			}
-		case <-wake:
+		case <-wakePolicies:
+			ps := n.policies.since(sentPolicies)
+			if ps == nil {
+				continue
+			}
+			if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Policies{Policies: ps}}); err != nil {
+				return err
+			}
+			sentPolicies = ps.GetRevision()
+		case <-wakeEpoch:
 			e := n.hub.epoch()
 			if e.GetEpoch() <= sent {
 				continue
@@ -121,13 +141,23 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 			}
 			sent = e.GetEpoch()
 		case req := <-msgs:
-			if load := req.GetLoad(); load != nil {
-				st.node.Load = load
-				st.node.ServingEpoch = load.GetEpoch()
+			switch msg := req.GetMsg().(type) {
+			case *pb.SessionRequest_Load:
+				st.node.Load = msg.Load
+				st.node.ServingEpoch = msg.Load.GetEpoch()
 				st.node.LastReportAt = timestamppb.Now()
-				if err := n.state.putStatus(ctx, st, lease.ID); err != nil {
-					log.Warn("recording load report", "err", err)
+			case *pb.SessionRequest_PolicyAck:
+				ack := msg.PolicyAck
+				st.node.PolicyRevision = ack.GetAppliedRevision()
+				if ack.GetRefusedRevision() != 0 {
+					st.node.PolicyRefusedRevision, st.node.PolicyError = ack.GetRefusedRevision(), ack.GetError()
+					log.Warn("node refused a policy push", "revision", ack.GetRefusedRevision(), "reason", ack.GetError())
 				}
+			default:
+				continue
+			}
+			if err := n.state.putStatus(ctx, st, lease.ID); err != nil {
+				log.Warn("recording node status", "err", err)
 			}
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
@@ -167,6 +197,9 @@ func (n *nodeService) recvHello(stream pb.NodeService_SessionServer) (*pb.Hello,
 	hello := r.req.GetHello()
 	if hello == nil {
 		return nil, status.Error(codes.InvalidArgument, "the first session message must be a hello")
+	}
+	if n.joinToken != "" && subtle.ConstantTimeCompare([]byte(hello.GetJoinToken()), []byte(n.joinToken)) != 1 {
+		return nil, status.Error(codes.Unauthenticated, "node session: missing or wrong join token")
 	}
 	if err := validateMember(hello.GetMember()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())

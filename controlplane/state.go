@@ -171,3 +171,107 @@ func epochNumber(key, prefix string) (uint64, bool) {
 	n, err := strconv.ParseUint(strings.TrimPrefix(key, prefix+"epochs/"), 10, 64)
 	return n, err == nil
 }
+
+// Policy records: policies/<name> holds a CachePolicy; policies-revision is
+// rewritten in the same transaction as every policy change, so its mod
+// revision is the revision of the whole set.
+func (s *state) policiesPrefix() string       { return s.prefix + "policies" }
+func (s *state) policyKey(name string) string { return s.prefix + "policies/" + name }
+func (s *state) policyRevKey() string         { return s.prefix + "policies-revision" }
+func (s *state) drainKey(id string) string    { return s.prefix + "drain/" + id }
+func (s *state) drainPrefix() string          { return s.prefix + "drain/" }
+
+// ErrPolicyNotFound is returned for a policy name that does not exist.
+var ErrPolicyNotFound = errors.New("controlplane: policy not found")
+
+// ErrNodeNotFound is returned for a node id that is not registered.
+var ErrNodeNotFound = errors.New("controlplane: node not found")
+
+// putPolicy stores p and returns the revision of the set after the write.
+func (s *state) putPolicy(ctx context.Context, p *pb.CachePolicy) (int64, error) {
+	p = proto.Clone(p).(*pb.CachePolicy)
+	p.Revision = 0 // the record's mod revision is the truth
+	b, err := proto.Marshal(p)
+	if err != nil {
+		return 0, fmt.Errorf("encoding policy %s: %w", p.GetName(), err)
+	}
+	resp, err := s.kv.Txn(ctx).Then(clientv3.OpPut(s.policyKey(p.GetName()), string(b)), clientv3.OpPut(s.policyRevKey(), "")).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("writing policy %s to etcd: %w", p.GetName(), err)
+	}
+	return resp.Header.Revision, nil
+}
+
+// deletePolicy removes a policy and returns the revision of the set after it.
+func (s *state) deletePolicy(ctx context.Context, name string) (int64, error) {
+	key := s.policyKey(name)
+	resp, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).
+		Then(clientv3.OpDelete(key), clientv3.OpPut(s.policyRevKey(), "")).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("deleting policy %s in etcd: %w", name, err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("%w: %q", ErrPolicyNotFound, name)
+	}
+	return resp.Header.Revision, nil
+}
+
+// policies returns every policy sorted by name, the set's revision, and the
+// etcd revision read at.
+func (s *state) policies(ctx context.Context) ([]*pb.CachePolicy, int64, int64, error) {
+	resp, err := s.kv.Get(ctx, s.policiesPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("reading policies from etcd: %w", err)
+	}
+	var out []*pb.CachePolicy
+	var rev int64
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) == s.policyRevKey() {
+			rev = kv.ModRevision
+			continue
+		}
+		p, err := decodePolicy(kv.Value, kv.ModRevision)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *pb.CachePolicy) int { return strings.Compare(a.GetName(), b.GetName()) })
+	return out, rev, resp.Header.Revision, nil
+}
+
+func decodePolicy(b []byte, rev int64) (*pb.CachePolicy, error) {
+	p := &pb.CachePolicy{}
+	if err := proto.Unmarshal(b, p); err != nil {
+		return nil, fmt.Errorf("decoding policy: %w", err)
+	}
+	p.Revision = rev
+	return p, nil
+}
+
+// setDrained records or clears a drain; it outlives the node's session.
+func (s *state) setDrained(ctx context.Context, id string, drained bool) error {
+	var err error
+	if drained {
+		_, err = s.kv.Put(ctx, s.drainKey(id), "")
+	} else {
+		_, err = s.kv.Delete(ctx, s.drainKey(id))
+	}
+	if err != nil {
+		return fmt.Errorf("recording drain of %s in etcd: %w", id, err)
+	}
+	return nil
+}
+
+// drained returns the ids of drained nodes.
+func (s *state) drained(ctx context.Context) (map[string]bool, error) {
+	resp, err := s.kv.Get(ctx, s.drainPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("reading drains from etcd: %w", err)
+	}
+	out := make(map[string]bool, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out[strings.TrimPrefix(string(kv.Key), s.drainPrefix())] = true
+	}
+	return out, nil
+}

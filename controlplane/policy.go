@@ -1,0 +1,220 @@
+package controlplane
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path"
+	"regexp"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+var (
+	validPolicyName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	validHost       = regexp.MustCompile(`^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
+	validToken      = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+	// templateVar matches the variables a key template may use.
+	templateVar = regexp.MustCompile(`\$([a-z_]+)`)
+)
+
+// Limits a policy must stay within.
+const (
+	minSliceSize   = 64 << 10
+	maxReplication = 5
+	maxVariants    = 1024
+)
+
+// knownTemplateVars are the nginx-style variables of a key template; $http_<name>
+// and $cookie_<name> are accepted for any name.
+var knownTemplateVars = map[string]bool{"scheme": true, "host": true, "request_uri": true, "uri": true, "args": true, "method": true}
+
+// policyViolations checks one policy on its own and returns one violation
+// per bad field, named by its proto field path.
+func policyViolations(p *pb.CachePolicy) []*errdetails.BadRequest_FieldViolation {
+	var v []*errdetails.BadRequest_FieldViolation
+	bad := func(field, format string, args ...any) {
+		v = append(v, &errdetails.BadRequest_FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
+	}
+	if p == nil {
+		bad("policy", "no policy given")
+		return v
+	}
+	if !validPolicyName.MatchString(p.GetName()) {
+		bad("name", "%q: use 1 to 63 lower-case letters, digits, '.', '_' or '-'", p.GetName())
+	}
+	for i, h := range p.GetHosts() {
+		if !validHost.MatchString(h) {
+			bad(fmt.Sprintf("hosts[%d]", i), "%q is not a lower-case host name (no scheme, no port; *.example.com allowed)", h)
+		}
+	}
+	if pp := p.GetPathPrefix(); pp != "" && !strings.HasPrefix(pp, "/") {
+		bad("path_prefix", "%q must start with /", pp)
+	}
+	for i, o := range p.GetOriginUrls() {
+		u, err := url.Parse(o)
+		switch {
+		case err != nil:
+			bad(fmt.Sprintf("origin_urls[%d]", i), "%q: %v", o, err)
+		case u.Scheme != "http" && u.Scheme != "https":
+			bad(fmt.Sprintf("origin_urls[%d]", i), "%q: scheme must be http or https", o)
+		case u.Host == "" || u.Hostname() == "":
+			bad(fmt.Sprintf("origin_urls[%d]", i), "%q has no host", o)
+		case u.Port() != "" && !validPort(u.Port()):
+			bad(fmt.Sprintf("origin_urls[%d]", i), "%q: bad port", o)
+		}
+	}
+	if t := p.GetKeyTemplate(); t != "" {
+		if !strings.Contains(t, "$") {
+			bad("key_template", "%q has no variable: every request would share one key", t)
+		}
+		for _, m := range templateVar.FindAllStringSubmatch(t, -1) {
+			name := m[1]
+			if !knownTemplateVars[name] && !strings.HasPrefix(name, "http_") && !strings.HasPrefix(name, "cookie_") {
+				bad("key_template", "unknown variable $%s (known: $scheme $host $request_uri $uri $args $method $http_<name> $cookie_<name>)", name)
+			}
+		}
+	}
+	if _, ok := pb.CacheMode_name[int32(p.GetMode())]; !ok {
+		bad("mode", "unknown mode %d", p.GetMode())
+	}
+	for _, d := range []struct {
+		field string
+		d     *durationpb.Duration
+	}{
+		{"default_ttl", p.GetDefaultTtl()}, {"stale_while_revalidate", p.GetStaleWhileRevalidate()}, {"stale_if_error", p.GetStaleIfError()},
+		{"collapse_timeout", p.GetCollapseTimeout()}, {"origin_timeout", p.GetOriginTimeout()}, {"relay_timeout", p.GetRelayTimeout()},
+	} {
+		if d.d.GetSeconds() < 0 || d.d.GetNanos() < 0 {
+			bad(d.field, "must not be negative")
+		}
+	}
+	for i, st := range p.GetStatusTtls() {
+		if !validStatusRange(st.GetStatusFrom(), st.GetStatusTo()) {
+			bad(fmt.Sprintf("status_ttls[%d]", i), "status range %d-%d: want 100 <= from <= to <= 599", st.GetStatusFrom(), st.GetStatusTo())
+		}
+		if st.GetTtl().GetSeconds() < 0 || st.GetTtl().GetNanos() < 0 {
+			bad(fmt.Sprintf("status_ttls[%d].ttl", i), "must not be negative")
+		}
+	}
+	for i, r := range p.GetExcludedStatuses() {
+		if !validStatusRange(r.GetFrom(), r.GetTo()) {
+			bad(fmt.Sprintf("excluded_statuses[%d]", i), "status range %d-%d: want 100 <= from <= to <= 599", r.GetFrom(), r.GetTo())
+		}
+	}
+	if s := p.GetSliceSize(); s < 0 || (s > 0 && s < minSliceSize) {
+		bad("slice_size", "%d: want 0 (whole objects) or at least %d bytes", s, minSliceSize)
+	}
+	if p.GetMaxObjectSize() < 0 {
+		bad("max_object_size", "must not be negative")
+	}
+	if rf := p.GetReplicationFactor(); rf > maxReplication {
+		bad("replication_factor", "%d: at most %d", rf, maxReplication)
+	}
+	if mv := p.GetMaxVariants(); mv > maxVariants {
+		bad("max_variants", "%d: at most %d", mv, maxVariants)
+	}
+	for i, r := range p.GetBypass() {
+		field := fmt.Sprintf("bypass[%d]", i)
+		if len(r.GetMethods())+len(r.GetHeaders())+len(r.GetCookies())+len(r.GetPathPatterns()) == 0 {
+			bad(field, "an empty rule would bypass every request; use mode BYPASS for that")
+		}
+		for _, m := range r.GetMethods() {
+			if !validToken.MatchString(m) || strings.ToUpper(m) != m {
+				bad(field+".methods", "%q is not an upper-case method", m)
+			}
+		}
+		for _, h := range r.GetHeaders() {
+			if !validToken.MatchString(h) {
+				bad(field+".headers", "%q is not a header name", h)
+			}
+		}
+		for _, c := range r.GetCookies() {
+			if !validToken.MatchString(c) {
+				bad(field+".cookies", "%q is not a cookie name", c)
+			}
+		}
+		for _, pat := range r.GetPathPatterns() {
+			if _, err := path.Match(pat, "/"); err != nil || !strings.HasPrefix(pat, "/") {
+				bad(field+".path_patterns", "%q is not a path pattern starting with / (path.Match syntax)", pat)
+			}
+		}
+	}
+	// A relay or origin request that gives up before the collapsing wait
+	// ends turns one slow object into a stream of duplicate fetches.
+	collapse := p.GetCollapseTimeout().AsDuration()
+	if p.GetCollapseTimeout() != nil {
+		if p.GetOriginTimeout() != nil && p.GetOriginTimeout().AsDuration() < collapse {
+			bad("origin_timeout", "%s is shorter than collapse_timeout %s", p.GetOriginTimeout().AsDuration(), collapse)
+		}
+		if p.GetRelayTimeout() != nil && p.GetRelayTimeout().AsDuration() < collapse {
+			bad("relay_timeout", "%s is shorter than collapse_timeout %s", p.GetRelayTimeout().AsDuration(), collapse)
+		}
+	}
+	if p.GetRelayTimeout() != nil && p.GetOriginTimeout() != nil && p.GetRelayTimeout().AsDuration() <= p.GetOriginTimeout().AsDuration() {
+		bad("relay_timeout", "%s must exceed origin_timeout %s: the owner may be waiting on the origin", p.GetRelayTimeout().AsDuration(), p.GetOriginTimeout().AsDuration())
+	}
+	return v
+}
+
+func validPort(p string) bool {
+	_, err := net.LookupPort("tcp", p)
+	return err == nil
+}
+
+func validStatusRange(from, to uint32) bool { return from >= 100 && from <= to && to <= 599 }
+
+// matchKeys are the (host, path prefix) pairs a policy claims; two policies
+// claiming one pair would make matching ambiguous.
+func matchKeys(p *pb.CachePolicy) []string {
+	hosts := p.GetHosts()
+	if len(hosts) == 0 {
+		hosts = []string{"*"}
+	}
+	out := make([]string, len(hosts))
+	for i, h := range hosts {
+		out[i] = h + " " + p.GetPathPrefix()
+	}
+	return out
+}
+
+// overlapViolations refuses a policy whose matches another policy already claims.
+func overlapViolations(p *pb.CachePolicy, existing []*pb.CachePolicy) []*errdetails.BadRequest_FieldViolation {
+	claimed := map[string]string{}
+	for _, e := range existing {
+		if e.GetName() == p.GetName() {
+			continue
+		}
+		for _, k := range matchKeys(e) {
+			claimed[k] = e.GetName()
+		}
+	}
+	var v []*errdetails.BadRequest_FieldViolation
+	for _, k := range matchKeys(p) {
+		if other, ok := claimed[k]; ok {
+			host, prefix, _ := strings.Cut(k, " ")
+			v = append(v, &errdetails.BadRequest_FieldViolation{Field: "hosts",
+				Description: fmt.Sprintf("host %s with path prefix %q is already matched by policy %q", host, prefix, other)})
+		}
+	}
+	return v
+}
+
+// invalidPolicy is the InvalidArgument status listing every violation.
+func invalidPolicy(name string, v []*errdetails.BadRequest_FieldViolation) error {
+	msgs := make([]string, len(v))
+	for i, f := range v {
+		msgs[i] = f.GetField() + ": " + f.GetDescription()
+	}
+	st := status.New(codes.InvalidArgument, fmt.Sprintf("policy %q is invalid: %s", name, strings.Join(msgs, "; ")))
+	if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: v}); err == nil {
+		st = d
+	}
+	return st.Err()
+}

@@ -1,0 +1,319 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+func TestPolicyViolations(t *testing.T) {
+	ok := func() *pb.CachePolicy {
+		return &pb.CachePolicy{Name: "images", Hosts: []string{"img.example.com"}, PathPrefix: "/img/",
+			OriginUrls: []string{"http://origin:8080"}, KeyTemplate: "$scheme$host$uri", Mode: pb.CacheMode_CACHE_MODE_SHARDED}
+	}
+	tests := []struct {
+		name   string
+		mutate func(*pb.CachePolicy)
+		fields []string // every field that must be named
+	}{
+		{"valid", func(*pb.CachePolicy) {}, nil},
+		{"bad name", func(p *pb.CachePolicy) { p.Name = "Images!" }, []string{"name"}},
+		{"host with port", func(p *pb.CachePolicy) { p.Hosts = []string{"img.example.com:80"} }, []string{"hosts[0]"}},
+		{"relative prefix", func(p *pb.CachePolicy) { p.PathPrefix = "img" }, []string{"path_prefix"}},
+		{"origin without scheme", func(p *pb.CachePolicy) { p.OriginUrls = []string{"origin:8080"} }, []string{"origin_urls[0]"}},
+		{"unknown template variable", func(p *pb.CachePolicy) { p.KeyTemplate = "$host$path" }, []string{"key_template"}},
+		{"unknown mode", func(p *pb.CachePolicy) { p.Mode = 42 }, []string{"mode"}},
+		{"bad status range", func(p *pb.CachePolicy) { p.ExcludedStatuses = []*pb.StatusRange{{From: 399, To: 300}} }, []string{"excluded_statuses[0]"}},
+		{"negative TTL", func(p *pb.CachePolicy) { p.DefaultTtl = durationpb.New(-time.Second) }, []string{"default_ttl"}},
+		{"tiny slices", func(p *pb.CachePolicy) { p.SliceSize = 1000 }, []string{"slice_size"}},
+		{"empty bypass rule", func(p *pb.CachePolicy) { p.Bypass = []*pb.BypassRule{{}} }, []string{"bypass[0]"}},
+		{"bad path pattern", func(p *pb.CachePolicy) { p.Bypass = []*pb.BypassRule{{PathPatterns: []string{"/api/["}}} }, []string{"bypass[0].path_patterns"}},
+		{"relay shorter than collapse wait", func(p *pb.CachePolicy) {
+			p.CollapseTimeout, p.RelayTimeout = durationpb.New(30*time.Second), durationpb.New(10*time.Second)
+		}, []string{"relay_timeout"}},
+		{"several at once", func(p *pb.CachePolicy) { p.Name, p.PathPrefix = "", "x" }, []string{"name", "path_prefix"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := ok()
+			tt.mutate(p)
+			var got []string
+			for _, v := range policyViolations(p) {
+				got = append(got, v.GetField())
+			}
+			if len(tt.fields) == 0 && len(got) > 0 {
+				t.Fatalf("valid policy refused: %v", policyViolations(p))
+			}
+			for _, f := range tt.fields {
+				if !slices.Contains(got, f) {
+					t.Fatalf("violations %v do not name %s", got, f)
+				}
+			}
+		})
+	}
+}
+
+// recvPolicies reads pushes until a policy set arrives.
+func (n *nodeSession) recvPolicies(t *testing.T) *pb.PolicySet {
+	t.Helper()
+	for {
+		resp, err := n.stream.Recv()
+		if err != nil {
+			t.Fatalf("waiting for policies: %v", err)
+		}
+		if ps := resp.GetPolicies(); ps != nil {
+			return ps
+		}
+	}
+}
+
+func TestPolicyCRUDPushAndStatus(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	conn := dial(t, s)
+	admin := pb.NewAdminServiceClient(conn)
+	ctx := adminCtx(context.Background(), testToken)
+	node := openSession(t, conn, "node-a")
+
+	put, err := admin.PutPolicy(ctx, &pb.PutPolicyRequest{Policy: &pb.CachePolicy{Name: "images", PathPrefix: "/img/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := node.recvPolicies(t)
+	if ps.GetIncremental() || len(ps.GetPolicies()) != 1 || ps.GetRevision() != put.GetPolicy().GetRevision() {
+		t.Fatalf("first push %v, want the whole set at revision %d", ps, put.GetPolicy().GetRevision())
+	}
+	ack := &pb.PolicyAck{AppliedRevision: ps.GetRevision()}
+	if err := node.stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_PolicyAck{PolicyAck: ack}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// An invalid policy is refused field by field and changes nothing.
+	_, err = admin.PutPolicy(ctx, &pb.PutPolicyRequest{Policy: &pb.CachePolicy{Name: "bad", PathPrefix: "nope", Hosts: []string{"A B"}}})
+	st := status.Convert(err)
+	if st.Code() != codes.InvalidArgument {
+		t.Fatalf("invalid policy: %v, want InvalidArgument", err)
+	}
+	var fields []string
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				fields = append(fields, v.GetField())
+			}
+		}
+	}
+	if !slices.Contains(fields, "path_prefix") || !slices.Contains(fields, "hosts[0]") {
+		t.Fatalf("field violations %v, want path_prefix and hosts[0]", fields)
+	}
+	// Another policy claiming the same match is refused.
+	if _, err := admin.PutPolicy(ctx, &pb.PutPolicyRequest{Policy: &pb.CachePolicy{Name: "images2", PathPrefix: "/img/"}}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("overlapping policy: %v, want InvalidArgument", err)
+	}
+	list, err := admin.ListPolicies(ctx, &pb.ListPoliciesRequest{})
+	if err != nil || len(list.GetPolicies()) != 1 || list.GetRevision() != ps.GetRevision() {
+		t.Fatalf("after refusals: %v, %v; want one policy at revision %d", list, err, ps.GetRevision())
+	}
+
+	// The node's acknowledgement shows in PolicyStatus.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		stat, err := admin.PolicyStatus(ctx, &pb.PolicyStatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(stat.GetNodes()) == 1 && stat.GetNodes()[0].GetAppliedRevision() == stat.GetRevision() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("policy status never showed the ack: %v", stat)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the asynchronous status write
+	}
+
+	del, err := admin.DeletePolicy(ctx, &pb.DeletePolicyRequest{Name: "images"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps = node.recvPolicies(t)
+	if !ps.GetIncremental() || !slices.Equal(ps.GetDeleted(), []string{"images"}) || ps.GetRevision() != del.GetRevision() {
+		t.Fatalf("push after delete %v, want images deleted at %d", ps, del.GetRevision())
+	}
+	if _, err := admin.GetPolicy(ctx, &pb.GetPolicyRequest{Name: "images"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("deleted policy: %v, want NotFound", err)
+	}
+	if _, err := admin.DeletePolicy(ctx, &pb.DeletePolicyRequest{Name: "images"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("deleting twice: %v, want NotFound", err)
+	}
+}
+
+func TestReconnectAfterManyChangesGetsOnlyThem(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	conn := dial(t, s)
+	admin := pb.NewAdminServiceClient(conn)
+	ctx := adminCtx(context.Background(), testToken)
+	put := func(name string, ttl time.Duration) {
+		t.Helper()
+		p := &pb.CachePolicy{Name: name, PathPrefix: "/" + name + "/", DefaultTtl: durationpb.New(ttl)}
+		if _, err := admin.PutPolicy(ctx, &pb.PutPolicyRequest{Policy: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 50 {
+		put(fmt.Sprintf("p%02d", i), time.Minute)
+	}
+	caughtUp(t, s, admin, ctx)
+	hello := &pb.Hello{Member: &pb.Member{Id: "node-a", PeerAddress: "127.0.0.1:1"}}
+	first, snap := openSessionWith(t, conn, hello)
+	if snap.GetPolicies().GetIncremental() || len(snap.GetPolicies().GetPolicies()) != 50 {
+		t.Fatalf("a new node got %d policies (incremental %v), want the whole set of 50", len(snap.GetPolicies().GetPolicies()), snap.GetPolicies().GetIncremental())
+	}
+	applied := snap.GetPolicies().GetRevision()
+	first.cancel()
+
+	// 100 changes while the node is away: ten policies changed ten times
+	// each; then two deleted.
+	for round := range 10 {
+		for i := range 10 {
+			put(fmt.Sprintf("p%02d", i), time.Duration(round+2)*time.Minute)
+		}
+	}
+	for _, name := range []string{"p48", "p49"} {
+		if _, err := admin.DeletePolicy(ctx, &pb.DeletePolicyRequest{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := caughtUp(t, s, admin, ctx)
+
+	hello.PolicyRevision = applied
+	_, snap = openSessionWith(t, conn, hello)
+	ps := snap.GetPolicies()
+	if !ps.GetIncremental() || ps.GetSinceRevision() != applied || ps.GetRevision() != list.GetRevision() {
+		t.Fatalf("reconnect got incremental=%v since %d at %d; want the changes since %d up to %d",
+			ps.GetIncremental(), ps.GetSinceRevision(), ps.GetRevision(), applied, list.GetRevision())
+	}
+	var names []string
+	for _, p := range ps.GetPolicies() {
+		names = append(names, p.GetName())
+		if p.GetDefaultTtl().AsDuration() != 11*time.Minute {
+			t.Errorf("%s carries TTL %s, want its last value 11m", p.GetName(), p.GetDefaultTtl().AsDuration())
+		}
+	}
+	want := []string{"p00", "p01", "p02", "p03", "p04", "p05", "p06", "p07", "p08", "p09"}
+	if !slices.Equal(names, want) || !slices.Equal(ps.GetDeleted(), []string{"p48", "p49"}) {
+		t.Fatalf("changes: %v deleted %v; want %v and [p48 p49]", names, ps.GetDeleted(), want)
+	}
+
+	// A node already at the current revision gets no policies at all.
+	hello.Member.Id, hello.PolicyRevision = "node-b", list.GetRevision()
+	if _, snap := openSessionWith(t, conn, hello); snap.GetPolicies() != nil {
+		t.Fatalf("an up-to-date node got %d policies", len(snap.GetPolicies().GetPolicies()))
+	}
+}
+
+// caughtUp waits until the replica's watch has every policy change stored,
+// and returns the stored set.
+func caughtUp(t *testing.T, s *Server, admin pb.AdminServiceClient, ctx context.Context) *pb.ListPoliciesResponse {
+	t.Helper()
+	list, err := admin.ListPolicies(ctx, &pb.ListPoliciesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.policies.revision() != list.GetRevision() {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica's view never caught up")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the watch's progress
+	}
+	return list
+}
+
+func TestTwentyJoinsMakeOneEpoch(t *testing.T) {
+	s, _, _ := startServer(t, nil, func(c *Config) { c.EpochBatchWindow = 2 * time.Second })
+	conn := dial(t, s)
+	var ids []string
+	for i := range 20 {
+		ids = append(ids, fmt.Sprintf("node-%02d", i))
+	}
+	sessions := make([]*nodeSession, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sessions[i] = openSession(t, conn, id)
+		}()
+	}
+	wg.Wait()
+	e := sessions[0].waitEpoch(t, ids...)
+	if e.GetEpoch() != 1 {
+		t.Fatalf("20 joins within the window made epoch %d, want 1", e.GetEpoch())
+	}
+}
+
+func TestDrainAndUndrain(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	conn := dial(t, s)
+	admin := pb.NewAdminServiceClient(conn)
+	ctx := adminCtx(context.Background(), testToken)
+	a := openSession(t, conn, "node-a")
+	c := openSession(t, conn, "node-c")
+	a.waitEpoch(t, "node-a", "node-c")
+
+	if _, err := admin.DrainNode(ctx, &pb.DrainNodeRequest{NodeId: "node-c"}); err != nil {
+		t.Fatal(err)
+	}
+	e := a.waitEpoch(t, "node-a")
+	if !strings.Contains(e.GetReason(), "-node-c") {
+		t.Fatalf("drain epoch reason %q", e.GetReason())
+	}
+	// The drained node keeps its session and learns the epoch it left.
+	c.waitEpoch(t, "node-a")
+	nodes, err := admin.ListNodes(ctx, &pb.ListNodesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.GetNodes() {
+		if n.GetMember().GetId() == "node-c" && (n.GetInRing() || n.GetMember().GetState() != pb.MemberState_MEMBER_STATE_DRAINING) {
+			t.Fatalf("node-c after drain: in ring %v, state %s", n.GetInRing(), n.GetMember().GetState())
+		}
+	}
+	if _, err := admin.UndrainNode(ctx, &pb.UndrainNodeRequest{NodeId: "node-c"}); err != nil {
+		t.Fatal(err)
+	}
+	a.waitEpoch(t, "node-a", "node-c")
+	if _, err := admin.DrainNode(ctx, &pb.DrainNodeRequest{NodeId: "nobody"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("draining an unknown node: %v, want NotFound", err)
+	}
+}
+
+func TestJoinToken(t *testing.T) {
+	s, _, _ := startServer(t, nil, func(c *Config) { c.JoinToken = "secret" })
+	conn := dial(t, s)
+	for name, token := range map[string]string{"missing": "", "wrong": "guess"} {
+		t.Run(name, func(t *testing.T) {
+			stream, err := pb.NewNodeServiceClient(conn).Session(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			hello := &pb.Hello{Member: &pb.Member{Id: "n1", PeerAddress: "127.0.0.1:1"}, JoinToken: token}
+			if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Hello{Hello: hello}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := stream.Recv(); status.Code(err) != codes.Unauthenticated {
+				t.Fatalf("join with %s token: %v, want Unauthenticated", name, err)
+			}
+		})
+	}
+	openSessionWith(t, conn, &pb.Hello{Member: &pb.Member{Id: "n1", PeerAddress: "127.0.0.1:1"}, JoinToken: "secret"})
+}
