@@ -37,8 +37,11 @@ type Config struct {
 	// ControlPlane is host:port of a control-plane replica. Required.
 	ControlPlane string
 	// Origin is the base URL requests are fetched from (scheme and host;
-	// the request's path and query are appended). Required.
+	// the request's path and query are appended) when the request's policy
+	// names none. Required.
 	Origin string
+	// JoinToken is the secret the control plane requires of joining nodes, if any.
+	JoinToken string
 
 	// MemoryBytes is the memory tier's budget. Default 256 MiB.
 	MemoryBytes int64

@@ -7,11 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/freshness"
+	"github.com/shardcache/shardcache/dataplane/policy"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -44,16 +46,21 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 	n.metrics.responseSize.WithLabelValues(route).Observe(float64(rec.bytes))
 }
 
-// route serves r by bypass, relay or from this node's store, and returns
-// the route taken.
+// route serves r by bypass, redirect, relay or from this node's store, as
+// its policy says, and returns the route taken.
 func (n *Node) route(w http.ResponseWriter, r *http.Request) string {
-	if reason := bypassReason(r); reason != "" {
-		n.bypass(w, r)
+	p := n.policies.Load().Match(policy.Host(r), r.URL.Path)
+	if p.Mode == pb.CacheMode_CACHE_MODE_BYPASS || bypassReason(r) != "" || p.Bypass(r) {
+		n.bypass(w, r, p)
 		return routeBypass
 	}
-	key := cacheKey("http", r)
-	if rt := n.routes.Load(); rt != nil {
+	key := p.Key("http", r)
+	if rt := n.routes.Load(); rt != nil && p.Mode != pb.CacheMode_CACHE_MODE_LOCAL {
 		if owner := rt.owner(key); owner != nil && owner.GetId() != n.cfg.ID {
+			if p.Mode == pb.CacheMode_CACHE_MODE_REDIRECT && owner.GetPublicUrl() != "" {
+				redirect(w, r, owner)
+				return routeRedirect
+			}
 			if n.relay(w, r, owner, rt) {
 				n.relayed.Add(1)
 				return routeRelayed
@@ -63,8 +70,16 @@ func (n *Node) route(w http.ResponseWriter, r *http.Request) string {
 			n.metrics.relayFallback.Inc()
 		}
 	}
-	n.serveOwned(w, r, key)
+	n.serveOwned(w, r, key, p)
 	return routeLocal
+}
+
+// redirect answers 307 with the owner's public URL, so the body crosses the
+// network once. The owner serves the redirected request as its own.
+func redirect(w http.ResponseWriter, r *http.Request, owner *pb.Member) {
+	w.Header().Set("Location", strings.TrimSuffix(owner.GetPublicUrl(), "/")+r.URL.RequestURI())
+	w.Header().Set("X-Cache-Node", owner.GetId())
+	w.WriteHeader(http.StatusTemporaryRedirect)
 }
 
 // servePeer is the peer listener's handler: requests relayed by other nodes,
@@ -78,7 +93,8 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 	if scheme != "https" {
 		scheme = "http"
 	}
-	n.serveOwned(w, r, cacheKey(scheme, r))
+	p := n.policies.Load().Match(policy.Host(r), r.URL.Path)
+	n.serveOwned(w, r, p.Key(scheme, r), p)
 }
 
 // bypassReason says why r must not go through the cache, or "".
@@ -97,18 +113,6 @@ func bypassReason(r *http.Request) string {
 		}
 	}
 	return ""
-}
-
-// cacheKey is $scheme$host$request_uri with the host lower-cased and
-// without its port, as nginx's $host, so that a URL has one key whichever
-// node or port receives it.
-func cacheKey(scheme string, r *http.Request) string {
-	host := r.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	return scheme + host + r.URL.RequestURI()
 }
 
 // relay forwards r to owner and copies the answer. It reports false when
@@ -142,14 +146,14 @@ func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, r
 
 // serveOwned serves key from this node's store, or fetches it from the
 // origin, collapsing concurrent misses into one origin request.
-func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string) {
+func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy) {
 	if e, ok := n.mem.Get(key); ok && e.Fresh(time.Now()) {
 		n.writeEntry(w, r, e, cacheHit)
 		return
 	}
 	call, leader := n.flights.Join(key)
 	if leader {
-		n.fill(w, r, key, func(e *store.Entry, ok bool) { n.flights.Settle(key, call, e, ok) })
+		n.fill(w, r, key, p, func(e *store.Entry, ok bool) { n.flights.Settle(key, call, e, ok) })
 		return
 	}
 	wctx, cancel := context.WithTimeout(r.Context(), n.cfg.OriginTimeout)
@@ -164,14 +168,14 @@ func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string) {
 	}
 	// The leader's response could not be shared (not cacheable, too large)
 	// or took too long: fetch alone, as nginx's proxy_cache_lock does.
-	n.fill(w, r, key, nil)
+	n.fill(w, r, key, p, nil)
 }
 
 // fill fetches key from the origin, stores the response when it may, and
 // answers w. settle, when not nil, releases the requests waiting on this
 // fill: with the stored entry, or with nothing as soon as it is clear that
 // the response cannot be shared.
-func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, settle func(*store.Entry, bool)) {
+func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, settle func(*store.Entry, bool)) {
 	settled := settle == nil
 	release := func(e *store.Entry, ok bool) {
 		if !settled {
@@ -184,12 +188,7 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, settle f
 	// The fill outlives a client that hangs up: others may be waiting on it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), n.cfg.OriginTimeout)
 	defer cancel()
-	req, err := n.originRequest(ctx, r, true)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	resp, err := n.origin.Do(req)
+	resp, err := n.fetch(ctx, r, p, true)
 	if err != nil {
 		n.metrics.originReqs.WithLabelValues("fill", "error").Inc()
 		n.log.Warn("origin request failed", "key", key, "err", err)
@@ -203,17 +202,30 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, settle f
 	relay.RemoveHopByHop(resp.Header)
 
 	lifetime := freshness.Lifetime(resp.StatusCode, resp.Header, received)
-	storable := settle != nil && lifetime > 0 && freshness.Storable(resp.StatusCode, resp.Header) &&
-		resp.ContentLength <= n.cfg.MaxObjectBytes
+	if !freshness.Explicit(resp.Header) {
+		// Like proxy_cache_valid: a policy's TTLs apply where the response
+		// states no freshness of its own.
+		if ttl, ok := p.StatusTTL(resp.StatusCode); ok {
+			lifetime = ttl
+		} else if p.DefaultTTL > 0 {
+			lifetime = p.DefaultTTL
+		}
+	}
+	maxObject := n.cfg.MaxObjectBytes
+	if p.MaxObject > 0 {
+		maxObject = min(p.MaxObject, n.cfg.MemoryBytes)
+	}
+	storable := settle != nil && lifetime > 0 && !freshness.Forbidden(resp.Header) && !p.Excluded(resp.StatusCode) &&
+		resp.ContentLength <= maxObject
 	if storable {
-		body, err := io.ReadAll(io.LimitReader(resp.Body, n.cfg.MaxObjectBytes+1))
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxObject+1))
 		n.metrics.originBytes.Add(float64(len(body)))
 		if err != nil {
 			n.log.Warn("reading origin body", "key", key, "err", err)
 			http.Error(w, "shardcache: origin response broken", http.StatusBadGateway)
 			return
 		}
-		if int64(len(body)) <= n.cfg.MaxObjectBytes {
+		if int64(len(body)) <= maxObject {
 			e := &store.Entry{
 				Key:        key,
 				Status:     resp.StatusCode,
@@ -266,17 +278,10 @@ func (n *Node) writeEntry(w http.ResponseWriter, r *http.Request, e *store.Entry
 }
 
 // bypass forwards a request that must not be cached straight to the origin.
-func (n *Node) bypass(w http.ResponseWriter, r *http.Request) {
+func (n *Node) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy) {
 	ctx, cancel := context.WithTimeout(r.Context(), n.cfg.OriginTimeout)
 	defer cancel()
-	req, err := n.originRequest(ctx, r, false)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	req.Body = r.Body
-	req.ContentLength = r.ContentLength
-	resp, err := n.origin.Do(req)
+	resp, err := n.fetch(ctx, r, p, false)
 	if err != nil {
 		n.metrics.originReqs.WithLabelValues("bypass", "error").Inc()
 		http.Error(w, "shardcache: origin unreachable", http.StatusBadGateway)
@@ -291,19 +296,49 @@ func (n *Node) bypass(w http.ResponseWriter, r *http.Request) {
 	io.Copy(w, resp.Body)
 }
 
-// originRequest builds the request to the origin for r: the origin's base
-// URL with r's path and query, r's end-to-end headers, and the client's
-// address appended to X-Forwarded-For. A fill is always a whole-object GET.
-func (n *Node) originRequest(ctx context.Context, r *http.Request, fill bool) (*http.Request, error) {
+// fetch sends r to the policy's origins in order (the node's default
+// origin when it names none) until one answers. A fill is a whole-object GET
+// with no body; a bypass forwards the client's method and body, and is not
+// retried on another origin once the body may have been read.
+func (n *Node) fetch(ctx context.Context, r *http.Request, p *policy.Policy, fill bool) (*http.Response, error) {
+	origins := p.Origins
+	if len(origins) == 0 {
+		origins = []*url.URL{n.originURL}
+	}
+	var err error
+	for i, o := range origins {
+		var req *http.Request
+		if req, err = n.originRequest(ctx, r, o, fill); err != nil {
+			return nil, err
+		}
+		if !fill {
+			req.Body, req.ContentLength = r.Body, r.ContentLength
+		}
+		var resp *http.Response
+		if resp, err = n.origin.Do(req); err == nil {
+			return resp, nil
+		}
+		if !fill && r.ContentLength != 0 || i == len(origins)-1 {
+			break
+		}
+		n.log.Warn("origin failed; trying the next", "origin", o.Host, "err", err)
+	}
+	return nil, err
+}
+
+// originRequest builds the request to origin for r: the origin's base URL
+// with r's path and query, r's end-to-end headers, and the client's address
+// appended to X-Forwarded-For. A fill is always a whole-object GET.
+func (n *Node) originRequest(ctx context.Context, r *http.Request, origin *url.URL, fill bool) (*http.Request, error) {
 	method := r.Method
 	if fill {
 		method = http.MethodGet // a HEAD miss fills with a GET, so the body is stored
 	}
-	u := *n.originURL
+	u := *origin
 	u.Path = strings.TrimSuffix(u.Path, "/") + r.URL.Path
 	u.RawPath = ""
 	if r.URL.RawPath != "" {
-		u.RawPath = strings.TrimSuffix(n.originURL.EscapedPath(), "/") + r.URL.RawPath
+		u.RawPath = strings.TrimSuffix(origin.EscapedPath(), "/") + r.URL.RawPath
 	}
 	u.RawQuery = r.URL.RawQuery
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)

@@ -7,9 +7,10 @@ import (
 
 // Routes, the label that tells relayed requests from local ones.
 const (
-	routeLocal   = "local"
-	routeRelayed = "relayed"
-	routeBypass  = "bypass"
+	routeLocal    = "local"
+	routeRelayed  = "relayed"
+	routeBypass   = "bypass"
+	routeRedirect = "redirect"
 )
 
 // metrics are the node's Prometheus metrics, on a registry of its own (an
@@ -17,18 +18,19 @@ const (
 type metrics struct {
 	reg *prometheus.Registry
 
-	requests      *prometheus.CounterVec
-	duration      *prometheus.HistogramVec
-	responseSize  *prometheus.HistogramVec
-	originReqs    *prometheus.CounterVec
-	originBytes   prometheus.Counter
-	peerReqs      *prometheus.CounterVec
-	peerConns     *prometheus.CounterVec
-	relayFallback prometheus.Counter
-	ringEpoch     prometheus.Gauge
-	ringMembers   prometheus.Gauge
-	session       prometheus.Gauge
-	collapsed     prometheus.Counter
+	requests       *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	responseSize   *prometheus.HistogramVec
+	originReqs     *prometheus.CounterVec
+	originBytes    prometheus.Counter
+	peerReqs       *prometheus.CounterVec
+	peerConns      *prometheus.CounterVec
+	relayFallback  prometheus.Counter
+	ringEpoch      prometheus.Gauge
+	ringMembers    prometheus.Gauge
+	session        prometheus.Gauge
+	collapsed      prometheus.Counter
+	policyRevision prometheus.Gauge
 }
 
 // Classic buckets reach 1 h and 100 GB, so that quantiles of long downloads
@@ -80,9 +82,12 @@ func newMetrics() *metrics {
 		collapsed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shardcache_collapsed_requests_total", Help: "Cache misses served by waiting on another request's origin fetch.",
 		}),
+		policyRevision: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shardcache_policy_revision", Help: "Revision of the policy set in force (0: none received).",
+		}),
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
-		m.peerConns, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed,
+		m.peerConns, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed, m.policyRevision,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

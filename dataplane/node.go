@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardcache/shardcache/dataplane/flight"
+	"github.com/shardcache/shardcache/dataplane/policy"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/session"
 	"github.com/shardcache/shardcache/dataplane/store"
@@ -35,6 +36,7 @@ type Node struct {
 	mem       *store.Memory
 	flights   flight.Group[*store.Entry]
 	routes    atomic.Pointer[routes]
+	policies  atomic.Pointer[policy.Set]
 	originURL *url.URL
 	origin    *http.Client
 	peers     *relay.Client
@@ -96,16 +98,34 @@ func New(cfg Config) (*Node, error) {
 			Zone:          cfg.Zone,
 			CapacityBytes: cfg.MemoryBytes,
 		},
-		Load:   n.loadReport,
-		Logger: n.log,
+		Load:      n.loadReport,
+		JoinToken: cfg.JoinToken,
+		Logger:    n.log,
 	}, n)
 	if err != nil {
 		mem.Close()
 		return nil, err
 	}
 	n.session = sc
+	n.policies.Store(policy.Empty)
 	return n, nil
 }
+
+// ApplyPolicies swaps in the policy set after a push, or refuses a push it
+// cannot run; the set in force then stays.
+func (n *Node) ApplyPolicies(ps *pb.PolicySet) error {
+	next, err := n.policies.Load().Apply(ps)
+	if err != nil {
+		return err
+	}
+	n.policies.Store(next)
+	n.metrics.policyRevision.Set(float64(next.Revision()))
+	n.log.Info("applied policies", "revision", next.Revision(), "policies", next.Len(), "incremental", ps.GetIncremental())
+	return nil
+}
+
+// PolicyRevision is the revision of the policy set in force.
+func (n *Node) PolicyRevision() int64 { return n.policies.Load().Revision() }
 
 // ApplyEpoch installs a ring epoch pushed by the control plane.
 func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
@@ -232,7 +252,14 @@ func (n *Node) opsHandler() http.Handler {
 			http.Error(w, "not ready: no ring epoch yet from the control plane at "+n.cfg.ControlPlane, http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintf(w, "ready epoch=%d members=%d\n", rt.epoch.GetEpoch(), len(rt.epoch.GetMembers()))
+		control := "connected"
+		if !n.session.Connected() {
+			// Still ready: the node serves with what it has. Say the
+			// control data may be stale.
+			control = "disconnected (stale control data)"
+		}
+		fmt.Fprintf(w, "ready epoch=%d members=%d policies=%d control=%s\n", rt.epoch.GetEpoch(), len(rt.epoch.GetMembers()),
+			n.policies.Load().Revision(), control)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

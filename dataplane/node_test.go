@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/shardcache/shardcache/dataplane/policy"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/ring"
 )
@@ -26,12 +28,14 @@ import (
 // snapshot of the epoch it holds and pushes each new epoch to every session.
 type fakeControl struct {
 	pb.UnimplementedNodeServiceServer
-	mu     sync.Mutex
-	epoch  *pb.RingEpoch
-	wake   chan struct{}
-	hellos atomic.Int32
-	addr   string
-	srv    *grpc.Server
+	mu       sync.Mutex
+	epoch    *pb.RingEpoch
+	policies *pb.PolicySet // sent with the snapshot
+	wake     chan struct{}
+	hellos   atomic.Int32
+	acks     chan *pb.PolicyAck
+	addr     string
+	srv      *grpc.Server
 }
 
 func startFakeControl(t *testing.T, addr string) *fakeControl {
@@ -40,7 +44,7 @@ func startFakeControl(t *testing.T, addr string) *fakeControl {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeControl{wake: make(chan struct{}), addr: l.Addr().String(), srv: grpc.NewServer()}
+	f := &fakeControl{wake: make(chan struct{}), addr: l.Addr().String(), srv: grpc.NewServer(), acks: make(chan *pb.PolicyAck, 16)}
 	pb.RegisterNodeServiceServer(f.srv, f)
 	go f.srv.Serve(l)
 	t.Cleanup(f.srv.Stop)
@@ -62,17 +66,21 @@ func (f *fakeControl) Session(stream pb.NodeService_SessionServer) error {
 	}
 	f.hellos.Add(1)
 	f.mu.Lock()
-	e, wake := f.epoch, f.wake
+	e, ps, wake := f.epoch, f.policies, f.wake
 	f.mu.Unlock()
-	if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: &pb.Snapshot{Epoch: e}}}); err != nil {
+	if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: &pb.Snapshot{Epoch: e, Policies: ps}}}); err != nil {
 		return err
 	}
 	gone := make(chan struct{})
 	go func() {
 		defer close(gone)
 		for {
-			if _, err := stream.Recv(); err != nil {
+			req, err := stream.Recv()
+			if err != nil {
 				return
+			}
+			if ack := req.GetPolicyAck(); ack != nil {
+				f.acks <- ack
 			}
 		}
 	}()
@@ -113,6 +121,12 @@ func (o *testOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "max-age=60")
 	}
 	w.Header().Set("X-Seen-Forwarded-For", r.Header.Get("X-Forwarded-For"))
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/plain/"):
+		w.Header().Del("Cache-Control") // no freshness of its own
+	case strings.HasPrefix(r.URL.Path, "/missing/"):
+		w.WriteHeader(http.StatusNotFound)
+	}
 	io.WriteString(w, "body of "+r.URL.Path)
 }
 
@@ -151,7 +165,8 @@ func startNode(t *testing.T, id, control, origin string) *Node {
 func epochOf(num uint64, nodes ...*Node) *pb.RingEpoch {
 	e := &pb.RingEpoch{Epoch: num}
 	for _, n := range nodes {
-		e.Members = append(e.Members, &pb.Member{Id: n.ID(), PeerAddress: n.PeerAddr().String(), State: pb.MemberState_MEMBER_STATE_ACTIVE})
+		e.Members = append(e.Members, &pb.Member{Id: n.ID(), PeerAddress: n.PeerAddr().String(), PublicUrl: "http://" + n.ClientAddr().String(),
+			State: pb.MemberState_MEMBER_STATE_ACTIVE})
 	}
 	return e
 }
@@ -244,7 +259,7 @@ func TestNotReadyUntilEpoch(t *testing.T) {
 	}
 	fc.publish(epochOf(1, n))
 	waitEpoch(t, n, 1)
-	if resp, body := do(t, "GET", ready); resp.StatusCode != 200 || !strings.Contains(body, "epoch=1 members=1") {
+	if resp, body := do(t, "GET", ready); resp.StatusCode != 200 || !strings.Contains(body, "epoch=1 members=1 ") {
 		t.Fatalf("/readyz after epoch 1: %d %s", resp.StatusCode, body)
 	}
 	if resp, _ := do(t, "GET", "http://"+n.OpsAddr().String()+"/healthz"); resp.StatusCode != 200 {
@@ -497,8 +512,159 @@ func TestCacheKey(t *testing.T) {
 	}
 	for _, tt := range tests {
 		r := httptest.NewRequest("GET", "http://"+tt.host+tt.uri, nil)
-		if got := cacheKey("http", r); got != tt.want {
+		if got := policy.Default.Key("http", r); got != tt.want {
 			t.Errorf("cacheKey(%s%s) = %q, want %q", tt.host, tt.uri, got, tt.want)
 		}
+	}
+}
+
+func TestPolicyModesAndOverrides(t *testing.T) {
+	fc := startFakeControl(t, "127.0.0.1:0")
+	o := &testOrigin{}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	a := startNode(t, "a", fc.addr, origin.URL)
+	b := startNode(t, "b", fc.addr, origin.URL)
+	e := epochOf(1, a, b)
+	fc.publish(e)
+	waitEpoch(t, a, 1)
+	waitEpoch(t, b, 1)
+	set := &pb.PolicySet{Revision: 7, Policies: []*pb.CachePolicy{
+		{Name: "bypass", PathPrefix: "/bypass/", Mode: pb.CacheMode_CACHE_MODE_BYPASS},
+		{Name: "local", PathPrefix: "/local/", Mode: pb.CacheMode_CACHE_MODE_LOCAL},
+		{Name: "redirect", PathPrefix: "/redir/", Mode: pb.CacheMode_CACHE_MODE_REDIRECT},
+		{Name: "missing", PathPrefix: "/missing/", ExcludedStatuses: []*pb.StatusRange{{From: 404, To: 404}}},
+		{Name: "plain", PathPrefix: "/plain/", StatusTtls: []*pb.StatusTTL{{StatusFrom: 200, StatusTo: 299, Ttl: durationpb.New(time.Minute)}}},
+		{Name: "noquery", PathPrefix: "/q/", KeyTemplate: "$scheme$host$uri"},
+		{Name: "cookies", PathPrefix: "/app/", Bypass: []*pb.BypassRule{{Cookies: []string{"session"}}}},
+	}}
+	for _, n := range []*Node{a, b} {
+		if err := n.ApplyPolicies(set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := "http://" + a.ClientAddr().String()
+	get := func(path string, hdr ...string) *http.Response {
+		resp, _ := do(t, "GET", base+path, hdr...)
+		return resp
+	}
+
+	t.Run("bypass mode", func(t *testing.T) {
+		for range 2 {
+			if c := get("/bypass/x").Header.Get("X-Cache"); c != "BYPASS" {
+				t.Fatalf("X-Cache %q, want BYPASS", c)
+			}
+		}
+		if n := o.count("/bypass/x"); n != 2 {
+			t.Fatalf("origin saw %d, want 2", n)
+		}
+	})
+	t.Run("local mode serves a key owned elsewhere", func(t *testing.T) {
+		var path string
+		for i := 0; ; i++ {
+			p := fmt.Sprintf("/local/k%d", i)
+			if owner := mustRing(t, e).Owner("http127.0.0.1" + p).ID; owner == "b" {
+				path = p
+				break
+			}
+		}
+		if resp := get(path); resp.Header.Get("X-Cache-Node") != "a" {
+			t.Fatalf("local mode: served by %q, want a", resp.Header.Get("X-Cache-Node"))
+		}
+		if resp := get(path); resp.Header.Get("X-Cache") != "HIT" || resp.Header.Get("X-Cache-Node") != "a" {
+			t.Fatalf("local mode, again: %s from %s", resp.Header.Get("X-Cache"), resp.Header.Get("X-Cache-Node"))
+		}
+	})
+	t.Run("redirect mode", func(t *testing.T) {
+		var path string
+		for i := 0; ; i++ {
+			if p := fmt.Sprintf("/redir/k%d", i); mustRing(t, e).Owner("http127.0.0.1"+p).ID == "b" {
+				path = p
+				break
+			}
+		}
+		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := noFollow.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := "http://" + b.ClientAddr().String() + path
+		if resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != want {
+			t.Fatalf("redirect: %d to %q, want 307 to %q", resp.StatusCode, resp.Header.Get("Location"), want)
+		}
+		followed, body := do(t, "GET", base+path)
+		if followed.StatusCode != 200 || body != "body of "+path || followed.Header.Get("X-Cache-Node") != "b" {
+			t.Fatalf("following the redirect: %d %q from %q", followed.StatusCode, body, followed.Header.Get("X-Cache-Node"))
+		}
+	})
+	t.Run("excluded status is not stored", func(t *testing.T) {
+		get("/missing/x")
+		get("/missing/x")
+		if n := o.count("/missing/x"); n != 2 {
+			t.Fatalf("origin saw %d requests for an excluded 404, want 2", n)
+		}
+	})
+	t.Run("status TTL caches a response without freshness", func(t *testing.T) {
+		get("/plain/x")
+		if c := get("/plain/x").Header.Get("X-Cache"); c != "HIT" {
+			t.Fatalf("X-Cache %q, want HIT under the policy's 200 TTL", c)
+		}
+	})
+	t.Run("key template without the query", func(t *testing.T) {
+		get("/q/x?a=1")
+		if c := get("/q/x?a=2").Header.Get("X-Cache"); c != "HIT" {
+			t.Fatalf("X-Cache %q, want HIT: the template ignores the query", c)
+		}
+	})
+	t.Run("bypass rule on a cookie", func(t *testing.T) {
+		if c := get("/app/x", "Cookie", "session=1").Header.Get("X-Cache"); c != "BYPASS" {
+			t.Fatalf("with the cookie: X-Cache %q, want BYPASS", c)
+		}
+		if c := get("/app/x").Header.Get("X-Cache"); c == "BYPASS" {
+			t.Fatal("without the cookie the request bypassed")
+		}
+	})
+}
+
+func mustRing(t *testing.T, e *pb.RingEpoch) *ring.Ring {
+	t.Helper()
+	var members []ring.Member
+	for _, m := range e.GetMembers() {
+		members = append(members, ring.Member{ID: m.GetId()})
+	}
+	r, err := ring.New(e.GetEpoch(), members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestPolicyPushIsAcknowledgedOrRefused(t *testing.T) {
+	fc := startFakeControl(t, "127.0.0.1:0")
+	fc.policies = &pb.PolicySet{Revision: 5, Policies: []*pb.CachePolicy{{Name: "all", PathPrefix: "/"}}}
+	origin := httptest.NewServer(&testOrigin{})
+	defer origin.Close()
+	a := startNode(t, "a", fc.addr, origin.URL)
+	select {
+	case ack := <-fc.acks:
+		if ack.GetAppliedRevision() != 5 || ack.GetRefusedRevision() != 0 {
+			t.Fatalf("ack %v, want revision 5 applied", ack)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no acknowledgement of the snapshot's policies")
+	}
+	if a.PolicyRevision() != 5 {
+		t.Fatalf("node runs revision %d, want 5", a.PolicyRevision())
+	}
+	// A set the node cannot run is refused; the set in force stays.
+	if err := a.ApplyPolicies(&pb.PolicySet{Revision: 6, Policies: []*pb.CachePolicy{{Name: "bad", Mode: 42}}}); err == nil {
+		t.Fatal("a policy with an unknown mode was applied")
+	}
+	if err := a.ApplyPolicies(&pb.PolicySet{Revision: 9, Incremental: true, SinceRevision: 8}); err == nil {
+		t.Fatal("an incremental push with a gap was applied")
+	}
+	if a.PolicyRevision() != 5 {
+		t.Fatalf("after refusals the node runs %d, want 5", a.PolicyRevision())
 	}
 }

@@ -58,17 +58,29 @@ func (d Directives) Seconds(name string) (time.Duration, bool) {
 // freshness applies to them.
 var heuristicStatuses = map[int]bool{200: true, 203: true, 204: true, 206: true, 300: true, 301: true, 308: true, 404: true, 405: true, 410: true, 414: true, 501: true}
 
-// Storable reports whether a shared cache may store a response with this
-// status and header. Responses that must be revalidated on every use
-// (no-cache) are not stored: revalidation comes with the validation support.
-func Storable(status int, h http.Header) bool {
+// Forbidden reports whether the response forbids a shared cache to store
+// it whatever a policy says: no-store, private, Vary: *, and no-cache (which
+// needs revalidation on every use; not stored until validation support).
+func Forbidden(h http.Header) bool {
 	cc := ParseCacheControl(h)
-	if cc.Has("no-store") || cc.Has("private") || cc.Has("no-cache") {
+	return cc.Has("no-store") || cc.Has("private") || cc.Has("no-cache") || h.Get("Vary") == "*"
+}
+
+// Explicit reports whether the response states its freshness (s-maxage,
+// max-age or Expires), which takes precedence over a policy's TTLs as
+// response headers do over nginx's proxy_cache_valid.
+func Explicit(h http.Header) bool {
+	cc := ParseCacheControl(h)
+	return cc.Has("s-maxage") || cc.Has("max-age") || h.Get("Expires") != ""
+}
+
+// Storable reports whether a shared cache may store a response with this
+// status and header by RFC 9111 alone.
+func Storable(status int, h http.Header) bool {
+	if Forbidden(h) {
 		return false
 	}
-	if h.Get("Vary") == "*" {
-		return false
-	}
+	cc := ParseCacheControl(h)
 	if heuristicStatuses[status] {
 		return true
 	}

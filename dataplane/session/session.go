@@ -26,6 +26,11 @@ import (
 type Applier interface {
 	// ApplyEpoch installs a ring epoch. It is called with increasing epochs.
 	ApplyEpoch(*pb.RingEpoch)
+	// ApplyPolicies installs a policy push, or refuses it with the reason
+	// (the node then keeps the set it runs).
+	ApplyPolicies(*pb.PolicySet) error
+	// PolicyRevision is the revision of the policy set the node runs.
+	PolicyRevision() int64
 }
 
 // Config configures a session Client.
@@ -41,6 +46,8 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait between reconnects, which
 	// doubles after every failure, with jitter. Defaults 200ms and 10s.
 	MinBackoff, MaxBackoff time.Duration
+	// JoinToken is sent in the hello when the control plane requires one.
+	JoinToken string
 	// Logger receives connection changes. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -135,7 +142,7 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient) (establi
 	if err != nil {
 		return false, err
 	}
-	hello := &pb.Hello{Member: c.cfg.Member, LastEpoch: c.Epoch()}
+	hello := &pb.Hello{Member: c.cfg.Member, LastEpoch: c.Epoch(), PolicyRevision: c.apply.PolicyRevision(), JoinToken: c.cfg.JoinToken}
 	if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Hello{Hello: hello}}); err != nil {
 		return false, recvErr(stream, err)
 	}
@@ -183,8 +190,17 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient) (establi
 				established = true
 				c.connected.Store(true)
 				c.applyEpoch(msg.Snapshot.GetEpoch())
+				if ps := msg.Snapshot.GetPolicies(); ps != nil {
+					if err := c.applyPolicies(stream, ps); err != nil {
+						return established, err
+					}
+				}
 			case *pb.SessionResponse_Epoch:
 				c.applyEpoch(msg.Epoch)
+			case *pb.SessionResponse_Policies:
+				if err := c.applyPolicies(stream, msg.Policies); err != nil {
+					return established, err
+				}
 			}
 		}
 	}
@@ -196,6 +212,20 @@ func (c *Client) applyEpoch(e *pb.RingEpoch) {
 	}
 	c.apply.ApplyEpoch(e)
 	c.applied.Store(e.GetEpoch())
+}
+
+// applyPolicies installs a push and acknowledges it, or reports the refusal.
+func (c *Client) applyPolicies(stream pb.NodeService_SessionClient, ps *pb.PolicySet) error {
+	ack := &pb.PolicyAck{}
+	if err := c.apply.ApplyPolicies(ps); err != nil {
+		c.cfg.Logger.Error("refusing policy push; keeping the policies in force", "revision", ps.GetRevision(), "err", err)
+		ack.RefusedRevision, ack.Error = ps.GetRevision(), err.Error()
+	}
+	ack.AppliedRevision = c.apply.PolicyRevision()
+	if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_PolicyAck{PolicyAck: ack}}); err != nil {
+		return recvErr(stream, err)
+	}
+	return nil
 }
 
 // goodbyeWait bounds how long a closing node waits for the control plane to

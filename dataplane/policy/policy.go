@@ -1,0 +1,312 @@
+// Package policy is a node's compiled view of the cluster's cache policies:
+// which policy a request falls under (by host and longest path prefix), how
+// its cache key is built, whether it bypasses the cache, and the freshness
+// overrides of its responses. A Set is immutable; a node swaps whole sets.
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// DefaultKeyTemplate is the key of requests no template overrides.
+const DefaultKeyTemplate = "$scheme$host$request_uri"
+
+// Policy is one compiled policy. The zero Policy (used when none matches)
+// caches sharded with the default key.
+type Policy struct {
+	Name       string
+	Mode       pb.CacheMode
+	Origins    []*url.URL // tried in order; empty: the node's default origin
+	DefaultTTL time.Duration
+	MaxObject  int64 // 0: the node's default
+
+	hosts     []string // lower-case; "*.x" wildcards; empty: every host
+	prefix    string
+	key       []keyPart
+	statusTTL []*pb.StatusTTL
+	excluded  []*pb.StatusRange
+	bypass    []*pb.BypassRule
+}
+
+// keyPart is a literal or a variable of a key template.
+type keyPart struct {
+	literal  string
+	variable string // "" for a literal
+}
+
+// Default is the policy of requests no policy matches.
+var Default = mustCompile(&pb.CachePolicy{Name: "default"})
+
+func mustCompile(p *pb.CachePolicy) *Policy {
+	c, err := compile(p)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+func compile(p *pb.CachePolicy) (*Policy, error) {
+	c := &Policy{
+		Name:       p.GetName(),
+		Mode:       p.GetMode(),
+		DefaultTTL: p.GetDefaultTtl().AsDuration(),
+		MaxObject:  p.GetMaxObjectSize(),
+		prefix:     p.GetPathPrefix(),
+		statusTTL:  p.GetStatusTtls(),
+		excluded:   p.GetExcludedStatuses(),
+		bypass:     p.GetBypass(),
+	}
+	if c.Mode == pb.CacheMode_CACHE_MODE_UNSPECIFIED {
+		c.Mode = pb.CacheMode_CACHE_MODE_SHARDED
+	}
+	if _, ok := pb.CacheMode_name[int32(c.Mode)]; !ok {
+		return nil, fmt.Errorf("policy %s: unknown mode %d", c.Name, c.Mode)
+	}
+	for _, o := range p.GetOriginUrls() {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("policy %s: origin URL %q is not an http(s) URL", c.Name, o)
+		}
+		c.Origins = append(c.Origins, u)
+	}
+	for _, h := range p.GetHosts() {
+		c.hosts = append(c.hosts, strings.ToLower(h))
+	}
+	tmpl := p.GetKeyTemplate()
+	if tmpl == "" {
+		tmpl = DefaultKeyTemplate
+	}
+	key, err := parseTemplate(tmpl)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", c.Name, err)
+	}
+	c.key = key
+	for _, r := range c.bypass {
+		for _, pat := range r.GetPathPatterns() {
+			if _, err := path.Match(pat, "/"); err != nil {
+				return nil, fmt.Errorf("policy %s: path pattern %q: %w", c.Name, pat, err)
+			}
+		}
+	}
+	return c, nil
+}
+
+// parseTemplate splits "$scheme$host$request_uri" into parts. A variable
+// name runs over lower-case letters, digits and '_'.
+func parseTemplate(t string) ([]keyPart, error) {
+	var parts []keyPart
+	for len(t) > 0 {
+		i := strings.IndexByte(t, '$')
+		if i < 0 {
+			parts = append(parts, keyPart{literal: t})
+			break
+		}
+		if i > 0 {
+			parts = append(parts, keyPart{literal: t[:i]})
+			t = t[i:]
+		}
+		j := 1
+		for j < len(t) && (t[j] == '_' || t[j] >= 'a' && t[j] <= 'z' || t[j] >= '0' && t[j] <= '9') {
+			j++
+		}
+		name := t[1:j]
+		switch {
+		case name == "scheme", name == "host", name == "request_uri", name == "uri", name == "args", name == "method",
+			strings.HasPrefix(name, "http_") && len(name) > 5, strings.HasPrefix(name, "cookie_") && len(name) > 7:
+		default:
+			return nil, fmt.Errorf("key template: unknown variable $%s", name)
+		}
+		parts = append(parts, keyPart{variable: name})
+		t = t[j:]
+	}
+	return parts, nil
+}
+
+// Host is the request's host as keys use it: lower-case, without port or
+// trailing dot, as nginx's $host.
+func Host(r *http.Request) string {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return strings.ToLower(strings.TrimSuffix(host, "."))
+}
+
+// Key builds r's cache key from the policy's template.
+func (p *Policy) Key(scheme string, r *http.Request) string {
+	var b strings.Builder
+	for _, part := range p.key {
+		switch v := part.variable; {
+		case v == "":
+			b.WriteString(part.literal)
+		case v == "scheme":
+			b.WriteString(scheme)
+		case v == "host":
+			b.WriteString(Host(r))
+		case v == "request_uri":
+			b.WriteString(r.URL.RequestURI())
+		case v == "uri":
+			b.WriteString(r.URL.EscapedPath())
+		case v == "args":
+			b.WriteString(r.URL.RawQuery)
+		case v == "method":
+			b.WriteString(r.Method)
+		case strings.HasPrefix(v, "http_"):
+			b.WriteString(r.Header.Get(strings.ReplaceAll(v[5:], "_", "-")))
+		case strings.HasPrefix(v, "cookie_"):
+			if c, err := r.Cookie(v[7:]); err == nil {
+				b.WriteString(c.Value)
+			}
+		}
+	}
+	return b.String()
+}
+
+// Bypass reports whether a bypass rule matches r.
+func (p *Policy) Bypass(r *http.Request) bool {
+	for _, rule := range p.bypass {
+		if ruleMatches(rule, r) {
+			return true
+		}
+	}
+	return false
+}
+
+func ruleMatches(rule *pb.BypassRule, r *http.Request) bool {
+	if m := rule.GetMethods(); len(m) > 0 && !slices.Contains(m, r.Method) {
+		return false
+	}
+	if hs := rule.GetHeaders(); len(hs) > 0 && !slices.ContainsFunc(hs, func(h string) bool { return r.Header.Get(h) != "" }) {
+		return false
+	}
+	if cs := rule.GetCookies(); len(cs) > 0 && !slices.ContainsFunc(cs, func(c string) bool { _, err := r.Cookie(c); return err == nil }) {
+		return false
+	}
+	if ps := rule.GetPathPatterns(); len(ps) > 0 && !slices.ContainsFunc(ps, func(pat string) bool { ok, _ := path.Match(pat, r.URL.Path); return ok }) {
+		return false
+	}
+	return true
+}
+
+// Excluded reports whether responses with status must not be stored.
+func (p *Policy) Excluded(status int) bool {
+	for _, r := range p.excluded {
+		if uint32(status) >= r.GetFrom() && uint32(status) <= r.GetTo() {
+			return true
+		}
+	}
+	return false
+}
+
+// StatusTTL returns the lifetime the policy sets for status, like
+// proxy_cache_valid; ok is false when it sets none.
+func (p *Policy) StatusTTL(status int) (time.Duration, bool) {
+	for _, st := range p.statusTTL {
+		if uint32(status) >= st.GetStatusFrom() && uint32(status) <= st.GetStatusTo() {
+			return st.GetTtl().AsDuration(), true
+		}
+	}
+	return 0, false
+}
+
+// matches reports whether the policy covers host and path, and how
+// specifically: longer path prefixes first, then exact hosts before
+// wildcards before any host.
+func (p *Policy) matches(host, urlPath string) (bool, int) {
+	if !strings.HasPrefix(urlPath, p.prefix) {
+		return false, 0
+	}
+	score := len(p.prefix) * 4
+	if len(p.hosts) == 0 {
+		return true, score
+	}
+	for _, h := range p.hosts {
+		switch {
+		case h == host:
+			return true, score + 2
+		case strings.HasPrefix(h, "*.") && strings.HasSuffix(host, h[1:]):
+			return true, score + 1
+		}
+	}
+	return false, 0
+}
+
+// Set is an immutable, compiled policy set at one revision.
+type Set struct {
+	revision int64
+	source   map[string]*pb.CachePolicy
+	compiled []*Policy
+}
+
+// Empty is the set before the control plane sent any.
+var Empty = &Set{source: map[string]*pb.CachePolicy{}}
+
+// Revision is the revision of the set.
+func (s *Set) Revision() int64 { return s.revision }
+
+// Len is the number of policies.
+func (s *Set) Len() int { return len(s.compiled) }
+
+// Match returns the policy for a request to host and path; Default when
+// none matches.
+func (s *Set) Match(host, urlPath string) *Policy {
+	var best *Policy
+	bestScore := -1
+	for _, p := range s.compiled {
+		if ok, score := p.matches(host, urlPath); ok && score > bestScore {
+			best, bestScore = p, score
+		}
+	}
+	if best == nil {
+		return Default
+	}
+	return best
+}
+
+// ErrGap is returned for an incremental push that does not start at the
+// set's revision.
+var ErrGap = errors.New("policy: incremental push does not follow the applied revision")
+
+// Apply returns the set after a push: a whole set replaces this one, changes
+// are applied on top. An error leaves this set in force.
+func (s *Set) Apply(ps *pb.PolicySet) (*Set, error) {
+	source := make(map[string]*pb.CachePolicy)
+	if ps.GetIncremental() {
+		if ps.GetSinceRevision() != s.revision {
+			return nil, fmt.Errorf("%w: push is since %d, node runs %d", ErrGap, ps.GetSinceRevision(), s.revision)
+		}
+		for name, p := range s.source {
+			source[name] = p
+		}
+		for _, name := range ps.GetDeleted() {
+			delete(source, name)
+		}
+	}
+	for _, p := range ps.GetPolicies() {
+		source[p.GetName()] = p
+	}
+	next := &Set{revision: ps.GetRevision(), source: source}
+	names := make([]string, 0, len(source))
+	for name := range source {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		c, err := compile(source[name])
+		if err != nil {
+			return nil, err
+		}
+		next.compiled = append(next.compiled, c)
+	}
+	return next, nil
+}
