@@ -123,7 +123,7 @@ func (c *cluster) waitMembers(ctx context.Context, nd *node, want int) {
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 || !strings.Contains(string(b), fmt.Sprintf("members=%d\n", want)) {
+		if resp.StatusCode != 200 || !strings.Contains(string(b), fmt.Sprintf("members=%d ", want)) {
 			return fmt.Errorf("%s /readyz: %d %s", nd.id, resp.StatusCode, b)
 		}
 		return nil

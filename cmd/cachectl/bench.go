@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"github.com/shardcache/shardcache/cmd/internal/loadgen"
 	"github.com/shardcache/shardcache/cmd/internal/units"
@@ -110,34 +108,20 @@ func progressLine(w io.Writer) func(loadgen.Progress) {
 }
 
 func renderBench(w io.Writer, format string, res *loadgen.Result) error {
-	switch format {
-	case "json", "yaml":
-		b, err := json.MarshalIndent(res, "", "  ")
-		if err != nil {
-			return err
+	return render(w, format, res, func(tw *tabwriter.Writer) {
+		fmt.Fprintf(tw, "requests\t%d in %.1fs\n", res.Requests, res.Seconds)
+		fmt.Fprintf(tw, "throughput\t%.0f req/s, %s/s\n", res.PerSecond, units.Bytes(int64(float64(res.Bytes)/max(res.Seconds, 1e-9))))
+		l := res.LatencyMs
+		fmt.Fprintf(tw, "latency\tp50 %.3fms  p90 %.3fms  p99 %.3fms  max %.3fms\n", l.P50, l.P90, l.P99, l.Max)
+		fmt.Fprintf(tw, "hit ratio\t%.4f  (X-Cache: %s)\n", res.HitRatio, counts(res.Cache))
+		fmt.Fprintf(tw, "bytes\t%s\n", units.Bytes(res.Bytes))
+		fmt.Fprintf(tw, "statuses\t%s\n", counts(res.Statuses))
+		errs := "none"
+		if len(res.Errors) > 0 {
+			errs = counts(res.Errors)
 		}
-		if format == "yaml" {
-			if b, err = yaml.JSONToYAML(b); err != nil {
-				return err
-			}
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "requests\t%d in %.1fs\n", res.Requests, res.Seconds)
-	fmt.Fprintf(tw, "throughput\t%.0f req/s, %s/s\n", res.PerSecond, units.Bytes(int64(float64(res.Bytes)/max(res.Seconds, 1e-9))))
-	l := res.LatencyMs
-	fmt.Fprintf(tw, "latency\tp50 %.3fms  p90 %.3fms  p99 %.3fms  max %.3fms\n", l.P50, l.P90, l.P99, l.Max)
-	fmt.Fprintf(tw, "hit ratio\t%.4f  (X-Cache: %s)\n", res.HitRatio, counts(res.Cache))
-	fmt.Fprintf(tw, "bytes\t%s\n", units.Bytes(res.Bytes))
-	fmt.Fprintf(tw, "statuses\t%s\n", counts(res.Statuses))
-	errs := "none"
-	if len(res.Errors) > 0 {
-		errs = counts(res.Errors)
-	}
-	fmt.Fprintf(tw, "errors\t%s\n", errs)
-	return tw.Flush()
+		fmt.Fprintf(tw, "errors\t%s\n", errs)
+	})
 }
 
 // counts prints a map as "a=1 b=2", sorted by key.

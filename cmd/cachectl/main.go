@@ -31,6 +31,7 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	g.register(root)
-	root.AddCommand(newRingCommand(g), newNodesCommand(g), newBenchCommand(g))
+	root.AddCommand(newRingCommand(g), newNodesCommand(g), newBenchCommand(g), newPolicyCommand(g),
+		newDrainCommand(g), newUndrainCommand(g))
 	return root
 }

@@ -21,16 +21,23 @@ func checkFormat(format string) error {
 	return fmt.Errorf("-o %q: want table, json or yaml", format)
 }
 
-// render writes msg as JSON or YAML, or calls table for the table format.
-// JSON and YAML use protobuf's JSON mapping, so field names are stable.
-func render(w io.Writer, format string, msg proto.Message, table func(*tabwriter.Writer)) error {
+// render writes v as JSON or YAML, or calls table for the table format.
+// Protobuf messages use protobuf's JSON mapping, so field names are stable;
+// other values use encoding/json.
+func render(w io.Writer, format string, v any, table func(*tabwriter.Writer)) error {
 	switch format {
 	case "table":
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		table(tw)
 		return tw.Flush()
 	case "json", "yaml":
-		raw, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(msg)
+		var raw []byte
+		var err error
+		if msg, ok := v.(proto.Message); ok {
+			raw, err = protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(msg)
+		} else {
+			raw, err = json.Marshal(v)
+		}
 		if err != nil {
 			return fmt.Errorf("encoding output: %w", err)
 		}

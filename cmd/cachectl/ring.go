@@ -35,6 +35,7 @@ func newRingCommand(g *globalOptions) *cobra.Command {
 		},
 	}
 	cmd.Flags().Uint64Var(&o.epoch, "epoch", 0, "show this past epoch instead of the current one")
+	cmd.AddCommand(newRingDiffCommand(g))
 	return cmd
 }
 

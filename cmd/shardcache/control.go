@@ -37,6 +37,7 @@ from --admin-token or SHARDCACHE_TOKEN.`,
 	f.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", 0, "how long a silent node stays a member (default 10s)")
 	f.DurationVar(&o.cfg.EpochBatchWindow, "epoch-batch-window", 0, "membership changes within this window make one epoch (default 2s)")
 	f.StringVar(&o.cfg.AdminToken, "admin-token", "", "bearer token of admin calls (default $SHARDCACHE_TOKEN)")
+	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret nodes must present to join (default $SHARDCACHE_JOIN_TOKEN; empty: none)")
 	o.log.register(cmd)
 	return cmd
 }
@@ -52,6 +53,9 @@ func (o *controlOptions) run(cmd *cobra.Command) error {
 	}
 	if o.cfg.AdminToken == "" {
 		o.cfg.AdminToken = os.Getenv("SHARDCACHE_TOKEN")
+	}
+	if o.cfg.JoinToken == "" {
+		o.cfg.JoinToken = os.Getenv("SHARDCACHE_JOIN_TOKEN")
 	}
 	srv, err := controlplane.New(o.cfg)
 	if err != nil {

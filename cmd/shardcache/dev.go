@@ -91,6 +91,10 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	joinToken, err := newToken()
+	if err != nil {
+		return err
+	}
 	tokenPath, err := devtoken.Write(token)
 	if err != nil {
 		return err
@@ -101,6 +105,7 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 		ListenAddr:   o.control,
 		EmbeddedEtcd: controlplane.EmbeddedEtcdConfig{Dir: filepath.Join(dataDir, "etcd"), ClientURL: o.etcdClient, PeerURL: o.etcdPeer},
 		AdminToken:   token,
+		JoinToken:    joinToken,
 		// One machine: no reason to wait long for more changes, and a
 		// stopped node should leave quickly.
 		EpochBatchWindow: 500 * time.Millisecond,
@@ -119,6 +124,7 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 			OpsAddr:      fmt.Sprintf("127.0.0.1:919%d", i),
 			ControlPlane: o.control,
 			Origin:       origin,
+			JoinToken:    joinToken,
 			DataDir:      filepath.Join(dataDir, fmt.Sprintf("node-%d", i)),
 			Logger:       logger,
 		})

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+
 	"github.com/spf13/cobra"
 
 	"github.com/shardcache/shardcache/cmd/internal/units"
@@ -24,6 +26,9 @@ func newNodeCommand() *cobra.Command {
 				return err
 			}
 			o.cfg.Logger = logger
+			if o.cfg.JoinToken == "" {
+				o.cfg.JoinToken = os.Getenv("SHARDCACHE_JOIN_TOKEN")
+			}
 			n, err := dataplane.New(o.cfg)
 			if err != nil {
 				return err
@@ -42,6 +47,7 @@ func newNodeCommand() *cobra.Command {
 	f.Uint32Var(&o.cfg.Weight, "weight", 1, "relative share of keys")
 	f.StringVar(&o.cfg.ControlPlane, "control-plane", "127.0.0.1:7070", "control-plane address (host:port)")
 	f.StringVar(&o.cfg.Origin, "origin", "", "origin base URL, e.g. http://127.0.0.1:8090")
+	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret the control plane requires to join (default $SHARDCACHE_JOIN_TOKEN)")
 	f.Var(units.Value{N: &o.cfg.MemoryBytes}, "memory", "memory tier budget (default 256MiB)")
 	f.Var(units.Value{N: &o.cfg.MaxObjectBytes}, "max-object", "largest response stored (default 64MiB)")
 	f.DurationVar(&o.cfg.OriginTimeout, "origin-timeout", 0, "timeout of one origin request (default 60s)")

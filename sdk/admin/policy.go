@@ -1,0 +1,131 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// FieldError is one refused field of a policy.
+type FieldError struct {
+	Field, Description string
+}
+
+// ValidationError is a refused policy with every bad field; it wraps
+// ErrInvalid.
+type ValidationError struct {
+	Policy string
+	Fields []FieldError
+}
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		parts[i] = f.Field + ": " + f.Description
+	}
+	return fmt.Sprintf("policy %q is invalid: %s", e.Policy, strings.Join(parts, "; "))
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) hold.
+func (e *ValidationError) Unwrap() error { return ErrInvalid }
+
+// validationError extracts the field violations of a refused policy.
+func validationError(name string, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			ve := &ValidationError{Policy: name}
+			for _, v := range br.GetFieldViolations() {
+				ve.Fields = append(ve.Fields, FieldError{Field: v.GetField(), Description: v.GetDescription()})
+			}
+			return ve
+		}
+	}
+	return fromStatus(err)
+}
+
+// PutPolicy creates or replaces a policy; with validateOnly it only checks
+// it. A refused policy returns a *ValidationError naming every bad field.
+func (c *Client) PutPolicy(ctx context.Context, p *pb.CachePolicy, validateOnly bool) (*pb.CachePolicy, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	resp, err := c.rpc.PutPolicy(ctx, &pb.PutPolicyRequest{Policy: p, ValidateOnly: validateOnly})
+	if err != nil {
+		return nil, validationError(p.GetName(), err)
+	}
+	return resp.GetPolicy(), nil
+}
+
+// GetPolicy returns one policy; ErrNotFound when there is none by that name.
+func (c *Client) GetPolicy(ctx context.Context, name string) (*pb.CachePolicy, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	resp, err := c.rpc.GetPolicy(ctx, &pb.GetPolicyRequest{Name: name})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return resp.GetPolicy(), nil
+}
+
+// ListPolicies returns every policy and the revision of the set.
+func (c *Client) ListPolicies(ctx context.Context) (*pb.ListPoliciesResponse, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	resp, err := c.rpc.ListPolicies(ctx, &pb.ListPoliciesRequest{})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return resp, nil
+}
+
+// DeletePolicy removes a policy and returns the set's new revision.
+func (c *Client) DeletePolicy(ctx context.Context, name string) (int64, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	resp, err := c.rpc.DeletePolicy(ctx, &pb.DeletePolicyRequest{Name: name})
+	if err != nil {
+		return 0, fromStatus(err)
+	}
+	return resp.GetRevision(), nil
+}
+
+// PolicyStatus returns the revision each node runs.
+func (c *Client) PolicyStatus(ctx context.Context) (*pb.PolicyStatusResponse, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	resp, err := c.rpc.PolicyStatus(ctx, &pb.PolicyStatusRequest{})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return resp, nil
+}
+
+// DrainNode takes a node out of ownership in the next epoch.
+func (c *Client) DrainNode(ctx context.Context, id string) (*pb.Member, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	resp, err := c.rpc.DrainNode(ctx, &pb.DrainNodeRequest{NodeId: id})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return resp.GetMember(), nil
+}
+
+// UndrainNode gives a drained node its keys back in the next epoch.
+func (c *Client) UndrainNode(ctx context.Context, id string) (*pb.Member, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	resp, err := c.rpc.UndrainNode(ctx, &pb.UndrainNodeRequest{NodeId: id})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return resp.GetMember(), nil
+}
