@@ -11,7 +11,7 @@ BUF := $(BIN)/buf
 TEST_FLAGS ?= -p 2 -count=1 -timeout 15m
 ARGS ?=
 
-.PHONY: help run build test unit e2e bench bench-quick proto verify-proto lint tidy-check clean
+.PHONY: help run build test test-deps unit e2e bench bench-quick proto verify-proto lint tidy-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -23,13 +23,16 @@ build: ## build shardcache and cachectl into .bin/
 	$(GO) build -o $(BIN)/shardcache ./cmd/shardcache
 	$(GO) build -o $(BIN)/cachectl ./cmd/cachectl
 
-test: verify-proto lint tidy-check ## every check and every test, e2e included
+test: verify-proto lint tidy-check test-deps ## every check and every test, e2e included
 	$(GO) test $(TEST_FLAGS) work
+
+test-deps: ## install what the e2e tests need (Debian's etcd-server) when missing
+	e2e/install-deps.sh
 
 unit: ## the tests of every module but e2e
 	$(GO) test $(TEST_FLAGS) $$($(GO) list -m -f '{{.Path}}/...' | grep -v /e2e/)
 
-e2e: ## the end-to-end tests (real processes)
+e2e: test-deps ## the end-to-end tests (real processes)
 	$(GO) test $(TEST_FLAGS) -v ./e2e/...
 
 bench: build ## compare with nginx and Varnish on this machine; writes bench/results/<date>.md and .png

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -13,8 +14,13 @@ import (
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
-// adminService implements AdminService. Every replica answers from etcd, so
-// reads are the same whichever replica is asked.
+// adminService implements AdminService. Reads of the ring and the policies
+// answer from the replica's watched view of etcd, so they keep answering
+// while etcd is away; writes go to etcd and fail with Unavailable, naming
+// etcd, within writeTimeout when it does not answer.
+//
+// Every replica watches the same etcd, so reads are the same whichever
+// replica is asked (once the watch has delivered the latest change).
 type adminService struct {
 	pb.UnsafeAdminServiceServer
 
@@ -25,9 +31,20 @@ type adminService struct {
 
 var _ pb.AdminServiceServer = (*adminService)(nil)
 
+// Time limits of admin calls on etcd.
+const (
+	writeTimeout = 5 * time.Second
+	readTimeout  = 5 * time.Second
+)
+
 // GetRing returns the current epoch, or a kept older one.
 func (a *adminService) GetRing(ctx context.Context, req *pb.GetRingRequest) (*pb.GetRingResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
 	if req.GetEpoch() == 0 {
+		if e := a.hub.epoch(); e != nil {
+			return &pb.GetRingResponse{Epoch: e}, nil
+		}
 		e, _, err := a.state.currentEpoch(ctx)
 		if err != nil {
 			return nil, toStatus(err)
@@ -47,6 +64,8 @@ func (a *adminService) GetRing(ctx context.Context, req *pb.GetRingRequest) (*pb
 // ListNodes returns every registered member, whether it is in the current
 // epoch, and its last load report.
 func (a *adminService) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*pb.ListNodesResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
 	members, _, err := a.state.members(ctx)
 	if err != nil {
 		return nil, toStatus(err)
@@ -109,6 +128,8 @@ func (a *adminService) UndrainNode(ctx context.Context, req *pb.UndrainNodeReque
 }
 
 func (a *adminService) setDrained(ctx context.Context, id string, drained bool) (*pb.Member, error) {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
 	members, _, err := a.state.members(ctx)
 	if err != nil {
 		return nil, toStatus(err)
@@ -134,16 +155,18 @@ func (a *adminService) PutPolicy(ctx context.Context, req *pb.PutPolicyRequest) 
 	if v := policyViolations(p); len(v) > 0 {
 		return nil, invalidPolicy(p.GetName(), v)
 	}
-	existing, _, _, err := a.state.policies(ctx)
+	existing, err := a.listPolicies(ctx)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if v := overlapViolations(p, existing); len(v) > 0 {
+	if v := overlapViolations(p, existing.GetPolicies()); len(v) > 0 {
 		return nil, invalidPolicy(p.GetName(), v)
 	}
 	if req.GetValidateOnly() {
 		return &pb.PutPolicyResponse{Policy: p}, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
 	rev, err := a.state.putPolicy(ctx, p)
 	if err != nil {
 		return nil, toStatus(err)
@@ -155,11 +178,11 @@ func (a *adminService) PutPolicy(ctx context.Context, req *pb.PutPolicyRequest) 
 
 // GetPolicy returns one policy.
 func (a *adminService) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (*pb.GetPolicyResponse, error) {
-	ps, _, _, err := a.state.policies(ctx)
+	list, err := a.listPolicies(ctx)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	for _, p := range ps {
+	for _, p := range list.GetPolicies() {
 		if p.GetName() == req.GetName() {
 			return &pb.GetPolicyResponse{Policy: p}, nil
 		}
@@ -169,15 +192,32 @@ func (a *adminService) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) 
 
 // ListPolicies returns every policy and the set's revision.
 func (a *adminService) ListPolicies(ctx context.Context, _ *pb.ListPoliciesRequest) (*pb.ListPoliciesResponse, error) {
-	ps, rev, _, err := a.state.policies(ctx)
+	list, err := a.listPolicies(ctx)
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	return list, nil
+}
+
+// listPolicies answers from the watched view, or from etcd before the
+// first watch read.
+func (a *adminService) listPolicies(ctx context.Context) (*pb.ListPoliciesResponse, error) {
+	if ps, rev, ok := a.policies.list(); ok {
+		return &pb.ListPoliciesResponse{Policies: ps, Revision: rev}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	ps, rev, _, err := a.state.policies(ctx)
+	if err != nil {
+		return nil, err
 	}
 	return &pb.ListPoliciesResponse{Policies: ps, Revision: rev}, nil
 }
 
 // DeletePolicy removes a policy.
 func (a *adminService) DeletePolicy(ctx context.Context, req *pb.DeletePolicyRequest) (*pb.DeletePolicyResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
 	rev, err := a.state.deletePolicy(ctx, req.GetName())
 	if err != nil {
 		return nil, toStatus(err)
@@ -191,11 +231,11 @@ func (a *adminService) PolicyStatus(ctx context.Context, _ *pb.PolicyStatusReque
 	if err != nil {
 		return nil, err
 	}
-	_, rev, _, err := a.state.policies(ctx)
+	list, err := a.listPolicies(ctx)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &pb.PolicyStatusResponse{Revision: rev}
+	resp := &pb.PolicyStatusResponse{Revision: list.GetRevision()}
 	for _, n := range nodes.GetNodes() {
 		resp.Nodes = append(resp.Nodes, &pb.NodePolicyStatus{NodeId: n.GetMember().GetId(), AppliedRevision: n.GetPolicyRevision(),
 			RefusedRevision: n.GetPolicyRefusedRevision(), Error: n.GetPolicyError()})

@@ -15,6 +15,7 @@ var codeTable = []struct {
 	err  error
 	code codes.Code
 }{
+	{ErrEtcd, codes.Unavailable},
 	{ErrEpochNotFound, codes.NotFound},
 	{ErrPolicyNotFound, codes.NotFound},
 	{ErrNodeNotFound, codes.NotFound},

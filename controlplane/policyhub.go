@@ -66,6 +66,18 @@ func (h *policyHub) since(r int64) *pb.PolicySet {
 	return set
 }
 
+// list returns the policies sorted by name and the set's revision; ok is
+// false until the first read from etcd.
+func (h *policyHub) list() (ps []*pb.CachePolicy, rev int64, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range h.policies {
+		ps = append(ps, p)
+	}
+	sortPolicies(ps)
+	return ps, h.rev, h.loaded
+}
+
 // revision is the current revision of the set.
 func (h *policyHub) revision() int64 {
 	h.mu.Lock()

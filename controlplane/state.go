@@ -16,6 +16,9 @@ import (
 
 // Errors of the state layer; errors.go gives each its gRPC code.
 var (
+	// ErrEtcd marks a failure of etcd itself (unreachable, no leader, timed
+	// out): the state is unchanged and the call may be retried.
+	ErrEtcd          = errors.New("etcd unavailable")
 	ErrEpochNotFound = errors.New("controlplane: epoch not found")
 	ErrEpochConflict = errors.New("controlplane: epoch changed concurrently")
 	ErrNotLeader     = errors.New("controlplane: not the leader")
@@ -46,7 +49,7 @@ func (s *state) putMember(ctx context.Context, m *pb.Member, lease clientv3.Leas
 		return fmt.Errorf("encoding member %s: %w", m.GetId(), err)
 	}
 	if _, err := s.kv.Put(ctx, s.memberKey(m.GetId()), string(b), clientv3.WithLease(lease)); err != nil {
-		return fmt.Errorf("writing member %s: %w", m.GetId(), err)
+		return etcdErr(err, "writing member %s", m.GetId())
 	}
 	return nil
 }
@@ -58,7 +61,7 @@ func (s *state) putStatus(ctx context.Context, st *nodeStatus, lease clientv3.Le
 		return fmt.Errorf("encoding status of %s: %w", st.node.GetMember().GetId(), err)
 	}
 	if _, err := s.kv.Put(ctx, s.statusKey(st.node.GetMember().GetId()), string(b), clientv3.WithLease(lease)); err != nil {
-		return fmt.Errorf("writing status of %s: %w", st.node.GetMember().GetId(), err)
+		return etcdErr(err, "writing status of %s", st.node.GetMember().GetId())
 	}
 	return nil
 }
@@ -71,7 +74,7 @@ type nodeStatus struct{ node *pb.Node }
 func (s *state) members(ctx context.Context) ([]*pb.Member, int64, error) {
 	resp, err := s.kv.Get(ctx, s.membersPrefix(), clientv3.WithPrefix())
 	if err != nil {
-		return nil, 0, fmt.Errorf("reading members: %w", err)
+		return nil, 0, etcdErr(err, "reading members")
 	}
 	out := make([]*pb.Member, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -89,7 +92,7 @@ func (s *state) members(ctx context.Context) ([]*pb.Member, int64, error) {
 func (s *state) statuses(ctx context.Context) (map[string]*pb.Node, error) {
 	resp, err := s.kv.Get(ctx, s.statusPrefix(), clientv3.WithPrefix())
 	if err != nil {
-		return nil, fmt.Errorf("reading node status: %w", err)
+		return nil, etcdErr(err, "reading node status")
 	}
 	out := make(map[string]*pb.Node, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -107,7 +110,7 @@ func (s *state) statuses(ctx context.Context) (map[string]*pb.Node, error) {
 func (s *state) currentEpoch(ctx context.Context) (*pb.RingEpoch, int64, error) {
 	resp, err := s.kv.Get(ctx, s.currentEpochKey())
 	if err != nil {
-		return nil, 0, fmt.Errorf("reading current epoch: %w", err)
+		return nil, 0, etcdErr(err, "reading current epoch")
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, 0, nil
@@ -123,7 +126,7 @@ func (s *state) currentEpoch(ctx context.Context) (*pb.RingEpoch, int64, error) 
 func (s *state) epoch(ctx context.Context, n uint64) (*pb.RingEpoch, error) {
 	resp, err := s.kv.Get(ctx, s.epochKey(n))
 	if err != nil {
-		return nil, fmt.Errorf("reading epoch %d: %w", n, err)
+		return nil, etcdErr(err, "reading epoch %d", n)
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, fmt.Errorf("%w: %d (only the last epochs are kept)", ErrEpochNotFound, n)
@@ -149,7 +152,7 @@ func (s *state) writeEpoch(ctx context.Context, next *pb.RingEpoch, prevRev int6
 	}
 	resp, err := s.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
-		return fmt.Errorf("writing epoch %d: %w", next.GetEpoch(), err)
+		return etcdErr(err, "writing epoch %d", next.GetEpoch())
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("writing epoch %d: %w", next.GetEpoch(), ErrEpochConflict)
@@ -197,7 +200,7 @@ func (s *state) putPolicy(ctx context.Context, p *pb.CachePolicy) (int64, error)
 	}
 	resp, err := s.kv.Txn(ctx).Then(clientv3.OpPut(s.policyKey(p.GetName()), string(b)), clientv3.OpPut(s.policyRevKey(), "")).Commit()
 	if err != nil {
-		return 0, fmt.Errorf("writing policy %s to etcd: %w", p.GetName(), err)
+		return 0, etcdErr(err, "writing policy %s", p.GetName())
 	}
 	return resp.Header.Revision, nil
 }
@@ -208,7 +211,7 @@ func (s *state) deletePolicy(ctx context.Context, name string) (int64, error) {
 	resp, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).
 		Then(clientv3.OpDelete(key), clientv3.OpPut(s.policyRevKey(), "")).Commit()
 	if err != nil {
-		return 0, fmt.Errorf("deleting policy %s in etcd: %w", name, err)
+		return 0, etcdErr(err, "deleting policy %s", name)
 	}
 	if !resp.Succeeded {
 		return 0, fmt.Errorf("%w: %q", ErrPolicyNotFound, name)
@@ -221,7 +224,7 @@ func (s *state) deletePolicy(ctx context.Context, name string) (int64, error) {
 func (s *state) policies(ctx context.Context) ([]*pb.CachePolicy, int64, int64, error) {
 	resp, err := s.kv.Get(ctx, s.policiesPrefix(), clientv3.WithPrefix())
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("reading policies from etcd: %w", err)
+		return nil, 0, 0, etcdErr(err, "reading policies")
 	}
 	var out []*pb.CachePolicy
 	var rev int64
@@ -258,7 +261,7 @@ func (s *state) setDrained(ctx context.Context, id string, drained bool) error {
 		_, err = s.kv.Delete(ctx, s.drainKey(id))
 	}
 	if err != nil {
-		return fmt.Errorf("recording drain of %s in etcd: %w", id, err)
+		return etcdErr(err, "recording drain of %s", id)
 	}
 	return nil
 }
@@ -267,11 +270,16 @@ func (s *state) setDrained(ctx context.Context, id string, drained bool) error {
 func (s *state) drained(ctx context.Context) (map[string]bool, error) {
 	resp, err := s.kv.Get(ctx, s.drainPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
-		return nil, fmt.Errorf("reading drains from etcd: %w", err)
+		return nil, etcdErr(err, "reading drains")
 	}
 	out := make(map[string]bool, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		out[strings.TrimPrefix(string(kv.Key), s.drainPrefix())] = true
 	}
 	return out, nil
+}
+
+// etcdErr names the step that etcd failed and marks the error as ErrEtcd.
+func etcdErr(err error, format string, args ...any) error {
+	return fmt.Errorf(format+": %w: %w", append(args, ErrEtcd, err)...)
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -34,7 +35,8 @@ type Config struct {
 	// Weight is the node's relative share of keys. Default 1.
 	Weight uint32
 
-	// ControlPlane is host:port of a control-plane replica. Required.
+	// ControlPlane is host:port of a control-plane replica, or several
+	// separated by commas, tried in turn on reconnect. Required.
 	ControlPlane string
 	// Origin is the base URL requests are fetched from (scheme and host;
 	// the request's path and query are appended) when the request's policy
@@ -106,10 +108,13 @@ func (c *Config) Validate() error {
 	if !validID.MatchString(c.ID) {
 		return fmt.Errorf("node id %q: use 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit", c.ID)
 	}
-	for _, a := range []struct{ name, addr string }{
-		{"client", c.ClientAddr}, {"peer", c.PeerAddr}, {"ops", c.OpsAddr},
-		{"advertised peer", c.AdvertisePeerAddr}, {"control plane", c.ControlPlane},
-	} {
+	addrs := []struct{ name, addr string }{
+		{"client", c.ClientAddr}, {"peer", c.PeerAddr}, {"ops", c.OpsAddr}, {"advertised peer", c.AdvertisePeerAddr},
+	}
+	for _, cp := range strings.Split(c.ControlPlane, ",") {
+		addrs = append(addrs, struct{ name, addr string }{"control plane", cp})
+	}
+	for _, a := range addrs {
 		if a.addr == "" {
 			return fmt.Errorf("%s address is empty", a.name)
 		}

@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"net/url"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -89,7 +90,7 @@ func New(cfg Config) (*Node, error) {
 		}
 	}})
 	sc, err := session.New(session.Config{
-		Address: cfg.ControlPlane,
+		Addresses: strings.Split(cfg.ControlPlane, ","),
 		Member: &pb.Member{
 			Id:            cfg.ID,
 			PeerAddress:   cfg.AdvertisePeerAddr,

@@ -80,23 +80,25 @@ type cluster struct {
 	nodes   []*node
 }
 
-// startCluster starts a control plane with an embedded etcd, n nodes and an
-// origin, and waits until every node serves with an epoch of all n.
-func startCluster(t *testing.T, ctx context.Context, n int) *cluster {
+// startCluster starts a control plane, n nodes and an origin, and waits
+// until every node serves with an epoch of all n. The control plane uses the
+// etcd at etcdURL, or an embedded one when it is empty.
+func startCluster(t *testing.T, ctx context.Context, n int, etcdURL string) *cluster {
 	t.Helper()
 	origin := &countingOrigin{counts: map[string]int{}}
 	osrv := httptest.NewServer(origin)
 	t.Cleanup(osrv.Close)
 
 	c := &cluster{t: t, token: "e2e-token", control: freeAddr(t), origin: origin}
-	cp := startProcess(t, "control", filepath.Join(binDir, "shardcache"), "control",
-		"--listen", c.control,
-		"--etcd-dir", filepath.Join(t.TempDir(), "etcd"),
-		"--etcd-client-url", "http://"+freeAddr(t),
-		"--etcd-peer-url", "http://"+freeAddr(t),
-		"--admin-token", c.token,
-		"--lease-ttl", "2s",
-		"--epoch-batch-window", "200ms")
+	args := []string{"control", "--listen", c.control, "--admin-token", c.token, "--join-token", "e2e-join",
+		"--lease-ttl", "2s", "--epoch-batch-window", "200ms"}
+	if etcdURL != "" {
+		args = append(args, "--etcd-endpoints", etcdURL)
+	} else {
+		args = append(args, "--etcd-dir", filepath.Join(t.TempDir(), "etcd"),
+			"--etcd-client-url", "http://"+freeAddr(t), "--etcd-peer-url", "http://"+freeAddr(t))
+	}
+	cp := startProcess(t, "control", filepath.Join(binDir, "shardcache"), args...)
 	if err := cp.WaitLine(ctx, "control plane serving"); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func startCluster(t *testing.T, ctx context.Context, n int) *cluster {
 		nd := &node{id: fmt.Sprintf("node-%d", i), client: freeAddr(t), peer: freeAddr(t), ops: freeAddr(t)}
 		nd.proc = startProcess(t, nd.id, filepath.Join(binDir, "shardcache"), "node",
 			"--id", nd.id, "--client", nd.client, "--peer", nd.peer, "--ops", nd.ops,
-			"--control-plane", c.control, "--origin", osrv.URL)
+			"--control-plane", c.control, "--origin", osrv.URL, "--join-token", "e2e-join")
 		c.nodes = append(c.nodes, nd)
 	}
 	for _, nd := range c.nodes {
@@ -146,6 +148,16 @@ func (c *cluster) cachectl(ctx context.Context, out any, args ...string) error {
 		return fmt.Errorf("cachectl %v: %v: %s", args, err, stderr)
 	}
 	return json.Unmarshal(b, out)
+}
+
+// cachectlText runs the real CLI for its effect; the error carries its output.
+func (c *cluster) cachectlText(ctx context.Context, args ...string) error {
+	args = append([]string{"--control-plane", c.control, "--token", c.token}, args...)
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "cachectl"), args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("cachectl %v: %v: %s", args, err, out)
+	}
+	return nil
 }
 
 // ringJSON is the part of `cachectl ring -o json` the tests read.
@@ -222,7 +234,7 @@ func metric(t *testing.T, nd *node, name string, labels ...string) float64 {
 func TestClusterServesEveryKeyOnceAndSurvivesANodeKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := startCluster(t, ctx, 3)
+	c := startCluster(t, ctx, 3, "")
 
 	var rj ringJSON
 	if err := c.cachectl(ctx, &rj, "ring"); err != nil {

@@ -103,6 +103,12 @@ func (p *process) Stop(timeout time.Duration) error {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
+		var ee *exec.ExitError
+		if errors.As(p.err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM {
+				return nil // ended by the signal we sent, without handling it
+			}
+		}
 		return p.err
 	case <-time.After(timeout):
 		p.Kill()

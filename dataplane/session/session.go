@@ -35,8 +35,9 @@ type Applier interface {
 
 // Config configures a session Client.
 type Config struct {
-	// Address is host:port of a control-plane replica. Required.
-	Address string
+	// Addresses are host:port of control-plane replicas; each reconnect
+	// tries the next. Required.
+	Addresses []string
 	// Member describes this node as it should appear in the ring. Required.
 	Member *pb.Member
 	// LoadInterval is how often a load report is sent. Default 5s.
@@ -62,8 +63,13 @@ type Client struct {
 
 // New checks cfg and returns a client that applies pushes to apply.
 func New(cfg Config, apply Applier) (*Client, error) {
-	if _, _, err := net.SplitHostPort(cfg.Address); err != nil {
-		return nil, fmt.Errorf("control plane address %q: %w", cfg.Address, err)
+	if len(cfg.Addresses) == 0 {
+		return nil, errors.New("session: no control plane address")
+	}
+	for _, a := range cfg.Addresses {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("control plane address %q: %w", a, err)
+		}
 	}
 	if cfg.Member == nil || cfg.Member.GetId() == "" {
 		return nil, errors.New("session: member with an id is required")
@@ -92,20 +98,24 @@ func (c *Client) Epoch() uint64 { return c.applied.Load() }
 // Run keeps a session open until ctx ends; then it closes the stream
 // cleanly, so the control plane removes the node at once.
 func (c *Client) Run(ctx context.Context) error {
-	conn, err := grpc.NewClient(c.cfg.Address,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		// Notice a control plane that vanished without closing the stream.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
-	)
-	if err != nil {
-		return fmt.Errorf("session: control plane %s: %w", c.cfg.Address, err)
+	rpcs := make([]pb.NodeServiceClient, len(c.cfg.Addresses))
+	for i, addr := range c.cfg.Addresses {
+		conn, err := grpc.NewClient(addr,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			// Notice a control plane that vanished without closing the stream.
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		)
+		if err != nil {
+			return fmt.Errorf("session: control plane %s: %w", addr, err)
+		}
+		defer conn.Close()
+		rpcs[i] = pb.NewNodeServiceClient(conn)
 	}
-	defer conn.Close()
-	rpc := pb.NewNodeServiceClient(conn)
 
 	backoff := c.cfg.MinBackoff
-	for ctx.Err() == nil {
-		established, err := c.session(ctx, rpc)
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		addr := c.cfg.Addresses[attempt%len(rpcs)]
+		established, err := c.session(ctx, rpcs[attempt%len(rpcs)], addr)
 		c.connected.Store(false)
 		if ctx.Err() != nil {
 			return nil
@@ -115,7 +125,7 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		c.cfg.Logger.Warn("control plane unreachable; serving with the last epoch and retrying",
-			"control_plane", c.cfg.Address, "err", err, "retry_in", wait.Round(time.Millisecond), "epoch", c.Epoch())
+			"control_plane", addr, "err", err, "retry_in", wait.Round(time.Millisecond), "epoch", c.Epoch())
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -135,7 +145,7 @@ type inbound struct {
 }
 
 // session runs one stream. established reports whether a snapshot arrived.
-func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient) (established bool, err error) {
+func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr string) (established bool, err error) {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stream, err := rpc.Session(sctx)
@@ -185,7 +195,7 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient) (establi
 			switch msg := m.resp.GetMsg().(type) {
 			case *pb.SessionResponse_Snapshot:
 				if !established {
-					c.cfg.Logger.Info("session established", "control_plane", c.cfg.Address, "epoch", msg.Snapshot.GetEpoch().GetEpoch())
+					c.cfg.Logger.Info("session established", "control_plane", addr, "epoch", msg.Snapshot.GetEpoch().GetEpoch())
 				}
 				established = true
 				c.connected.Store(true)
