@@ -50,8 +50,22 @@ type Config struct {
 	// Empty lets any node that reaches the listener join.
 	JoinToken string
 
+	// TLS, when its certificate is set, serves gRPC over TLS; with a client
+	// CA it also accepts admin callers by client certificate (mTLS) instead
+	// of the bearer token.
+	TLS TLSConfig
+
 	// Logger receives the replica's logs. Default: slog.Default().
 	Logger *slog.Logger
+}
+
+// TLSConfig names the PEM files of the control plane's TLS.
+type TLSConfig struct {
+	// CertFile and KeyFile are the server's certificate and key.
+	CertFile, KeyFile string
+	// ClientCAFile, when set, verifies client certificates: an admin caller
+	// presenting one signed by this CA needs no token.
+	ClientCAFile string
 }
 
 // EmbeddedEtcdConfig configures the embedded etcd.
@@ -131,8 +145,14 @@ func (c *Config) Validate() error {
 	if c.EpochsKept < 1 {
 		return fmt.Errorf("epochs kept is %d; keep at least 1", c.EpochsKept)
 	}
-	if c.AdminToken == "" {
-		return errors.New("admin token is empty; admin calls would be refused")
+	if c.AdminToken == "" && c.TLS.ClientCAFile == "" {
+		return errors.New("admin token is empty (and no client CA for mTLS); admin calls would be refused")
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		return errors.New("TLS needs both a certificate and a key file")
+	}
+	if c.TLS.ClientCAFile != "" && c.TLS.CertFile == "" {
+		return errors.New("a client CA (mTLS) needs the server's TLS certificate and key")
 	}
 	return nil
 }

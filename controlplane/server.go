@@ -114,8 +114,12 @@ func (s *Server) Run(ctx context.Context) error {
 	s.etcd = cli
 	s.state = &state{kv: cli, prefix: s.cfg.Prefix}
 
+	creds, err := serverCredentials(s.cfg.TLS)
+	if err != nil {
+		return err
+	}
 	stopping := make(chan struct{})
-	gs := s.grpcServer(stopping)
+	gs := s.grpcServer(stopping, creds)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -161,14 +165,17 @@ func stopGRPC(gs *grpc.Server, grace time.Duration) {
 	}
 }
 
-func (s *Server) grpcServer(stopping <-chan struct{}) *grpc.Server {
+func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption) *grpc.Server {
 	token := []byte("Bearer " + s.cfg.AdminToken)
 	authFn := func(ctx context.Context) (context.Context, error) {
+		if verifiedClientCert(ctx) {
+			return ctx, nil // mTLS: the handshake verified the caller against the client CA
+		}
 		got, err := auth.AuthFromMD(ctx, "bearer")
 		if err != nil {
 			return nil, err
 		}
-		if subtle.ConstantTimeCompare([]byte("Bearer "+got), token) != 1 {
+		if s.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte("Bearer "+got), token) != 1 {
 			return nil, status.Error(codes.Unauthenticated, "invalid admin token")
 		}
 		return ctx, nil
@@ -184,7 +191,7 @@ func (s *Server) grpcServer(stopping <-chan struct{}) *grpc.Server {
 		s.log.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
 	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(callLevel)}
-	gs := grpc.NewServer(
+	gs := grpc.NewServer(append(creds,
 		// Nodes ping every 10s to notice a vanished control plane.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(
@@ -197,7 +204,7 @@ func (s *Server) grpcServer(stopping <-chan struct{}) *grpc.Server {
 			logging.StreamServerInterceptor(logCalls, logOpts...),
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), adminOnly),
 		),
-	)
+	)...)
 	pb.RegisterNodeServiceServer(gs, &nodeService{
 		state:     s.state,
 		hub:       s.hub,

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,6 +45,8 @@ type Config struct {
 	Origin string
 	// JoinToken is the secret the control plane requires of joining nodes, if any.
 	JoinToken string
+	// ControlPlaneTLS, when set, connects to the control plane over TLS.
+	ControlPlaneTLS *tls.Config
 
 	// MemoryBytes is the memory tier's budget. Default 256 MiB.
 	MemoryBytes int64

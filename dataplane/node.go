@@ -101,6 +101,7 @@ func New(cfg Config) (*Node, error) {
 		},
 		Load:      n.loadReport,
 		JoinToken: cfg.JoinToken,
+		TLS:       cfg.ControlPlaneTLS,
 		Logger:    n.log,
 	}, n)
 	if err != nil {

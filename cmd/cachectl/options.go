@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardcache/shardcache/cmd/internal/devtoken"
+	"github.com/shardcache/shardcache/cmd/internal/tlsfiles"
 	"github.com/shardcache/shardcache/sdk/admin"
 )
 
@@ -17,6 +18,8 @@ type globalOptions struct {
 	token        string
 	output       string
 	timeout      time.Duration
+	ca           string
+	cert, key    string
 }
 
 func (g *globalOptions) register(root *cobra.Command) {
@@ -29,6 +32,9 @@ func (g *globalOptions) register(root *cobra.Command) {
 	f.StringVar(&g.token, "token", "", "admin token (default $SHARDCACHE_TOKEN, then the dev token file)")
 	f.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
 	f.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each call")
+	f.StringVar(&g.ca, "ca", "", "CA that signed the control plane's TLS certificate (enables TLS)")
+	f.StringVar(&g.cert, "cert", "", "client certificate for mTLS (replaces the token)")
+	f.StringVar(&g.key, "key", "", "key of the client certificate")
 }
 
 // client returns an admin client from the flags, the environment or the dev
@@ -37,18 +43,22 @@ func (g *globalOptions) client() (*admin.Client, error) {
 	if err := checkFormat(g.output); err != nil {
 		return nil, err
 	}
+	tc, err := tlsfiles.Client(g.ca, g.cert, g.key)
+	if err != nil {
+		return nil, err
+	}
 	token := g.token
 	if token == "" {
 		token = os.Getenv("SHARDCACHE_TOKEN")
 	}
-	if token == "" {
+	if token == "" && g.cert == "" {
 		t, err := devtoken.Read()
 		if err != nil {
 			return nil, err
 		}
 		token = t
 	}
-	c, err := admin.New(admin.Config{Address: g.controlPlane, Token: token, Timeout: g.timeout})
+	c, err := admin.New(admin.Config{Address: g.controlPlane, Token: token, Timeout: g.timeout, TLS: tc})
 	if err != nil {
 		return nil, fmt.Errorf("--control-plane: %w", err)
 	}

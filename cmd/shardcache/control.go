@@ -37,6 +37,9 @@ from --admin-token or SHARDCACHE_TOKEN.`,
 	f.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", 0, "how long a silent node stays a member (default 10s)")
 	f.DurationVar(&o.cfg.EpochBatchWindow, "epoch-batch-window", 0, "membership changes within this window make one epoch (default 2s)")
 	f.StringVar(&o.cfg.AdminToken, "admin-token", "", "bearer token of admin calls (default $SHARDCACHE_TOKEN)")
+	f.StringVar(&o.cfg.TLS.CertFile, "tls-cert", "", "TLS certificate of the gRPC listener (PEM)")
+	f.StringVar(&o.cfg.TLS.KeyFile, "tls-key", "", "key of the TLS certificate")
+	f.StringVar(&o.cfg.TLS.ClientCAFile, "client-ca", "", "CA of admin client certificates (mTLS; such callers need no token)")
 	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret nodes must present to join (default $SHARDCACHE_JOIN_TOKEN; empty: none)")
 	o.log.register(cmd)
 	return cmd

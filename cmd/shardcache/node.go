@@ -1,17 +1,20 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardcache/shardcache/cmd/internal/tlsfiles"
 	"github.com/shardcache/shardcache/cmd/internal/units"
 	"github.com/shardcache/shardcache/dataplane"
 )
 
 type nodeOptions struct {
-	cfg dataplane.Config
-	log logOptions
+	cfg       dataplane.Config
+	log       logOptions
+	controlCA string
 }
 
 func newNodeCommand() *cobra.Command {
@@ -26,6 +29,9 @@ func newNodeCommand() *cobra.Command {
 				return err
 			}
 			o.cfg.Logger = logger
+			if o.cfg.ControlPlaneTLS, err = tlsfiles.Client(o.controlCA, "", ""); err != nil {
+				return fmt.Errorf("--control-plane-ca: %w", err)
+			}
 			if o.cfg.JoinToken == "" {
 				o.cfg.JoinToken = os.Getenv("SHARDCACHE_JOIN_TOKEN")
 			}
@@ -47,6 +53,7 @@ func newNodeCommand() *cobra.Command {
 	f.Uint32Var(&o.cfg.Weight, "weight", 1, "relative share of keys")
 	f.StringVar(&o.cfg.ControlPlane, "control-plane", "127.0.0.1:7070", "control-plane address (host:port)")
 	f.StringVar(&o.cfg.Origin, "origin", "", "origin base URL, e.g. http://127.0.0.1:8090")
+	f.StringVar(&o.controlCA, "control-plane-ca", "", "CA of the control plane's TLS certificate (enables TLS to it)")
 	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret the control plane requires to join (default $SHARDCACHE_JOIN_TOKEN)")
 	f.Var(units.Value{N: &o.cfg.MemoryBytes}, "memory", "memory tier budget (default 256MiB)")
 	f.Var(units.Value{N: &o.cfg.MaxObjectBytes}, "max-object", "largest response stored (default 64MiB)")

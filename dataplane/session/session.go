@@ -6,6 +6,7 @@ package session
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -49,6 +51,8 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 	// JoinToken is sent in the hello when the control plane requires one.
 	JoinToken string
+	// TLS, when set, connects over TLS; nil connects in plaintext.
+	TLS *tls.Config
 	// Logger receives connection changes. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -99,9 +103,13 @@ func (c *Client) Epoch() uint64 { return c.applied.Load() }
 // cleanly, so the control plane removes the node at once.
 func (c *Client) Run(ctx context.Context) error {
 	rpcs := make([]pb.NodeServiceClient, len(c.cfg.Addresses))
+	creds := insecure.NewCredentials()
+	if c.cfg.TLS != nil {
+		creds = credentials.NewTLS(c.cfg.TLS)
+	}
 	for i, addr := range c.cfg.Addresses {
 		conn, err := grpc.NewClient(addr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithTransportCredentials(creds),
 			// Notice a control plane that vanished without closing the stream.
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		)

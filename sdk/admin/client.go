@@ -11,6 +11,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -39,8 +41,12 @@ var (
 type Config struct {
 	// Address is host:port of any control-plane replica. Required.
 	Address string
-	// Token is the admin bearer token. Required: every admin call needs it.
+	// Token is the admin bearer token. Required unless TLS carries a client
+	// certificate the control plane trusts (mTLS).
 	Token string
+	// TLS, when set, connects over TLS (with a client certificate for
+	// mTLS). Nil connects in plaintext.
+	TLS *tls.Config
 	// Timeout bounds each call that has no deadline of its own. Default 10s.
 	Timeout time.Duration
 }
@@ -57,18 +63,26 @@ func New(cfg Config) (*Client, error) {
 	if _, _, err := net.SplitHostPort(cfg.Address); err != nil {
 		return nil, fmt.Errorf("%w: control plane address %q: %v", ErrInvalid, cfg.Address, err)
 	}
-	if cfg.Token == "" {
-		return nil, fmt.Errorf("%w: no admin token given", ErrUnauthenticated)
+	hasClientCert := cfg.TLS != nil && (len(cfg.TLS.Certificates) > 0 || cfg.TLS.GetClientCertificate != nil)
+	if cfg.Token == "" && !hasClientCert {
+		return nil, fmt.Errorf("%w: no admin token or client certificate given", ErrUnauthenticated)
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
 	}
 	bearer := "Bearer " + cfg.Token
 	withToken := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		return invoker(metadata.AppendToOutgoingContext(ctx, "authorization", bearer), method, req, reply, cc, opts...)
+		if cfg.Token != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", bearer)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(cfg.TLS)
 	}
 	conn, err := grpc.NewClient(cfg.Address,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithUnaryInterceptor(withToken),
 	)
 	if err != nil {
