@@ -227,24 +227,17 @@ func metricValue(t *testing.T, n *Node, name string, labels ...string) float64 {
 	return sum
 }
 
-// keyOwnedBy finds a path whose key the ring gives to owner.
-func keyOwnedBy(t *testing.T, e *pb.RingEpoch, owner string) string {
+// pathOwnedBy finds a path under prefix whose key the ring gives to owner.
+func pathOwnedBy(t *testing.T, e *pb.RingEpoch, prefix, owner string) string {
 	t.Helper()
-	var members []ring.Member
-	for _, m := range e.GetMembers() {
-		members = append(members, ring.Member{ID: m.GetId()})
-	}
-	r, err := ring.New(e.GetEpoch(), members)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := mustRing(t, e)
 	for i := range 10000 {
-		p := fmt.Sprintf("/k/%d", i)
+		p := fmt.Sprintf("%sk%d", prefix, i)
 		if r.Owner("http127.0.0.1"+p).ID == owner {
 			return p
 		}
 	}
-	t.Fatalf("no key owned by %s", owner)
+	t.Fatalf("no key under %s owned by %s", prefix, owner)
 	return ""
 }
 
@@ -332,7 +325,7 @@ func TestRelayToOwnerOverOnePooledConnection(t *testing.T) {
 	waitEpoch(t, a, 1)
 	waitEpoch(t, b, 1)
 
-	path := keyOwnedBy(t, e, "b")
+	path := pathOwnedBy(t, e, "/k/", "b")
 	const n = 10
 	for i := range n {
 		// A client's forged hop header must be ignored, not trusted.
@@ -380,7 +373,7 @@ func TestRelayFallsBackWhenOwnerIsDown(t *testing.T) {
 	fc.publish(e)
 	waitEpoch(t, a, 1)
 
-	path := keyOwnedBy(t, e, "gone")
+	path := pathOwnedBy(t, e, "/k/", "gone")
 	resp, body := do(t, "GET", "http://"+a.ClientAddr().String()+path)
 	if resp.StatusCode != 200 || body != "body of "+path || resp.Header.Get("X-Cache-Node") != "a" {
 		t.Fatalf("with the owner down: %d %q from %q; want 200 served by a", resp.StatusCode, body, resp.Header.Get("X-Cache-Node"))
@@ -560,14 +553,7 @@ func TestPolicyModesAndOverrides(t *testing.T) {
 		}
 	})
 	t.Run("local mode serves a key owned elsewhere", func(t *testing.T) {
-		var path string
-		for i := 0; ; i++ {
-			p := fmt.Sprintf("/local/k%d", i)
-			if owner := mustRing(t, e).Owner("http127.0.0.1" + p).ID; owner == "b" {
-				path = p
-				break
-			}
-		}
+		path := pathOwnedBy(t, e, "/local/", "b")
 		if resp := get(path); resp.Header.Get("X-Cache-Node") != "a" {
 			t.Fatalf("local mode: served by %q, want a", resp.Header.Get("X-Cache-Node"))
 		}
@@ -576,13 +562,7 @@ func TestPolicyModesAndOverrides(t *testing.T) {
 		}
 	})
 	t.Run("redirect mode", func(t *testing.T) {
-		var path string
-		for i := 0; ; i++ {
-			if p := fmt.Sprintf("/redir/k%d", i); mustRing(t, e).Owner("http127.0.0.1"+p).ID == "b" {
-				path = p
-				break
-			}
-		}
+		path := pathOwnedBy(t, e, "/redir/", "b")
 		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 		resp, err := noFollow.Get(base + path)
 		if err != nil {

@@ -1,47 +1,38 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/admin"
 )
 
 func newDrainCommand(g *globalOptions) *cobra.Command {
-	return &cobra.Command{
-		Use:   "drain NODE",
-		Short: "Take a node out of ownership in the next epoch; it keeps serving meanwhile",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if _, err := c.DrainNode(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "node %s draining: it owns no keys from the next epoch\n", args[0])
-			return nil
-		},
-	}
+	return drainCommand(g, "drain", "Take a node out of ownership in the next epoch; it keeps serving meanwhile",
+		"draining: it owns no keys from the next epoch", (*admin.Client).DrainNode)
 }
 
 func newUndrainCommand(g *globalOptions) *cobra.Command {
+	return drainCommand(g, "undrain", "Give a drained node its keys back in the next epoch",
+		"undrained: it owns keys again from the next epoch", (*admin.Client).UndrainNode)
+}
+
+func drainCommand(g *globalOptions, verb, short, done string, call func(*admin.Client, context.Context, string) (*pb.Member, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "undrain NODE",
-		Short: "Give a drained node its keys back in the next epoch",
+		Use:   verb + " NODE",
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if _, err := c.UndrainNode(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "node %s undrained: it owns keys again from the next epoch\n", args[0])
-			return nil
+			return g.withClient(func(c *admin.Client) error {
+				if _, err := call(c, cmd.Context(), args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "node %s %s\n", args[0], done)
+				return nil
+			})
 		},
 	}
 }

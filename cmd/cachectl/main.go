@@ -3,32 +3,18 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"github.com/spf13/cobra"
+
+	"github.com/shardcache/shardcache/cmd/internal/command"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := newRootCommand().ExecuteContext(ctx)
-	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "cachectl: %v\n", err)
-		os.Exit(1)
-	}
-}
+func main() { command.Main("cachectl", newRootCommand()) }
 
 func newRootCommand() *cobra.Command {
 	g := &globalOptions{}
 	root := &cobra.Command{
-		Use:           "cachectl",
-		Short:         "Manage a shardcache cluster",
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Use:   "cachectl",
+		Short: "Manage a shardcache cluster",
 	}
 	g.register(root)
 	root.AddCommand(newRingCommand(g), newNodesCommand(g), newBenchCommand(g), newPolicyCommand(g),

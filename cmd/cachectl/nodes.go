@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardcache/shardcache/cmd/internal/units"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/admin"
 )
 
 func newNodesCommand(g *globalOptions) *cobra.Command {
@@ -17,16 +18,13 @@ func newNodesCommand(g *globalOptions) *cobra.Command {
 		Short: "List the registered nodes with their load",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := c.ListNodes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return render(cmd.OutOrStdout(), g.output, resp, func(tw *tabwriter.Writer) { nodesTable(tw, resp, time.Now()) })
+			return g.withClient(func(c *admin.Client) error {
+				resp, err := c.ListNodes(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return render(cmd.OutOrStdout(), g.output, resp, func(tw *tabwriter.Writer) { nodesTable(tw, resp, time.Now()) })
+			})
 		},
 	}
 }

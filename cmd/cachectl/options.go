@@ -28,7 +28,7 @@ func (g *globalOptions) register(root *cobra.Command) {
 	if def == "" {
 		def = "127.0.0.1:7070"
 	}
-	f.StringVar(&g.controlPlane, "control-plane", def, "control-plane address (default $SHARDCACHE_CONTROL_PLANE or 127.0.0.1:7070)")
+	f.StringVar(&g.controlPlane, "control-plane", def, "control-plane address ($SHARDCACHE_CONTROL_PLANE sets the default)")
 	f.StringVar(&g.token, "token", "", "admin token (default $SHARDCACHE_TOKEN, then the dev token file)")
 	f.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
 	f.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each call")
@@ -63,4 +63,14 @@ func (g *globalOptions) client() (*admin.Client, error) {
 		return nil, fmt.Errorf("--control-plane: %w", err)
 	}
 	return c, nil
+}
+
+// withClient runs f with an admin client built from the flags, and closes it.
+func (g *globalOptions) withClient(f func(*admin.Client) error) error {
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return f(c)
 }

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/admin"
 )
 
 func newPolicyCommand(g *globalOptions) *cobra.Command {
@@ -24,84 +25,72 @@ func newPolicyCommand(g *globalOptions) *cobra.Command {
 		&cobra.Command{
 			Use: "list", Short: "List the policies", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				c, err := g.client()
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				resp, err := c.ListPolicies(cmd.Context())
-				if err != nil {
-					return err
-				}
-				return render(cmd.OutOrStdout(), g.output, resp, func(tw *tabwriter.Writer) {
-					fmt.Fprintf(tw, "REVISION %d\n", resp.GetRevision())
-					fmt.Fprintln(tw, "NAME\tHOSTS\tPATH PREFIX\tMODE\tREVISION")
-					for _, p := range resp.GetPolicies() {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", p.GetName(), dash(strings.Join(p.GetHosts(), ",")),
-							dash(p.GetPathPrefix()), modeName(p.GetMode()), p.GetRevision())
+				return g.withClient(func(c *admin.Client) error {
+					resp, err := c.ListPolicies(cmd.Context())
+					if err != nil {
+						return err
 					}
+					return render(cmd.OutOrStdout(), g.output, resp, func(tw *tabwriter.Writer) {
+						fmt.Fprintf(tw, "REVISION %d\n", resp.GetRevision())
+						fmt.Fprintln(tw, "NAME\tHOSTS\tPATH PREFIX\tMODE\tREVISION")
+						for _, p := range resp.GetPolicies() {
+							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", p.GetName(), dash(strings.Join(p.GetHosts(), ",")),
+								dash(p.GetPathPrefix()), modeName(p.GetMode()), p.GetRevision())
+						}
+					})
 				})
 			},
 		},
 		&cobra.Command{
 			Use: "get NAME", Short: "Show one policy (YAML by default)", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := g.client()
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				p, err := c.GetPolicy(cmd.Context(), args[0])
-				if err != nil {
-					return err
-				}
-				format := g.output
-				if format == "table" {
-					format = "yaml" // a policy has too many fields for a table
-				}
-				return render(cmd.OutOrStdout(), format, p, nil)
+				return g.withClient(func(c *admin.Client) error {
+					p, err := c.GetPolicy(cmd.Context(), args[0])
+					if err != nil {
+						return err
+					}
+					format := g.output
+					if format == "table" {
+						format = "yaml" // a policy has too many fields for a table
+					}
+					return render(cmd.OutOrStdout(), format, p, nil)
+				})
 			},
 		},
 		newPolicyApplyCommand(g),
 		&cobra.Command{
 			Use: "delete NAME", Short: "Delete a policy", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := g.client()
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				rev, err := c.DeletePolicy(cmd.Context(), args[0])
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "policy %s deleted (revision %d)\n", args[0], rev)
-				return nil
+				return g.withClient(func(c *admin.Client) error {
+					rev, err := c.DeletePolicy(cmd.Context(), args[0])
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "policy %s deleted (revision %d)\n", args[0], rev)
+					return nil
+				})
 			},
 		},
 		&cobra.Command{
 			Use: "status", Short: "Show which policy revision each node runs", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				c, err := g.client()
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				st, err := c.PolicyStatus(cmd.Context())
-				if err != nil {
-					return err
-				}
-				return render(cmd.OutOrStdout(), g.output, st, func(tw *tabwriter.Writer) {
-					fmt.Fprintf(tw, "CURRENT REVISION %d\n", st.GetRevision())
-					fmt.Fprintln(tw, "NODE\tAPPLIED\tCURRENT\tREFUSED\tREASON")
-					for _, n := range st.GetNodes() {
-						refused := "-"
-						if n.GetRefusedRevision() != 0 {
-							refused = strconv.FormatInt(n.GetRefusedRevision(), 10)
-						}
-						fmt.Fprintf(tw, "%s\t%d\t%t\t%s\t%s\n", n.GetNodeId(), n.GetAppliedRevision(),
-							n.GetAppliedRevision() == st.GetRevision(), refused, dash(n.GetError()))
+				return g.withClient(func(c *admin.Client) error {
+					st, err := c.PolicyStatus(cmd.Context())
+					if err != nil {
+						return err
 					}
+					return render(cmd.OutOrStdout(), g.output, st, func(tw *tabwriter.Writer) {
+						fmt.Fprintf(tw, "CURRENT REVISION %d\n", st.GetRevision())
+						fmt.Fprintln(tw, "NODE\tAPPLIED\tCURRENT\tREFUSED\tREASON")
+						for _, n := range st.GetNodes() {
+							refused := "-"
+							if n.GetRefusedRevision() != 0 {
+								refused = strconv.FormatInt(n.GetRefusedRevision(), 10)
+							}
+							fmt.Fprintf(tw, "%s\t%d\t%t\t%s\t%s\n", n.GetNodeId(), n.GetAppliedRevision(),
+								n.GetAppliedRevision() == st.GetRevision(), refused, dash(n.GetError()))
+						}
+					})
 				})
 			},
 		},
@@ -148,23 +137,20 @@ func (o *policyApplyOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.file, err)
 	}
-	c, err := o.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	for _, p := range policies {
-		stored, err := c.PutPolicy(cmd.Context(), p, o.dryRun)
-		if err != nil {
-			return err
+	return o.withClient(func(c *admin.Client) error {
+		for _, p := range policies {
+			stored, err := c.PutPolicy(cmd.Context(), p, o.dryRun)
+			if err != nil {
+				return err
+			}
+			if o.dryRun {
+				fmt.Fprintf(cmd.OutOrStdout(), "policy %s is valid (dry run, nothing changed)\n", stored.GetName())
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "policy %s applied (revision %d)\n", stored.GetName(), stored.GetRevision())
+			}
 		}
-		if o.dryRun {
-			fmt.Fprintf(cmd.OutOrStdout(), "policy %s is valid (dry run, nothing changed)\n", stored.GetName())
-		} else {
-			fmt.Fprintf(cmd.OutOrStdout(), "policy %s applied (revision %d)\n", stored.GetName(), stored.GetRevision())
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // parsePolicies reads one policy or a list of them from YAML or JSON.

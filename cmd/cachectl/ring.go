@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/admin"
 )
 
 type ringOptions struct {
@@ -22,16 +23,13 @@ func newRingCommand(g *globalOptions) *cobra.Command {
 		Short: "Show the current ring epoch and its members",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			e, err := c.GetRing(cmd.Context(), o.epoch)
-			if err != nil {
-				return err
-			}
-			return render(cmd.OutOrStdout(), o.output, e, func(tw *tabwriter.Writer) { ringTable(tw, e) })
+			return o.withClient(func(c *admin.Client) error {
+				e, err := c.GetRing(cmd.Context(), o.epoch)
+				if err != nil {
+					return err
+				}
+				return render(cmd.OutOrStdout(), o.output, e, func(tw *tabwriter.Writer) { ringTable(tw, e) })
+			})
 		},
 	}
 	cmd.Flags().Uint64Var(&o.epoch, "epoch", 0, "show this past epoch instead of the current one")

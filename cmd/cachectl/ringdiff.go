@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/admin"
 	"github.com/shardcache/shardcache/sdk/ring"
 )
 
@@ -42,29 +43,26 @@ func newRingDiffCommand(g *globalOptions) *cobra.Command {
 				}
 				nums[i] = n
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			a, err := c.GetRing(cmd.Context(), nums[0])
-			if err != nil {
-				return fmt.Errorf("epoch %d: %w", nums[0], err)
-			}
-			b, err := c.GetRing(cmd.Context(), nums[1])
-			if err != nil {
-				return fmt.Errorf("epoch %d: %w", nums[1], err)
-			}
-			d, err := diffEpochs(a, b, diffSampleKeys)
-			if err != nil {
-				return err
-			}
-			return render(cmd.OutOrStdout(), g.output, d, func(tw *tabwriter.Writer) {
-				fmt.Fprintf(tw, "epoch %d -> %d\n", d.From, d.To)
-				fmt.Fprintf(tw, "added\t%s\n", dash(strings.Join(d.Added, " ")))
-				fmt.Fprintf(tw, "removed\t%s\n", dash(strings.Join(d.Removed, " ")))
-				fmt.Fprintf(tw, "changed\t%s\n", dash(strings.Join(d.Changed, " ")))
-				fmt.Fprintf(tw, "keys moving\t%.2f%% (%d of %d sampled)\n", 100*d.MovedShare, d.Moved, d.Sampled)
+			return g.withClient(func(c *admin.Client) error {
+				a, err := c.GetRing(cmd.Context(), nums[0])
+				if err != nil {
+					return fmt.Errorf("epoch %d: %w", nums[0], err)
+				}
+				b, err := c.GetRing(cmd.Context(), nums[1])
+				if err != nil {
+					return fmt.Errorf("epoch %d: %w", nums[1], err)
+				}
+				d, err := diffEpochs(a, b, diffSampleKeys)
+				if err != nil {
+					return err
+				}
+				return render(cmd.OutOrStdout(), g.output, d, func(tw *tabwriter.Writer) {
+					fmt.Fprintf(tw, "epoch %d -> %d\n", d.From, d.To)
+					fmt.Fprintf(tw, "added\t%s\n", dash(strings.Join(d.Added, " ")))
+					fmt.Fprintf(tw, "removed\t%s\n", dash(strings.Join(d.Removed, " ")))
+					fmt.Fprintf(tw, "changed\t%s\n", dash(strings.Join(d.Changed, " ")))
+					fmt.Fprintf(tw, "keys moving\t%.2f%% (%d of %d sampled)\n", 100*d.MovedShare, d.Moved, d.Sampled)
+				})
 			})
 		},
 	}

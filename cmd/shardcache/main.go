@@ -4,32 +4,21 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/shardcache/shardcache/cmd/internal/command"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := newRootCommand().ExecuteContext(ctx)
-	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "shardcache: %v\n", err)
-		os.Exit(1)
-	}
-}
+func main() { command.Main("shardcache", newRootCommand()) }
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "shardcache",
-		Short:         "A sharded HTTP cache cluster with an etcd-backed control plane",
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Use:   "shardcache",
+		Short: "A sharded HTTP cache cluster with an etcd-backed control plane",
 	}
 	root.AddCommand(newControlCommand(), newNodeCommand(), newDevCommand(), newOriginCommand())
 	return root

@@ -96,31 +96,29 @@ func (c *Client) Close() error { return c.conn.Close() }
 
 // GetRing returns ring epoch n, or the current epoch when n is 0.
 func (c *Client) GetRing(ctx context.Context, n uint64) (*pb.RingEpoch, error) {
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	resp, err := c.rpc.GetRing(ctx, &pb.GetRingRequest{Epoch: n})
-	if err != nil {
-		return nil, fromStatus(err)
-	}
-	return resp.GetEpoch(), nil
+	resp, err := invoke(ctx, c, c.rpc.GetRing, &pb.GetRingRequest{Epoch: n})
+	return resp.GetEpoch(), err
 }
 
 // ListNodes returns every registered node, sorted by id.
 func (c *Client) ListNodes(ctx context.Context) (*pb.ListNodesResponse, error) {
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	resp, err := c.rpc.ListNodes(ctx, &pb.ListNodesRequest{})
-	if err != nil {
-		return nil, fromStatus(err)
-	}
-	return resp, nil
+	return invoke(ctx, c, c.rpc.ListNodes, &pb.ListNodesRequest{})
 }
 
-func (c *Client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
+// invoke calls rpc with the client's default timeout (unless ctx has a
+// deadline) and maps a failure to the package's errors.
+func invoke[Req, Resp any](ctx context.Context, c *Client, rpc func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
 	}
-	return context.WithTimeout(ctx, c.timeout)
+	resp, err := rpc(ctx, req)
+	if err != nil {
+		var zero Resp
+		return zero, fromStatus(err)
+	}
+	return resp, nil
 }
 
 // codeErrors maps gRPC codes back to the client's sentinels.
@@ -134,14 +132,30 @@ var codeErrors = map[codes.Code]error{
 	codes.Aborted:          ErrConflict,
 }
 
+// rpcError is a failed call: it matches its sentinel with errors.Is and
+// keeps the server's status (and its details) for status.FromError.
+type rpcError struct {
+	sentinel error // nil for codes without a sentinel
+	st       *status.Status
+}
+
+func (e *rpcError) Error() string {
+	if e.sentinel == nil {
+		return fmt.Sprintf("shardcache: %s: %s", e.st.Code(), e.st.Message())
+	}
+	return e.sentinel.Error() + ": " + e.st.Message()
+}
+
+func (e *rpcError) Unwrap() error { return e.sentinel }
+
+// GRPCStatus lets status.FromError and status.Code see the server's status.
+func (e *rpcError) GRPCStatus() *status.Status { return e.st }
+
 // fromStatus turns a gRPC status error into an error wrapping a sentinel.
 func fromStatus(err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		return err
 	}
-	if sentinel, ok := codeErrors[st.Code()]; ok {
-		return fmt.Errorf("%w: %s", sentinel, st.Message())
-	}
-	return fmt.Errorf("shardcache: %s: %s", st.Code(), st.Message())
+	return &rpcError{sentinel: codeErrors[st.Code()], st: st}
 }

@@ -55,9 +55,7 @@ func validationError(name string, err error) error {
 // PutPolicy creates or replaces a policy; with validateOnly it only checks
 // it. A refused policy returns a *ValidationError naming every bad field.
 func (c *Client) PutPolicy(ctx context.Context, p *pb.CachePolicy, validateOnly bool) (*pb.CachePolicy, error) {
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	resp, err := c.rpc.PutPolicy(ctx, &pb.PutPolicyRequest{Policy: p, ValidateOnly: validateOnly})
+	resp, err := invoke(ctx, c, c.rpc.PutPolicy, &pb.PutPolicyRequest{Policy: p, ValidateOnly: validateOnly})
 	if err != nil {
 		return nil, validationError(p.GetName(), err)
 	}
@@ -66,66 +64,34 @@ func (c *Client) PutPolicy(ctx context.Context, p *pb.CachePolicy, validateOnly 
 
 // GetPolicy returns one policy; ErrNotFound when there is none by that name.
 func (c *Client) GetPolicy(ctx context.Context, name string) (*pb.CachePolicy, error) {
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	resp, err := c.rpc.GetPolicy(ctx, &pb.GetPolicyRequest{Name: name})
-	if err != nil {
-		return nil, fromStatus(err)
-	}
-	return resp.GetPolicy(), nil
+	resp, err := invoke(ctx, c, c.rpc.GetPolicy, &pb.GetPolicyRequest{Name: name})
+	return resp.GetPolicy(), err
 }
 
 // ListPolicies returns every policy and the revision of the set.
 func (c *Client) ListPolicies(ctx context.Context) (*pb.ListPoliciesResponse, error) {
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	resp, err := c.rpc.ListPolicies(ctx, &pb.ListPoliciesRequest{})
-	if err != nil {
-		return nil, fromStatus(err)
-	}
-	return resp, nil
+	return invoke(ctx, c, c.rpc.ListPolicies, &pb.ListPoliciesRequest{})
 }
 
 // DeletePolicy removes a policy and returns the set's new revision.
 func (c *Client) DeletePolicy(ctx context.Context, name string) (int64, error) {
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	resp, err := c.rpc.DeletePolicy(ctx, &pb.DeletePolicyRequest{Name: name})
-	if err != nil {
-		return 0, fromStatus(err)
-	}
-	return resp.GetRevision(), nil
+	resp, err := invoke(ctx, c, c.rpc.DeletePolicy, &pb.DeletePolicyRequest{Name: name})
+	return resp.GetRevision(), err
 }
 
 // PolicyStatus returns the revision each node runs.
 func (c *Client) PolicyStatus(ctx context.Context) (*pb.PolicyStatusResponse, error) {
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	resp, err := c.rpc.PolicyStatus(ctx, &pb.PolicyStatusRequest{})
-	if err != nil {
-		return nil, fromStatus(err)
-	}
-	return resp, nil
+	return invoke(ctx, c, c.rpc.PolicyStatus, &pb.PolicyStatusRequest{})
 }
 
 // DrainNode takes a node out of ownership in the next epoch.
 func (c *Client) DrainNode(ctx context.Context, id string) (*pb.Member, error) {
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	resp, err := c.rpc.DrainNode(ctx, &pb.DrainNodeRequest{NodeId: id})
-	if err != nil {
-		return nil, fromStatus(err)
-	}
-	return resp.GetMember(), nil
+	resp, err := invoke(ctx, c, c.rpc.DrainNode, &pb.DrainNodeRequest{NodeId: id})
+	return resp.GetMember(), err
 }
 
 // UndrainNode gives a drained node its keys back in the next epoch.
 func (c *Client) UndrainNode(ctx context.Context, id string) (*pb.Member, error) {
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	resp, err := c.rpc.UndrainNode(ctx, &pb.UndrainNodeRequest{NodeId: id})
-	if err != nil {
-		return nil, fromStatus(err)
-	}
-	return resp.GetMember(), nil
+	resp, err := invoke(ctx, c, c.rpc.UndrainNode, &pb.UndrainNodeRequest{NodeId: id})
+	return resp.GetMember(), err
 }

@@ -1,0 +1,40 @@
+package admin
+
+import (
+	"errors"
+	"testing"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestErrorsMapCodesAndKeepDetails(t *testing.T) {
+	tests := []struct {
+		code codes.Code
+		want error
+	}{
+		{codes.NotFound, ErrNotFound},
+		{codes.Unauthenticated, ErrUnauthenticated},
+		{codes.InvalidArgument, ErrInvalid},
+		{codes.Unavailable, ErrUnavailable},
+		{codes.Aborted, ErrConflict},
+	}
+	for _, tt := range tests {
+		err := fromStatus(status.Error(tt.code, "boom"))
+		if !errors.Is(err, tt.want) || status.Code(err) != tt.code {
+			t.Errorf("%s: %v is not %v or lost its code", tt.code, err, tt.want)
+		}
+	}
+	if err := fromStatus(status.Error(codes.Internal, "x")); status.Code(err) != codes.Internal || err.Error() != "shardcache: Internal: x" {
+		t.Errorf("unmapped code: %v", err)
+	}
+
+	st, _ := status.New(codes.InvalidArgument, "policy invalid").WithDetails(&errdetails.BadRequest{
+		FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "name", Description: "empty"}}})
+	err := validationError("p", fromStatus(st.Err()))
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Fields) != 1 || ve.Fields[0].Field != "name" || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("validation error %v lost its fields", err)
+	}
+}
