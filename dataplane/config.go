@@ -59,6 +59,17 @@ type Config struct {
 	// OriginTimeout, since the owner may be waiting on the origin. Default
 	// OriginTimeout + 5s.
 	RelayTimeout time.Duration
+	// HotThreshold is the request rate, per minute at this node, above which
+	// a key is hot: it gets ReplicationFactor owners and non-owners keep local
+	// copies. A policy's hot_threshold overrides it. 0 means 60; negative
+	// turns hot-key handling off.
+	HotThreshold int
+	// HotCopyBytes is the memory for copies of hot objects this node does
+	// not own. Default MemoryBytes/4.
+	HotCopyBytes int64
+	// HotCopyMaxObject is the largest object copied locally. Default 1 MiB.
+	HotCopyMaxObject int64
+
 	// DataDir holds the node's persistent data; created if missing. Empty
 	// means the node keeps nothing across restarts.
 	DataDir string
@@ -97,6 +108,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.OriginTimeout == 0 {
 		c.OriginTimeout = 60 * time.Second
+	}
+	if c.HotThreshold == 0 {
+		c.HotThreshold = 60
+	}
+	if c.HotCopyBytes == 0 {
+		c.HotCopyBytes = c.MemoryBytes / 4
+	}
+	if c.HotCopyMaxObject == 0 {
+		c.HotCopyMaxObject = 1 << 20
 	}
 	if c.RelayTimeout == 0 {
 		c.RelayTimeout = c.OriginTimeout + 5*time.Second
@@ -143,6 +163,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxObjectBytes <= 0 || c.MaxObjectBytes > c.MemoryBytes {
 		return fmt.Errorf("max object size %d bytes must be positive and at most the memory budget (%d)", c.MaxObjectBytes, c.MemoryBytes)
+	}
+	if c.HotThreshold > 0 && c.HotCopyBytes < 1<<20 {
+		return fmt.Errorf("hot copy memory %d bytes is below 1 MiB", c.HotCopyBytes)
 	}
 	if c.OriginTimeout <= 0 {
 		return fmt.Errorf("origin timeout %s must be positive", c.OriginTimeout)

@@ -48,6 +48,11 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 
 // route serves r by bypass, redirect, relay or from this node's store, as
 // its policy says, and returns the route taken.
+//
+// A hot key has the first replication-factor ring members as owners: each
+// serves it from its own store, a later owner filling from the first rather
+// than the origin. A node that owns a hot key not at all relays it once and
+// keeps a local copy for as long as the object stays fresh.
 func (n *Node) route(w http.ResponseWriter, r *http.Request) string {
 	p := n.policies.Load().Match(policy.Host(r), r.URL.Path)
 	if p.Mode == pb.CacheMode_CACHE_MODE_BYPASS || bypassReason(r) != "" || p.Bypass(r) {
@@ -55,23 +60,77 @@ func (n *Node) route(w http.ResponseWriter, r *http.Request) string {
 		return routeBypass
 	}
 	key := p.Key("http", r)
-	if rt := n.routes.Load(); rt != nil && p.Mode != pb.CacheMode_CACHE_MODE_LOCAL {
-		if owner := rt.owner(key); owner != nil && owner.GetId() != n.cfg.ID {
-			if p.Mode == pb.CacheMode_CACHE_MODE_REDIRECT && owner.GetPublicUrl() != "" {
-				redirect(w, r, owner)
-				return routeRedirect
+	rt := n.routes.Load()
+	if rt == nil || p.Mode == pb.CacheMode_CACHE_MODE_LOCAL {
+		n.serveOwned(w, r, key, p, nil)
+		return routeLocal
+	}
+	hot := n.isHot(key, p)
+	replicas := 1
+	if hot {
+		replicas = p.ReplicationFactor
+	}
+	var buf [4]*pb.Member
+	owners := rt.owners(buf[:0], key, replicas)
+	if len(owners) == 0 {
+		n.serveOwned(w, r, key, p, nil)
+		return routeLocal
+	}
+	for i, o := range owners {
+		if o.GetId() == n.cfg.ID {
+			var from *pb.Member
+			if i > 0 {
+				from = owners[0] // a replica fills from the first owner
 			}
-			if n.relay(w, r, owner, rt) {
-				n.relayed.Add(1)
-				return routeRelayed
-			}
-			// The owner did not answer: serving from here costs an origin
-			// request but keeps the client served until the next epoch.
-			n.metrics.relayFallback.Inc()
+			n.serveOwned(w, r, key, p, from)
+			return routeLocal
 		}
 	}
-	n.serveOwned(w, r, key, p)
+	if hot && n.serveHotCopy(w, r, key) {
+		return routeLocal
+	}
+	owner := owners[0]
+	if p.Mode == pb.CacheMode_CACHE_MODE_REDIRECT && owner.GetPublicUrl() != "" {
+		redirect(w, r, owner)
+		return routeRedirect
+	}
+	if n.relay(w, r, owner, rt, key, p, hot) {
+		n.relayed.Add(1)
+		return routeRelayed
+	}
+	// The owner did not answer: serving from here costs an origin request
+	// but keeps the client served until the next epoch.
+	n.metrics.relayFallback.Inc()
+	n.serveOwned(w, r, key, p, nil)
 	return routeLocal
+}
+
+// isHot counts a request for key and says whether its rate at this node is
+// above the policy's (or the node's) threshold.
+func (n *Node) isHot(key string, p *policy.Policy) bool {
+	if n.hot == nil {
+		return false
+	}
+	threshold := n.cfg.HotThreshold
+	if p.HotThreshold > 0 {
+		threshold = p.HotThreshold
+	}
+	if n.hot.ObserveRate(key) < float64(threshold) {
+		return false
+	}
+	n.metrics.hot.WithLabelValues("hot_request").Inc()
+	return true
+}
+
+// serveHotCopy answers from a local copy of a hot object, if fresh.
+func (n *Node) serveHotCopy(w http.ResponseWriter, r *http.Request, key string) bool {
+	e, ok := n.hotCopies.Get(key)
+	if !ok || !e.Fresh(time.Now()) {
+		return false
+	}
+	n.metrics.hot.WithLabelValues("copy_hit").Inc()
+	n.writeEntry(w, r, e, cacheHit)
+	return true
 }
 
 // redirect answers 307 with the owner's public URL, so the body crosses the
@@ -94,7 +153,7 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 		scheme = "http"
 	}
 	p := n.policies.Load().Match(policy.Host(r), r.URL.Path)
-	n.serveOwned(w, r, p.Key(scheme, r), p)
+	n.serveOwned(w, r, p.Key(scheme, r), p, nil)
 }
 
 // bypassReason says why r must not go through the cache, or "".
@@ -115,18 +174,27 @@ func bypassReason(r *http.Request) string {
 	return ""
 }
 
-// relay forwards r to owner and copies the answer. It reports false when
-// the owner could not be reached and nothing was written.
-func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, rt *routes) bool {
-	ctx, cancel := context.WithTimeout(r.Context(), n.cfg.RelayTimeout)
-	defer cancel()
+// relayHeader is the header of a request relayed to a peer: the client's
+// end-to-end fields, the forwarded-for chain, and the hop marker.
+func (n *Node) relayHeader(r *http.Request) http.Header {
 	h := r.Header.Clone()
 	relay.RemoveHopByHop(h)
 	appendForwardedFor(h, r.RemoteAddr)
 	h.Set(relay.HopHeader, n.cfg.ID)
-	h.Set(relay.EpochHeader, strconv.FormatUint(rt.epoch.GetEpoch(), 10))
+	if rt := n.routes.Load(); rt != nil {
+		h.Set(relay.EpochHeader, strconv.FormatUint(rt.epoch.GetEpoch(), 10))
+	}
 	h.Set(relay.SchemeHeader, "http")
-	resp, err := n.peers.Forward(ctx, owner.GetPeerAddress(), r, h)
+	return h
+}
+
+// relay forwards r to owner and copies the answer; for a hot key it keeps a
+// local copy of a small, storable answer. It reports false when the owner
+// could not be reached and nothing was written.
+func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, rt *routes, key string, p *policy.Policy, hot bool) bool {
+	ctx, cancel := context.WithTimeout(r.Context(), n.cfg.RelayTimeout)
+	defer cancel()
+	resp, err := n.peers.Forward(ctx, owner.GetPeerAddress(), r, n.relayHeader(r))
 	if err != nil {
 		n.metrics.peerReqs.WithLabelValues(owner.GetId(), "error").Inc()
 		if r.Context().Err() == nil {
@@ -137,6 +205,9 @@ func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, r
 	defer resp.Body.Close()
 	n.metrics.peerReqs.WithLabelValues(owner.GetId(), statusClass(resp.StatusCode)).Inc()
 	relay.RemoveHopByHop(resp.Header)
+	if hot && r.Method == http.MethodGet && n.admitHotCopy(w, key, p, resp) {
+		return true
+	}
 	copyHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	nb, _ := io.Copy(w, resp.Body)
@@ -144,16 +215,68 @@ func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, r
 	return true
 }
 
+// admitHotCopy answers w from a relayed response and keeps a copy, when the
+// response is small and may be stored. It reports false, having read and
+// written nothing, when it may not.
+func (n *Node) admitHotCopy(w http.ResponseWriter, key string, p *policy.Policy, resp *http.Response) bool {
+	received := time.Now()
+	lifetime, ok := n.storeLifetime(p, resp, received, n.cfg.HotCopyMaxObject)
+	if !ok || resp.ContentLength < 0 {
+		return false
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, resp.ContentLength))
+	if err != nil || int64(len(body)) != resp.ContentLength {
+		// The owner's answer broke off: pass on what came, as a plain relay would.
+		copyHeader(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		w.Write(body)
+		return true
+	}
+	n.peerBytes.Add(uint64(len(body)))
+	e := &store.Entry{Key: key, Status: resp.StatusCode, Header: resp.Header, Body: body, Received: received,
+		InitialAge: freshness.InitialAge(resp.Header, received), Lifetime: lifetime}
+	if n.hotCopies.Set(e) {
+		n.metrics.hot.WithLabelValues("copy_admitted").Inc()
+	}
+	// Answer as the owner did (its X-Cache and X-Cache-Node), not as a copy.
+	copyHeader(w.Header(), resp.Header)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(resp.StatusCode)
+	w.Write(body)
+	return true
+}
+
+// storeLifetime decides whether resp may be stored under p, objects up to
+// maxObject bytes, and for how long: the response's own freshness, else the
+// policy's status or default TTL (as nginx's proxy_cache_valid applies only
+// where the response states none).
+func (n *Node) storeLifetime(p *policy.Policy, resp *http.Response, received time.Time, maxObject int64) (time.Duration, bool) {
+	lifetime := freshness.Lifetime(resp.StatusCode, resp.Header, received)
+	if !freshness.Explicit(resp.Header) {
+		if ttl, ok := p.StatusTTL(resp.StatusCode); ok {
+			lifetime = ttl
+		} else if p.DefaultTTL > 0 {
+			lifetime = p.DefaultTTL
+		}
+	}
+	ok := lifetime > 0 && !freshness.Forbidden(resp.Header) && !p.Excluded(resp.StatusCode) && resp.ContentLength <= maxObject
+	return lifetime, ok
+}
+
 // serveOwned serves key from this node's store, or fetches it from the
 // origin, collapsing concurrent misses into one origin request.
-func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy) {
+//
+// from, when set, is the key's first owner: this node is a later owner of a
+// hot key and fills from it before going to the origin, so the origin still
+// sees one request.
+func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member) {
 	if e, ok := n.mem.Get(key); ok && e.Fresh(time.Now()) {
 		n.writeEntry(w, r, e, cacheHit)
 		return
 	}
 	call, leader := n.flights.Join(key)
 	if leader {
-		n.fill(w, r, key, p, func(e *store.Entry, ok bool) { n.flights.Settle(key, call, e, ok) })
+		n.fill(w, r, key, p, from, func(e *store.Entry, ok bool) { n.flights.Settle(key, call, e, ok) })
 		return
 	}
 	wctx, cancel := context.WithTimeout(r.Context(), n.cfg.OriginTimeout)
@@ -168,14 +291,14 @@ func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p 
 	}
 	// The leader's response could not be shared (not cacheable, too large)
 	// or took too long: fetch alone, as nginx's proxy_cache_lock does.
-	n.fill(w, r, key, p, nil)
+	n.fill(w, r, key, p, from, nil)
 }
 
 // fill fetches key from the origin, stores the response when it may, and
 // answers w. settle, when not nil, releases the requests waiting on this
 // fill: with the stored entry, or with nothing as soon as it is clear that
 // the response cannot be shared.
-func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, settle func(*store.Entry, bool)) {
+func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, settle func(*store.Entry, bool)) {
 	settled := settle == nil
 	release := func(e *store.Entry, ok bool) {
 		if !settled {
@@ -188,7 +311,14 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	// The fill outlives a client that hangs up: others may be waiting on it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), n.cfg.OriginTimeout)
 	defer cancel()
-	resp, err := n.fetch(ctx, r, p, true)
+	var resp *http.Response
+	var err error
+	if from != nil {
+		resp = n.fillFromPeer(ctx, r, from)
+	}
+	if resp == nil {
+		resp, err = n.fetch(ctx, r, p, true)
+	}
 	if err != nil {
 		n.metrics.originReqs.WithLabelValues("fill", "error").Inc()
 		n.log.Warn("origin request failed", "key", key, "err", err)
@@ -196,28 +326,19 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 		return
 	}
 	defer resp.Body.Close()
-	n.originFills.Add(1)
-	n.metrics.originReqs.WithLabelValues("fill", statusClass(resp.StatusCode)).Inc()
+	if from == nil {
+		n.originFills.Add(1)
+		n.metrics.originReqs.WithLabelValues("fill", statusClass(resp.StatusCode)).Inc()
+	}
 	received := time.Now()
 	relay.RemoveHopByHop(resp.Header)
 
-	lifetime := freshness.Lifetime(resp.StatusCode, resp.Header, received)
-	if !freshness.Explicit(resp.Header) {
-		// Like proxy_cache_valid: a policy's TTLs apply where the response
-		// states no freshness of its own.
-		if ttl, ok := p.StatusTTL(resp.StatusCode); ok {
-			lifetime = ttl
-		} else if p.DefaultTTL > 0 {
-			lifetime = p.DefaultTTL
-		}
-	}
 	maxObject := n.cfg.MaxObjectBytes
 	if p.MaxObject > 0 {
 		maxObject = min(p.MaxObject, n.cfg.MemoryBytes)
 	}
-	storable := settle != nil && lifetime > 0 && !freshness.Forbidden(resp.Header) && !p.Excluded(resp.StatusCode) &&
-		resp.ContentLength <= maxObject
-	if storable {
+	lifetime, storable := n.storeLifetime(p, resp, received, maxObject)
+	if storable && settle != nil {
 		body, err := io.ReadAll(io.LimitReader(resp.Body, maxObject+1))
 		n.metrics.originBytes.Add(float64(len(body)))
 		if err != nil {
@@ -247,6 +368,31 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	}
 	release(nil, false)
 	n.writeResponse(w, r, resp, resp.Body)
+}
+
+// fillFromPeer asks the first owner of a hot key for it; nil when the owner
+// cannot answer (the caller then goes to the origin).
+func (n *Node) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Member) *http.Response {
+	get := r.Clone(ctx)
+	get.Method = http.MethodGet
+	h := n.relayHeader(r)
+	for _, f := range []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range"} {
+		h.Del(f) // a fill brings the whole object
+	}
+	resp, err := n.peers.Forward(ctx, from.GetPeerAddress(), get, h)
+	if err != nil {
+		n.metrics.peerReqs.WithLabelValues(from.GetId(), "error").Inc()
+		return nil
+	}
+	n.metrics.peerReqs.WithLabelValues(from.GetId(), statusClass(resp.StatusCode)).Inc()
+	if resp.StatusCode >= 500 {
+		resp.Body.Close()
+		return nil
+	}
+	n.metrics.hot.WithLabelValues("replica_fill").Inc()
+	resp.Header.Del("X-Cache")
+	resp.Header.Del("X-Cache-Node")
+	return resp
 }
 
 // writeResponse streams an origin response that is not stored.

@@ -31,6 +31,7 @@ type metrics struct {
 	session        prometheus.Gauge
 	collapsed      prometheus.Counter
 	policyRevision prometheus.Gauge
+	hot            *prometheus.CounterVec
 }
 
 // Classic buckets reach 1 h and 100 GB, so that quantiles of long downloads
@@ -85,9 +86,13 @@ func newMetrics() *metrics {
 		policyRevision: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shardcache_policy_revision", Help: "Revision of the policy set in force (0: none received).",
 		}),
+		hot: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_hot_key_events_total",
+			Help: "Hot-key handling: requests for hot keys, copies admitted and served by non-owners, replica fills from the first owner.",
+		}, []string{"event"}),
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
-		m.peerConns, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed, m.policyRevision,
+		m.peerConns, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed, m.policyRevision, m.hot,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

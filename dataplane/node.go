@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardcache/shardcache/dataplane/flight"
+	"github.com/shardcache/shardcache/dataplane/hotkey"
 	"github.com/shardcache/shardcache/dataplane/policy"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/session"
@@ -31,10 +32,14 @@ const shutdownGrace = 10 * time.Second
 
 // Node is one cache node.
 type Node struct {
-	cfg       Config
-	log       *slog.Logger
-	metrics   *metrics
-	mem       *store.Memory
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	mem     *store.Memory
+	// hotCopies holds copies of hot objects this node does not own, so they
+	// stop paying the relay hop; nil when hot-key handling is off.
+	hotCopies *store.Memory
+	hot       *hotkey.Sketch
 	flights   flight.Group[*store.Entry]
 	routes    atomic.Pointer[routes]
 	policies  atomic.Pointer[policy.Set]
@@ -110,6 +115,16 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.session = sc
 	n.policies.Store(policy.Empty)
+	if cfg.HotThreshold > 0 {
+		if n.hotCopies, err = store.NewMemory(cfg.HotCopyBytes); err != nil {
+			mem.Close()
+			return nil, err
+		}
+		// 64k counters a row: a few hundred KiB that tell the hottest
+		// thousands of keys apart. Halving every 3s notices a hot key within
+		// seconds and forgets a cold one as fast.
+		n.hot = hotkey.New(1<<16, 3*time.Second, nil)
+	}
 	return n, nil
 }
 
@@ -164,6 +179,9 @@ func (n *Node) addr(i int) net.Addr {
 // Run serves until ctx ends, then leaves the ring and stops gracefully.
 func (n *Node) Run(ctx context.Context) error {
 	defer n.mem.Close()
+	if n.hotCopies != nil {
+		defer n.hotCopies.Close()
+	}
 	defer n.peers.CloseIdle()
 	defer n.origin.CloseIdleConnections()
 	if n.cfg.DataDir != "" {

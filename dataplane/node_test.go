@@ -139,13 +139,17 @@ func (o *testOrigin) count(path string) int32 {
 }
 
 // startNode runs a node on ephemeral ports until the test ends.
-func startNode(t *testing.T, id, control, origin string) *Node {
+func startNode(t *testing.T, id, control, origin string, opts ...func(*Config)) *Node {
 	t.Helper()
-	n, err := New(Config{
+	cfg := Config{
 		ID: id, ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", OpsAddr: "127.0.0.1:0",
 		ControlPlane: control, Origin: origin, MemoryBytes: 16 << 20, MaxObjectBytes: 1 << 20,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	n, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,13 +317,16 @@ func TestConcurrentMissesCollapse(t *testing.T) {
 	}
 }
 
+// noHotKeys turns hot-key handling off, so every request takes the plain route.
+func noHotKeys(c *Config) { c.HotThreshold = -1 }
+
 func TestRelayToOwnerOverOnePooledConnection(t *testing.T) {
 	fc := startFakeControl(t, "127.0.0.1:0")
 	o := &testOrigin{}
 	origin := httptest.NewServer(o)
 	defer origin.Close()
-	a := startNode(t, "a", fc.addr, origin.URL)
-	b := startNode(t, "b", fc.addr, origin.URL)
+	a := startNode(t, "a", fc.addr, origin.URL, noHotKeys)
+	b := startNode(t, "b", fc.addr, origin.URL, noHotKeys)
 	e := epochOf(1, a, b)
 	fc.publish(e)
 	waitEpoch(t, a, 1)
@@ -646,5 +653,81 @@ func TestPolicyPushIsAcknowledgedOrRefused(t *testing.T) {
 	}
 	if a.PolicyRevision() != 5 {
 		t.Fatalf("after refusals the node runs %d, want 5", a.PolicyRevision())
+	}
+}
+
+// ownersOf returns key's first n owners in the epoch.
+func ownersOf(t *testing.T, e *pb.RingEpoch, key string, n int) []string {
+	t.Helper()
+	var ids []string
+	for _, m := range mustRing(t, e).Owners(key, n) {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
+func TestHotKeyReplicasAndCopies(t *testing.T) {
+	fc := startFakeControl(t, "127.0.0.1:0")
+	o := &testOrigin{}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	nodes := map[string]*Node{}
+	var all []*Node
+	for _, id := range []string{"a", "b", "c"} {
+		n := startNode(t, id, fc.addr, origin.URL)
+		nodes[id] = n
+		all = append(all, n)
+	}
+	e := epochOf(1, all...)
+	fc.publish(e)
+	// A key is hot at a node once it has seen a few requests for it within
+	// the sketch's period (each counts about 13 a minute).
+	set := &pb.PolicySet{Revision: 1, Policies: []*pb.CachePolicy{{Name: "all", PathPrefix: "/", HotThreshold: 35}}}
+	for _, n := range all {
+		waitEpoch(t, n, 1)
+		if err := n.ApplyPolicies(set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := "/hot/1"
+	owners := ownersOf(t, e, "http127.0.0.1"+path, 3)
+	first, second, other := nodes[owners[0]], nodes[owners[1]], nodes[owners[2]]
+	via := func(n *Node) *http.Response {
+		resp, body := do(t, "GET", "http://"+n.ClientAddr().String()+path)
+		if resp.StatusCode != 200 || body != "body of "+path {
+			t.Fatalf("via %s: %d %q", n.ID(), resp.StatusCode, body)
+		}
+		return resp
+	}
+	// servedBy sends requests through n until one is served by want (the key
+	// turning hot there), within a bound.
+	servedBy := func(n *Node, want string) *http.Response {
+		for range 20 {
+			if resp := via(n); resp.Header.Get("X-Cache-Node") == want {
+				return resp
+			}
+		}
+		t.Fatalf("20 requests via %s: none served by %s", n.ID(), want)
+		return nil
+	}
+
+	// Cold: the key has one owner, and the second owner relays to it.
+	if got := via(second).Header.Get("X-Cache-Node"); got != first.ID() {
+		t.Fatalf("cold key via %s served by %s, want the first owner %s", second.ID(), got, first.ID())
+	}
+	// Hot at the second owner: it serves from its own store, filled from the
+	// first owner, not the origin.
+	servedBy(second, second.ID())
+	// Hot at a non-owner: after relaying, it keeps a copy and serves it.
+	if resp := servedBy(other, other.ID()); resp.Header.Get("X-Cache") != "HIT" {
+		t.Fatalf("hot key via non-owner %s: %s, want a HIT from its copy", other.ID(), resp.Header.Get("X-Cache"))
+	}
+	if n := o.count(path); n != 1 {
+		t.Fatalf("the origin saw %d requests for the hot key, want 1", n)
+	}
+	if metricValue(t, second, "shardcache_hot_key_events_total", `event="replica_fill"`) != 1 ||
+		metricValue(t, other, "shardcache_hot_key_events_total", `event="copy_admitted"`) < 1 ||
+		metricValue(t, other, "shardcache_hot_key_events_total", `event="copy_hit"`) < 1 {
+		t.Fatal("hot-key events were not counted")
 	}
 }

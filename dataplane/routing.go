@@ -33,3 +33,12 @@ func newRoutes(e *pb.RingEpoch) (*routes, error) {
 func (rt *routes) owner(key string) *pb.Member {
 	return rt.peers[rt.ring.Owner(key).ID]
 }
+
+// owners returns key's first n owners in ring order, appended to dst.
+func (rt *routes) owners(dst []*pb.Member, key string, n int) []*pb.Member {
+	var buf [4]ring.Member
+	for _, m := range rt.ring.AppendOwners(buf[:0], key, n) {
+		dst = append(dst, rt.peers[m.ID])
+	}
+	return dst
+}

@@ -29,6 +29,10 @@ type Policy struct {
 	Origins    []*url.URL // tried in order; empty: the node's default origin
 	DefaultTTL time.Duration
 	MaxObject  int64 // 0: the node's default
+	// ReplicationFactor is the number of owners of a hot key (default 2).
+	ReplicationFactor int
+	// HotThreshold is requests per minute above which a key is hot; 0: the node's.
+	HotThreshold int
 
 	hosts     []string // lower-case; "*.x" wildcards; empty: every host
 	prefix    string
@@ -57,14 +61,19 @@ func mustCompile(p *pb.CachePolicy) *Policy {
 
 func compile(p *pb.CachePolicy) (*Policy, error) {
 	c := &Policy{
-		Name:       p.GetName(),
-		Mode:       p.GetMode(),
-		DefaultTTL: p.GetDefaultTtl().AsDuration(),
-		MaxObject:  p.GetMaxObjectSize(),
-		prefix:     p.GetPathPrefix(),
-		statusTTL:  p.GetStatusTtls(),
-		excluded:   p.GetExcludedStatuses(),
-		bypass:     p.GetBypass(),
+		Name:              p.GetName(),
+		Mode:              p.GetMode(),
+		DefaultTTL:        p.GetDefaultTtl().AsDuration(),
+		MaxObject:         p.GetMaxObjectSize(),
+		ReplicationFactor: int(p.GetReplicationFactor()),
+		HotThreshold:      int(p.GetHotThreshold()),
+		prefix:            p.GetPathPrefix(),
+		statusTTL:         p.GetStatusTtls(),
+		excluded:          p.GetExcludedStatuses(),
+		bypass:            p.GetBypass(),
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = 2
 	}
 	if c.Mode == pb.CacheMode_CACHE_MODE_UNSPECIFIED {
 		c.Mode = pb.CacheMode_CACHE_MODE_SHARDED
