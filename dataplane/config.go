@@ -48,7 +48,9 @@ type Config struct {
 	// ControlPlaneTLS, when set, connects to the control plane over TLS.
 	ControlPlaneTLS *tls.Config
 
-	// MemoryBytes is the memory tier's budget. Default 256 MiB.
+	// MemoryBytes is the node's memory budget for cached objects: the memory
+	// tier and, out of it, HotCopyBytes for copies of hot objects owned
+	// elsewhere. Default 256 MiB.
 	MemoryBytes int64
 	// MaxObjectBytes is the largest response stored; larger ones are
 	// streamed to the client without storing. Default 64 MiB.
@@ -64,8 +66,8 @@ type Config struct {
 	// copies. A policy's hot_threshold overrides it. 0 means 60; negative
 	// turns hot-key handling off.
 	HotThreshold int
-	// HotCopyBytes is the memory for copies of hot objects this node does
-	// not own. Default MemoryBytes/4.
+	// HotCopyBytes is the part of MemoryBytes kept for copies of hot
+	// objects this node does not own. Default MemoryBytes/8.
 	HotCopyBytes int64
 	// HotCopyMaxObject is the largest object copied locally. Default 1 MiB.
 	HotCopyMaxObject int64
@@ -113,7 +115,7 @@ func (c *Config) setDefaults() {
 		c.HotThreshold = 60
 	}
 	if c.HotCopyBytes == 0 {
-		c.HotCopyBytes = c.MemoryBytes / 4
+		c.HotCopyBytes = c.MemoryBytes / 8
 	}
 	if c.HotCopyMaxObject == 0 {
 		c.HotCopyMaxObject = 1 << 20
@@ -161,11 +163,11 @@ func (c *Config) Validate() error {
 	if c.MemoryBytes < 1<<20 {
 		return fmt.Errorf("memory budget %d bytes is below 1 MiB", c.MemoryBytes)
 	}
-	if c.MaxObjectBytes <= 0 || c.MaxObjectBytes > c.MemoryBytes {
-		return fmt.Errorf("max object size %d bytes must be positive and at most the memory budget (%d)", c.MaxObjectBytes, c.MemoryBytes)
+	if c.MaxObjectBytes <= 0 || c.MaxObjectBytes > c.MemoryBytes/2 {
+		return fmt.Errorf("max object size %d bytes must be positive and at most half the memory budget (%d)", c.MaxObjectBytes, c.MemoryBytes)
 	}
-	if c.HotThreshold > 0 && c.HotCopyBytes < 1<<20 {
-		return fmt.Errorf("hot copy memory %d bytes is below 1 MiB", c.HotCopyBytes)
+	if c.HotThreshold > 0 && (c.HotCopyBytes < 1<<20 || c.HotCopyBytes > c.MemoryBytes/2) {
+		return fmt.Errorf("hot copy memory %d bytes: want 1 MiB to half the memory budget (%d)", c.HotCopyBytes, c.MemoryBytes)
 	}
 	if c.OriginTimeout <= 0 {
 		return fmt.Errorf("origin timeout %s must be positive", c.OriginTimeout)

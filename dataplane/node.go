@@ -64,7 +64,11 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	originURL, _ := url.Parse(cfg.Origin) // checked by Validate
-	mem, err := store.NewMemory(cfg.MemoryBytes)
+	tier := cfg.MemoryBytes
+	if cfg.HotThreshold > 0 {
+		tier -= cfg.HotCopyBytes // hot copies come out of the same budget
+	}
+	mem, err := store.NewMemory(tier)
 	if err != nil {
 		return nil, err
 	}

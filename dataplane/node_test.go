@@ -483,7 +483,8 @@ func TestConfigValidate(t *testing.T) {
 		{"no origin", func(c *Config) { c.Origin = "" }, "origin URL is empty"},
 		{"origin without scheme", func(c *Config) { c.Origin = "127.0.0.1:8090" }, "origin URL"},
 		{"tiny memory", func(c *Config) { c.MemoryBytes = 1000 }, "memory budget"},
-		{"object above memory", func(c *Config) { c.MaxObjectBytes = c.MemoryBytes + 1 }, "max object size"},
+		{"object above half the memory", func(c *Config) { c.MaxObjectBytes = c.MemoryBytes/2 + 1 }, "max object size"},
+		{"hot copies above half the memory", func(c *Config) { c.HotCopyBytes = c.MemoryBytes/2 + 1 }, "hot copy memory"},
 		{"relay shorter than origin", func(c *Config) { c.RelayTimeout = c.OriginTimeout }, "relay timeout"},
 	}
 	for _, tt := range tests {

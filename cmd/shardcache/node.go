@@ -55,11 +55,11 @@ func newNodeCommand() *cobra.Command {
 	f.StringVar(&o.cfg.Origin, "origin", "", "origin base URL, e.g. http://127.0.0.1:8090")
 	f.StringVar(&o.controlCA, "control-plane-ca", "", "CA of the control plane's TLS certificate (enables TLS to it)")
 	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret the control plane requires to join (default $SHARDCACHE_JOIN_TOKEN)")
-	f.Var(units.Value{N: &o.cfg.MemoryBytes}, "memory", "memory tier budget (default 256MiB)")
+	f.Var(units.Value{N: &o.cfg.MemoryBytes}, "memory", "memory budget for cached objects, hot copies included (default 256MiB)")
 	f.Var(units.Value{N: &o.cfg.MaxObjectBytes}, "max-object", "largest response stored (default 64MiB)")
 	f.DurationVar(&o.cfg.OriginTimeout, "origin-timeout", 0, "timeout of one origin request (default 60s)")
 	f.IntVar(&o.cfg.HotThreshold, "hot-threshold", 0, "requests per minute at this node above which a key is hot (default 60; negative: off)")
-	f.Var(units.Value{N: &o.cfg.HotCopyBytes}, "hot-copy-memory", "memory for local copies of hot objects owned elsewhere (default memory/4)")
+	f.Var(units.Value{N: &o.cfg.HotCopyBytes}, "hot-copy-memory", "part of --memory kept for copies of hot objects owned elsewhere (default memory/8)")
 	f.StringVar(&o.cfg.DataDir, "data-dir", "", "directory of the node's persistent data")
 	o.log.register(cmd)
 	return cmd
