@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -92,7 +93,7 @@ func withSystem(ctx context.Context, r *runner, sys system, mem int64, f func(*i
 	}
 	in, err := sys.start(ctx, r, dir, mem)
 	if err != nil {
-		return fmt.Errorf("starting %s: %w (logs in %s)", sys.name, err, dir)
+		return fmt.Errorf("starting %s: %w\n%s", sys.name, err, logTails(dir))
 	}
 	defer in.stop()
 	return f(in)
@@ -407,4 +408,20 @@ func median(runs []measurement) measurement {
 	m := runs[len(runs)/2]
 	m.Runs = len(runs)
 	return m
+}
+
+// logTails returns the last lines of every process log in dir, for an error
+// message (the folder is removed when the run ends).
+func logTails(dir string) string {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	var b strings.Builder
+	for _, l := range logs {
+		data, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		fmt.Fprintf(&b, "--- %s\n%s\n", filepath.Base(l), strings.Join(lines[max(0, len(lines)-5):], "\n"))
+	}
+	return b.String()
 }

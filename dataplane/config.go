@@ -53,7 +53,8 @@ type Config struct {
 	// elsewhere. Default 256 MiB.
 	MemoryBytes int64
 	// MaxObjectBytes is the largest response stored; larger ones are
-	// streamed to the client without storing. Default 64 MiB.
+	// streamed to the client without storing. Default 64 MiB, or a quarter
+	// of MemoryBytes if that is less.
 	MaxObjectBytes int64
 	// OriginTimeout bounds one origin request, headers and body. Default 60s.
 	OriginTimeout time.Duration
@@ -106,7 +107,7 @@ func (c *Config) setDefaults() {
 		c.MemoryBytes = 256 << 20
 	}
 	if c.MaxObjectBytes == 0 {
-		c.MaxObjectBytes = 64 << 20
+		c.MaxObjectBytes = min(64<<20, c.MemoryBytes/4)
 	}
 	if c.OriginTimeout == 0 {
 		c.OriginTimeout = 60 * time.Second
