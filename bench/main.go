@@ -30,6 +30,7 @@ type runner struct {
 	shardcache, cachectl, nginx, varnishd, self string
 	origin                                      string // base URL of the shared demo origin
 	originProc                                  *proc
+	nodeArgs                                    []string // extra flags for shardcache nodes
 	work                                        string
 	quick                                       bool
 	log                                         io.Writer
@@ -55,25 +56,36 @@ func main() {
 		ceiling(os.Args[2])
 		return
 	}
-	var (
-		out          = flag.String("out", "bench/results", "folder of the results")
-		shardcache   = flag.String("shardcache", ".bin/shardcache", "shardcache binary")
-		cachectl     = flag.String("cachectl", ".bin/cachectl", "cachectl binary")
-		scenarioList = flag.String("scenarios", "S1,S2,S3,S4", "scenarios to run")
-		quick        = flag.Bool("quick", false, "shorter runs (for trying the harness, not for figures)")
-		keep         = flag.Bool("keep", false, "keep the work folder (configurations and logs) after the run")
-		only         = flag.String("systems", "", "comma-separated systems to run (default: all)")
-	)
+	var o options
+	var nodeArgs string
+	flag.StringVar(&o.out, "out", "bench/results", "folder of the results")
+	flag.StringVar(&o.shardcache, "shardcache", ".bin/shardcache", "shardcache binary")
+	flag.StringVar(&o.cachectl, "cachectl", ".bin/cachectl", "cachectl binary")
+	flag.StringVar(&o.scenarios, "scenarios", "S1,S2,S3,S4", "scenarios to run")
+	flag.StringVar(&o.systems, "systems", "", "comma-separated systems to run (default: all; shardcache first)")
+	flag.BoolVar(&o.quick, "quick", false, "shorter runs (for trying the harness, not for figures)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the work folder (configurations and logs) after the run")
+	flag.StringVar(&nodeArgs, "node-args", "", "extra flags for shardcache nodes, e.g. \"--hot-threshold -1\"")
 	flag.Parse()
+	o.nodeArgs = strings.Fields(nodeArgs)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *out, *shardcache, *cachectl, *scenarioList, *quick, *keep, *only); err != nil {
+	if err := run(ctx, o); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out, shardcache, cachectl, only string, quick, keep bool, systemList string) error {
+// options are the command line's choices.
+type options struct {
+	out, shardcache, cachectl string
+	scenarios, systems        string
+	quick, keep               bool
+	nodeArgs                  []string
+}
+
+func run(ctx context.Context, o options) error {
+	systemList, only, quick, keep, out, shardcache, cachectl := o.systems, o.scenarios, o.quick, o.keep, o.out, o.shardcache, o.cachectl
 	if systemList != "" {
 		var chosen []system
 		for _, s := range systems {
@@ -86,7 +98,7 @@ func run(ctx context.Context, out, shardcache, cachectl, only string, quick, kee
 		}
 		systems = chosen
 	}
-	r := &runner{quick: quick, log: os.Stderr}
+	r := &runner{quick: quick, log: os.Stderr, nodeArgs: o.nodeArgs}
 	var err error
 	for _, b := range []struct {
 		dst  *string

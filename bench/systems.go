@@ -56,9 +56,9 @@ func startShardcache(ctx context.Context, r *runner, dir string, memBytes int64)
 	var ops []string
 	for i := 1; i <= instances; i++ {
 		client, peer, op := freePort(), freePort(), freePort()
-		n, err := startProc(dir, fmt.Sprintf("node-%d", i), r.shardcache, "node", "--id", fmt.Sprintf("node-%d", i),
-			"--client", client, "--peer", peer, "--ops", op, "--control-plane", control, "--origin", r.origin,
-			"--memory", fmt.Sprint(memBytes), "--log-level", "warn")
+		args := append([]string{"node", "--id", fmt.Sprintf("node-%d", i), "--client", client, "--peer", peer, "--ops", op,
+			"--control-plane", control, "--origin", r.origin, "--memory", fmt.Sprint(memBytes), "--log-level", "warn"}, r.nodeArgs...)
+		n, err := startProc(dir, fmt.Sprintf("node-%d", i), r.shardcache, args...)
 		if err != nil {
 			in.stop()
 			return nil, err
