@@ -3,6 +3,7 @@ package dataplane
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -94,13 +95,21 @@ func (n *Node) route(w http.ResponseWriter, r *http.Request) string {
 		redirect(w, r, owner)
 		return routeRedirect
 	}
-	if n.relay(w, r, owner, rt, key, p, hot) {
+	if n.relay(w, r, owner, key, p, hot) {
 		n.relayed.Add(1)
 		return routeRelayed
 	}
-	// The owner did not answer: serving from here costs an origin request
-	// but keeps the client served until the next epoch.
+	// The owner did not answer. The next ring member owns the key once the
+	// owner leaves the ring, so it is the one to fill; if it is this node,
+	// or it fails too, serve from here: an origin request, but the client
+	// is served until the next epoch.
 	n.metrics.relayFallback.Inc()
+	if next := rt.owners(buf[:0], key, len(owners)+1); len(next) > len(owners) {
+		if alt := next[len(owners)]; alt.GetId() != n.cfg.ID && n.relay(w, r, alt, key, p, hot) {
+			n.relayed.Add(1)
+			return routeRelayed
+		}
+	}
 	n.serveOwned(w, r, key, p, nil)
 	return routeLocal
 }
@@ -153,7 +162,9 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 		scheme = "http"
 	}
 	p := n.policies.Load().Match(policy.Host(r), r.URL.Path)
-	n.serveOwned(w, r, p.Key(scheme, r), p, nil)
+	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+	n.serveOwned(rec, r, p.Key(scheme, r), p, nil)
+	n.metrics.peerBytes.WithLabelValues("out").Add(float64(rec.bytes))
 }
 
 // bypassReason says why r must not go through the cache, or "".
@@ -191,10 +202,14 @@ func (n *Node) relayHeader(r *http.Request) http.Header {
 // relay forwards r to owner and copies the answer; for a hot key it keeps a
 // local copy of a small, storable answer. It reports false when the owner
 // could not be reached and nothing was written.
-func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, rt *routes, key string, p *policy.Policy, hot bool) bool {
+func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, key string, p *policy.Policy, hot bool) bool {
 	ctx, cancel := context.WithTimeout(r.Context(), n.cfg.RelayTimeout)
 	defer cancel()
 	resp, err := n.peers.Forward(ctx, owner.GetPeerAddress(), r, n.relayHeader(r))
+	if errors.Is(err, relay.ErrPeerDown) {
+		n.metrics.peerReqs.WithLabelValues(owner.GetId(), "skipped").Inc()
+		return false
+	}
 	if err != nil {
 		n.metrics.peerReqs.WithLabelValues(owner.GetId(), "error").Inc()
 		if r.Context().Err() == nil {
@@ -211,8 +226,14 @@ func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, r
 	copyHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	nb, _ := io.Copy(w, resp.Body)
-	n.peerBytes.Add(uint64(nb))
+	n.countPeerIn(nb)
 	return true
+}
+
+// countPeerIn records body bytes received over the peer hop.
+func (n *Node) countPeerIn(nb int64) {
+	n.peerBytes.Add(uint64(nb))
+	n.metrics.peerBytes.WithLabelValues("in").Add(float64(nb))
 }
 
 // admitHotCopy answers w from a relayed response and keeps a copy, when the
@@ -232,7 +253,7 @@ func (n *Node) admitHotCopy(w http.ResponseWriter, key string, p *policy.Policy,
 		w.Write(body)
 		return true
 	}
-	n.peerBytes.Add(uint64(len(body)))
+	n.countPeerIn(int64(len(body)))
 	e := &store.Entry{Key: key, Status: resp.StatusCode, Header: resp.Header, Body: body, Received: received,
 		InitialAge: freshness.InitialAge(resp.Header, received), Lifetime: lifetime}
 	if n.hotCopies.Set(e) {
@@ -316,7 +337,8 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	if from != nil {
 		resp = n.fillFromPeer(ctx, r, from)
 	}
-	if resp == nil {
+	fromOrigin := resp == nil
+	if fromOrigin {
 		resp, err = n.fetch(ctx, r, p, true)
 	}
 	if err != nil {
@@ -326,7 +348,7 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 		return
 	}
 	defer resp.Body.Close()
-	if from == nil {
+	if fromOrigin {
 		n.originFills.Add(1)
 		n.metrics.originReqs.WithLabelValues("fill", statusClass(resp.StatusCode)).Inc()
 	}
@@ -340,7 +362,9 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	lifetime, storable := n.storeLifetime(p, resp, received, maxObject)
 	if storable && settle != nil {
 		body, err := io.ReadAll(io.LimitReader(resp.Body, maxObject+1))
-		n.metrics.originBytes.Add(float64(len(body)))
+		if fromOrigin {
+			n.metrics.originBytes.Add(float64(len(body)))
+		}
 		if err != nil {
 			n.log.Warn("reading origin body", "key", key, "err", err)
 			http.Error(w, "shardcache: origin response broken", http.StatusBadGateway)

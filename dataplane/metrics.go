@@ -25,6 +25,7 @@ type metrics struct {
 	originBytes    prometheus.Counter
 	peerReqs       *prometheus.CounterVec
 	peerConns      *prometheus.CounterVec
+	peerBytes      *prometheus.CounterVec
 	relayFallback  prometheus.Counter
 	ringEpoch      prometheus.Gauge
 	ringMembers    prometheus.Gauge
@@ -63,11 +64,14 @@ func newMetrics() *metrics {
 			Name: "shardcache_origin_bytes_total", Help: "Body bytes received from the origin for cache fills.",
 		}),
 		peerReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_peer_requests_total", Help: "Requests relayed to an owner, by peer and result.",
+			Name: "shardcache_peer_requests_total", Help: "Requests relayed to an owner, by peer and result (2xx..5xx, error, skipped while the peer's circuit is open).",
 		}, []string{"peer", "result"}),
 		peerConns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_peer_connections_total", Help: "Connections used for relayed requests: opened anew or reused from the pool.",
 		}, []string{"state"}),
+		peerBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_peer_bytes_total", Help: "Body bytes over the peer hop: in (answers from owners), out (answers to relaying peers).",
+		}, []string{"direction"}),
 		relayFallback: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shardcache_relay_fallbacks_total", Help: "Relays that failed before a response and were served by this node instead.",
 		}),
@@ -92,7 +96,7 @@ func newMetrics() *metrics {
 		}, []string{"event"}),
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
-		m.peerConns, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed, m.policyRevision, m.hot,
+		m.peerConns, m.peerBytes, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed, m.policyRevision, m.hot,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -732,3 +732,76 @@ func TestHotKeyReplicasAndCopies(t *testing.T) {
 		t.Fatal("hot-key events were not counted")
 	}
 }
+
+func TestOwnerStoppedUnderLoadGivesNoClientErrors(t *testing.T) {
+	fc := startFakeControl(t, "127.0.0.1:0")
+	o := &testOrigin{}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	a := startNode(t, "a", fc.addr, origin.URL, noHotKeys)
+	c := startNode(t, "c", fc.addr, origin.URL, noHotKeys)
+	// b runs until the test stops it, like a pod deleted under load.
+	b, err := New(Config{ID: "b", ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", OpsAddr: "127.0.0.1:0",
+		ControlPlane: fc.addr, Origin: origin.URL, MemoryBytes: 16 << 20, HotThreshold: -1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx, stopB := context.WithCancel(context.Background())
+	bDone := make(chan error, 1)
+	go func() { bDone <- b.Run(bctx) }()
+	<-b.Ready()
+	e := epochOf(1, a, b, c)
+	fc.publish(e)
+	for _, n := range []*Node{a, b, c} {
+		waitEpoch(t, n, 1)
+	}
+
+	var sent, failed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Timeout: 10 * time.Second}
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := client.Get(fmt.Sprintf("http://%s/k/%d-%d", a.ClientAddr(), w, i%50))
+				sent.Add(1)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	// Let load reach b, then stop it while requests keep coming.
+	for metricValue(t, a, "shardcache_peer_requests_total", `peer="b"`) < 20 {
+		time.Sleep(5 * time.Millisecond) // polling a's own counter
+	}
+	stopB()
+	<-bDone
+	// Keep the load on until a has routed around b many times.
+	for metricValue(t, a, "shardcache_relay_fallbacks_total") < 50 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Fatalf("%d of %d client requests failed after the owner stopped", failed.Load(), sent.Load())
+	}
+	// The breaker stops trying b after a few failures instead of on every request.
+	if tries := metricValue(t, a, "shardcache_peer_requests_total", `peer="b"`, `result="error"`); tries > 10 {
+		t.Fatalf("a tried the stopped owner %v times; the breaker should skip it", tries)
+	}
+}

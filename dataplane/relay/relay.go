@@ -7,11 +7,14 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,10 +42,28 @@ type Config struct {
 	OnConn func(reused bool)
 }
 
+// ErrPeerDown is returned without trying while a peer's circuit is open.
+var ErrPeerDown = errors.New("relay: peer marked down after repeated failures")
+
+// Circuit breaker settings: after breakerFailures failures in a row a peer is
+// skipped for breakerOpen, then tried again (one success closes it).
+const (
+	breakerFailures = 3
+	breakerOpen     = 5 * time.Second
+)
+
+// breaker counts a peer's consecutive failures.
+type breaker struct {
+	failures  atomic.Int32
+	openUntil atomic.Int64 // UnixNano
+}
+
 // Client sends relayed requests. It is safe for concurrent use.
 type Client struct {
-	hc     *http.Client
-	onConn func(bool)
+	hc       *http.Client
+	onConn   func(bool)
+	breakers sync.Map // peer address -> *breaker
+	now      func() time.Time
 }
 
 // New returns a client with its own connection pool.
@@ -72,7 +93,13 @@ func New(cfg Config) *Client {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		onConn: cfg.OnConn,
+		now:    time.Now,
 	}
+}
+
+func (c *Client) breaker(peer string) *breaker {
+	b, _ := c.breakers.LoadOrStore(peer, &breaker{})
+	return b.(*breaker)
 }
 
 // Protocols returns the protocols of the peer hop: h2c only for the client,
@@ -87,7 +114,27 @@ func Protocols(server bool) *http.Protocols {
 // Forward relays r to the peer listener at peerAddr. header replaces the
 // outgoing header (the caller builds it, hop marker included). The caller
 // closes the response body.
+//
+// A peer that failed breakerFailures times in a row is not tried for
+// breakerOpen: Forward returns ErrPeerDown at once, so a dead or partitioned
+// owner does not cost every request a dial timeout.
 func (c *Client) Forward(ctx context.Context, peerAddr string, r *http.Request, header http.Header) (*http.Response, error) {
+	b := c.breaker(peerAddr)
+	if c.now().UnixNano() < b.openUntil.Load() {
+		return nil, fmt.Errorf("relay to %s: %w", peerAddr, ErrPeerDown)
+	}
+	resp, err := c.forward(ctx, peerAddr, r, header)
+	if err != nil {
+		if ctx.Err() == nil && b.failures.Add(1) >= breakerFailures {
+			b.openUntil.Store(c.now().Add(breakerOpen).UnixNano())
+		}
+		return nil, err
+	}
+	b.failures.Store(0)
+	return resp, nil
+}
+
+func (c *Client) forward(ctx context.Context, peerAddr string, r *http.Request, header http.Header) (*http.Response, error) {
 	if c.onConn != nil {
 		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 			GotConn: func(info httptrace.GotConnInfo) { c.onConn(info.Reused) },

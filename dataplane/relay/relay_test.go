@@ -1,0 +1,122 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// h2cServer is a peer listener: HTTP/1.1 and h2c, as nodes serve it.
+func h2cServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, Protocols: Protocols(true)}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return l.Addr().String()
+}
+
+func TestTenThousandRelaysShareOneConnection(t *testing.T) {
+	addr := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor != 2 {
+			t.Errorf("relayed over %s, want HTTP/2", r.Proto)
+		}
+		io.WriteString(w, "ok")
+	}))
+	var opened, reused atomic.Int64
+	c := New(Config{OnConn: func(r bool) {
+		if r {
+			reused.Add(1)
+		} else {
+			opened.Add(1)
+		}
+	}})
+	defer c.CloseIdle()
+	do := func() error {
+		req := httptest.NewRequest("GET", "/x", nil)
+		resp, err := c.Forward(context.Background(), addr, req, http.Header{HopHeader: {"a"}})
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	if err := do(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < 9999; i += 16 {
+				if err := do(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if opened.Load() > 2 || opened.Load()+reused.Load() != 10000 {
+		t.Fatalf("10,000 relays opened %d connections (%d reuses), want at most 2", opened.Load(), reused.Load())
+	}
+}
+
+func TestBreakerSkipsADeadPeerThenRetries(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	var dials atomic.Int64
+	c := New(Config{OnConn: func(bool) { dials.Add(1) }})
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	forward := func() error {
+		_, err := c.Forward(context.Background(), dead, httptest.NewRequest("GET", "/x", nil), http.Header{})
+		return err
+	}
+	for i := range breakerFailures {
+		if err := forward(); err == nil || errors.Is(err, ErrPeerDown) {
+			t.Fatalf("attempt %d: %v, want a connection error", i+1, err)
+		}
+	}
+	if err := forward(); !errors.Is(err, ErrPeerDown) {
+		t.Fatalf("after %d failures: %v, want ErrPeerDown without trying", breakerFailures, err)
+	}
+	now = now.Add(breakerOpen + time.Second)
+	if err := forward(); err == nil || errors.Is(err, ErrPeerDown) {
+		t.Fatalf("after the open period: %v, want a real attempt", err)
+	}
+}
+
+func TestRemoveHopByHop(t *testing.T) {
+	h := http.Header{}
+	h.Set("Connection", "keep-alive, X-Private")
+	h.Set("X-Private", "1")
+	h.Set("Keep-Alive", "timeout=5")
+	h.Set("Transfer-Encoding", "chunked")
+	h.Set("X-End-To-End", "kept")
+	RemoveHopByHop(h)
+	if len(h) != 1 || h.Get("X-End-To-End") != "kept" {
+		t.Fatalf("after removal: %v", h)
+	}
+}
