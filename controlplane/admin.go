@@ -14,10 +14,11 @@ import (
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
-// adminService implements AdminService. Reads of the ring and the policies
-// answer from the replica's watched view of etcd, so they keep answering
-// while etcd is away; writes go to etcd and fail with Unavailable, naming
-// etcd, within writeTimeout when it does not answer.
+// adminService implements AdminService. The current ring is answered from
+// the replica's watched view of etcd, and policies from etcd or, when it does
+// not answer, from the watched view, so reads keep answering while etcd is
+// away; writes go to etcd and fail with Unavailable, naming etcd, within
+// writeTimeout when it does not answer.
 //
 // Every replica watches the same etcd, so reads are the same whichever
 // replica is asked (once the watch has delivered the latest change).
@@ -35,6 +36,8 @@ var _ pb.AdminServiceServer = (*adminService)(nil)
 const (
 	writeTimeout = 5 * time.Second
 	readTimeout  = 5 * time.Second
+	// policyReadTimeout is short: past it, reads fall back to the watched view.
+	policyReadTimeout = time.Second
 )
 
 // GetRing returns the current epoch, or a kept older one.
@@ -199,19 +202,20 @@ func (a *adminService) ListPolicies(ctx context.Context, _ *pb.ListPoliciesReque
 	return list, nil
 }
 
-// listPolicies answers from the watched view, or from etcd before the
-// first watch read.
+// listPolicies reads the policies from etcd, so a caller sees its own
+// writes; when etcd does not answer within policyReadTimeout it answers from
+// the replica's watched view instead.
 func (a *adminService) listPolicies(ctx context.Context) (*pb.ListPoliciesResponse, error) {
+	rctx, cancel := context.WithTimeout(ctx, policyReadTimeout)
+	defer cancel()
+	ps, rev, _, err := a.state.policies(rctx)
+	if err == nil {
+		return &pb.ListPoliciesResponse{Policies: ps, Revision: rev}, nil
+	}
 	if ps, rev, ok := a.policies.list(); ok {
 		return &pb.ListPoliciesResponse{Policies: ps, Revision: rev}, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, readTimeout)
-	defer cancel()
-	ps, rev, _, err := a.state.policies(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &pb.ListPoliciesResponse{Policies: ps, Revision: rev}, nil
+	return nil, err
 }
 
 // DeletePolicy removes a policy.

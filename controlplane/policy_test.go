@@ -171,7 +171,7 @@ func TestReconnectAfterManyChangesGetsOnlyThem(t *testing.T) {
 	for i := range 50 {
 		put(fmt.Sprintf("p%02d", i), time.Minute)
 	}
-	caughtUp(t, s, admin, ctx)
+	caughtUp(t, s)
 	hello := &pb.Hello{Member: &pb.Member{Id: "node-a", PeerAddress: "127.0.0.1:1"}}
 	first, snap := openSessionWith(t, conn, hello)
 	if snap.GetPolicies().GetIncremental() || len(snap.GetPolicies().GetPolicies()) != 50 {
@@ -192,7 +192,7 @@ func TestReconnectAfterManyChangesGetsOnlyThem(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	list := caughtUp(t, s, admin, ctx)
+	list := caughtUp(t, s)
 
 	hello.PolicyRevision = applied
 	_, snap = openSessionWith(t, conn, hello)
@@ -220,14 +220,15 @@ func TestReconnectAfterManyChangesGetsOnlyThem(t *testing.T) {
 	}
 }
 
-// caughtUp waits until the replica's watch has every policy change stored,
-// and returns the stored set.
-func caughtUp(t *testing.T, s *Server, admin pb.AdminServiceClient, ctx context.Context) *pb.ListPoliciesResponse {
+// caughtUp waits until the replica's watch has every policy change stored
+// in etcd, and returns the stored set.
+func caughtUp(t *testing.T, s *Server) *pb.ListPoliciesResponse {
 	t.Helper()
-	list, err := admin.ListPolicies(ctx, &pb.ListPoliciesRequest{})
+	ps, rev, _, err := s.state.policies(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	list := &pb.ListPoliciesResponse{Policies: ps, Revision: rev}
 	deadline := time.Now().Add(10 * time.Second)
 	for s.policies.revision() != list.GetRevision() {
 		if time.Now().After(deadline) {
