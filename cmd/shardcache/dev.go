@@ -149,8 +149,13 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 			return originSrv.Shutdown(sctx)
 		})
 	}
-	g.Go(func() error { return cp.Run(gctx) })
+	// The nodes stop first, so their goodbyes reach the control plane; the
+	// control plane stops once they are gone.
+	cpCtx, stopControl := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopControl()
+	g.Go(func() error { return cp.Run(cpCtx) })
 	g.Go(func() error {
+		defer stopControl()
 		select {
 		case <-cp.Ready():
 		case <-gctx.Done():
