@@ -49,6 +49,12 @@ type measurement struct {
 	Errors       int64
 	Note         string
 	Runs         int
+
+	// S5, the relay path.
+	RelayFraction, HotRelayFraction float64
+	P50Local, P50Relayed            float64 // ms
+	P99Local, P99Relayed            float64 // ms
+	ConnsPer10k                     float64
 }
 
 func main() {
@@ -61,7 +67,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench/results", "folder of the results")
 	flag.StringVar(&o.shardcache, "shardcache", ".bin/shardcache", "shardcache binary")
 	flag.StringVar(&o.cachectl, "cachectl", ".bin/cachectl", "cachectl binary")
-	flag.StringVar(&o.scenarios, "scenarios", "S1,S2,S3,S4", "scenarios to run")
+	flag.StringVar(&o.scenarios, "scenarios", "S1,S2,S3,S4,S5", "scenarios to run")
 	flag.StringVar(&o.systems, "systems", "", "comma-separated systems to run (default: all; shardcache first)")
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs (for trying the harness, not for figures)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work folder (configurations and logs) after the run")

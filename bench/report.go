@@ -51,6 +51,20 @@ func value(m measurement, metric string) (float64, string) {
 		return m.MBPerSec, fmt.Sprintf("%.0f", m.MBPerSec)
 	case "RSS growth MiB":
 		return m.RSSGrowthMiB, fmt.Sprintf("%.0f", m.RSSGrowthMiB)
+	case "relay fraction":
+		return m.RelayFraction, fmt.Sprintf("%.3f", m.RelayFraction)
+	case "relay fraction, hottest 1 %":
+		return m.HotRelayFraction, fmt.Sprintf("%.3f", m.HotRelayFraction)
+	case "p50 local ms":
+		return m.P50Local, fmt.Sprintf("%.3f", m.P50Local)
+	case "p50 relayed ms":
+		return m.P50Relayed, fmt.Sprintf("%.3f", m.P50Relayed)
+	case "p99 local ms":
+		return m.P99Local, fmt.Sprintf("%.3f", m.P99Local)
+	case "p99 relayed ms":
+		return m.P99Relayed, fmt.Sprintf("%.3f", m.P99Relayed)
+	case "connections per 10k relayed":
+		return m.ConnsPer10k, fmt.Sprintf("%.2f", m.ConnsPer10k)
 	}
 	return math.NaN(), "?"
 }
@@ -124,7 +138,7 @@ func ratio(v, base float64) string {
 }
 
 // headline is the metric each scenario's bars show.
-var headline = map[string]string{"S1": "req/s", "S2": "origin requests", "S3": "MB/s", "S4": "origin requests caused"}
+var headline = map[string]string{"S1": "req/s", "S2": "origin requests", "S3": "MB/s", "S4": "origin requests caused", "S5": "relay fraction"}
 
 var palette = []color.RGBA{{0x1f, 0x77, 0xb4, 255}, {0xff, 0x7f, 0x0e, 255}, {0x2c, 0xa0, 0x2c, 255}, {0xd6, 0x27, 0x28, 255}, {0x94, 0x67, 0xbd, 255}}
 

@@ -54,6 +54,7 @@ var scenarios = []scenario{
 		metrics: []string{"origin requests caused"},
 		run:     runS4,
 	},
+	relayScenario,
 }
 
 func s1Duration(r *runner) time.Duration {

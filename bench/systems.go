@@ -16,6 +16,7 @@ type instance struct {
 	all     []*proc  // everything to stop, in order
 	dir     string   // the run's folder (configurations, logs)
 	control string   // shardcache: the control plane's address
+	ops     []string // shardcache: the nodes' ops addresses (metrics)
 	fronts  []string // nginx: tier-1 listen addresses
 	caches  []string // nginx: tier-2 (cache) listen addresses
 }
@@ -68,6 +69,7 @@ func startShardcache(ctx context.Context, r *runner, dir string, memBytes int64)
 		in.targets = append(in.targets, "http://"+client)
 		ops = append(ops, op)
 	}
+	in.ops = ops
 	for _, op := range ops {
 		if err := waitBody(ctx, "http://"+op+"/readyz", fmt.Sprintf("members=%d", instances)); err != nil {
 			in.stop()

@@ -39,7 +39,7 @@ type metrics struct {
 // and large objects are measured rather than clamped at the last bucket;
 // native histograms give fine resolution where the scraper supports them.
 var (
-	durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+	durationBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 	sizeBuckets     = prometheus.ExponentialBuckets(256, 4, 16) // 256 B .. 256 GiB
 )
 
