@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -142,13 +143,34 @@ func rssBytes(procs []*proc, field string) int64 {
 }
 
 // freePort returns a loopback address free right now.
-func freePort() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
+// Ports handed to a process that binds them later come from 20000-31999,
+// below the kernel's ephemeral range (32768 and up): an outgoing connection
+// can never take one between this check and the bind. Each process starts
+// at its own offset so that concurrent test binaries rarely meet.
+var portCounter atomic.Int32
+
+func pickPort() (string, bool) {
+	base := (os.Getpid() % 600) * 20
+	for range 12000 {
+		port := 20000 + (base+int(portCounter.Add(1)))%12000
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		addr := l.Addr().String()
+		l.Close()
+		return addr, true
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return "", false
+}
+
+// freePort returns a free loopback address for a server to be started.
+func freePort() string {
+	addr, ok := pickPort()
+	if !ok {
+		panic("bench: no free port in 20000-31999")
+	}
+	return addr
 }
 
 // waitHTTP waits until url answers with want.

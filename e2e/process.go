@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -136,14 +137,35 @@ func (p *process) Exited() bool {
 }
 
 // freeAddr returns a loopback address with a port free right now.
+// Ports handed to a process that binds them later come from 20000-31999,
+// below the kernel's ephemeral range (32768 and up): an outgoing connection
+// can never take one between this check and the bind. Each process starts
+// at its own offset so that concurrent test binaries rarely meet.
+var portCounter atomic.Int32
+
+func pickPort() (string, bool) {
+	base := (os.Getpid() % 600) * 20
+	for range 12000 {
+		port := 20000 + (base+int(portCounter.Add(1)))%12000
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		addr := l.Addr().String()
+		l.Close()
+		return addr, true
+	}
+	return "", false
+}
+
+// freeAddr returns a free loopback address for a process to be started.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	addr, ok := pickPort()
+	if !ok {
+		t.Fatal("no free port in 20000-31999")
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // buildBinaries builds shardcache and cachectl into dir.
