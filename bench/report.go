@@ -138,13 +138,20 @@ func ratio(v, base float64) string {
 }
 
 // headline is the metric each scenario's bars show.
-var headline = map[string]string{"S1": "req/s", "S2": "origin requests", "S3": "MB/s", "S4": "origin requests caused", "S5": "relay fraction"}
+// S5 compares shardcache with itself and has no bar group.
+var headline = map[string]string{"S1": "req/s", "S2": "origin requests", "S3": "MB/s", "S4": "origin requests caused"}
 
 var palette = []color.RGBA{{0x1f, 0x77, 0xb4, 255}, {0xff, 0x7f, 0x0e, 255}, {0x2c, 0xa0, 0x2c, 255}, {0xd6, 0x27, 0x28, 255}, {0x94, 0x67, 0xbd, 255}}
 
 // chart draws, per scenario, each system's headline figure as a ratio to
 // shardcache's (1.0, the dashed line).
 func (r *report) chart(path string) error {
+	var charted []scenarioResult
+	for _, sc := range r.Scenarios {
+		if headline[sc.ID] != "" {
+			charted = append(charted, sc)
+		}
+	}
 	const w, h, top, bottom, left = 1000, 420, 40, 90, 50
 	img := image.NewRGBA(image.Rect(0, 0, w, h))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
@@ -153,7 +160,7 @@ func (r *report) chart(path string) error {
 		d.DrawString(s)
 	}
 	maxRatio := 1.0
-	for _, sc := range r.Scenarios {
+	for _, sc := range charted {
 		bv, _ := value(sc.Rows[0], headline[sc.ID])
 		for _, row := range sc.Rows {
 			v, _ := value(row, headline[sc.ID])
@@ -176,12 +183,12 @@ func (r *report) chart(path string) error {
 		img.Set(x, y(1), color.Black)
 		img.Set(x+1, y(1), color.Black)
 	}
-	if len(r.Scenarios) == 0 {
+	if len(charted) == 0 {
 		return nil
 	}
-	groupW := (w - left - 20) / len(r.Scenarios)
+	groupW := (w - left - 20) / len(charted)
 	names := map[string]int{}
-	for si, sc := range r.Scenarios {
+	for si, sc := range charted {
 		x0 := left + si*groupW + 10
 		barW := (groupW - 20) / max(len(sc.Rows), 1)
 		bv, _ := value(sc.Rows[0], headline[sc.ID])
