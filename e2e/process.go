@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -168,10 +169,16 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// buildBinaries builds shardcache and cachectl into dir.
+// buildBinaries builds shardcache and cachectl into dir, from the workspace
+// at the repository's root (also when the tests run with GOWORK=off).
 func buildBinaries(dir string) error {
-	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator),
-		"github.com/shardcache/shardcache/cmd/shardcache", "github.com/shardcache/shardcache/cmd/cachectl")
+	root, err := filepath.Abs("..")
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./cmd/shardcache", "./cmd/cachectl")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOWORK="+filepath.Join(root, "go.work"))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
 		return errors.New("building the binaries failed")
