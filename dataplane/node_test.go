@@ -3,6 +3,8 @@ package dataplane
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/shardcache/shardcache/dataplane/policy"
@@ -803,5 +806,32 @@ func TestOwnerStoppedUnderLoadGivesNoClientErrors(t *testing.T) {
 	// The breaker stops trying b after a few failures instead of on every request.
 	if tries := metricValue(t, a, "shardcache_peer_requests_total", `peer="b"`, `result="error"`); tries > 10 {
 		t.Fatalf("a tried the stopped owner %v times; the breaker should skip it", tries)
+	}
+}
+
+func TestSessionOverTLS(t *testing.T) {
+	// httptest's certificate (for 127.0.0.1) serves as the control plane's.
+	certSrv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer certSrv.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(certSrv.Certificate())
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeControl{wake: make(chan struct{}), addr: l.Addr().String(), acks: make(chan *pb.PolicyAck, 16),
+		srv: grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: certSrv.TLS.Certificates})))}
+	pb.RegisterNodeServiceServer(f.srv, f)
+	go f.srv.Serve(l)
+	defer f.srv.Stop()
+
+	origin := httptest.NewServer(&testOrigin{})
+	defer origin.Close()
+	n := startNode(t, "a", f.addr, origin.URL, func(c *Config) { c.ControlPlaneTLS = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12} })
+	f.publish(epochOf(1, n))
+	waitEpoch(t, n, 1)
+	if f.hellos.Load() != 1 {
+		t.Fatalf("%d hellos over TLS, want 1", f.hellos.Load())
 	}
 }

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s differs:\n--- got\n%s--- want\n%s", name, got, want)
+	}
+}
+
+func testEpoch() *pb.RingEpoch {
+	return &pb.RingEpoch{
+		Epoch: 7, PreviousEpoch: 6, Reason: "+node-3",
+		CreatedAt: timestamppb.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)),
+		Members: []*pb.Member{
+			{Id: "node-1", PeerAddress: "10.0.0.1:9080", PublicUrl: "http://10.0.0.1:8080", State: pb.MemberState_MEMBER_STATE_ACTIVE, Zone: "a"},
+			{Id: "node-3", PeerAddress: "10.0.0.3:9080", PublicUrl: "http://10.0.0.3:8080", Weight: 2, State: pb.MemberState_MEMBER_STATE_ACTIVE},
+		},
+	}
+}
+
+func TestRingOutput(t *testing.T) {
+	for _, format := range []string{"table", "json", "yaml"} {
+		t.Run(format, func(t *testing.T) {
+			var b bytes.Buffer
+			e := testEpoch()
+			if err := render(&b, format, e, func(tw *tabwriter.Writer) { ringTable(tw, e) }); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, "ring."+format, b.Bytes())
+		})
+	}
+}
+
+func TestNodesTable(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 30, 0, time.UTC)
+	resp := &pb.ListNodesResponse{Epoch: 7, Nodes: []*pb.Node{
+		{Member: testEpoch().GetMembers()[0], InRing: true, SessionReplica: "cp-1", ServingEpoch: 7,
+			Load: &pb.LoadReport{MemoryObjects: 1200, MemoryBytes: 5 << 20, RequestsTotal: 90000, HitsTotal: 88000},
+			LastReportAt: timestamppb.New(now.Add(-4 * time.Second))},
+		{Member: &pb.Member{Id: "node-2", State: pb.MemberState_MEMBER_STATE_DRAINING}},
+	}}
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	nodesTable(tw, resp, now)
+	tw.Flush()
+	golden(t, "nodes.table", b.Bytes())
+}
+
+func TestBadOutputFormat(t *testing.T) {
+	if err := render(&bytes.Buffer{}, "xml", testEpoch(), nil); err == nil {
+		t.Fatal("-o xml accepted")
+	}
+}
