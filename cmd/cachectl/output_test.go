@@ -62,7 +62,7 @@ func TestNodesTable(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 30, 0, time.UTC)
 	resp := &pb.ListNodesResponse{Epoch: 7, Nodes: []*pb.Node{
 		{Member: testEpoch().GetMembers()[0], InRing: true, SessionReplica: "cp-1", ServingEpoch: 7,
-			Load: &pb.LoadReport{MemoryObjects: 1200, MemoryBytes: 5 << 20, RequestsTotal: 90000, HitsTotal: 88000},
+			Load:         &pb.LoadReport{MemoryObjects: 1200, MemoryBytes: 5 << 20, RequestsTotal: 90000, HitsTotal: 88000},
 			LastReportAt: timestamppb.New(now.Add(-4 * time.Second))},
 		{Member: &pb.Member{Id: "node-2", State: pb.MemberState_MEMBER_STATE_DRAINING}},
 	}}
