@@ -47,6 +47,10 @@ type Config struct {
 	JoinToken string
 	// ControlPlaneTLS, when set, connects to the control plane over TLS.
 	ControlPlaneTLS *tls.Config
+	// PeerTLS, when its files are set, makes the peer hop mutual TLS: the
+	// node's certificate must name its id (first DNS name, or common name),
+	// and every peer's must name the member it is reached as.
+	PeerTLS PeerTLSFiles
 
 	// MemoryBytes is the node's memory budget for cached objects: the memory
 	// tier and, out of it, HotCopyBytes for copies of hot objects owned
@@ -80,6 +84,15 @@ type Config struct {
 	// Logger receives the node's logs. Default slog.Default().
 	Logger *slog.Logger
 }
+
+// PeerTLSFiles names the PEM files of the peer hop's mutual TLS.
+type PeerTLSFiles struct {
+	CertFile, KeyFile string
+	// CAFile is the cluster CA that signs every node's certificate.
+	CAFile string
+}
+
+func (f PeerTLSFiles) enabled() bool { return f.CertFile != "" || f.KeyFile != "" || f.CAFile != "" }
 
 // validID matches what the control plane accepts as a node id.
 var validID = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$`)
@@ -169,6 +182,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HotThreshold > 0 && (c.HotCopyBytes < 1<<20 || c.HotCopyBytes > c.MemoryBytes/2) {
 		return fmt.Errorf("hot copy memory %d bytes: want 1 MiB to half the memory budget (%d)", c.HotCopyBytes, c.MemoryBytes)
+	}
+	if c.PeerTLS.enabled() && (c.PeerTLS.CertFile == "" || c.PeerTLS.KeyFile == "" || c.PeerTLS.CAFile == "") {
+		return errors.New("peer TLS needs a certificate, its key and the cluster CA")
 	}
 	if c.OriginTimeout <= 0 {
 		return fmt.Errorf("origin timeout %s must be positive", c.OriginTimeout)

@@ -2,6 +2,8 @@ package dataplane
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -46,6 +48,7 @@ type Node struct {
 	originURL *url.URL
 	origin    *http.Client
 	peers     *relay.Client
+	peerTLS   *tls.Config // nil: h2c
 	session   *session.Client
 
 	ready chan struct{}
@@ -91,13 +94,23 @@ func New(cfg Config) (*Node, error) {
 		},
 		ready: make(chan struct{}),
 	}
-	n.peers = relay.New(relay.Config{OnConn: func(reused bool) {
-		if reused {
-			n.metrics.peerConns.WithLabelValues("reused").Inc()
-		} else {
-			n.metrics.peerConns.WithLabelValues("opened").Inc()
-		}
-	}})
+	peerTLS, err := loadPeerTLS(cfg.PeerTLS, cfg.ID)
+	if err != nil {
+		mem.Close()
+		return nil, err
+	}
+	n.peerTLS = peerTLS
+	n.peers = relay.New(relay.Config{
+		OnConn: func(reused bool) {
+			if reused {
+				n.metrics.peerConns.WithLabelValues("reused").Inc()
+			} else {
+				n.metrics.peerConns.WithLabelValues("opened").Inc()
+			}
+		},
+		TLS:    peerTLS,
+		PeerID: n.peerID,
+	})
 	sc, err := session.New(session.Config{
 		Addresses: strings.Split(cfg.ControlPlane, ","),
 		Member: &pb.Member{
@@ -130,6 +143,56 @@ func New(cfg Config) (*Node, error) {
 		n.hot = hotkey.New(1<<16, 3*time.Second, nil)
 	}
 	return n, nil
+}
+
+// peerServer is the peer listener's server: h2c, or mutual TLS when
+// configured.
+func (n *Node) peerServer() *http.Server {
+	s := &http.Server{Handler: http.HandlerFunc(n.servePeer), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute,
+		MaxHeaderBytes: 64 << 10, Protocols: relay.Protocols(true), HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000}}
+	if n.peerTLS != nil {
+		s.TLSConfig = relay.ServerTLS(n.peerTLS)
+		s.Protocols = relay.ServerProtocols()
+	}
+	return s
+}
+
+// peerID names the member listening at a peer address in the current epoch.
+func (n *Node) peerID(addr string) (string, bool) {
+	rt := n.routes.Load()
+	if rt == nil {
+		return "", false
+	}
+	id, ok := rt.byAddr[addr]
+	return id, ok
+}
+
+// loadPeerTLS reads the peer hop's certificate and CA; nil when not
+// configured. The certificate must name this node.
+func loadPeerTLS(f PeerTLSFiles, id string) (*tls.Config, error) {
+	if !f.enabled() {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("peer TLS certificate: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("peer TLS certificate: %w", err)
+	}
+	if got := relay.Identity(leaf); got != id {
+		return nil, fmt.Errorf("peer TLS certificate %s names %q, not this node's id %q", f.CertFile, got, id)
+	}
+	pem, err := os.ReadFile(f.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("peer TLS CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("peer TLS CA %s holds no PEM certificate", f.CAFile)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
 // ApplyPolicies swaps in the policy set after a push, or refuses a push it
@@ -209,8 +272,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	servers := []*http.Server{
 		{Handler: http.HandlerFunc(n.serveClient), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10},
-		{Handler: http.HandlerFunc(n.servePeer), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute, MaxHeaderBytes: 64 << 10,
-			Protocols: relay.Protocols(true), HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000}},
+		n.peerServer(),
 		{Handler: n.opsHandler(), ReadHeaderTimeout: 10 * time.Second},
 	}
 	for _, s := range servers {
@@ -221,7 +283,11 @@ func (n *Node) Run(ctx context.Context) error {
 	for i, s := range servers {
 		l := listeners[i]
 		g.Go(func() error {
-			if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serve := s.Serve
+			if s.TLSConfig != nil {
+				serve = func(l net.Listener) error { return s.ServeTLS(l, "", "") }
+			}
+			if err := serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("serving %s: %w", l.Addr(), err)
 			}
 			return nil

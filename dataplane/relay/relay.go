@@ -7,6 +7,8 @@ package relay
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -40,6 +42,13 @@ type Config struct {
 	// OnConn is called for every relayed request with whether its
 	// connection was reused from the pool.
 	OnConn func(reused bool)
+	// TLS, when set, makes the hop HTTP/2 over mutual TLS: the client
+	// presents TLS.Certificates and verifies the peer's certificate against
+	// TLS.RootCAs for the member id PeerID gives for the peer's address, so a
+	// peer holding another member's certificate is refused. There is no mode
+	// that skips verification.
+	TLS    *tls.Config
+	PeerID func(addr string) (id string, ok bool)
 }
 
 // ErrPeerDown is returned without trying while a peer's circuit is open.
@@ -60,6 +69,7 @@ type breaker struct {
 
 // Client sends relayed requests. It is safe for concurrent use.
 type Client struct {
+	scheme   string
 	hc       *http.Client
 	onConn   func(bool)
 	breakers sync.Map // peer address -> *breaker
@@ -86,7 +96,26 @@ func New(cfg Config) *Client {
 		IdleConnTimeout:    5 * time.Minute,
 		DisableCompression: true, // bodies pass through as the origin sent them
 	}
+	scheme := "http"
+	if cfg.TLS != nil {
+		scheme = "https"
+		p := new(http.Protocols)
+		p.SetHTTP2(true)
+		tr.Protocols = p
+		dialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
+		tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			id, ok := cfg.PeerID(addr)
+			if !ok {
+				return nil, fmt.Errorf("relay: %s is no member's peer address", addr)
+			}
+			conf := cfg.TLS.Clone()
+			conf.ServerName = id // the certificate must name the member we mean to reach
+			conf.NextProtos = []string{"h2"}
+			return (&tls.Dialer{NetDialer: dialer, Config: conf}).DialContext(ctx, network, addr)
+		}
+	}
 	return &Client{
+		scheme: scheme,
 		hc: &http.Client{
 			Transport: tr,
 			// A redirect from the owner is the client's to follow.
@@ -140,7 +169,7 @@ func (c *Client) forward(ctx context.Context, peerAddr string, r *http.Request, 
 			GotConn: func(info httptrace.GotConnInfo) { c.onConn(info.Reused) },
 		})
 	}
-	out, err := http.NewRequestWithContext(ctx, r.Method, "http://"+peerAddr+r.URL.RequestURI(), nil)
+	out, err := http.NewRequestWithContext(ctx, r.Method, c.scheme+"://"+peerAddr+r.URL.RequestURI(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("relay to %s: %w", peerAddr, err)
 	}
@@ -151,6 +180,33 @@ func (c *Client) forward(ctx context.Context, peerAddr string, r *http.Request, 
 		return nil, fmt.Errorf("relay to %s: %w", peerAddr, err)
 	}
 	return resp, nil
+}
+
+// ServerTLS returns the peer listener's TLS configuration: base's
+// certificate, and a client certificate signed by base.ClientCAs required of
+// every caller (a node of the cluster).
+func ServerTLS(base *tls.Config) *tls.Config {
+	conf := base.Clone()
+	conf.ClientAuth = tls.RequireAndVerifyClientCert
+	conf.NextProtos = []string{"h2", "http/1.1"}
+	return conf
+}
+
+// ServerProtocols are the peer listener's protocols over TLS.
+func ServerProtocols() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	return p
+}
+
+// Identity is the member id a node certificate names: its first DNS name,
+// else its common name.
+func Identity(cert *x509.Certificate) string {
+	if len(cert.DNSNames) > 0 {
+		return cert.DNSNames[0]
+	}
+	return cert.Subject.CommonName
 }
 
 // CloseIdle closes pooled connections that carry no request.

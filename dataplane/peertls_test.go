@@ -1,0 +1,138 @@
+package dataplane
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// clusterCA issues node certificates for peer TLS tests, as PEM files.
+type clusterCA struct {
+	dir  string
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	file string
+}
+
+func newClusterCA(t *testing.T, dir string) *clusterCA {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "cluster CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	ca := &clusterCA{dir: dir, cert: cert, key: key, file: filepath.Join(dir, "ca.pem")}
+	writePEM(t, ca.file, "CERTIFICATE", der)
+	return ca
+}
+
+func writePEM(t *testing.T, path, kind string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// issue writes a node certificate naming id and returns the node's files.
+func (ca *clusterCA) issue(t *testing.T, id string) PeerTLSFiles {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: id}, DNSNames: []string{id},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	f := PeerTLSFiles{CertFile: filepath.Join(ca.dir, id+".pem"), KeyFile: filepath.Join(ca.dir, id+"-key.pem"), CAFile: ca.file}
+	writePEM(t, f.CertFile, "CERTIFICATE", der)
+	writePEM(t, f.KeyFile, "EC PRIVATE KEY", kb)
+	return f
+}
+
+func TestPeerHopOverMutualTLS(t *testing.T) {
+	ca := newClusterCA(t, t.TempDir())
+	fc := startFakeControl(t, "127.0.0.1:0")
+	o := &testOrigin{}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	withTLS := func(f PeerTLSFiles) func(*Config) {
+		return func(c *Config) { c.PeerTLS = f; c.HotThreshold = -1 }
+	}
+	a := startNode(t, "a", fc.addr, origin.URL, withTLS(ca.issue(t, "a")))
+	b := startNode(t, "b", fc.addr, origin.URL, withTLS(ca.issue(t, "b")))
+	e := epochOf(1, a, b)
+	fc.publish(e)
+	waitEpoch(t, a, 1)
+	waitEpoch(t, b, 1)
+
+	path := pathOwnedBy(t, e, "/k/", "b")
+	for range 3 {
+		resp, body := do(t, "GET", "http://"+a.ClientAddr().String()+path)
+		if resp.StatusCode != 200 || body != "body of "+path || resp.Header.Get("X-Cache-Node") != "b" {
+			t.Fatalf("over mutual TLS: %d %q from %q, want the owner b", resp.StatusCode, body, resp.Header.Get("X-Cache-Node"))
+		}
+	}
+	if got := metricValue(t, a, "shardcache_requests_total", `route="relayed"`); got != 3 {
+		t.Fatalf("%v relayed requests, want 3", got)
+	}
+	// Without a client certificate of the cluster, the peer listener
+	// refuses the connection, even for a caller that trusts the CA.
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "b", MinVersion: tls.VersionTLS12}}}
+	if resp, err := client.Get("https://" + b.PeerAddr().String() + path); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a caller without a cluster certificate got %d", resp.StatusCode)
+	}
+}
+
+func TestPeerPresentingAnotherMembersCertificateIsRefused(t *testing.T) {
+	ca := newClusterCA(t, t.TempDir())
+	fc := startFakeControl(t, "127.0.0.1:0")
+	origin := httptest.NewServer(&testOrigin{})
+	defer origin.Close()
+	a := startNode(t, "a", fc.addr, origin.URL, func(c *Config) { c.PeerTLS = ca.issue(t, "a"); c.HotThreshold = -1 })
+	// c holds a good certificate, but for c; the epoch says b listens there.
+	c := startNode(t, "c", fc.addr, origin.URL, func(cf *Config) { cf.PeerTLS = ca.issue(t, "c"); cf.HotThreshold = -1 })
+	e := epochOf(1, a)
+	e.Members = append(e.Members, &pb.Member{Id: "b", PeerAddress: c.PeerAddr().String(), State: pb.MemberState_MEMBER_STATE_ACTIVE})
+	fc.publish(e)
+	waitEpoch(t, a, 1)
+
+	path := pathOwnedBy(t, e, "/k/", "b")
+	resp, _ := do(t, "GET", "http://"+a.ClientAddr().String()+path)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Cache-Node") != "a" {
+		t.Fatalf("relay to an impostor: %d from %q; want a to refuse it and serve the request itself", resp.StatusCode, resp.Header.Get("X-Cache-Node"))
+	}
+	if got := metricValue(t, a, "shardcache_peer_requests_total", `peer="b"`, `result="error"`); got != 1 {
+		t.Fatalf("peer errors for b: %v, want 1 (the refused handshake)", got)
+	}
+}
+
+func TestPeerCertificateMustNameTheNode(t *testing.T) {
+	ca := newClusterCA(t, t.TempDir())
+	_, err := New(Config{ID: "a", ControlPlane: "127.0.0.1:1", Origin: "http://127.0.0.1:1", PeerTLS: ca.issue(t, "b")})
+	if err == nil || !strings.Contains(err.Error(), `names "b"`) {
+		t.Fatalf("New with another node's certificate: %v", err)
+	}
+}
