@@ -78,13 +78,36 @@ func (s *Server) writeEpochs(ctx context.Context, done <-chan struct{}, guard cl
 	} else {
 		openWindow()
 	}
-	watchMembers := func() clientv3.WatchChan {
-		return s.etcd.Watch(clientv3.WithRequireLeader(ctx), s.state.membersPrefix(), clientv3.WithPrefix())
+	// Watches start right after a revision read now, so no change between
+	// the reconciliation's read and the watches' start can be missed.
+	watch := func() (members, drains clientv3.WatchChan, err error) {
+		resp, err := s.etcd.Get(ctx, s.state.membersPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return nil, nil, etcdErr(err, "reading the revision to watch from")
+		}
+		from := clientv3.WithRev(resp.Header.Revision + 1)
+		members = s.etcd.Watch(clientv3.WithRequireLeader(ctx), s.state.membersPrefix(), clientv3.WithPrefix(), from)
+		drains = s.etcd.Watch(clientv3.WithRequireLeader(ctx), s.state.drainPrefix(), clientv3.WithPrefix(), from)
+		return members, drains, nil
 	}
-	watchDrains := func() clientv3.WatchChan {
-		return s.etcd.Watch(clientv3.WithRequireLeader(ctx), s.state.drainPrefix(), clientv3.WithPrefix())
+	members, drains, err := watch()
+	if err != nil {
+		return err
 	}
-	members, drains := watchMembers(), watchDrains()
+	rewatch := func() bool {
+		// Missed events are harmless: reconciliation reads the full member
+		// list. Watch again from now and reconcile.
+		for {
+			if !sleepCtx(ctx, 500*time.Millisecond) {
+				return false
+			}
+			if m, d, err := watch(); err == nil {
+				members, drains = m, d
+				openWindow()
+				return true
+			}
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -92,21 +115,13 @@ func (s *Server) writeEpochs(ctx context.Context, done <-chan struct{}, guard cl
 		case <-done:
 			return errLostLeadership
 		case wr, ok := <-members:
-			if !ok || wr.Err() != nil {
-				// Missed events are harmless: reconciliation reads the full
-				// member list. Watch again from now.
-				if !sleepCtx(ctx, 500*time.Millisecond) {
-					return nil
-				}
-				members = watchMembers()
+			if (!ok || wr.Err() != nil) && !rewatch() {
+				return nil
 			}
 			openWindow()
 		case wr, ok := <-drains:
-			if !ok || wr.Err() != nil {
-				if !sleepCtx(ctx, 500*time.Millisecond) {
-					return nil
-				}
-				drains = watchDrains()
+			if (!ok || wr.Err() != nil) && !rewatch() {
+				return nil
 			}
 			openWindow()
 		case <-window:

@@ -67,6 +67,8 @@ func TestPolicyViolations(t *testing.T) {
 // recvPolicies reads pushes until a policy set arrives.
 func (n *nodeSession) recvPolicies(t *testing.T) *pb.PolicySet {
 	t.Helper()
+	timer := time.AfterFunc(30*time.Second, n.cancel) // ends Recv with an error
+	defer timer.Stop()
 	for {
 		resp, err := n.stream.Recv()
 		if err != nil {

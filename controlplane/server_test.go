@@ -129,6 +129,9 @@ func adminCtx(ctx context.Context, token string) context.Context {
 type nodeSession struct {
 	stream pb.NodeService_SessionClient
 	cancel context.CancelFunc
+	// snapshot is the epoch the session started with, which may already be
+	// the one a test waits for.
+	snapshot *pb.RingEpoch
 }
 
 func openSession(t *testing.T, conn *grpc.ClientConn, id string) *nodeSession {
@@ -160,27 +163,34 @@ func openSessionWith(t *testing.T, conn *grpc.ClientConn, hello *pb.Hello) (*nod
 	if got := resp.GetSnapshot().GetMember().GetState(); got != pb.MemberState_MEMBER_STATE_ACTIVE {
 		t.Fatalf("%s registered as %s", id, got)
 	}
-	return &nodeSession{stream: stream, cancel: cancel}, resp.GetSnapshot()
+	return &nodeSession{stream: stream, cancel: cancel, snapshot: resp.GetSnapshot().GetEpoch()}, resp.GetSnapshot()
 }
 
-// waitEpoch reads pushes until an epoch with exactly the given members.
+// waitEpoch reads pushes until an epoch with exactly the given members;
+// after 30 s without it the test fails instead of hanging.
 func (n *nodeSession) waitEpoch(t *testing.T, ids ...string) *pb.RingEpoch {
 	t.Helper()
 	want := strings.Join(ids, ",")
+	matches := func(e *pb.RingEpoch) bool {
+		var got []string
+		for _, m := range e.GetMembers() {
+			got = append(got, m.GetId())
+		}
+		return e != nil && strings.Join(got, ",") == want
+	}
+	if e := n.snapshot; matches(e) {
+		n.snapshot = nil
+		return e
+	}
+	n.snapshot = nil
+	timer := time.AfterFunc(30*time.Second, n.cancel) // ends Recv with an error
+	defer timer.Stop()
 	for {
 		resp, err := n.stream.Recv()
 		if err != nil {
 			t.Fatalf("waiting for epoch [%s]: %v", want, err)
 		}
-		e := resp.GetEpoch()
-		if e == nil {
-			continue
-		}
-		var got []string
-		for _, m := range e.GetMembers() {
-			got = append(got, m.GetId())
-		}
-		if strings.Join(got, ",") == want {
+		if e := resp.GetEpoch(); matches(e) {
 			return e
 		}
 	}
