@@ -20,7 +20,6 @@ var codeTable = []struct {
 	{ErrPolicyNotFound, codes.NotFound},
 	{ErrNodeNotFound, codes.NotFound},
 	{ErrEpochConflict, codes.Aborted},
-	{ErrNotLeader, codes.Unavailable},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 	{rpctypes.ErrNoLeader, codes.Unavailable},

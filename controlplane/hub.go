@@ -43,13 +43,6 @@ func (n *notifier) subscribe() (<-chan struct{}, func()) {
 	}
 }
 
-// count is the number of subscribers.
-func (n *notifier) count() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return len(n.subs)
-}
-
 // hub holds the current epoch as this replica last saw it in etcd.
 type hub struct {
 	notify  notifier

@@ -65,7 +65,7 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 	if err := n.state.putMember(ctx, m, lease.ID); err != nil {
 		return toStatus(err)
 	}
-	st := &nodeStatus{node: &pb.Node{Member: m, SessionReplica: n.replica, ServingEpoch: hello.GetLastEpoch(), PolicyRevision: hello.GetPolicyRevision()}}
+	st := &pb.Node{Member: m, SessionReplica: n.replica, ServingEpoch: hello.GetLastEpoch(), PolicyRevision: hello.GetPolicyRevision()}
 	if err := n.state.putStatus(ctx, st, lease.ID); err != nil {
 		return toStatus(err)
 	}
@@ -143,14 +143,14 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 		case req := <-msgs:
 			switch msg := req.GetMsg().(type) {
 			case *pb.SessionRequest_Load:
-				st.node.Load = msg.Load
-				st.node.ServingEpoch = msg.Load.GetEpoch()
-				st.node.LastReportAt = timestamppb.Now()
+				st.Load = msg.Load
+				st.ServingEpoch = msg.Load.GetEpoch()
+				st.LastReportAt = timestamppb.Now()
 			case *pb.SessionRequest_PolicyAck:
 				ack := msg.PolicyAck
-				st.node.PolicyRevision = ack.GetAppliedRevision()
+				st.PolicyRevision = ack.GetAppliedRevision()
 				if ack.GetRefusedRevision() != 0 {
-					st.node.PolicyRefusedRevision, st.node.PolicyError = ack.GetRefusedRevision(), ack.GetError()
+					st.PolicyRefusedRevision, st.PolicyError = ack.GetRefusedRevision(), ack.GetError()
 					log.Warn("node refused a policy push", "revision", ack.GetRefusedRevision(), "reason", ack.GetError())
 				}
 			default:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,7 +20,6 @@ var (
 	ErrEtcd          = errors.New("etcd unavailable")
 	ErrEpochNotFound = errors.New("controlplane: epoch not found")
 	ErrEpochConflict = errors.New("controlplane: epoch changed concurrently")
-	ErrNotLeader     = errors.New("controlplane: not the leader")
 )
 
 // state reads and writes shardcache's records in etcd. It holds no cache of
@@ -54,21 +52,18 @@ func (s *state) putMember(ctx context.Context, m *pb.Member, lease clientv3.Leas
 	return nil
 }
 
-// putStatus records a node's last load report under the session's lease.
-func (s *state) putStatus(ctx context.Context, st *nodeStatus, lease clientv3.LeaseID) error {
-	b, err := proto.Marshal(st.node)
+// putStatus records a node's session state (replica, serving epoch, load,
+// policy acks) under status/<id>, bound to the session's lease.
+func (s *state) putStatus(ctx context.Context, st *pb.Node, lease clientv3.LeaseID) error {
+	b, err := proto.Marshal(st)
 	if err != nil {
-		return fmt.Errorf("encoding status of %s: %w", st.node.GetMember().GetId(), err)
+		return fmt.Errorf("encoding status of %s: %w", st.GetMember().GetId(), err)
 	}
-	if _, err := s.kv.Put(ctx, s.statusKey(st.node.GetMember().GetId()), string(b), clientv3.WithLease(lease)); err != nil {
-		return etcdErr(err, "writing status of %s", st.node.GetMember().GetId())
+	if _, err := s.kv.Put(ctx, s.statusKey(st.GetMember().GetId()), string(b), clientv3.WithLease(lease)); err != nil {
+		return etcdErr(err, "writing status of %s", st.GetMember().GetId())
 	}
 	return nil
 }
-
-// nodeStatus wraps the Node message stored under status/<id>; only its
-// session fields (replica, serving epoch, load) are meaningful there.
-type nodeStatus struct{ node *pb.Node }
 
 // members returns every registered member sorted by id, and the revision read.
 func (s *state) members(ctx context.Context) ([]*pb.Member, int64, error) {
@@ -166,13 +161,6 @@ func decodeEpoch(b []byte) (*pb.RingEpoch, error) {
 		return nil, fmt.Errorf("decoding epoch: %w", err)
 	}
 	return e, nil
-}
-
-// epochNumber parses the number out of an epochs/<n> key; ok is false for
-// epochs/current.
-func epochNumber(key, prefix string) (uint64, bool) {
-	n, err := strconv.ParseUint(strings.TrimPrefix(key, prefix+"epochs/"), 10, 64)
-	return n, err == nil
 }
 
 // Policy records: policies/<name> holds a CachePolicy; policies-revision is

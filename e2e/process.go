@@ -127,16 +127,6 @@ func (p *process) Kill() {
 	<-p.done
 }
 
-// Exited reports whether the process has ended.
-func (p *process) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // freeAddr returns a loopback address with a port free right now.
 // Ports handed to a process that binds them later come from 20000-31999,
 // below the kernel's ephemeral range (32768 and up): an outgoing connection

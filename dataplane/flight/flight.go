@@ -62,10 +62,3 @@ func (c *Call[T]) Wait(ctx context.Context) (val T, ok bool) {
 		return zero, false
 	}
 }
-
-// InFlight reports how many keys have a call in flight.
-func (g *Group[T]) InFlight() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.calls)
-}
