@@ -29,44 +29,41 @@ type report struct {
 	Scenarios []scenarioResult
 }
 
-// value returns a row's figure for a metric column.
+// columns give each metric column its figure and how it is printed.
+var columns = map[string]struct {
+	get    func(measurement) float64
+	format string
+}{
+	"req/s":                       {func(m measurement) float64 { return m.ReqPerSec }, "%.0f"},
+	"p50 ms":                      {func(m measurement) float64 { return m.P50 }, "%.2f"},
+	"p99 ms":                      {func(m measurement) float64 { return m.P99 }, "%.2f"},
+	"CPU µs/req":                  {func(m measurement) float64 { return m.CPUPerReqUs }, "%.0f"},
+	"hit ratio":                   {func(m measurement) float64 { return m.HitRatio }, "%.3f"},
+	"origin requests":             {func(m measurement) float64 { return float64(m.OriginReqs) }, "%.0f"},
+	"origin requests caused":      {func(m measurement) float64 { return float64(m.OriginReqs) }, "%.0f"},
+	"MB/s":                        {func(m measurement) float64 { return m.MBPerSec }, "%.0f"},
+	"RSS growth MiB":              {func(m measurement) float64 { return m.RSSGrowthMiB }, "%.0f"},
+	"relay fraction":              {func(m measurement) float64 { return m.RelayFraction }, "%.3f"},
+	"relay fraction, hottest 1 %": {func(m measurement) float64 { return m.HotRelayFraction }, "%.3f"},
+	"p50 local ms":                {func(m measurement) float64 { return m.P50Local }, "%.3f"},
+	"p50 relayed ms":              {func(m measurement) float64 { return m.P50Relayed }, "%.3f"},
+	"p99 local ms":                {func(m measurement) float64 { return m.P99Local }, "%.3f"},
+	"p99 relayed ms":              {func(m measurement) float64 { return m.P99Relayed }, "%.3f"},
+	"connections per 10k relayed": {func(m measurement) float64 { return m.ConnsPer10k }, "%.2f"},
+}
+
+// value returns a row's figure for a metric column and its printed form;
+// NaN and "n/a" where the row has none (a negative count).
 func value(m measurement, metric string) (float64, string) {
-	switch metric {
-	case "req/s":
-		return m.ReqPerSec, fmt.Sprintf("%.0f", m.ReqPerSec)
-	case "p50 ms":
-		return m.P50, fmt.Sprintf("%.2f", m.P50)
-	case "p99 ms":
-		return m.P99, fmt.Sprintf("%.2f", m.P99)
-	case "CPU µs/req":
-		return m.CPUPerReqUs, fmt.Sprintf("%.0f", m.CPUPerReqUs)
-	case "hit ratio":
-		return m.HitRatio, fmt.Sprintf("%.3f", m.HitRatio)
-	case "origin requests", "origin requests caused":
-		if m.OriginReqs < 0 {
-			return math.NaN(), "n/a"
-		}
-		return float64(m.OriginReqs), fmt.Sprintf("%d", m.OriginReqs)
-	case "MB/s":
-		return m.MBPerSec, fmt.Sprintf("%.0f", m.MBPerSec)
-	case "RSS growth MiB":
-		return m.RSSGrowthMiB, fmt.Sprintf("%.0f", m.RSSGrowthMiB)
-	case "relay fraction":
-		return m.RelayFraction, fmt.Sprintf("%.3f", m.RelayFraction)
-	case "relay fraction, hottest 1 %":
-		return m.HotRelayFraction, fmt.Sprintf("%.3f", m.HotRelayFraction)
-	case "p50 local ms":
-		return m.P50Local, fmt.Sprintf("%.3f", m.P50Local)
-	case "p50 relayed ms":
-		return m.P50Relayed, fmt.Sprintf("%.3f", m.P50Relayed)
-	case "p99 local ms":
-		return m.P99Local, fmt.Sprintf("%.3f", m.P99Local)
-	case "p99 relayed ms":
-		return m.P99Relayed, fmt.Sprintf("%.3f", m.P99Relayed)
-	case "connections per 10k relayed":
-		return m.ConnsPer10k, fmt.Sprintf("%.2f", m.ConnsPer10k)
+	c, ok := columns[metric]
+	if !ok {
+		return math.NaN(), "?"
 	}
-	return math.NaN(), "?"
+	v := c.get(m)
+	if v < 0 {
+		return math.NaN(), "n/a"
+	}
+	return v, fmt.Sprintf(c.format, v)
 }
 
 func (r *report) write(out string) error {
