@@ -397,13 +397,13 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 // fillFromPeer asks the first owner of a hot key for it; nil when the owner
 // cannot answer (the caller then goes to the origin).
 func (n *Node) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Member) *http.Response {
-	get := r.Clone(ctx)
+	get := *r // Forward reads only the method, URL and host; the header is h
 	get.Method = http.MethodGet
 	h := n.relayHeader(r)
 	for _, f := range []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range"} {
 		h.Del(f) // a fill brings the whole object
 	}
-	resp, err := n.peers.Forward(ctx, from.GetPeerAddress(), get, h)
+	resp, err := n.peers.Forward(ctx, from.GetPeerAddress(), &get, h)
 	if err != nil {
 		n.metrics.peerReqs.WithLabelValues(from.GetId(), "error").Inc()
 		return nil

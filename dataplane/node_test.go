@@ -144,6 +144,14 @@ func (o *testOrigin) count(path string) int32 {
 // startNode runs a node on ephemeral ports until the test ends.
 func startNode(t *testing.T, id, control, origin string, opts ...func(*Config)) *Node {
 	t.Helper()
+	n, _ := runNode(t, id, control, origin, opts...)
+	return n
+}
+
+// runNode is startNode that also returns a function stopping the node
+// before the test ends (it waits for Run to return).
+func runNode(t *testing.T, id, control, origin string, opts ...func(*Config)) (*Node, func()) {
+	t.Helper()
 	cfg := Config{
 		ID: id, ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", OpsAddr: "127.0.0.1:0",
 		ControlPlane: control, Origin: origin, MemoryBytes: 16 << 20, MaxObjectBytes: 1 << 20,
@@ -159,14 +167,18 @@ func startNode(t *testing.T, id, control, origin string, opts ...func(*Config)) 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	<-n.Ready()
-	return n
+	return n, stop
 }
 
 func epochOf(num uint64, nodes ...*Node) *pb.RingEpoch {
@@ -744,16 +756,7 @@ func TestOwnerStoppedUnderLoadGivesNoClientErrors(t *testing.T) {
 	a := startNode(t, "a", fc.addr, origin.URL, noHotKeys)
 	c := startNode(t, "c", fc.addr, origin.URL, noHotKeys)
 	// b runs until the test stops it, like a pod deleted under load.
-	b, err := New(Config{ID: "b", ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", OpsAddr: "127.0.0.1:0",
-		ControlPlane: fc.addr, Origin: origin.URL, MemoryBytes: 16 << 20, HotThreshold: -1,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bctx, stopB := context.WithCancel(context.Background())
-	bDone := make(chan error, 1)
-	go func() { bDone <- b.Run(bctx) }()
-	<-b.Ready()
+	b, stopB := runNode(t, "b", fc.addr, origin.URL, noHotKeys)
 	e := epochOf(1, a, b, c)
 	fc.publish(e)
 	for _, n := range []*Node{a, b, c} {
@@ -793,7 +796,6 @@ func TestOwnerStoppedUnderLoadGivesNoClientErrors(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // polling a's own counter
 	}
 	stopB()
-	<-bDone
 	// Keep the load on until a has routed around b many times.
 	for metricValue(t, a, "shardcache_relay_fallbacks_total") < 50 {
 		time.Sleep(5 * time.Millisecond)
