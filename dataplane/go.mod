@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/dgraph-io/ristretto/v2 v2.4.2
+	github.com/klauspost/compress v1.20.3
 	github.com/prometheus/client_golang v1.25.0
 	github.com/shardcache/shardcache/proto v0.0.0
 	github.com/shardcache/shardcache/sdk v0.0.0-00010101000000-000000000000

@@ -1,5 +1,8 @@
-// Package store holds cached HTTP responses. This is the memory tier, a
-// ristretto cache sized in bytes; the disk tier sits below it.
+// Package store holds cached HTTP responses in two tiers: a ristretto memory
+// tier for small objects over a persistent disk tier that holds every
+// object. Objects stream in through a Writer and become visible only when
+// complete; a record on disk carries checksums, so a crash never leaves a
+// torn object that is later served.
 package store
 
 import (
@@ -14,14 +17,29 @@ type Entry struct {
 	Key    string
 	Status int
 	// Header is the response header as received, minus hop-by-hop fields.
+	// When the store compressed the body, Header still describes the
+	// identity representation (no Content-Encoding of the store's own).
 	Header http.Header
-	Body   []byte
 	// Received is when the response arrived from the origin.
 	Received time.Time
 	// InitialAge is the age the response already had when received.
 	InitialAge time.Duration
 	// Lifetime is how long the response stays fresh from its Date.
 	Lifetime time.Duration
+	// Coding is the content coding the store applied to the body ("zstd"),
+	// or "" when the body is stored as the origin sent it.
+	Coding string
+	// Size is the length of the stored body: coded when Coding is set.
+	Size int64
+	// Length is the length of the body as the origin sent it, -1 if not
+	// known yet (an object still streaming in).
+	Length int64
+	// Body is the stored body when the entry is held in memory; nil for an
+	// object read from disk with Store.Open.
+	Body []byte
+
+	disk *diskEntry // the entry's record on disk, nil if none
+	off  int64      // the body's offset in the record file
 }
 
 // Age is the entry's current age (RFC 9111 4.2.3).
@@ -32,9 +50,13 @@ func (e *Entry) Age(now time.Time) time.Duration {
 // Fresh reports whether the entry may be served without revalidation.
 func (e *Entry) Fresh(now time.Time) bool { return e.Age(now) < e.Lifetime }
 
-// Size approximates the bytes the entry holds, its cost in the memory tier.
-func (e *Entry) Size() int64 {
-	n := int64(len(e.Key) + len(e.Body) + 64)
+// InMemory reports whether the body is held in Body.
+func (e *Entry) InMemory() bool { return e.Body != nil || e.Size == 0 }
+
+// Cost approximates the bytes the entry holds in memory, its cost in the
+// memory tier.
+func (e *Entry) Cost() int64 {
+	n := int64(len(e.Key) + len(e.Body) + 96)
 	for k, vs := range e.Header {
 		n += int64(len(k))
 		for _, v := range vs {
@@ -43,3 +65,14 @@ func (e *Entry) Size() int64 {
 	}
 	return n
 }
+
+// touch notes a use of the entry's disk record, for eviction.
+func (e *Entry) touch() {
+	if d := e.disk; d != nil {
+		d.access.Store(clock())
+	}
+}
+
+// clock is the access time recorded for eviction: Unix nanoseconds, so a
+// record's modification time stands in for it after a restart.
+func clock() int64 { return time.Now().UnixNano() }

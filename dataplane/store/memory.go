@@ -43,7 +43,7 @@ func (m *Memory) Get(key string) (*Entry, bool) { return m.c.Get(key) }
 // admitted; admission may refuse an entry that is less popular than what it
 // would evict.
 func (m *Memory) Set(e *Entry) bool {
-	if !m.c.Set(e.Key, e, e.Size()) {
+	if !m.c.Set(e.Key, e, e.Cost()) {
 		return false
 	}
 	m.c.Wait()

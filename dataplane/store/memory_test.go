@@ -26,8 +26,8 @@ func TestMemorySetGetDelete(t *testing.T) {
 		t.Fatalf("Get after Set = %v, %v", got, ok)
 	}
 	bytes, objects := m.Stats()
-	if objects != 1 || bytes != e.Size() {
-		t.Fatalf("Stats = %d bytes, %d objects; want %d, 1", bytes, objects, e.Size())
+	if objects != 1 || bytes != e.Cost() {
+		t.Fatalf("Stats = %d bytes, %d objects; want %d, 1", bytes, objects, e.Cost())
 	}
 	m.Delete("k")
 	m.c.Wait()

@@ -1,0 +1,417 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+func openStore(t testing.TB, dir string, mut ...func(*Config)) *Store {
+	t.Helper()
+	cfg := Config{Dir: dir, DiskBytes: 64 << 20, MemoryBytes: 8 << 20, MemoryMaxObject: 64 << 10,
+		Logger: slog.New(slog.DiscardHandler)}
+	for _, m := range mut {
+		m(&cfg)
+	}
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-s.Ready()
+	return s
+}
+
+// body is the deterministic body of key at generation gen.
+func body(key string, gen, size int) []byte {
+	b := make([]byte, size)
+	seed := fmt.Sprintf("%s/%d/", key, gen)
+	for i := range b {
+		b[i] = seed[i%len(seed)] ^ byte(i/len(seed))
+	}
+	return b
+}
+
+func meta(key string) *Entry {
+	return &Entry{Key: key, Status: 200, Header: http.Header{"Content-Type": {"application/octet-stream"}},
+		Received: time.Now(), Lifetime: time.Hour}
+}
+
+// put stores b under key in chunks, as a fill would.
+func put(t testing.TB, s *Store, e *Entry, b []byte, compress bool) {
+	t.Helper()
+	w, err := s.Create(e, int64(len(b)), compress, 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c := range slices.Chunk(b, 32<<10) {
+		if _, err := w.Write(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := w.Commit(); !ok || err != nil {
+		t.Fatalf("Commit = %v, %v", ok, err)
+	}
+}
+
+// read returns the identity body of key, or ok false.
+func read(t testing.TB, s *Store, key string) (b []byte, e *Entry, ok bool) {
+	t.Helper()
+	e, ok = s.Get(key)
+	if !ok {
+		return nil, nil, false
+	}
+	var r io.Reader = bytes.NewReader(e.Body)
+	if !e.InMemory() {
+		f, err := s.Open(e)
+		if err != nil {
+			return nil, nil, false
+		}
+		defer f.Close()
+		r = io.LimitReader(f, e.Size)
+	}
+	if e.Coding == Coding {
+		d, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		r = d
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("reading %s: %v", key, err)
+	}
+	return b, e, true
+}
+
+func TestStoreSurvivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	small, large := body("small", 1, 1000), body("large", 1, 300<<10)
+	put(t, s, meta("small"), small, false)
+	put(t, s, meta("large"), large, false)
+	if e, ok := s.Get("small"); !ok || !e.InMemory() || !bytes.Equal(e.Body, small) {
+		t.Fatal("a small object is not served from memory after its fill")
+	}
+	if b, e, ok := read(t, s, "large"); !ok || e.InMemory() || !bytes.Equal(b, large) {
+		t.Fatal("a large object is not served from disk after its fill")
+	}
+	s.Close()
+
+	s = openStore(t, dir)
+	defer s.Close()
+	if got := s.Loaded(); got != 2 {
+		t.Fatalf("index rebuilt with %d records, want 2", got)
+	}
+	for key, want := range map[string][]byte{"small": small, "large": large} {
+		b, e, ok := read(t, s, key)
+		if !ok || !bytes.Equal(b, want) {
+			t.Fatalf("%s after reopen: ok=%v, body equal=%v", key, ok, bytes.Equal(b, want))
+		}
+		if e.Status != 200 || e.Header.Get("Content-Type") != "application/octet-stream" || e.Lifetime != time.Hour {
+			t.Fatalf("%s metadata after reopen: %+v", key, e)
+		}
+	}
+	if e, ok := s.mem.Get("small"); !ok || !bytes.Equal(e.Body, small) {
+		t.Fatal("a small object read from disk was not promoted to memory")
+	}
+}
+
+func TestReadersFollowTheFill(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	defer s.Close()
+	want := body("k", 1, 200<<10)
+	w, err := s.Create(meta("k"), -1, false, 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readers := make([]io.ReadCloser, 3)
+	got := make([][]byte, 3)
+	errs := make(chan error, 3)
+	for i := range readers {
+		readers[i] = mustReader(t, w)
+		go func() {
+			defer readers[i].Close()
+			var err error
+			got[i], err = io.ReadAll(readers[i])
+			errs <- err
+		}()
+	}
+	if _, ok := s.Get("k"); ok {
+		t.Fatal("an object is visible before its fill completes")
+	}
+	for c := range slices.Chunk(want, 1000) {
+		w.Write(c)
+	}
+	if ok, err := w.Commit(); !ok || err != nil {
+		t.Fatalf("Commit = %v, %v", ok, err)
+	}
+	for i := range readers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		_ = i
+	}
+	for i, b := range got {
+		if !bytes.Equal(b, want) {
+			t.Fatalf("reader %d got %d bytes, want the %d written", i, len(b), len(want))
+		}
+	}
+}
+
+func TestAbortedFillLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	defer s.Close()
+	w, err := s.Create(meta("k"), 10000, false, 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustReader(t, w)
+	defer r.Close()
+	w.Write(make([]byte, 5000))
+	w.Abort(errors.New("origin reset the connection"))
+	if _, err := io.ReadAll(r); !errors.Is(err, ErrAborted) {
+		t.Fatalf("a reader of an aborted fill got %v, want ErrAborted", err)
+	}
+	if _, ok := s.Get("k"); ok {
+		t.Fatal("an aborted fill is visible")
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "tmp", "*")); len(left) != 0 {
+		t.Fatalf("an aborted fill left %v", left)
+	}
+}
+
+func TestOversizeObjectIsStreamedNotStored(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	defer s.Close()
+	w, err := s.Create(meta("k"), -1, false, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustReader(t, w)
+	defer r.Close()
+	w.Write(make([]byte, 3000))
+	if ok, err := w.Commit(); ok || err != nil {
+		t.Fatalf("Commit of a body over the maximum = %v, %v; want not stored, no error", ok, err)
+	}
+	if b, err := io.ReadAll(r); err != nil || len(b) != 3000 {
+		t.Fatalf("its reader got %d bytes, %v; want all 3000", len(b), err)
+	}
+	if _, ok := s.Get("k"); ok {
+		t.Fatal("an object over the maximum was stored")
+	}
+}
+
+func TestCompressedObjectRoundTrips(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	text := []byte(strings.Repeat(`{"id": 12345, "name": "shardcache", "tags": ["a", "b"]}`+"\n", 4000))
+	e := meta("json")
+	e.Header.Set("Content-Type", "application/json")
+	put(t, s, e, text, true)
+	got, ge, ok := read(t, s, "json")
+	if !ok || !bytes.Equal(got, text) {
+		t.Fatal("a compressed object does not decode to what was written")
+	}
+	if ge.Coding != Coding || ge.Size >= ge.Length/4 || ge.Length != int64(len(text)) {
+		t.Fatalf("stored %d bytes coded %q of %d; want zstd, well under a quarter", ge.Size, ge.Coding, ge.Length)
+	}
+	s.Close()
+	s = openStore(t, dir)
+	defer s.Close()
+	if got, ge, ok := read(t, s, "json"); !ok || !bytes.Equal(got, text) || ge.Coding != Coding || ge.Length != int64(len(text)) {
+		t.Fatal("a compressed object does not survive a reopen")
+	}
+}
+
+func TestDiskBudgetHolds(t *testing.T) {
+	const budget = 256 << 10
+	dir := t.TempDir()
+	s := openStore(t, dir, func(c *Config) { c.DiskBytes = budget })
+	defer s.Close()
+	for i := range 300 { // about 3 MiB through a 256 KiB budget
+		put(t, s, meta(fmt.Sprintf("k%d", i)), body("k", i, 10<<10), false)
+		if used := dirBytes(t, filepath.Join(dir, "objects")); used > budget {
+			t.Fatalf("after %d objects the records take %d bytes, budget %d", i+1, used, budget)
+		}
+	}
+	st := s.Stats()
+	if st.DiskBytes > budget || st.DiskObjects < 15 {
+		t.Fatalf("disk tier holds %d bytes in %d objects; want at most %d bytes, and most of the budget used", st.DiskBytes, st.DiskObjects, budget)
+	}
+	if st.MemoryBytes > 8<<20 {
+		t.Fatalf("memory tier holds %d bytes over its budget", st.MemoryBytes)
+	}
+	// The most recent objects are kept, the oldest evicted.
+	if _, ok := s.Get("k299"); !ok {
+		t.Fatal("the newest object was evicted")
+	}
+	if _, ok := s.Get("k0"); ok {
+		t.Fatal("the oldest object survived 3 MiB of newer ones in a 256 KiB budget")
+	}
+}
+
+func TestMemoryBudgetHoldsUnderFills(t *testing.T) {
+	const budget = 1 << 20
+	s := openStore(t, t.TempDir(), func(c *Config) { c.MemoryBytes = budget })
+	defer s.Close()
+	for i := range 400 { // about 4 MiB of small objects
+		put(t, s, meta(fmt.Sprintf("k%d", i)), body("k", i, 10<<10), false)
+		if b, _ := s.mem.Stats(); b > budget {
+			t.Fatalf("memory tier holds %d bytes, budget %d", b, budget)
+		}
+	}
+}
+
+func dirBytes(t testing.TB, dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+func TestFreeSpaceGuardStopsAdmission(t *testing.T) {
+	s := openStore(t, t.TempDir(), func(c *Config) { c.MinFreeBytes = 1 << 62 })
+	defer s.Close()
+	if _, err := s.Create(meta("k"), 100, false, 1<<40); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("Create with the file system below the guard = %v, want ErrNoSpace", err)
+	}
+	if !s.Stats().Paused {
+		t.Fatal("Stats does not show the paused admission")
+	}
+}
+
+func TestObjectOverDiskBudgetIsRefused(t *testing.T) {
+	s := openStore(t, t.TempDir(), func(c *Config) { c.DiskBytes = 1 << 20 })
+	defer s.Close()
+	if _, err := s.Create(meta("k"), 2<<20, false, 1<<40); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("Create of an object over the disk budget = %v, want ErrNoSpace", err)
+	}
+}
+
+func TestUnusableDirectory(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, []byte("x"), 0o644)
+	_, err := Open(Config{Dir: filepath.Join(file, "cache"), DiskBytes: 1 << 20, MemoryBytes: 1 << 20})
+	if err == nil || !strings.Contains(err.Error(), "data directory") || !strings.Contains(err.Error(), "file/cache") {
+		t.Fatalf("Open under a regular file = %v; want an error naming the data directory", err)
+	}
+}
+
+// recordPath is where key's record lies.
+func recordPath(s *Store, key string) string {
+	_, p := s.disk.path(key)
+	return p
+}
+
+func TestBadRecordsAreDiscarded(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	keys := []string{"flipped-small", "flipped-large", "truncated", "version", "garbage", "good"}
+	for _, k := range keys {
+		size := 2000
+		if k == "flipped-large" {
+			size = 200 << 10
+		}
+		put(t, s, meta(k), body(k, 1, size), false)
+	}
+	paths := map[string]string{}
+	for _, k := range keys {
+		paths[k] = recordPath(s, k)
+	}
+	s.Close()
+
+	flip := func(p string, off int64) {
+		f, _ := os.OpenFile(p, os.O_RDWR, 0)
+		b := make([]byte, 1)
+		f.ReadAt(b, off)
+		b[0] ^= 0xff
+		f.WriteAt(b, off)
+		f.Close()
+	}
+	flip(paths["flipped-small"], 200)
+	flip(paths["flipped-large"], 100<<10)
+	fi, _ := os.Stat(paths["truncated"])
+	os.Truncate(paths["truncated"], fi.Size()-100)
+	flip(paths["version"], 4) // the format version's low byte
+	os.WriteFile(paths["garbage"], []byte("not a record at all"), 0o644)
+
+	s = openStore(t, dir)
+	defer s.Close()
+	st := s.Stats()
+	if st.Discarded[badLength] != 1 || st.Discarded[badVersion] != 1 || st.Discarded[badFormat] != 1 {
+		t.Fatalf("discarded at load: %v; want one each of length, version and format", st.Discarded)
+	}
+	for _, k := range []string{"truncated", "version", "garbage", "flipped-small", "flipped-large"} {
+		if b, _, ok := read(t, s, k); ok {
+			t.Fatalf("bad record %s served %d bytes", k, len(b))
+		}
+		if _, err := os.Stat(paths[k]); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("bad record %s still on disk", k)
+		}
+	}
+	if got := s.Stats().Discarded[badChecksum]; got != 2 {
+		t.Fatalf("%d records discarded for their checksum, want 2", got)
+	}
+	if b, _, ok := read(t, s, "good"); !ok || !bytes.Equal(b, body("good", 1, 2000)) {
+		t.Fatal("the good record is not served")
+	}
+}
+
+func mustReader(t testing.TB, w *Writer) io.ReadCloser {
+	t.Helper()
+	r, err := w.NewReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestReaderAfterTheFill(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	defer s.Close()
+	for _, size := range []int{1000, 300 << 10} {
+		key := fmt.Sprint("k", size)
+		w, err := s.Create(meta(key), -1, false, 1<<40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(body(key, 1, size))
+		w.Commit()
+		r := mustReader(t, w) // the writer has closed its file by now
+		b, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || !bytes.Equal(b, body(key, 1, size)) {
+			t.Fatalf("a reader made after the commit got %d bytes, %v", len(b), err)
+		}
+	}
+	w, _ := s.Create(meta("aborted"), -1, false, 1<<40)
+	w.Abort(errors.New("cut"))
+	if _, err := w.NewReader(); !errors.Is(err, ErrAborted) {
+		t.Fatalf("NewReader after Abort = %v, want ErrAborted", err)
+	}
+	w, _ = s.Create(meta("over"), -1, false, 10)
+	w.Write(make([]byte, 100))
+	w.Commit()
+	if _, err := w.NewReader(); !errors.Is(err, ErrNotStored) {
+		t.Fatalf("NewReader after a fill over the maximum = %v, want ErrNotStored", err)
+	}
+}
