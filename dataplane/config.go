@@ -56,9 +56,16 @@ type Config struct {
 	// tier and, out of it, HotCopyBytes for copies of hot objects owned
 	// elsewhere. Default 256 MiB.
 	MemoryBytes int64
+	// MemoryMaxObject is the largest stored body kept in the memory tier;
+	// larger ones are served from the disk tier. Default 1 MiB.
+	MemoryMaxObject int64
+	// DiskBytes is the disk tier's budget. Default 10 GiB.
+	DiskBytes int64
+	// DiskMinFree is the free space the disk tier leaves on its file
+	// system: below it, new objects are served but not stored. Default 1 GiB.
+	DiskMinFree int64
 	// MaxObjectBytes is the largest response stored; larger ones are
-	// streamed to the client without storing. Default 64 MiB, or a quarter
-	// of MemoryBytes if that is less.
+	// streamed to the client without storing. Default a quarter of DiskBytes.
 	MaxObjectBytes int64
 	// OriginTimeout bounds one origin request, headers and body. Default 60s.
 	OriginTimeout time.Duration
@@ -77,8 +84,9 @@ type Config struct {
 	// HotCopyMaxObject is the largest object copied locally. Default 1 MiB.
 	HotCopyMaxObject int64
 
-	// DataDir holds the node's persistent data; created if missing. Empty
-	// means the node keeps nothing across restarts.
+	// DataDir holds the node's persistent data, the disk tier among it;
+	// created if missing. Empty means a temporary directory, removed when
+	// the node stops: nothing is kept across restarts.
 	DataDir string
 
 	// Logger receives the node's logs. Default slog.Default().
@@ -119,8 +127,17 @@ func (c *Config) setDefaults() {
 	if c.MemoryBytes == 0 {
 		c.MemoryBytes = 256 << 20
 	}
+	if c.MemoryMaxObject == 0 {
+		c.MemoryMaxObject = min(1<<20, c.MemoryBytes/8)
+	}
+	if c.DiskBytes == 0 {
+		c.DiskBytes = 10 << 30
+	}
+	if c.DiskMinFree == 0 {
+		c.DiskMinFree = 1 << 30
+	}
 	if c.MaxObjectBytes == 0 {
-		c.MaxObjectBytes = min(64<<20, c.MemoryBytes/4)
+		c.MaxObjectBytes = c.DiskBytes / 4
 	}
 	if c.OriginTimeout == 0 {
 		c.OriginTimeout = 60 * time.Second
@@ -177,8 +194,17 @@ func (c *Config) Validate() error {
 	if c.MemoryBytes < 1<<20 {
 		return fmt.Errorf("memory budget %d bytes is below 1 MiB", c.MemoryBytes)
 	}
-	if c.MaxObjectBytes <= 0 || c.MaxObjectBytes > c.MemoryBytes/2 {
-		return fmt.Errorf("max object size %d bytes must be positive and at most half the memory budget (%d)", c.MaxObjectBytes, c.MemoryBytes)
+	if c.MemoryMaxObject <= 0 || c.MemoryMaxObject > c.MemoryBytes/2 {
+		return fmt.Errorf("largest object in memory %d bytes must be positive and at most half the memory budget (%d)", c.MemoryMaxObject, c.MemoryBytes)
+	}
+	if c.DiskBytes < 1<<20 {
+		return fmt.Errorf("disk budget %d bytes is below 1 MiB", c.DiskBytes)
+	}
+	if c.DiskMinFree < 0 {
+		return fmt.Errorf("disk minimum free space %d bytes is negative", c.DiskMinFree)
+	}
+	if c.MaxObjectBytes <= 0 || c.MaxObjectBytes > c.DiskBytes/2 {
+		return fmt.Errorf("max object size %d bytes must be positive and at most half the disk budget (%d)", c.MaxObjectBytes, c.DiskBytes)
 	}
 	if c.HotThreshold > 0 && (c.HotCopyBytes < 1<<20 || c.HotCopyBytes > c.MemoryBytes/2) {
 		return fmt.Errorf("hot copy memory %d bytes: want 1 MiB to half the memory budget (%d)", c.HotCopyBytes, c.MemoryBytes)

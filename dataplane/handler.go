@@ -11,8 +11,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/shardcache/shardcache/dataplane/flight"
 	"github.com/shardcache/shardcache/dataplane/freshness"
 	"github.com/shardcache/shardcache/dataplane/policy"
 	"github.com/shardcache/shardcache/dataplane/relay"
@@ -138,7 +142,7 @@ func (n *Node) serveHotCopy(w http.ResponseWriter, r *http.Request, key string) 
 		return false
 	}
 	n.metrics.hot.WithLabelValues("copy_hit").Inc()
-	n.writeEntry(w, r, e, cacheHit)
+	n.answer(w, r, e, nil, cacheHit)
 	return true
 }
 
@@ -242,7 +246,9 @@ func (n *Node) countPeerIn(nb int64) {
 func (n *Node) admitHotCopy(w http.ResponseWriter, key string, p *policy.Policy, resp *http.Response) bool {
 	received := time.Now()
 	lifetime, ok := n.storeLifetime(p, resp, received, n.cfg.HotCopyMaxObject)
-	if !ok || resp.ContentLength < 0 {
+	// A copy is kept only of an answer that is the same for every client:
+	// one negotiated by content coding (Vary) is not.
+	if !ok || resp.ContentLength < 0 || resp.Header.Get("Vary") != "" || resp.Header.Get("Content-Encoding") != "" {
 		return false
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, resp.ContentLength))
@@ -255,7 +261,7 @@ func (n *Node) admitHotCopy(w http.ResponseWriter, key string, p *policy.Policy,
 	}
 	n.countPeerIn(int64(len(body)))
 	e := &store.Entry{Key: key, Status: resp.StatusCode, Header: resp.Header, Body: body, Received: received,
-		InitialAge: freshness.InitialAge(resp.Header, received), Lifetime: lifetime}
+		InitialAge: freshness.InitialAge(resp.Header, received), Lifetime: lifetime, Size: int64(len(body)), Length: int64(len(body))}
 	if n.hotCopies.Set(e) {
 		n.metrics.hot.WithLabelValues("copy_admitted").Inc()
 	}
@@ -291,47 +297,69 @@ func (n *Node) storeLifetime(p *policy.Policy, resp *http.Response, received tim
 // hot key and fills from it before going to the origin, so the origin still
 // sees one request.
 func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member) {
-	if e, ok := n.mem.Get(key); ok && e.Fresh(time.Now()) {
-		n.writeEntry(w, r, e, cacheHit)
-		return
+	if e, ok := n.store.Get(key); ok && e.Fresh(time.Now()) {
+		if n.answer(w, r, e, nil, cacheHit) == nil {
+			return
+		}
+		// The record could not be read (and was discarded): fill anew.
 	}
 	call, leader := n.flights.Join(key)
 	if leader {
-		n.fill(w, r, key, p, from, func(e *store.Entry, ok bool) { n.flights.Settle(key, call, e, ok) })
+		n.fill(w, r, key, p, from, call)
 		return
 	}
 	wctx, cancel := context.WithTimeout(r.Context(), n.cfg.OriginTimeout)
 	n.waiting.Add(1)
-	e, ok := call.Wait(wctx)
+	fw, ok := call.Wait(wctx)
 	n.waiting.Add(-1)
 	cancel()
 	if ok {
-		n.metrics.collapsed.Inc()
-		n.writeEntry(w, r, e, cacheHit)
-		return
+		// Follow the leader's fill as it streams in.
+		rd, err := fw.NewReader()
+		if err == nil {
+			defer rd.Close()
+			n.metrics.collapsed.Inc()
+			err = n.answer(w, r, fw.Entry(), rd, cacheHit)
+		}
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, store.ErrNotStored) {
+			// The fill failed: its failure is shared, not retried.
+			http.Error(w, "shardcache: origin response broke off", http.StatusBadGateway)
+			return
+		}
 	}
 	// The leader's response could not be shared (not cacheable, too large)
 	// or took too long: fetch alone, as nginx's proxy_cache_lock does.
 	n.fill(w, r, key, p, from, nil)
 }
 
-// fill fetches key from the origin, stores the response when it may, and
-// answers w. settle, when not nil, releases the requests waiting on this
-// fill: with the stored entry, or with nothing as soon as it is clear that
-// the response cannot be shared.
-func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, settle func(*store.Entry, bool)) {
-	settled := settle == nil
-	release := func(e *store.Entry, ok bool) {
-		if !settled {
-			settled = true
-			settle(e, ok)
+// fill fetches key from the origin and answers w. A storable response is
+// written to the store by a goroutine of its own, which this request and
+// every request collapsed onto it (call, when not nil) follow as readers:
+// a client that hangs up or reads slowly delays no one else.
+func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, call *flight.Call[*store.Writer]) {
+	leader := call
+	settle := func(wr *store.Writer, ok bool) {
+		if call != nil {
+			n.flights.Settle(key, call, wr, ok)
+			call = nil
 		}
 	}
-	defer release(nil, false)
+	defer settle(nil, false)
 
-	// The fill outlives a client that hangs up: others may be waiting on it.
+	// The fill outlives a client that hangs up (others may be waiting on
+	// it), but not the node.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), n.cfg.OriginTimeout)
-	defer cancel()
+	stop := context.AfterFunc(n.fillCtx, cancel)
+	handed := false
+	defer func() {
+		if !handed {
+			stop()
+			cancel()
+		}
+	}()
 	var resp *http.Response
 	var err error
 	if from != nil {
@@ -347,7 +375,11 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 		http.Error(w, "shardcache: origin unreachable", http.StatusBadGateway)
 		return
 	}
-	defer resp.Body.Close()
+	defer func() {
+		if !handed {
+			resp.Body.Close()
+		}
+	}()
 	if fromOrigin {
 		n.originFills.Add(1)
 		n.metrics.originReqs.WithLabelValues("fill", statusClass(resp.StatusCode)).Inc()
@@ -357,41 +389,61 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 
 	maxObject := n.cfg.MaxObjectBytes
 	if p.MaxObject > 0 {
-		maxObject = min(p.MaxObject, n.cfg.MemoryBytes)
+		maxObject = min(p.MaxObject, n.cfg.DiskBytes/2)
 	}
 	lifetime, storable := n.storeLifetime(p, resp, received, maxObject)
-	if storable && settle != nil {
-		body, err := io.ReadAll(io.LimitReader(resp.Body, maxObject+1))
-		if fromOrigin {
-			n.metrics.originBytes.Add(float64(len(body)))
-		}
-		if err != nil {
-			n.log.Warn("reading origin body", "key", key, "err", err)
-			http.Error(w, "shardcache: origin response broken", http.StatusBadGateway)
-			return
-		}
-		if int64(len(body)) <= maxObject {
-			e := &store.Entry{
-				Key:        key,
-				Status:     resp.StatusCode,
-				Header:     resp.Header,
-				Body:       body,
-				Received:   received,
-				InitialAge: freshness.InitialAge(resp.Header, received),
-				Lifetime:   lifetime,
-			}
-			n.mem.Set(e)
-			release(e, true)
-			n.writeEntry(w, r, e, cacheMiss)
-			return
-		}
-		// Larger than announced: pass on what was read and the rest.
-		release(nil, false)
-		n.writeResponse(w, r, resp, io.MultiReader(bytes.NewReader(body), resp.Body))
+	if !storable {
+		settle(nil, false)
+		n.writeResponse(w, r, resp, fromOrigin)
 		return
 	}
-	release(nil, false)
-	n.writeResponse(w, r, resp, resp.Body)
+	e := &store.Entry{
+		Key:        key,
+		Status:     resp.StatusCode,
+		Header:     resp.Header,
+		Received:   received,
+		InitialAge: freshness.InitialAge(resp.Header, received),
+		Lifetime:   lifetime,
+	}
+	wr, err := n.store.Create(e, resp.ContentLength, p.Compress && compressible(resp.Header, resp.ContentLength), maxObject)
+	if err != nil {
+		// The disk tier does not admit it (full, or failing): serve it unstored.
+		settle(nil, false)
+		n.writeResponse(w, r, resp, fromOrigin)
+		return
+	}
+	settle(wr, true)
+	handed = true
+	n.fills.Add(1)
+	go func() {
+		defer n.fills.Done()
+		defer cancel()
+		defer stop()
+		defer resp.Body.Close()
+		nb, err := io.Copy(wr, resp.Body)
+		if fromOrigin {
+			n.metrics.originBytes.Add(float64(nb))
+		}
+		if err != nil {
+			// Forgotten first: a request from now on starts a new fill.
+			n.flights.Forget(key, leader)
+			n.log.Warn("response body broke off; nothing stored", "key", key, "after_bytes", nb, "err", err)
+			wr.Abort(err)
+			return
+		}
+		if _, err := wr.Commit(); err != nil {
+			n.log.Warn("storing response failed", "key", key, "err", err)
+		}
+		n.flights.Forget(key, leader) // after the commit: no gap without the object
+	}()
+	rd, err := wr.NewReader()
+	if err == nil {
+		defer rd.Close()
+		err = n.answer(w, r, wr.Entry(), rd, cacheMiss)
+	}
+	if err != nil {
+		http.Error(w, "shardcache: origin response broke off", http.StatusBadGateway)
+	}
 }
 
 // fillFromPeer asks the first owner of a hot key for it; nil when the owner
@@ -400,8 +452,8 @@ func (n *Node) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Membe
 	get := *r // Forward reads only the method, URL and host; the header is h
 	get.Method = http.MethodGet
 	h := n.relayHeader(r)
-	for _, f := range []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range"} {
-		h.Del(f) // a fill brings the whole object
+	for _, f := range []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range", "Accept-Encoding"} {
+		h.Del(f) // a fill brings the whole object, as the origin sent it
 	}
 	resp, err := n.peers.Forward(ctx, from.GetPeerAddress(), &get, h)
 	if err != nil {
@@ -416,35 +468,124 @@ func (n *Node) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Membe
 	n.metrics.hot.WithLabelValues("replica_fill").Inc()
 	resp.Header.Del("X-Cache")
 	resp.Header.Del("X-Cache-Node")
+	resp.Header.Del("Age")
 	return resp
 }
 
-// writeResponse streams an origin response that is not stored.
-func (n *Node) writeResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, body io.Reader) {
+// writeResponse streams a response that is not stored.
+func (n *Node) writeResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, fromOrigin bool) {
 	copyHeader(w.Header(), resp.Header)
 	w.Header().Set("X-Cache", cacheMiss)
 	w.Header().Set("X-Cache-Node", n.cfg.ID)
 	w.WriteHeader(resp.StatusCode)
 	if r.Method != http.MethodHead {
-		nb, _ := io.Copy(w, body)
-		n.metrics.originBytes.Add(float64(nb))
+		nb, _ := io.Copy(w, resp.Body)
+		if fromOrigin {
+			n.metrics.originBytes.Add(float64(nb))
+		}
 	}
 }
 
-// writeEntry answers from a stored entry.
-func (n *Node) writeEntry(w http.ResponseWriter, r *http.Request, e *store.Entry, status string) {
+// answer writes a stored entry to w, its body from memory, from its disk
+// record (by sendfile where the platform has it), or from rd, a reader
+// following the entry's fill as it streams in. The stored coding is sent
+// to a client that accepts it and decoded for one that does not.
+//
+// It returns an error, having written nothing, when the body cannot be
+// read at all. A fill that breaks off after the header was sent aborts the
+// response, so the client sees a broken transfer rather than a short body.
+func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd io.Reader, status string) error {
+	var src io.Reader
+	var follow *errReader
+	switch {
+	case rd != nil:
+		// Wait for the first bytes (or the end) before committing to a
+		// status: a fill that fails at once is answered 502.
+		first := make([]byte, 32<<10)
+		k, err := io.ReadAtLeast(rd, first, 1)
+		if err != nil && err != io.EOF {
+			return err
+		}
+		follow = &errReader{r: io.MultiReader(bytes.NewReader(first[:k]), rd)}
+		src = follow
+	case e.InMemory():
+		src = bytes.NewReader(e.Body)
+	default:
+		f, err := n.store.Open(e)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		src = &io.LimitedReader{R: f, N: e.Size} // what sendfile recognises
+	}
 	h := w.Header()
 	for k, v := range e.Header {
 		h[k] = v // entries are immutable; the slices are only read
 	}
+	length, decode := e.Length, false
+	if e.Coding != "" {
+		addVary(h, "Accept-Encoding")
+		weakenETag(h)
+		if accepts(r, e.Coding) {
+			h.Set("Content-Encoding", e.Coding)
+			length = e.Size
+		} else {
+			decode = true
+		}
+	}
+	h.Del("Content-Length")
+	if length >= 0 && bodyAllowed(e.Status) {
+		h.Set("Content-Length", strconv.FormatInt(length, 10))
+	}
 	h.Set("Age", strconv.FormatInt(int64(e.Age(time.Now())/time.Second), 10))
-	h.Set("Content-Length", strconv.Itoa(len(e.Body)))
 	h.Set("X-Cache", status)
 	h.Set("X-Cache-Node", n.cfg.ID)
 	w.WriteHeader(e.Status)
-	if r.Method != http.MethodHead {
-		w.Write(e.Body)
+	if r.Method == http.MethodHead || !bodyAllowed(e.Status) {
+		return nil
 	}
+	if decode {
+		d := decoders.Get().(*zstd.Decoder)
+		defer func() {
+			d.Reset(nil)
+			decoders.Put(d)
+		}()
+		if err := d.Reset(src); err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		src = d
+	}
+	_, err := io.Copy(w, src)
+	if err != nil && (follow != nil && follow.err != nil || decode && !isWriteError(err)) {
+		panic(http.ErrAbortHandler) // the body broke off: do not end it cleanly
+	}
+	return nil
+}
+
+// errReader remembers its reader's error, to tell a broken source from a
+// client that went away.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF {
+		e.err = err
+	}
+	return n, err
+}
+
+// isWriteError reports whether err came from writing to the client.
+func isWriteError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, http.ErrHandlerTimeout) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// bodyAllowed reports whether a response with status has a body.
+func bodyAllowed(status int) bool {
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
 }
 
 // bypass forwards a request that must not be cached straight to the origin.
@@ -581,6 +722,15 @@ func (r *recorder) Write(b []byte) (int, error) {
 	r.wrote = true
 	n, err := r.ResponseWriter.Write(b)
 	r.bytes += int64(n)
+	return n, err
+}
+
+// ReadFrom passes the real writer's ReadFrom on, so that a body read from
+// a file goes out by sendfile.
+func (r *recorder) ReadFrom(src io.Reader) (int64, error) {
+	r.wrote = true
+	n, err := io.Copy(r.ResponseWriter, src)
+	r.bytes += n
 	return n, err
 }
 

@@ -1,8 +1,12 @@
 package dataplane
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/shardcache/shardcache/dataplane/store"
 )
 
 // Routes, the label that tells relayed requests from local ones.
@@ -33,6 +37,7 @@ type metrics struct {
 	collapsed      prometheus.Counter
 	policyRevision prometheus.Gauge
 	hot            *prometheus.CounterVec
+	store          storeCollector
 }
 
 // Classic buckets reach 1 h and 100 GB, so that quantiles of long downloads
@@ -96,7 +101,51 @@ func newMetrics() *metrics {
 		}, []string{"event"}),
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
-		m.peerConns, m.peerBytes, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed, m.policyRevision, m.hot,
+		m.peerConns, m.peerBytes, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed, m.policyRevision, m.hot, &m.store,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// watchStore exports st's figures from now on.
+func (m *metrics) watchStore(st *store.Store) { m.store.st.Store(st) }
+
+// storeCollector reads the store's sizes and counts at scrape time.
+type storeCollector struct {
+	st atomic.Pointer[store.Store]
+}
+
+var (
+	storeBytesDesc  = prometheus.NewDesc("shardcache_store_bytes", "Bytes held by each store tier (memory, disk).", []string{"tier"}, nil)
+	storeObjsDesc   = prometheus.NewDesc("shardcache_store_objects", "Objects held by each store tier (memory, disk).", []string{"tier"}, nil)
+	storePausedDesc = prometheus.NewDesc("shardcache_disk_admission_paused",
+		"1 while the disk tier stores nothing new because its file system is below the free-space guard.", nil, nil)
+	storeDiscardDesc = prometheus.NewDesc("shardcache_disk_records_discarded_total",
+		"Bad record files found and removed, by reason (format, version, length, checksum, key, io).", []string{"reason"}, nil)
+	storeErrorsDesc = prometheus.NewDesc("shardcache_disk_errors_total",
+		"Disk tier I/O errors by operation (create, write, commit, read, remove, load).", []string{"op"}, nil)
+)
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{storeBytesDesc, storeObjsDesc, storePausedDesc, storeDiscardDesc, storeErrorsDesc} {
+		ch <- d
+	}
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.st.Load()
+	if st == nil {
+		return
+	}
+	s := st.Stats()
+	ch <- prometheus.MustNewConstMetric(storeBytesDesc, prometheus.GaugeValue, float64(s.MemoryBytes), "memory")
+	ch <- prometheus.MustNewConstMetric(storeBytesDesc, prometheus.GaugeValue, float64(s.DiskBytes), "disk")
+	ch <- prometheus.MustNewConstMetric(storeObjsDesc, prometheus.GaugeValue, float64(s.MemoryObjects), "memory")
+	ch <- prometheus.MustNewConstMetric(storeObjsDesc, prometheus.GaugeValue, float64(s.DiskObjects), "disk")
+	ch <- prometheus.MustNewConstMetric(storePausedDesc, prometheus.GaugeValue, boolGauge(s.Paused))
+	for reason, v := range s.Discarded {
+		ch <- prometheus.MustNewConstMetric(storeDiscardDesc, prometheus.CounterValue, float64(v), reason)
+	}
+	for op, v := range s.Errors {
+		ch <- prometheus.MustNewConstMetric(storeErrorsDesc, prometheus.CounterValue, float64(v), op)
+	}
 }

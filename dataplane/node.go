@@ -12,7 +12,9 @@ import (
 	"net/http/pprof"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,12 +39,13 @@ type Node struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
-	mem     *store.Memory
+	// store is the memory tier over the disk tier; opened by Run.
+	store *store.Store
 	// hotCopies holds copies of hot objects this node does not own, so they
 	// stop paying the relay hop; nil when hot-key handling is off.
 	hotCopies *store.Memory
 	hot       *hotkey.Sketch
-	flights   flight.Group[*store.Entry]
+	flights   flight.Group[*store.Writer]
 	routes    atomic.Pointer[routes]
 	policies  atomic.Pointer[policy.Set]
 	originURL *url.URL
@@ -53,6 +56,12 @@ type Node struct {
 
 	ready chan struct{}
 	addrs [3]atomic.Pointer[net.TCPAddr] // client, peer, ops
+
+	// fills tracks the goroutines writing responses to the store; fillCtx
+	// ends them when the node stops.
+	fills     sync.WaitGroup
+	fillCtx   context.Context
+	stopFills context.CancelFunc
 
 	// waiting counts requests waiting on another request's fill.
 	waiting atomic.Int64
@@ -67,19 +76,10 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	originURL, _ := url.Parse(cfg.Origin) // checked by Validate
-	tier := cfg.MemoryBytes
-	if cfg.HotThreshold > 0 {
-		tier -= cfg.HotCopyBytes // hot copies come out of the same budget
-	}
-	mem, err := store.NewMemory(tier)
-	if err != nil {
-		return nil, err
-	}
 	n := &Node{
 		cfg:       cfg,
 		log:       cfg.Logger.With("node", cfg.ID),
 		metrics:   newMetrics(),
-		mem:       mem,
 		originURL: originURL,
 		origin: &http.Client{
 			Transport: &http.Transport{
@@ -94,9 +94,9 @@ func New(cfg Config) (*Node, error) {
 		},
 		ready: make(chan struct{}),
 	}
+	n.fillCtx, n.stopFills = context.WithCancel(context.Background())
 	peerTLS, err := loadPeerTLS(cfg.PeerTLS, cfg.ID)
 	if err != nil {
-		mem.Close()
 		return nil, err
 	}
 	n.peerTLS = peerTLS
@@ -127,14 +127,12 @@ func New(cfg Config) (*Node, error) {
 		Logger:    n.log,
 	}, n)
 	if err != nil {
-		mem.Close()
 		return nil, err
 	}
 	n.session = sc
 	n.policies.Store(policy.Empty)
 	if cfg.HotThreshold > 0 {
 		if n.hotCopies, err = store.NewMemory(cfg.HotCopyBytes); err != nil {
-			mem.Close()
 			return nil, err
 		}
 		// 64k counters a row: a few hundred KiB that tell the hottest
@@ -245,17 +243,38 @@ func (n *Node) addr(i int) net.Addr {
 
 // Run serves until ctx ends, then leaves the ring and stops gracefully.
 func (n *Node) Run(ctx context.Context) error {
-	defer n.mem.Close()
 	if n.hotCopies != nil {
 		defer n.hotCopies.Close()
 	}
 	defer n.peers.CloseIdle()
 	defer n.origin.CloseIdleConnections()
-	if n.cfg.DataDir != "" {
-		if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
-			return fmt.Errorf("data directory: %w", err)
+	dir := n.cfg.DataDir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "shardcache-"+n.cfg.ID+"-")
+		if err != nil {
+			return fmt.Errorf("temporary data directory: %w", err)
 		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
 	}
+	memory := n.cfg.MemoryBytes
+	if n.cfg.HotThreshold > 0 {
+		memory -= n.cfg.HotCopyBytes // hot copies come out of the same budget
+	}
+	st, err := store.Open(store.Config{
+		Dir:             filepath.Join(dir, "cache"),
+		DiskBytes:       n.cfg.DiskBytes,
+		MinFreeBytes:    n.cfg.DiskMinFree,
+		MemoryBytes:     memory,
+		MemoryMaxObject: n.cfg.MemoryMaxObject,
+		Logger:          n.log,
+	})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	n.store = st
+	n.metrics.watchStore(st)
 	listeners := make([]net.Listener, 0, 3)
 	defer func() {
 		for _, l := range listeners {
@@ -293,7 +312,16 @@ func (n *Node) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	g.Go(func() error { return n.session.Run(gctx) })
+	g.Go(func() error {
+		// Join the ring only once the disk tier's index is loaded: before,
+		// every request routed here would be a miss.
+		select {
+		case <-st.Ready():
+		case <-gctx.Done():
+			return nil
+		}
+		return n.session.Run(gctx)
+	})
 	g.Go(func() error {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
@@ -320,7 +348,12 @@ func (n *Node) Run(ctx context.Context) error {
 	close(n.ready)
 	n.log.Info("node serving", "client", listeners[0].Addr().String(), "peer", listeners[1].Addr().String(),
 		"ops", listeners[2].Addr().String(), "control_plane", n.cfg.ControlPlane, "origin", n.cfg.Origin)
-	return g.Wait()
+	err = g.Wait()
+	// Clients are gone; end the fills still running (nothing partial is
+	// stored) before the store closes.
+	n.stopFills()
+	n.fills.Wait()
+	return err
 }
 
 func boolGauge(b bool) float64 {
@@ -337,6 +370,12 @@ func (n *Node) opsHandler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-n.store.Ready():
+		default:
+			http.Error(w, fmt.Sprintf("not ready: loading the disk tier's index (%d records so far)", n.store.Loaded()), http.StatusServiceUnavailable)
+			return
+		}
 		rt := n.routes.Load()
 		if rt == nil {
 			http.Error(w, "not ready: no ring epoch yet from the control plane at "+n.cfg.ControlPlane, http.StatusServiceUnavailable)
@@ -362,15 +401,17 @@ func (n *Node) opsHandler() http.Handler {
 
 // loadReport is what the session reports to the control plane.
 func (n *Node) loadReport() *pb.LoadReport {
-	bytes, objects := n.mem.Stats()
+	st := n.store.Stats()
 	var epoch uint64
 	if rt := n.routes.Load(); rt != nil {
 		epoch = rt.epoch.GetEpoch()
 	}
 	return &pb.LoadReport{
 		Epoch:               epoch,
-		MemoryBytes:         bytes,
-		MemoryObjects:       objects,
+		MemoryBytes:         st.MemoryBytes,
+		MemoryObjects:       st.MemoryObjects,
+		DiskBytes:           st.DiskBytes,
+		DiskObjects:         st.DiskObjects,
 		RequestsTotal:       n.requests.Load(),
 		HitsTotal:           n.hits.Load(),
 		OriginRequestsTotal: n.originFills.Load(),

@@ -498,7 +498,9 @@ func TestConfigValidate(t *testing.T) {
 		{"no origin", func(c *Config) { c.Origin = "" }, "origin URL is empty"},
 		{"origin without scheme", func(c *Config) { c.Origin = "127.0.0.1:8090" }, "origin URL"},
 		{"tiny memory", func(c *Config) { c.MemoryBytes = 1000 }, "memory budget"},
-		{"object above half the memory", func(c *Config) { c.MaxObjectBytes = c.MemoryBytes/2 + 1 }, "max object size"},
+		{"object above half the disk", func(c *Config) { c.MaxObjectBytes = c.DiskBytes/2 + 1 }, "max object size"},
+		{"memory object above half the memory", func(c *Config) { c.MemoryMaxObject = c.MemoryBytes/2 + 1 }, "largest object in memory"},
+		{"tiny disk", func(c *Config) { c.DiskBytes = 1000 }, "disk budget"},
 		{"hot copies above half the memory", func(c *Config) { c.HotCopyBytes = c.MemoryBytes/2 + 1 }, "hot copy memory"},
 		{"relay shorter than origin", func(c *Config) { c.RelayTimeout = c.OriginTimeout }, "relay timeout"},
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardcache/shardcache/cmd/internal/demo"
 	"github.com/shardcache/shardcache/cmd/internal/devtoken"
+	"github.com/shardcache/shardcache/cmd/internal/units"
 	"github.com/shardcache/shardcache/controlplane"
 	"github.com/shardcache/shardcache/dataplane"
 )
@@ -30,6 +31,7 @@ type devOptions struct {
 	etcdClient string
 	etcdPeer   string
 	nodes      int
+	diskBytes  int64
 	log        logOptions
 }
 
@@ -53,6 +55,8 @@ The admin token is written where cachectl finds it. Stop with Ctrl-C.`,
 	f.StringVar(&o.etcdClient, "etcd-client-url", "http://127.0.0.1:7071", "client URL of the embedded etcd")
 	f.StringVar(&o.etcdPeer, "etcd-peer-url", "http://127.0.0.1:7072", "peer URL of the embedded etcd")
 	f.IntVar(&o.nodes, "nodes", 3, "number of nodes (1 to 9)")
+	o.diskBytes = 1 << 30
+	f.Var(units.Value{N: &o.diskBytes}, "disk", "disk tier budget of each node")
 	o.log.register(cmd)
 	return cmd
 }
@@ -126,6 +130,7 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 			Origin:       origin,
 			JoinToken:    joinToken,
 			DataDir:      filepath.Join(dataDir, fmt.Sprintf("node-%d", i)),
+			DiskBytes:    o.diskBytes,
 			Logger:       logger,
 		})
 		if err != nil {

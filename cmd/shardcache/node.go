@@ -59,11 +59,14 @@ func newNodeCommand() *cobra.Command {
 	f.StringVar(&o.controlCA, "control-plane-ca", "", "CA of the control plane's TLS certificate (enables TLS to it)")
 	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret the control plane requires to join (default $SHARDCACHE_JOIN_TOKEN)")
 	f.Var(units.Value{N: &o.cfg.MemoryBytes}, "memory", "memory budget for cached objects, hot copies included (default 256MiB)")
-	f.Var(units.Value{N: &o.cfg.MaxObjectBytes}, "max-object", "largest response stored (default 64MiB)")
+	f.Var(units.Value{N: &o.cfg.MemoryMaxObject}, "memory-max-object", "largest object kept in the memory tier; larger ones are served from disk (default 1MiB)")
+	f.Var(units.Value{N: &o.cfg.DiskBytes}, "disk", "disk tier budget under --data-dir (default 10GiB)")
+	f.Var(units.Value{N: &o.cfg.DiskMinFree}, "disk-min-free", "free space kept on the data directory's file system; below it nothing new is stored (default 1GiB)")
+	f.Var(units.Value{N: &o.cfg.MaxObjectBytes}, "max-object", "largest response stored; larger ones are streamed unstored (default disk/4)")
 	f.DurationVar(&o.cfg.OriginTimeout, "origin-timeout", 0, "timeout of one origin request (default 60s)")
 	f.IntVar(&o.cfg.HotThreshold, "hot-threshold", 0, "requests per minute at this node above which a key is hot (default 60; negative: off)")
 	f.Var(units.Value{N: &o.cfg.HotCopyBytes}, "hot-copy-memory", "part of --memory kept for copies of hot objects owned elsewhere (default memory/8)")
-	f.StringVar(&o.cfg.DataDir, "data-dir", "", "directory of the node's persistent data")
+	f.StringVar(&o.cfg.DataDir, "data-dir", "", "directory of the node's persistent data, the disk tier among it (default: a temporary directory removed on exit)")
 	o.log.register(cmd)
 	return cmd
 }

@@ -39,16 +39,26 @@ func (g *Group[T]) Join(key string) (c *Call[T], leader bool) {
 	return c, true
 }
 
-// Settle ends the leader's call: ok says whether val may be shared. Waiters
-// return from Wait at once; new callers start a new call.
+// Settle gives the leader's answer to its waiters: ok says whether val may
+// be shared. Waiters return from Wait at once. Without a value, new callers
+// start a new call at once; with one, they keep joining this call, and get
+// val, until the leader calls Forget (a value may be a stream that late
+// callers still follow from its start).
 func (g *Group[T]) Settle(key string, c *Call[T], val T, ok bool) {
+	if !ok {
+		g.Forget(key, c)
+	}
+	c.val, c.ok = val, ok
+	close(c.done)
+}
+
+// Forget ends the call for new callers: the next one leads a new call.
+func (g *Group[T]) Forget(key string, c *Call[T]) {
 	g.mu.Lock()
 	if g.calls[key] == c {
 		delete(g.calls, key)
 	}
 	g.mu.Unlock()
-	c.val, c.ok = val, ok
-	close(c.done)
 }
 
 // Wait blocks until the leader settles or ctx ends. ok is false when the

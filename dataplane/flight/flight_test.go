@@ -82,3 +82,20 @@ func TestWaitHonoursContext(t *testing.T) {
 		t.Fatal("Wait returned a value after its context ended")
 	}
 }
+
+func TestSharedValueReachesLateCallersUntilForget(t *testing.T) {
+	var g Group[int]
+	c, _ := g.Join("k")
+	g.Settle("k", c, 7, true)
+	late, leader := g.Join("k")
+	if leader || late != c {
+		t.Fatal("a caller after a shared Settle did not join the call")
+	}
+	if v, ok := late.Wait(context.Background()); !ok || v != 7 {
+		t.Fatalf("late caller got %d, %v; want 7, true", v, ok)
+	}
+	g.Forget("k", c)
+	if _, leader := g.Join("k"); !leader {
+		t.Fatal("a call after Forget did not start anew")
+	}
+}

@@ -33,6 +33,8 @@ type Policy struct {
 	ReplicationFactor int
 	// HotThreshold is requests per minute above which a key is hot; 0: the node's.
 	HotThreshold int
+	// Compress stores textual responses zstd-coded (default true).
+	Compress bool
 
 	hosts     []string // lower-case; "*.x" wildcards; empty: every host
 	prefix    string
@@ -67,6 +69,7 @@ func compile(p *pb.CachePolicy) (*Policy, error) {
 		MaxObject:         p.GetMaxObjectSize(),
 		ReplicationFactor: int(p.GetReplicationFactor()),
 		HotThreshold:      int(p.GetHotThreshold()),
+		Compress:          p.Compress == nil || p.GetCompress(),
 		prefix:            p.GetPathPrefix(),
 		statusTTL:         p.GetStatusTtls(),
 		excluded:          p.GetExcludedStatuses(),

@@ -312,8 +312,10 @@ type CachePolicy struct {
 	RelayTimeout *durationpb.Duration `protobuf:"bytes,20,opt,name=relay_timeout,json=relayTimeout,proto3" json:"relay_timeout,omitempty"`
 	// etcd revision at which the policy was last written; set by the control plane.
 	Revision int64 `protobuf:"varint,21,opt,name=revision,proto3" json:"revision,omitempty"`
-	// Whether stored bodies are compressed (zstd) when that saves space.
-	Compress      bool `protobuf:"varint,22,opt,name=compress,proto3" json:"compress,omitempty"`
+	// Whether textual responses (text/*, JSON, XML, JavaScript, SVG...) of 1 KiB or more are
+	// stored compressed with zstd; clients that accept zstd get the stored bytes, others get them
+	// decoded. Unset means true.
+	Compress      *bool `protobuf:"varint,22,opt,name=compress,proto3,oneof" json:"compress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -496,8 +498,8 @@ func (x *CachePolicy) GetRevision() int64 {
 }
 
 func (x *CachePolicy) GetCompress() bool {
-	if x != nil {
-		return x.Compress
+	if x != nil && x.Compress != nil {
+		return *x.Compress
 	}
 	return false
 }
@@ -520,7 +522,7 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\amethods\x18\x01 \x03(\tR\amethods\x12\x18\n" +
 	"\aheaders\x18\x02 \x03(\tR\aheaders\x12\x18\n" +
 	"\acookies\x18\x03 \x03(\tR\acookies\x12#\n" +
-	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\x8d\b\n" +
+	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\x9f\b\n" +
 	"\vCachePolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x1f\n" +
@@ -548,8 +550,9 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\x10collapse_timeout\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x0fcollapseTimeout\x12@\n" +
 	"\x0eorigin_timeout\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\roriginTimeout\x12>\n" +
 	"\rrelay_timeout\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\frelayTimeout\x12\x1a\n" +
-	"\brevision\x18\x15 \x01(\x03R\brevision\x12\x1a\n" +
-	"\bcompress\x18\x16 \x01(\bR\bcompress*\x85\x01\n" +
+	"\brevision\x18\x15 \x01(\x03R\brevision\x12\x1f\n" +
+	"\bcompress\x18\x16 \x01(\bH\x00R\bcompress\x88\x01\x01B\v\n" +
+	"\t_compress*\x85\x01\n" +
 	"\tCacheMode\x12\x1a\n" +
 	"\x16CACHE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CACHE_MODE_SHARDED\x10\x01\x12\x14\n" +
@@ -603,6 +606,7 @@ func file_shardcache_v1_policy_proto_init() {
 	if File_shardcache_v1_policy_proto != nil {
 		return
 	}
+	file_shardcache_v1_policy_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
