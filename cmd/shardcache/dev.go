@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -32,6 +34,7 @@ type devOptions struct {
 	etcdPeer   string
 	nodes      int
 	diskBytes  int64
+	portOffset int
 	log        logOptions
 }
 
@@ -55,6 +58,7 @@ The admin token is written where cachectl finds it. Stop with Ctrl-C.`,
 	f.StringVar(&o.etcdClient, "etcd-client-url", "http://127.0.0.1:7071", "client URL of the embedded etcd")
 	f.StringVar(&o.etcdPeer, "etcd-peer-url", "http://127.0.0.1:7072", "peer URL of the embedded etcd")
 	f.IntVar(&o.nodes, "nodes", 3, "number of nodes (1 to 9)")
+	f.IntVar(&o.portOffset, "port-offset", 0, "add this to every default port, to run beside another dev cluster")
 	o.diskBytes = 1 << 30
 	f.Var(units.Value{N: &o.diskBytes}, "disk", "disk tier budget of each node")
 	o.log.register(cmd)
@@ -68,6 +72,14 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 	logger, err := o.log.logger()
 	if err != nil {
 		return err
+	}
+	if o.portOffset < 0 || o.portOffset > 50000 {
+		return fmt.Errorf("--port-offset %d: want 0 to 50000", o.portOffset)
+	}
+	for _, a := range []*string{&o.control, &o.originAddr, &o.etcdClient, &o.etcdPeer} {
+		if *a, err = shiftPort(*a, o.portOffset); err != nil {
+			return err
+		}
 	}
 	dataDir := o.dataDir
 	if dataDir == "" {
@@ -123,9 +135,9 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 	for i := 1; i <= o.nodes; i++ {
 		n, err := dataplane.New(dataplane.Config{
 			ID:           fmt.Sprintf("node-%d", i),
-			ClientAddr:   fmt.Sprintf("127.0.0.1:808%d", i),
-			PeerAddr:     fmt.Sprintf("127.0.0.1:908%d", i),
-			OpsAddr:      fmt.Sprintf("127.0.0.1:919%d", i),
+			ClientAddr:   fmt.Sprintf("127.0.0.1:%d", 8080+i+o.portOffset),
+			PeerAddr:     fmt.Sprintf("127.0.0.1:%d", 9080+i+o.portOffset),
+			OpsAddr:      fmt.Sprintf("127.0.0.1:%d", 9190+i+o.portOffset),
 			ControlPlane: o.control,
 			Origin:       origin,
 			JoinToken:    joinToken,
@@ -230,6 +242,30 @@ func printBanner(out io.Writer, o *devOptions, origin, dataDir, tokenPath string
 	w("  go run ./cmd/cachectl nodes")
 	w("Stop with Ctrl-C.")
 	w("")
+}
+
+// shiftPort adds off to the port of addr, a host:port or a URL.
+func shiftPort(addr string, off int) (string, error) {
+	if off == 0 {
+		return addr, nil
+	}
+	scheme, hostport, isURL := strings.Cut(addr, "://")
+	if !isURL {
+		hostport, scheme = scheme, ""
+	}
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", fmt.Errorf("address %q: %w", addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p+off > 65535 {
+		return "", fmt.Errorf("address %q: port plus offset %d is not a port", addr, off)
+	}
+	shifted := net.JoinHostPort(host, strconv.Itoa(p+off))
+	if isURL {
+		return scheme + "://" + shifted, nil
+	}
+	return shifted, nil
 }
 
 func newToken() (string, error) {
