@@ -11,7 +11,7 @@ BUF := $(BIN)/buf
 TEST_FLAGS ?= -p 2 -count=1 -timeout 15m
 ARGS ?=
 
-.PHONY: help run build test test-deps unit e2e bench bench-quick proto verify-proto lint tidy-check clean
+.PHONY: help run build test test-deps unit e2e bench bench-go bench-quick proto verify-proto lint tidy-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -35,9 +35,12 @@ unit: ## the tests of every module but e2e
 e2e: test-deps ## the end-to-end tests (real processes)
 	$(GO) test $(TEST_FLAGS) -v ./e2e/...
 
-bench: build ## compare with nginx and Varnish on this machine; writes bench/results/<date>.md and .png
+bench: build bench-go ## compare with nginx and Varnish on this machine; writes bench/results/<date>.md and .png
 	bench/install-deps.sh
 	$(GO) run ./bench -shardcache $(BIN)/shardcache -cachectl $(BIN)/cachectl
+
+bench-go: ## the Go benchmarks: store tiers, fills, index rebuild, ring (5 runs each; quote medians)
+	$(GO) test -run '^$$' -bench . -count 5 ./dataplane/store/ ./sdk/ring/
 
 bench-quick: build ## the same with short workloads, to try the harness (figures not for quoting)
 	bench/install-deps.sh

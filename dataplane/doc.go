@@ -4,8 +4,10 @@
 // store (route=local), relays it to the owner over a pooled HTTP/2
 // connection on the owner's peer listener (route=relayed), or, when the
 // request is not cacheable, forwards it straight to the origin
-// (route=bypass). The owner serves from its memory tier or fetches once from
-// the origin: concurrent misses for a key collapse into one origin request.
+// (route=bypass). The owner serves from its memory tier, then its disk tier
+// (package store), or fetches once from the origin: concurrent misses for a
+// key collapse into one origin request, whose body every waiting client
+// reads as it streams into the store.
 //
 // A node gets its ring epochs from the control plane over a Session stream
 // (package session) and keeps serving with the last epoch it had when the

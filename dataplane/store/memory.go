@@ -51,6 +51,10 @@ func (m *Memory) Set(e *Entry) bool {
 	return ok
 }
 
+// Offer offers e to the tier without waiting for the decision: the entry
+// may become visible a moment later, or never (admission refused it).
+func (m *Memory) Offer(e *Entry) { m.c.Set(e.Key, e, e.Cost()) }
+
 // Delete removes key.
 func (m *Memory) Delete(key string) { m.c.Del(key) }
 

@@ -124,7 +124,7 @@ func (s *Store) readEntry(de *diskEntry) (*Entry, error) {
 	}
 	de.verified.Store(true)
 	e.Body = body
-	s.mem.Set(e)
+	s.mem.Offer(e)
 	return e, nil
 }
 

@@ -101,6 +101,7 @@ func TestStoreSurvivesReopen(t *testing.T) {
 	small, large := body("small", 1, 1000), body("large", 1, 300<<10)
 	put(t, s, meta("small"), small, false)
 	put(t, s, meta("large"), large, false)
+	s.mem.c.Wait() // the memory tier admits asynchronously
 	if e, ok := s.Get("small"); !ok || !e.InMemory() || !bytes.Equal(e.Body, small) {
 		t.Fatal("a small object is not served from memory after its fill")
 	}
@@ -123,6 +124,7 @@ func TestStoreSurvivesReopen(t *testing.T) {
 			t.Fatalf("%s metadata after reopen: %+v", key, e)
 		}
 	}
+	s.mem.c.Wait()
 	if e, ok := s.mem.Get("small"); !ok || !bytes.Equal(e.Body, small) {
 		t.Fatal("a small object read from disk was not promoted to memory")
 	}
@@ -269,6 +271,7 @@ func TestMemoryBudgetHoldsUnderFills(t *testing.T) {
 	defer s.Close()
 	for i := range 400 { // about 4 MiB of small objects
 		put(t, s, meta(fmt.Sprintf("k%d", i)), body("k", i, 10<<10), false)
+		s.mem.c.Wait()
 		if b, _ := s.mem.Stats(); b > budget {
 			t.Fatalf("memory tier holds %d bytes, budget %d", b, budget)
 		}

@@ -189,7 +189,7 @@ func (w *Writer) Commit() (stored bool, err error) {
 		if e.Body == nil {
 			e.Body = []byte{}
 		}
-		w.s.mem.Set(&e)
+		w.s.mem.Offer(&e) // the disk record serves until then
 	} else {
 		meta := e
 		de.meta.Store(&meta)
