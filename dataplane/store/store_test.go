@@ -418,3 +418,40 @@ func TestReaderAfterTheFill(t *testing.T) {
 		t.Fatalf("NewReader after a fill over the maximum = %v, want ErrNotStored", err)
 	}
 }
+
+func TestDeleteAndKeys(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	for _, k := range []string{"http/a/1", "http/a/2", "http/b/1"} {
+		put(t, s, meta(k), body(k, 1, 100), false)
+	}
+	var under []string
+	s.Keys(func(k string) bool {
+		if strings.HasPrefix(k, "http/a/") {
+			under = append(under, k)
+		}
+		return true
+	})
+	slices.Sort(under)
+	if !slices.Equal(under, []string{"http/a/1", "http/a/2"}) {
+		t.Fatalf("Keys under http/a/ = %v", under)
+	}
+	for _, k := range under {
+		if !s.Delete(k) {
+			t.Fatalf("Delete(%s) found nothing", k)
+		}
+	}
+	s.mem.c.Wait()
+	if _, ok := s.Get("http/a/1"); ok {
+		t.Fatal("a deleted object is still served")
+	}
+	if s.Delete("http/a/1") {
+		t.Fatal("a second Delete found the object again")
+	}
+	s.Close()
+	s = openStore(t, dir)
+	defer s.Close()
+	if _, ok := s.Get("http/a/2"); ok || s.Loaded() != 1 {
+		t.Fatalf("after reopen: deleted object found=%v, %d records; want gone and 1", ok, s.Loaded())
+	}
+}
