@@ -4,8 +4,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -89,6 +91,17 @@ type Config struct {
 	// the node stops: nothing is kept across restarts.
 	DataDir string
 
+	// TrustedProxies are the addresses whose X-Forwarded-For, Forwarded
+	// and X-Real-IP are kept and extended; from any other address they are
+	// replaced.
+	TrustedProxies []netip.Prefix
+	// AccessLog receives one JSON line per client request; nil turns the
+	// access log off.
+	AccessLog io.Writer
+	// AccessLogSample is the share of requests logged, in (0, 1]; 5xx
+	// answers are always logged. Default 1.
+	AccessLogSample float64
+
 	// Logger receives the node's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -157,6 +170,9 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.AccessLogSample == 0 {
+		c.AccessLogSample = 1
+	}
 }
 
 // Validate reports the first setting the node cannot run with.
@@ -211,6 +227,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PeerTLS.enabled() && (c.PeerTLS.CertFile == "" || c.PeerTLS.KeyFile == "" || c.PeerTLS.CAFile == "") {
 		return errors.New("peer TLS needs a certificate, its key and the cluster CA")
+	}
+	if c.AccessLogSample < 0 || c.AccessLogSample > 1 {
+		return fmt.Errorf("access log sample %v: want a share in (0, 1]", c.AccessLogSample)
 	}
 	if c.OriginTimeout <= 0 {
 		return fmt.Errorf("origin timeout %s must be positive", c.OriginTimeout)

@@ -38,6 +38,7 @@ const shutdownGrace = 10 * time.Second
 type Node struct {
 	cfg     Config
 	log     *slog.Logger
+	access  *slog.Logger // nil: no access log
 	metrics *metrics
 	// store is the memory tier over the disk tier; opened by Run.
 	store *store.Store
@@ -45,7 +46,9 @@ type Node struct {
 	// stop paying the relay hop; nil when hot-key handling is off.
 	hotCopies *store.Memory
 	hot       *hotkey.Sketch
-	flights   flight.Group[*store.Writer]
+	flights   flight.Group[*fillShare]
+	// variants counts the Vary variants stored per URL key (since start).
+	variants  sync.Map
 	routes    atomic.Pointer[routes]
 	policies  atomic.Pointer[policy.Set]
 	originURL *url.URL
@@ -87,14 +90,21 @@ func New(cfg Config) (*Node, error) {
 				DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 				MaxIdleConnsPerHost: 256,
 				IdleConnTimeout:     90 * time.Second,
-				DisableCompression:  true,
-				ForceAttemptHTTP2:   true,
+				// A slow or huge response header is the origin's fault:
+				// bounded like the client's.
+				ResponseHeaderTimeout:  cfg.OriginTimeout,
+				MaxResponseHeaderBytes: 64 << 10,
+				DisableCompression:     true,
+				ForceAttemptHTTP2:      true,
 			},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		ready: make(chan struct{}),
 	}
 	n.fillCtx, n.stopFills = context.WithCancel(context.Background())
+	if cfg.AccessLog != nil {
+		n.access = slog.New(slog.NewJSONHandler(cfg.AccessLog, nil))
+	}
 	peerTLS, err := loadPeerTLS(cfg.PeerTLS, cfg.ID)
 	if err != nil {
 		return nil, err

@@ -34,6 +34,7 @@ type devOptions struct {
 	etcdPeer   string
 	nodes      int
 	diskBytes  int64
+	access     accessLogOptions
 	portOffset int
 	log        logOptions
 }
@@ -61,6 +62,7 @@ The admin token is written where cachectl finds it. Stop with Ctrl-C.`,
 	f.IntVar(&o.portOffset, "port-offset", 0, "add this to every default port, to run beside another dev cluster")
 	o.diskBytes = 1 << 30
 	f.Var(units.Value{N: &o.diskBytes}, "disk", "disk tier budget of each node")
+	o.access.register(cmd, "off")
 	o.log.register(cmd)
 	return cmd
 }
@@ -81,6 +83,11 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 			return err
 		}
 	}
+	access, closeAccess, err := o.access.open()
+	if err != nil {
+		return err
+	}
+	defer closeAccess()
 	dataDir := o.dataDir
 	if dataDir == "" {
 		if dataDir, err = os.MkdirTemp("", "shardcache-dev-"); err != nil {
@@ -134,16 +141,18 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 	nodes := make([]*dataplane.Node, 0, o.nodes)
 	for i := 1; i <= o.nodes; i++ {
 		n, err := dataplane.New(dataplane.Config{
-			ID:           fmt.Sprintf("node-%d", i),
-			ClientAddr:   fmt.Sprintf("127.0.0.1:%d", 8080+i+o.portOffset),
-			PeerAddr:     fmt.Sprintf("127.0.0.1:%d", 9080+i+o.portOffset),
-			OpsAddr:      fmt.Sprintf("127.0.0.1:%d", 9190+i+o.portOffset),
-			ControlPlane: o.control,
-			Origin:       origin,
-			JoinToken:    joinToken,
-			DataDir:      filepath.Join(dataDir, fmt.Sprintf("node-%d", i)),
-			DiskBytes:    o.diskBytes,
-			Logger:       logger,
+			ID:              fmt.Sprintf("node-%d", i),
+			ClientAddr:      fmt.Sprintf("127.0.0.1:%d", 8080+i+o.portOffset),
+			PeerAddr:        fmt.Sprintf("127.0.0.1:%d", 9080+i+o.portOffset),
+			OpsAddr:         fmt.Sprintf("127.0.0.1:%d", 9190+i+o.portOffset),
+			ControlPlane:    o.control,
+			Origin:          origin,
+			JoinToken:       joinToken,
+			DataDir:         filepath.Join(dataDir, fmt.Sprintf("node-%d", i)),
+			DiskBytes:       o.diskBytes,
+			AccessLog:       access,
+			AccessLogSample: o.access.sample,
+			Logger:          logger,
 		})
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 type nodeOptions struct {
 	cfg       dataplane.Config
 	log       logOptions
+	access    accessLogOptions
 	controlCA string
 }
 
@@ -35,6 +36,12 @@ func newNodeCommand() *cobra.Command {
 			if o.cfg.JoinToken == "" {
 				o.cfg.JoinToken = os.Getenv("SHARDCACHE_JOIN_TOKEN")
 			}
+			access, closeAccess, err := o.access.open()
+			if err != nil {
+				return err
+			}
+			defer closeAccess()
+			o.cfg.AccessLog, o.cfg.AccessLogSample = access, o.access.sample
 			n, err := dataplane.New(o.cfg)
 			if err != nil {
 				return err
@@ -67,6 +74,8 @@ func newNodeCommand() *cobra.Command {
 	f.IntVar(&o.cfg.HotThreshold, "hot-threshold", 0, "requests per minute at this node above which a key is hot (default 60; negative: off)")
 	f.Var(units.Value{N: &o.cfg.HotCopyBytes}, "hot-copy-memory", "part of --memory kept for copies of hot objects owned elsewhere (default memory/8)")
 	f.StringVar(&o.cfg.DataDir, "data-dir", "", "directory of the node's persistent data, the disk tier among it (default: a temporary directory removed on exit)")
+	f.Var(prefixList{&o.cfg.TrustedProxies}, "trusted-proxies", "CIDRs of proxies whose X-Forwarded-For, Forwarded and X-Real-IP are kept, e.g. 10.0.0.0/8,192.168.1.7")
+	o.access.register(cmd, "stdout")
 	o.log.register(cmd)
 	return cmd
 }

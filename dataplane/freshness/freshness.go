@@ -46,12 +46,48 @@ func (d Directives) Seconds(name string) (time.Duration, bool) {
 	if !ok {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
+	return parseDelta(v)
+}
+
+// parseDelta parses delta-seconds (RFC 9111 1.2.2): digits only, capped at
+// 2^31 seconds when larger.
+func parseDelta(v string) (time.Duration, bool) {
+	if v == "" {
 		return 0, false
 	}
-	const maxSeconds = int64(1<<31 - 1) // RFC 9111 1.2.2: cap at 2^31 seconds
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	const maxSeconds = int64(1<<31 - 1)
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil { // only overflow is left
+		n = maxSeconds
+	}
 	return time.Duration(min(n, maxSeconds)) * time.Second, true
+}
+
+// ForRequest parses a request's Cache-Control; without one, "Pragma:
+// no-cache" means no-cache (RFC 9111 5.4).
+func ForRequest(h http.Header) Directives {
+	d := ParseCacheControl(h)
+	if len(h.Values("Cache-Control")) == 0 {
+		for _, v := range h.Values("Pragma") {
+			if strings.Contains(strings.ToLower(v), "no-cache") {
+				d["no-cache"] = ""
+			}
+		}
+	}
+	return d
+}
+
+// MustRevalidate reports whether a stale response may never be served
+// without revalidation: must-revalidate, or for a shared cache
+// proxy-revalidate and s-maxage (RFC 9111 5.2.2.2, 5.2.2.8, 5.2.2.10), or
+// no-cache (revalidate on every use).
+func (d Directives) MustRevalidate() bool {
+	return d.Has("must-revalidate") || d.Has("proxy-revalidate") || d.Has("s-maxage") || d.Has("no-cache")
 }
 
 // heuristicStatuses are cacheable by default (RFC 9110 15.1), so heuristic
@@ -59,12 +95,26 @@ func (d Directives) Seconds(name string) (time.Duration, bool) {
 var heuristicStatuses = map[int]bool{200: true, 203: true, 204: true, 206: true, 300: true, 301: true, 308: true, 404: true, 405: true, 410: true, 414: true, 501: true}
 
 // Forbidden reports whether the response forbids a shared cache to store
-// it whatever a policy says: no-store, private, Vary: *, and no-cache (which
-// needs revalidation on every use; not stored until validation support).
-func Forbidden(h http.Header) bool {
+// it: no-store, private (unless allowPrivate), or Vary: *. A no-cache
+// response may be stored; it is revalidated on every use.
+func Forbidden(h http.Header, allowPrivate bool) bool {
 	cc := ParseCacheControl(h)
-	return cc.Has("no-store") || cc.Has("private") || cc.Has("no-cache") || h.Get("Vary") == "*"
+	if cc.Has("no-store") || cc.Has("private") && !allowPrivate {
+		return true
+	}
+	for _, v := range h.Values("Vary") {
+		for f := range strings.SplitSeq(v, ",") {
+			if strings.TrimSpace(f) == "*" {
+				return true
+			}
+		}
+	}
+	return false
 }
+
+// CacheableByDefault reports whether a status may be stored without
+// explicit freshness (RFC 9110 15.1).
+func CacheableByDefault(status int) bool { return heuristicStatuses[status] }
 
 // Explicit reports whether the response states its freshness (s-maxage,
 // max-age or Expires), which takes precedence over a policy's TTLs as
@@ -77,7 +127,7 @@ func Explicit(h http.Header) bool {
 // Storable reports whether a shared cache may store a response with this
 // status and header by RFC 9111 alone.
 func Storable(status int, h http.Header) bool {
-	if Forbidden(h) {
+	if Forbidden(h, false) {
 		return false
 	}
 	cc := ParseCacheControl(h)
@@ -94,11 +144,16 @@ func Storable(status int, h http.Header) bool {
 // when the response gives no explicit freshness).
 func Lifetime(status int, h http.Header, received time.Time) time.Duration {
 	cc := ParseCacheControl(h)
-	if d, ok := cc.Seconds("s-maxage"); ok {
-		return d
+	if cc.Has("no-cache") {
+		return 0 // stored, but revalidated on every use
 	}
-	if d, ok := cc.Seconds("max-age"); ok {
-		return d
+	// An invalid s-maxage or max-age makes the response stale (RFC 9111
+	// 4.2.1), rather than falling back to Expires.
+	for _, name := range []string{"s-maxage", "max-age"} {
+		if cc.Has(name) {
+			d, _ := cc.Seconds(name)
+			return d
+		}
 	}
 	date := received
 	if v := h.Get("Date"); v != "" {
@@ -125,12 +180,14 @@ func Lifetime(status int, h http.Header, received time.Time) time.Duration {
 }
 
 // InitialAge is the age a response already had when received (RFC 9111
-// 4.2.3, with the response delay taken as zero on loopback-fast origins).
-func InitialAge(h http.Header, received time.Time) time.Duration {
+// 4.2.3): the larger of its apparent age (received minus Date) and its Age
+// plus the response delay (received minus requested). An invalid Age is
+// ignored.
+func InitialAge(h http.Header, requested, received time.Time) time.Duration {
 	age := time.Duration(0)
-	if v := h.Get("Age"); v != "" {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
-			age = time.Duration(n) * time.Second
+	if v := strings.TrimSpace(h.Get("Age")); v != "" {
+		if d, ok := parseDelta(v); ok {
+			age = d + max(received.Sub(requested), 0)
 		}
 	}
 	if v := h.Get("Date"); v != "" {

@@ -24,7 +24,8 @@ func TestStorable(t *testing.T) {
 		{"plain 200", 200, header(), true},
 		{"no-store", 200, header("Cache-Control", "no-store"), false},
 		{"private", 200, header("Cache-Control", "max-age=60, private"), false},
-		{"no-cache", 200, header("Cache-Control", "no-cache"), false},
+		{"no-cache is stored, revalidated on use", 200, header("Cache-Control", "no-cache"), true},
+		{"vary star among others", 200, header("Vary", "Accept, *"), false},
 		{"vary star", 200, header("Vary", "*"), false},
 		{"500 without freshness", 500, header(), false},
 		{"500 with s-maxage", 500, header("Cache-Control", "s-maxage=5"), true},
@@ -53,6 +54,9 @@ func TestLifetime(t *testing.T) {
 		{"max-age", 200, header("Cache-Control", "public, max-age=3600"), time.Hour},
 		{"first max-age wins", 200, header("Cache-Control", "max-age=5", "Cache-Control", "max-age=9"), 5 * time.Second},
 		{"invalid max-age ignored", 200, header("Cache-Control", "max-age=abc"), 0},
+		{"invalid max-age is stale despite Expires", 200, header("Cache-Control", "max-age=1x", "Date", date, "Expires", now.Add(time.Hour).Format(http.TimeFormat)), 0},
+		{"negative max-age is stale", 200, header("Cache-Control", "max-age=-5"), 0},
+		{"no-cache lifetime is zero", 200, header("Cache-Control", "no-cache, max-age=60"), 0},
 		{"expires minus date", 200, header("Date", date, "Expires", now.Add(time.Minute).Format(http.TimeFormat)), time.Minute},
 		{"invalid expires is expired", 200, header("Date", date, "Expires", "0"), 0},
 		{"heuristic 10% of last-modified", 200, header("Date", date, "Last-Modified", now.Add(-100*time.Minute).Format(http.TimeFormat)), 10 * time.Minute},
@@ -71,10 +75,13 @@ func TestLifetime(t *testing.T) {
 
 func TestInitialAge(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	if got := InitialAge(header("Age", "30"), now); got != 30*time.Second {
+	if got := InitialAge(header("Age", "30"), now.Add(-2*time.Second), now); got != 32*time.Second {
 		t.Fatalf("Age header: %s", got)
 	}
-	if got := InitialAge(header("Date", now.Add(-time.Minute).Format(http.TimeFormat), "Age", "5"), now); got != time.Minute {
+	if got := InitialAge(header("Age", "-5"), now, now); got != 0 {
+		t.Fatalf("negative Age: %s", got)
+	}
+	if got := InitialAge(header("Date", now.Add(-time.Minute).Format(http.TimeFormat), "Age", "5"), now, now); got != time.Minute {
 		t.Fatalf("Date older than Age: %s", got)
 	}
 }

@@ -35,6 +35,15 @@ type Policy struct {
 	HotThreshold int
 	// Compress stores textual responses zstd-coded (default true).
 	Compress bool
+	// StaleWhileRevalidate and StaleIfError are how long past freshness a
+	// response may be served while revalidated in the background, or when
+	// the origin fails, where the response does not say.
+	StaleWhileRevalidate, StaleIfError time.Duration
+	// CacheAuthorized, StorePrivate and StoreSetCookie relax the default
+	// refusals: see the CachePolicy fields of the same names.
+	CacheAuthorized, StorePrivate, StoreSetCookie bool
+	// MaxVariants bounds the Vary variants kept per URL; 0: the node's.
+	MaxVariants int
 
 	hosts     []string // lower-case; "*.x" wildcards; empty: every host
 	prefix    string
@@ -70,10 +79,17 @@ func compile(p *pb.CachePolicy) (*Policy, error) {
 		ReplicationFactor: int(p.GetReplicationFactor()),
 		HotThreshold:      int(p.GetHotThreshold()),
 		Compress:          p.Compress == nil || p.GetCompress(),
-		prefix:            p.GetPathPrefix(),
-		statusTTL:         p.GetStatusTtls(),
-		excluded:          p.GetExcludedStatuses(),
-		bypass:            p.GetBypass(),
+
+		StaleWhileRevalidate: p.GetStaleWhileRevalidate().AsDuration(),
+		StaleIfError:         p.GetStaleIfError().AsDuration(),
+		CacheAuthorized:      p.GetCacheAuthorized(),
+		StorePrivate:         p.GetStorePrivate(),
+		StoreSetCookie:       p.GetStoreSetCookie(),
+		MaxVariants:          int(p.GetMaxVariants()),
+		prefix:               p.GetPathPrefix(),
+		statusTTL:            p.GetStatusTtls(),
+		excluded:             p.GetExcludedStatuses(),
+		bypass:               p.GetBypass(),
 	}
 	if c.ReplicationFactor == 0 {
 		c.ReplicationFactor = 2

@@ -55,7 +55,9 @@ type Writer struct {
 	done  bool
 	err   error  // why the fill failed
 	final *Entry // the stored object, once committed
-	refs  int    // the writer and its open readers; the file closes at 0
+	// onFinish runs as the fill ends, before its readers see the end.
+	onFinish func()
+	refs     int // the writer and its open readers; the file closes at 0
 }
 
 // Create starts storing an object with e's metadata (Key, Status, Header,
@@ -63,6 +65,16 @@ type Writer struct {
 // the body zstd-coded. maxSize is the largest body stored: a longer one is
 // still spooled for its readers, then discarded.
 func (s *Store) Create(e *Entry, sizeHint int64, compress bool, maxSize int64) (*Writer, error) {
+	coding := ""
+	if compress {
+		coding = Coding
+	}
+	return s.create(e, sizeHint, coding, compress, maxSize)
+}
+
+// create starts a record whose body has coding; encode says whether
+// Write takes identity bytes to encode, or bytes already coded.
+func (s *Store) create(e *Entry, sizeHint int64, coding string, encode bool, maxSize int64) (*Writer, error) {
 	if err := s.disk.admit(max(sizeHint, 0)); err != nil {
 		return nil, err
 	}
@@ -72,13 +84,7 @@ func (s *Store) Create(e *Entry, sizeHint int64, compress bool, maxSize int64) (
 		return nil, err
 	}
 	meta := *e
-	meta.disk, meta.Body, meta.Size, meta.Length = nil, nil, -1, sizeHint
-	if compress {
-		meta.Coding = Coding
-		meta.Length = sizeHint
-	} else {
-		meta.Coding = ""
-	}
+	meta.disk, meta.Body, meta.Size, meta.Length, meta.Coding = nil, nil, -1, sizeHint, coding
 	head := encodeHead(&meta)
 	meta.off = int64(len(head))
 	if _, err := f.Write(head); err != nil {
@@ -90,7 +96,7 @@ func (s *Store) Create(e *Entry, sizeHint int64, compress bool, maxSize int64) (
 	w := &Writer{s: s, e: &meta, f: f, tmp: f.Name(), maxSize: maxSize, refs: 1,
 		memOK: sizeHint <= s.memMax}
 	w.cond.L = &w.mu
-	if compress {
+	if encode && coding == Coding {
 		w.zw = encoders.Get().(*zstd.Encoder)
 		w.zw.Reset(sink{w})
 	}
@@ -211,11 +217,22 @@ func (w *Writer) Abort(cause error) {
 	w.finish(fmt.Errorf("%w: %v", ErrAborted, cause))
 }
 
+// OnFinish sets f to run once as the fill ends (committed, discarded or
+// aborted), after a committed object is visible and before any reader
+// sees the end of the body.
+func (w *Writer) OnFinish(f func()) { w.onFinish = f }
+
 func (w *Writer) finish(err error) {
 	w.mu.Lock()
 	if w.done {
 		w.mu.Unlock()
 		return
+	}
+	if f := w.onFinish; f != nil {
+		w.onFinish = nil
+		w.mu.Unlock()
+		f()
+		w.mu.Lock()
 	}
 	w.done, w.err = true, err
 	w.mu.Unlock()
@@ -299,4 +316,50 @@ func (r *Reader) Close() error {
 		r.w.release()
 	}
 	return nil
+}
+
+// Put stores a whole object at once: e's metadata and body.
+func (s *Store) Put(e *Entry, body []byte) error {
+	w, err := s.Create(e, int64(len(body)), false, int64(len(body)))
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(body); err != nil {
+		w.Abort(err)
+		return err
+	}
+	if _, err := w.Commit(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Update stores old's body, as stored (coded or not), under new metadata:
+// a revalidated response's refreshed header and times. It returns the
+// stored entry.
+func (s *Store) Update(old *Entry, meta *Entry) (*Entry, error) {
+	var src io.Reader = bytes.NewReader(old.Body)
+	if !old.InMemory() {
+		f, err := s.Open(old)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		src = io.LimitReader(f, old.Size)
+	}
+	w, err := s.create(meta, old.Size, old.Coding, false, old.Size)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := io.Copy(sink{w}, src); err != nil {
+		w.Abort(err)
+		return nil, err
+	}
+	w.length = old.Length
+	if stored, err := w.Commit(); err != nil || !stored {
+		return nil, fmt.Errorf("store: updating %s: not stored (%v)", old.Key, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.final, nil
 }

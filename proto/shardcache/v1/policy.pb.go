@@ -289,9 +289,15 @@ type CachePolicy struct {
 	DefaultTtl *durationpb.Duration `protobuf:"bytes,6,opt,name=default_ttl,json=defaultTtl,proto3" json:"default_ttl,omitempty"`
 	StatusTtls []*StatusTTL         `protobuf:"bytes,7,rep,name=status_ttls,json=statusTtls,proto3" json:"status_ttls,omitempty"`
 	// Statuses never stored, e.g. 404 or 300-399.
-	ExcludedStatuses     []*StatusRange       `protobuf:"bytes,8,rep,name=excluded_statuses,json=excludedStatuses,proto3" json:"excluded_statuses,omitempty"`
+	ExcludedStatuses []*StatusRange `protobuf:"bytes,8,rep,name=excluded_statuses,json=excludedStatuses,proto3" json:"excluded_statuses,omitempty"`
+	// How long past its freshness a response may be served while one background request
+	// revalidates it (X-Cache: UPDATING), where the response itself does not say
+	// (stale-while-revalidate). Never for must-revalidate, proxy-revalidate, s-maxage or no-cache.
 	StaleWhileRevalidate *durationpb.Duration `protobuf:"bytes,9,opt,name=stale_while_revalidate,json=staleWhileRevalidate,proto3" json:"stale_while_revalidate,omitempty"`
-	StaleIfError         *durationpb.Duration `protobuf:"bytes,10,opt,name=stale_if_error,json=staleIfError,proto3" json:"stale_if_error,omitempty"`
+	// How long past its freshness a response may be served when the origin fails, times out or
+	// answers 5xx (X-Cache: STALE), like nginx's proxy_cache_use_stale, where the response does
+	// not say (stale-if-error).
+	StaleIfError *durationpb.Duration `protobuf:"bytes,10,opt,name=stale_if_error,json=staleIfError,proto3" json:"stale_if_error,omitempty"`
 	// Objects larger than this are cached as slices of this size; 0 keeps objects whole.
 	SliceSize int64 `protobuf:"varint,11,opt,name=slice_size,json=sliceSize,proto3" json:"slice_size,omitempty"`
 	// Largest object stored; larger responses are streamed without storing. 0 means the node default.
@@ -315,9 +321,17 @@ type CachePolicy struct {
 	// Whether textual responses (text/*, JSON, XML, JavaScript, SVG...) of 1 KiB or more are
 	// stored compressed with zstd; clients that accept zstd get the stored bytes, others get them
 	// decoded. Unset means true.
-	Compress      *bool `protobuf:"varint,22,opt,name=compress,proto3,oneof" json:"compress,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Compress *bool `protobuf:"varint,22,opt,name=compress,proto3,oneof" json:"compress,omitempty"`
+	// Requests with Authorization go through the cache instead of straight to the origin; their
+	// responses are stored only when public, s-maxage or must-revalidate allows it (RFC 9111 3.5).
+	CacheAuthorized bool `protobuf:"varint,23,opt,name=cache_authorized,json=cacheAuthorized,proto3" json:"cache_authorized,omitempty"`
+	// Store responses marked Cache-Control: private, as if they were not (for origins that mark
+	// shared content private).
+	StorePrivate bool `protobuf:"varint,24,opt,name=store_private,json=storePrivate,proto3" json:"store_private,omitempty"`
+	// Store responses that carry Set-Cookie; the stored Set-Cookie is replayed to every client.
+	StoreSetCookie bool `protobuf:"varint,25,opt,name=store_set_cookie,json=storeSetCookie,proto3" json:"store_set_cookie,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CachePolicy) Reset() {
@@ -504,6 +518,27 @@ func (x *CachePolicy) GetCompress() bool {
 	return false
 }
 
+func (x *CachePolicy) GetCacheAuthorized() bool {
+	if x != nil {
+		return x.CacheAuthorized
+	}
+	return false
+}
+
+func (x *CachePolicy) GetStorePrivate() bool {
+	if x != nil {
+		return x.StorePrivate
+	}
+	return false
+}
+
+func (x *CachePolicy) GetStoreSetCookie() bool {
+	if x != nil {
+		return x.StoreSetCookie
+	}
+	return false
+}
+
 var File_shardcache_v1_policy_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_policy_proto_rawDesc = "" +
@@ -522,7 +557,7 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\amethods\x18\x01 \x03(\tR\amethods\x12\x18\n" +
 	"\aheaders\x18\x02 \x03(\tR\aheaders\x12\x18\n" +
 	"\acookies\x18\x03 \x03(\tR\acookies\x12#\n" +
-	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\x9f\b\n" +
+	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\x99\t\n" +
 	"\vCachePolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x1f\n" +
@@ -551,7 +586,10 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\x0eorigin_timeout\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\roriginTimeout\x12>\n" +
 	"\rrelay_timeout\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\frelayTimeout\x12\x1a\n" +
 	"\brevision\x18\x15 \x01(\x03R\brevision\x12\x1f\n" +
-	"\bcompress\x18\x16 \x01(\bH\x00R\bcompress\x88\x01\x01B\v\n" +
+	"\bcompress\x18\x16 \x01(\bH\x00R\bcompress\x88\x01\x01\x12)\n" +
+	"\x10cache_authorized\x18\x17 \x01(\bR\x0fcacheAuthorized\x12#\n" +
+	"\rstore_private\x18\x18 \x01(\bR\fstorePrivate\x12(\n" +
+	"\x10store_set_cookie\x18\x19 \x01(\bR\x0estoreSetCookieB\v\n" +
 	"\t_compress*\x85\x01\n" +
 	"\tCacheMode\x12\x1a\n" +
 	"\x16CACHE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +

@@ -1,0 +1,783 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/shardcache/shardcache/dataplane/flight"
+	"github.com/shardcache/shardcache/dataplane/freshness"
+	"github.com/shardcache/shardcache/dataplane/policy"
+	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/store"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// X-Cache values beyond HIT, MISS and BYPASS.
+const (
+	// cacheStale: served past its freshness, because the client allows it
+	// (max-stale) or the origin failed (stale-if-error).
+	cacheStale = "STALE"
+	// cacheUpdating: served stale while one request revalidates it
+	// (stale-while-revalidate).
+	cacheUpdating = "UPDATING"
+	// cacheRevalidated: the origin confirmed the stored response (304).
+	cacheRevalidated = "REVALIDATED"
+	// cacheExpired: a stored response had expired; the origin sent a new one.
+	cacheExpired = "EXPIRED"
+)
+
+// fillShare is what a fill's leader gives the requests collapsed onto it:
+// a response streaming into the store, a stored entry to serve, or the
+// failure they all answer with.
+type fillShare struct {
+	wr     *store.Writer
+	e      *store.Entry
+	status string // X-Cache for e
+	err    error
+	code   int         // HTTP status for err
+	req    http.Header // the leader's request, to check Vary
+}
+
+// serveOwned serves key from this node's store or fills it, collapsing
+// concurrent misses into one origin request. It follows RFC 9111: request
+// and response directives decide whether a stored response is served
+// fresh, served stale, or revalidated with the origin first.
+//
+// from, when set, is the key's first owner: this node is a later owner of a
+// hot key and fills from it before going to the origin, so the origin still
+// sees one request.
+func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member) {
+	now := time.Now()
+	req := freshness.ForRequest(r.Header)
+	stale := n.lookup(key, r)
+	if stale != nil {
+		switch n.decide(stale, req, p, now) {
+		case useFresh:
+			if n.answer(w, r, stale, nil, cacheHit) == nil {
+				return
+			}
+			stale = nil // the record could not be read (and was discarded)
+		case useStale:
+			if n.answer(w, r, stale, nil, cacheStale) == nil {
+				return
+			}
+			stale = nil
+		case useUpdating:
+			if n.answer(w, r, stale, nil, cacheUpdating) == nil {
+				n.revalidateInBackground(key, r, p, stale)
+				return
+			}
+			stale = nil
+		}
+	}
+	if req.Has("only-if-cached") {
+		// RFC 9111 5.2.1.7: nothing usable without the origin.
+		http.Error(w, "shardcache: not cached (only-if-cached)", http.StatusGatewayTimeout)
+		return
+	}
+	call, leader := n.flights.Join(key)
+	if leader {
+		n.fill(w, r, key, p, from, call, stale)
+		return
+	}
+	wctx, cancel := context.WithTimeout(r.Context(), n.cfg.OriginTimeout)
+	n.waiting.Add(1)
+	share, ok := call.Wait(wctx)
+	n.waiting.Add(-1)
+	cancel()
+	if ok && n.serveShare(w, r, share) {
+		return
+	}
+	// The leader's response could not be shared (not storable, another
+	// variant) or took too long: fetch alone, as nginx's proxy_cache_lock does.
+	n.fill(w, r, key, p, from, nil, stale)
+}
+
+// serveShare answers a collapsed request from its leader's fill; false when
+// the request must fetch for itself.
+func (n *Node) serveShare(w http.ResponseWriter, r *http.Request, s *fillShare) bool {
+	switch {
+	case s.err != nil:
+		// The origin failed: the failure is shared, not retried by each.
+		http.Error(w, "shardcache: "+s.err.Error(), s.code)
+		return true
+	case s.e != nil:
+		return n.answer(w, r, s.e, nil, s.status) == nil
+	}
+	e := s.wr.Entry()
+	if !sameVariant(varyFields(e.Header), s.req, r.Header) {
+		return false
+	}
+	rd, err := s.wr.NewReader()
+	if err == nil {
+		defer rd.Close()
+		n.metrics.collapsed.Inc()
+		err = n.answer(w, r, e, rd, cacheHit)
+	}
+	if err == nil {
+		return true
+	}
+	if errors.Is(err, store.ErrNotStored) {
+		return false
+	}
+	http.Error(w, "shardcache: origin response broke off", http.StatusBadGateway)
+	return true
+}
+
+// use is what to do with a stored response.
+type use int
+
+const (
+	useFresh      use = iota // serve it
+	useStale                 // serve it stale: the client allows it
+	useUpdating              // serve it stale and revalidate in the background
+	useRevalidate            // ask the origin first
+)
+
+// decide applies RFC 9111 4.2 and 5.2 to a stored response and a request.
+func (n *Node) decide(e *store.Entry, req freshness.Directives, p *policy.Policy, now time.Time) use {
+	age, life := e.Age(now), e.Lifetime
+	resp := freshness.ParseCacheControl(e.Header)
+	if age < life {
+		ok := !req.Has("no-cache")
+		if req.Has("max-age") {
+			// An invalid max-age is taken as 0: revalidate (RFC 9111 4.2.1).
+			maxAge, _ := req.Seconds("max-age")
+			ok = ok && age <= maxAge
+		}
+		if minFresh, valid := req.Seconds("min-fresh"); valid && life-age < minFresh {
+			ok = false
+		}
+		if ok {
+			return useFresh
+		}
+		return useRevalidate
+	}
+	if resp.MustRevalidate() || req.Has("no-cache") {
+		return useRevalidate
+	}
+	staleness := age - life
+	if v, present := req["max-stale"]; present {
+		if limit, valid := req.Seconds("max-stale"); v == "" || valid && staleness <= limit {
+			return useStale
+		}
+	}
+	swr := p.StaleWhileRevalidate
+	if d, ok := resp.Seconds("stale-while-revalidate"); ok {
+		swr = d
+	}
+	if staleness < swr && !req.Has("max-age") && !req.Has("min-fresh") {
+		return useUpdating
+	}
+	return useRevalidate
+}
+
+// staleOnError reports whether e may be served when the origin fails
+// (stale-if-error in the response or request, or the policy's window).
+func (n *Node) staleOnError(e *store.Entry, r *http.Request, p *policy.Policy, now time.Time) bool {
+	resp := freshness.ParseCacheControl(e.Header)
+	if resp.MustRevalidate() {
+		return false
+	}
+	window := p.StaleIfError
+	if d, ok := resp.Seconds("stale-if-error"); ok {
+		window = max(window, d)
+	}
+	if d, ok := freshness.ForRequest(r.Header).Seconds("stale-if-error"); ok {
+		window = max(window, d)
+	}
+	return e.Age(now)-e.Lifetime <= window
+}
+
+// revalidateInBackground refreshes a stale entry with one request of its
+// own, unless a fill of the key is already running.
+func (n *Node) revalidateInBackground(key string, r *http.Request, p *policy.Policy, stale *store.Entry) {
+	call, leader := n.flights.Join(key)
+	if !leader {
+		return
+	}
+	bg := r.Clone(context.WithoutCancel(r.Context()))
+	n.fills.Go(func() { n.fill(discard{h: http.Header{}}, bg, key, p, nil, call, stale) })
+}
+
+// discard is the ResponseWriter of a background revalidation.
+type discard struct{ h http.Header }
+
+func (d discard) Header() http.Header         { return d.h }
+func (d discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d discard) WriteHeader(int)             {}
+
+// fill fetches key from the origin (or, for a hot key's later owner, from
+// the first owner) and answers w. stale, when set, is the stored response
+// being revalidated: its validators make the request conditional, a 304
+// refreshes it, and an origin failure may serve it (stale-if-error).
+//
+// A storable response is written to the store by a goroutine of its own,
+// which this request and every request collapsed onto it (call, when not
+// nil) follow as readers: a client that hangs up or reads slowly delays no
+// one else.
+func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, call *flight.Call[*fillShare], stale *store.Entry) {
+	leader := call
+	settle := func(s *fillShare) {
+		if call != nil {
+			n.flights.Settle(key, call, s, s != nil)
+			if s != nil && s.wr == nil {
+				// An answer that is not a stream is for those waiting now;
+				// later requests look at the store again.
+				n.flights.Forget(key, call)
+			}
+			call = nil
+		}
+	}
+	defer settle(nil)
+
+	// The fill outlives a client that hangs up (others may be waiting on
+	// it), but not the node.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), n.cfg.OriginTimeout)
+	stop := context.AfterFunc(n.fillCtx, cancel)
+	handed := false
+	defer func() {
+		if !handed {
+			stop()
+			cancel()
+		}
+	}()
+	ctx = httptrace.WithClientTrace(ctx, passInterim(w))
+	var resp *http.Response
+	var err error
+	if from != nil && stale == nil {
+		resp = n.fillFromPeer(ctx, r, from)
+	}
+	fromOrigin := resp == nil
+	requested := time.Now()
+	if fromOrigin {
+		resp, err = n.fetch(ctx, r, p, true, validators(stale))
+	}
+	now := time.Now()
+	if err != nil || resp.StatusCode >= 500 && stale != nil {
+		result := "error"
+		if err == nil {
+			result = statusClass(resp.StatusCode)
+		}
+		n.metrics.originReqs.WithLabelValues("fill", result).Inc()
+		if stale != nil && n.staleOnError(stale, r, p, now) {
+			if resp != nil {
+				resp.Body.Close()
+			}
+			settle(&fillShare{e: stale, status: cacheStale})
+			n.answer(w, r, stale, nil, cacheStale)
+			return
+		}
+		if err != nil {
+			n.log.Warn("origin request failed", "key", key, "err", err)
+			code := http.StatusBadGateway
+			if stale != nil {
+				code = http.StatusGatewayTimeout // a stored response it may not serve
+			}
+			settle(&fillShare{err: errors.New("origin unreachable"), code: code})
+			http.Error(w, "shardcache: origin unreachable", code)
+			return
+		}
+	}
+	defer func() {
+		if !handed {
+			resp.Body.Close()
+		}
+	}()
+	if fromOrigin {
+		n.originFills.Add(1)
+		n.metrics.originReqs.WithLabelValues("fill", statusClass(resp.StatusCode)).Inc()
+	}
+	relay.RemoveHopByHop(resp.Header)
+
+	if resp.StatusCode == http.StatusNotModified && stale != nil {
+		e := n.refreshed(stale, resp, p, r, requested, now)
+		settle(&fillShare{e: e, status: cacheRevalidated})
+		n.answer(w, r, e, nil, cacheRevalidated)
+		return
+	}
+	status := cacheMiss
+	if stale != nil {
+		status = cacheExpired
+	}
+	maxObject := n.cfg.MaxObjectBytes
+	if p.MaxObject > 0 {
+		maxObject = min(p.MaxObject, n.cfg.DiskBytes/2)
+	}
+	lifetime, storable := n.storeLifetime(p, r, resp.StatusCode, resp.Header, now, maxObject)
+	storable = storable && resp.ContentLength <= maxObject
+	storeKey := key
+	if fields := varyFields(resp.Header); storable && len(fields) > 0 {
+		storeKey, storable = n.variant(key, fields, r, p, now)
+	}
+	if !storable {
+		settle(nil)
+		n.writeResponse(w, r, resp, fromOrigin, status)
+		return
+	}
+	e := &store.Entry{
+		Key:        storeKey,
+		Status:     resp.StatusCode,
+		Header:     resp.Header,
+		Received:   now,
+		InitialAge: freshness.InitialAge(resp.Header, requested, now),
+		Lifetime:   lifetime,
+	}
+	wr, err := n.store.Create(e, resp.ContentLength, p.Compress && compressible(resp.Header, resp.ContentLength), maxObject)
+	if err != nil {
+		// The disk tier does not admit it (full, or failing): serve it unstored.
+		settle(nil)
+		n.writeResponse(w, r, resp, fromOrigin, status)
+		return
+	}
+	// A request from the end of the fill on looks at the store again.
+	wr.OnFinish(func() { n.flights.Forget(key, leader) })
+	settle(&fillShare{wr: wr, req: r.Header})
+	handed = true
+	n.fills.Go(func() {
+		defer cancel()
+		defer stop()
+		defer resp.Body.Close()
+		nb, err := io.Copy(wr, resp.Body)
+		if fromOrigin {
+			n.metrics.originBytes.Add(float64(nb))
+		}
+		if err != nil {
+			n.log.Warn("response body broke off; nothing stored", "key", key, "after_bytes", nb, "err", err)
+			wr.Abort(err)
+			return
+		}
+		if _, err := wr.Commit(); err != nil {
+			n.log.Warn("storing response failed", "key", key, "err", err)
+		}
+	})
+	rd, err := wr.NewReader()
+	if err == nil {
+		defer rd.Close()
+		err = n.answer(w, r, wr.Entry(), rd, status)
+	}
+	if err != nil {
+		http.Error(w, "shardcache: origin response broke off", http.StatusBadGateway)
+	}
+}
+
+// fillFromPeer asks the first owner of a hot key for it; nil when the owner
+// cannot answer (the caller then goes to the origin).
+func (n *Node) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Member) *http.Response {
+	get := *r // Forward reads only the method, URL and host; the header is h
+	get.Method = http.MethodGet
+	h := n.relayHeader(r)
+	for _, f := range []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range", "Accept-Encoding"} {
+		h.Del(f) // a fill brings the whole object, as the origin sent it
+	}
+	resp, err := n.peers.Forward(ctx, from.GetPeerAddress(), &get, h)
+	if err != nil {
+		n.metrics.peerReqs.WithLabelValues(from.GetId(), "error").Inc()
+		return nil
+	}
+	n.metrics.peerReqs.WithLabelValues(from.GetId(), statusClass(resp.StatusCode)).Inc()
+	if resp.StatusCode >= 500 {
+		resp.Body.Close()
+		return nil
+	}
+	n.metrics.hot.WithLabelValues("replica_fill").Inc()
+	resp.Header.Del("X-Cache")
+	resp.Header.Del("X-Cache-Node")
+	resp.Header.Del("Age")
+	return resp
+}
+
+// validators are the conditional request fields that revalidate e (RFC
+// 9111 4.3.1); nil when e is nil or has none.
+func validators(e *store.Entry) http.Header {
+	if e == nil {
+		return nil
+	}
+	h := http.Header{}
+	if et := e.Header.Values("Etag"); len(et) > 0 {
+		h["If-None-Match"] = et
+	}
+	if lm := e.Header.Get("Last-Modified"); lm != "" {
+		h.Set("If-Modified-Since", lm)
+	}
+	return h
+}
+
+// refreshed is stale updated by a 304 (RFC 9111 3.2 and 4.3.4): the 304's
+// header fields replace the stored ones, except those describing the body,
+// and freshness is computed anew. It is stored again; when that fails the
+// refreshed entry still answers this request.
+func (n *Node) refreshed(stale *store.Entry, resp *http.Response, p *policy.Policy, r *http.Request, requested, now time.Time) *store.Entry {
+	h := stale.Header.Clone()
+	for k, v := range resp.Header {
+		switch k {
+		case "Content-Length", "Content-Encoding", "Content-Range", "Transfer-Encoding", "Content-Type":
+			continue
+		}
+		h[k] = v
+	}
+	lifetime, _ := n.storeLifetime(p, r, stale.Status, h, now, 1<<62)
+	meta := &store.Entry{Key: stale.Key, Status: stale.Status, Header: h, Received: now,
+		InitialAge: freshness.InitialAge(h, requested, now), Lifetime: lifetime}
+	e, err := n.store.Update(stale, meta)
+	if err != nil {
+		n.log.Warn("storing a revalidated response failed", "key", stale.Key, "err", err)
+		m := *stale
+		m.Header, m.Received, m.InitialAge, m.Lifetime = meta.Header, meta.Received, meta.InitialAge, meta.Lifetime
+		return &m
+	}
+	return e
+}
+
+// storeLifetime decides by RFC 9111 3 and the policy whether a response
+// with status and h, to request r, may be stored, and how long it stays
+// fresh: the response's own freshness, else the policy's status or default
+// TTL (as nginx's proxy_cache_valid applies only where the response states
+// none). A response without freshness is stored only if it can be
+// revalidated.
+func (n *Node) storeLifetime(p *policy.Policy, r *http.Request, status int, h http.Header, received time.Time, maxObject int64) (time.Duration, bool) {
+	cc := freshness.ParseCacheControl(h)
+	lifetime := freshness.Lifetime(status, h, received)
+	policyTTL := false
+	if !freshness.Explicit(h) && !cc.Has("no-cache") {
+		if ttl, ok := p.StatusTTL(status); ok {
+			lifetime, policyTTL = ttl, true
+		} else if p.DefaultTTL > 0 {
+			lifetime, policyTTL = p.DefaultTTL, true
+		}
+	}
+	understood := status >= 200 && status != http.StatusPartialContent && status != http.StatusNotModified && status < 600
+	cacheable := freshness.Explicit(h) || freshness.CacheableByDefault(status) || cc.Has("public") || policyTTL
+	validator := h.Get("ETag") != "" || h.Get("Last-Modified") != ""
+	ok := understood && cacheable && (lifetime > 0 || validator) &&
+		!freshness.Forbidden(h, p.StorePrivate) && !p.Excluded(status) &&
+		(p.StoreSetCookie || len(h.Values("Set-Cookie")) == 0) && maxObject > 0
+	if ok && r.Header.Get("Authorization") != "" {
+		// RFC 9111 3.5: only what the response explicitly shares.
+		ok = cc.Has("public") || cc.Has("s-maxage") || cc.Has("must-revalidate")
+	}
+	return lifetime, ok
+}
+
+// writeResponse streams a response that is not stored.
+func (n *Node) writeResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, fromOrigin bool, status string) {
+	copyHeader(w.Header(), resp.Header)
+	w.Header().Set("X-Cache", status)
+	w.Header().Set("X-Cache-Node", n.cfg.ID)
+	w.WriteHeader(resp.StatusCode)
+	if r.Method != http.MethodHead {
+		nb, _ := io.Copy(w, resp.Body)
+		if fromOrigin {
+			n.metrics.originBytes.Add(float64(nb))
+		}
+	}
+}
+
+// passInterim passes 1xx interim responses from the origin (103 Early
+// Hints, 100 Continue aside) on to the client.
+func passInterim(w http.ResponseWriter) *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		if code == http.StatusContinue || code == http.StatusSwitchingProtocols {
+			return nil
+		}
+		hdr := w.Header()
+		for k, v := range h {
+			hdr[k] = v
+		}
+		w.WriteHeader(code)
+		for k := range h {
+			hdr.Del(k)
+		}
+		return nil
+	}}
+}
+
+// answer writes a stored entry to w, its body from memory, from its disk
+// record (by sendfile where the platform has it), or from rd, a reader
+// following the entry's fill as it streams in. The stored coding is sent
+// to a client that accepts it and decoded for one that does not. A client
+// whose conditional matches gets 304 (RFC 9111 4.3.2).
+//
+// It returns an error, having written nothing, when the body cannot be
+// read at all. A fill that breaks off after the header was sent aborts the
+// response, so the client sees a broken transfer rather than a short body.
+func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd io.Reader, status string) error {
+	h := w.Header()
+	if notModified(r, e) {
+		for k, v := range e.Header {
+			h[k] = v
+		}
+		for _, k := range []string{"Content-Length", "Content-Type", "Content-Encoding", "Transfer-Encoding"} {
+			h.Del(k)
+		}
+		if e.Coding != "" {
+			addVary(h, "Accept-Encoding")
+			weakenETag(h)
+		}
+		n.cacheHeaders(h, e, status)
+		w.WriteHeader(http.StatusNotModified)
+		return nil
+	}
+	var src io.Reader
+	var follow *errReader
+	switch {
+	case rd != nil:
+		// Wait for the first bytes (or the end) before committing to a
+		// status: a fill that fails at once is answered 502.
+		first := make([]byte, 32<<10)
+		k, err := io.ReadAtLeast(rd, first, 1)
+		if err != nil && err != io.EOF {
+			return err
+		}
+		follow = &errReader{r: io.MultiReader(bytes.NewReader(first[:k]), rd)}
+		src = follow
+	case e.InMemory():
+		src = bytes.NewReader(e.Body)
+	default:
+		f, err := n.store.Open(e)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		src = &io.LimitedReader{R: f, N: e.Size} // what sendfile recognises
+	}
+	for k, v := range e.Header {
+		h[k] = v // entries are immutable; the slices are only read
+	}
+	length, decode := e.Length, false
+	if e.Coding != "" {
+		addVary(h, "Accept-Encoding")
+		weakenETag(h)
+		if accepts(r, e.Coding) {
+			h.Set("Content-Encoding", e.Coding)
+			length = e.Size
+		} else {
+			decode = true
+		}
+	}
+	h.Del("Content-Length")
+	if length >= 0 && bodyAllowed(e.Status) {
+		h.Set("Content-Length", strconv.FormatInt(length, 10))
+	}
+	n.cacheHeaders(h, e, status)
+	w.WriteHeader(e.Status)
+	if r.Method == http.MethodHead || !bodyAllowed(e.Status) {
+		return nil
+	}
+	if decode {
+		d := decoders.Get().(*zstd.Decoder)
+		defer func() {
+			d.Reset(nil)
+			decoders.Put(d)
+		}()
+		if err := d.Reset(src); err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		src = d
+	}
+	_, err := io.Copy(w, src)
+	if err != nil && (follow != nil && follow.err != nil || decode && !isWriteError(err)) {
+		panic(http.ErrAbortHandler) // the body broke off: do not end it cleanly
+	}
+	return nil
+}
+
+// cacheHeaders sets Age, X-Cache and X-Cache-Node.
+func (n *Node) cacheHeaders(h http.Header, e *store.Entry, status string) {
+	h.Set("Age", strconv.FormatInt(int64(e.Age(time.Now())/time.Second), 10))
+	h.Set("X-Cache", status)
+	h.Set("X-Cache-Node", n.cfg.ID)
+}
+
+// notModified evaluates a client's If-None-Match, else If-Modified-Since,
+// against a stored 200 (RFC 9110 13.1.2, 13.1.3, 13.2.2).
+func notModified(r *http.Request, e *store.Entry) bool {
+	if e.Status != http.StatusOK || r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	if inm := r.Header.Values("If-None-Match"); len(inm) > 0 {
+		etag := strings.TrimPrefix(e.Header.Get("Etag"), "W/")
+		if etag == "" {
+			return false
+		}
+		for _, v := range inm {
+			for t := range strings.SplitSeq(v, ",") {
+				t = strings.TrimSpace(t)
+				if t == "*" || strings.TrimPrefix(t, "W/") == etag {
+					return true // weak comparison
+				}
+			}
+		}
+		return false
+	}
+	ims, err := http.ParseTime(r.Header.Get("If-Modified-Since"))
+	if err != nil {
+		return false
+	}
+	lm, err := http.ParseTime(e.Header.Get("Last-Modified"))
+	return err == nil && !lm.After(ims)
+}
+
+// errReader remembers its reader's error, to tell a broken source from a
+// client that went away.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF {
+		e.err = err
+	}
+	return n, err
+}
+
+// isWriteError reports whether err came from writing to the client.
+func isWriteError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, http.ErrHandlerTimeout) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// bodyAllowed reports whether a response with status has a body.
+func bodyAllowed(status int) bool {
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
+}
+
+// Vary (RFC 9111 4.1). A response that varies is stored under a variant
+// key: the URL's key, varySep, and the request's values of the fields it
+// names. Under the URL's key itself a marker (status 0, never served)
+// names those fields, so a lookup knows which variant to read.
+const (
+	varySep    = "\x1fvary\x1f"
+	varyMarker = 0
+	// defaultMaxVariants bounds the variants stored per URL when the
+	// policy does not.
+	defaultMaxVariants = 16
+)
+
+// lookup returns the stored response for r under key, following a Vary
+// marker to r's variant; nil when there is none.
+func (n *Node) lookup(key string, r *http.Request) *store.Entry {
+	e, ok := n.store.Get(key)
+	if !ok {
+		return nil
+	}
+	if e.Status != varyMarker {
+		if fields := varyFields(e.Header); len(fields) > 0 {
+			return nil // stored before it varied; cannot tell its variant
+		}
+		return e
+	}
+	v, ok := n.store.Get(variantKey(key, varyFields(e.Header), r.Header))
+	if !ok {
+		return nil
+	}
+	return v
+}
+
+// variant returns the key a varying response to r is stored under, and
+// writes the URL's marker. It reports false when the URL has its policy's
+// number of variants already.
+func (n *Node) variant(key string, fields []string, r *http.Request, p *policy.Policy, now time.Time) (string, bool) {
+	vk := variantKey(key, fields, r.Header)
+	limit := p.MaxVariants
+	if limit <= 0 {
+		limit = defaultMaxVariants
+	}
+	marker, ok := n.store.Get(key)
+	if !ok || marker.Status != varyMarker || !slices.Equal(varyFields(marker.Header), fields) {
+		m := &store.Entry{Key: key, Status: varyMarker, Header: http.Header{"Vary": {strings.Join(fields, ", ")}},
+			Received: now, Lifetime: 0}
+		if err := n.store.Put(m, nil); err != nil {
+			return "", false
+		}
+		n.variants.Delete(key)
+	}
+	if _, ok := n.store.Get(vk); ok {
+		return vk, true // a refresh of a variant already counted
+	}
+	c, _ := n.variants.LoadOrStore(key, new(atomic.Int32))
+	if c.(*atomic.Int32).Add(1) > int32(limit) {
+		c.(*atomic.Int32).Add(-1)
+		return "", false
+	}
+	return vk, true
+}
+
+// varyFields are the lower-cased, sorted field names of h's Vary.
+func varyFields(h http.Header) []string {
+	var fields []string
+	for _, v := range h.Values("Vary") {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = strings.ToLower(strings.TrimSpace(f)); f != "" && !slices.Contains(fields, f) {
+				fields = append(fields, f)
+			}
+		}
+	}
+	slices.Sort(fields)
+	return fields
+}
+
+// variantKey is key extended with the request's normalised values of the
+// fields (RFC 9111 4.1 allows normalising them).
+func variantKey(key string, fields []string, h http.Header) string {
+	var b strings.Builder
+	b.WriteString(key)
+	b.WriteString(varySep)
+	for _, f := range fields {
+		b.WriteString(f)
+		b.WriteByte('=')
+		b.WriteString(varyValue(f, h))
+		b.WriteByte('\x1e')
+	}
+	return b.String()
+}
+
+// varyValue normalises the request's value of a Vary field: lines joined,
+// spaces around commas dropped; Accept-Encoding reduced to the codings it
+// accepts, sorted.
+func varyValue(field string, h http.Header) string {
+	vals := h.Values(textproto.CanonicalMIMEHeaderKey(field))
+	if field == "accept-encoding" {
+		r := &http.Request{Header: h}
+		var acc []string
+		for _, c := range []string{"br", "deflate", "gzip", "zstd"} {
+			if accepts(r, c) {
+				acc = append(acc, c)
+			}
+		}
+		return strings.Join(acc, ",")
+	}
+	parts := make([]string, 0, len(vals))
+	for _, v := range vals {
+		for p := range strings.SplitSeq(v, ",") {
+			parts = append(parts, strings.TrimSpace(p))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// sameVariant reports whether two requests select the same variant.
+func sameVariant(fields []string, a, b http.Header) bool {
+	for _, f := range fields {
+		if varyValue(f, a) != varyValue(f, b) {
+			return false
+		}
+	}
+	return true
+}
