@@ -58,7 +58,11 @@ func startShardcache(ctx context.Context, r *runner, dir string, memBytes int64)
 	for i := 1; i <= instances; i++ {
 		client, peer, op := freePort(), freePort(), freePort()
 		args := append([]string{"node", "--id", fmt.Sprintf("node-%d", i), "--client", client, "--peer", peer, "--ops", op,
-			"--control-plane", control, "--origin", r.origin, "--memory", fmt.Sprint(memBytes), "--log-level", "warn"}, r.nodeArgs...)
+			"--control-plane", control, "--origin", r.origin, "--memory", fmt.Sprint(memBytes), "--log-level", "warn",
+			// As nginx's max_size: the disk budget equals the memory one. No
+			// access log, as nginx's is off.
+			"--disk", fmt.Sprint(memBytes), "--max-object", fmt.Sprint(memBytes / 2), "--access-log", "off",
+			"--data-dir", filepath.Join(dir, fmt.Sprintf("node-%d-data", i))}, r.nodeArgs...)
 		n, err := startProc(dir, fmt.Sprintf("node-%d", i), r.shardcache, args...)
 		if err != nil {
 			in.stop()
