@@ -94,7 +94,11 @@ func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p 
 		n.fill(w, r, key, p, from, call, stale)
 		return
 	}
-	wctx, cancel := context.WithTimeout(r.Context(), n.cfg.OriginTimeout)
+	wait := n.cfg.OriginTimeout
+	if p.CollapseTimeout > 0 {
+		wait = p.CollapseTimeout
+	}
+	wctx, cancel := context.WithTimeout(r.Context(), wait)
 	n.waiting.Add(1)
 	share, ok := call.Wait(wctx)
 	n.waiting.Add(-1)
@@ -247,7 +251,7 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 
 	// The fill outlives a client that hangs up (others may be waiting on
 	// it), but not the node.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), n.cfg.OriginTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), n.originTimeout(p))
 	stop := context.AfterFunc(n.fillCtx, cancel)
 	handed := false
 	defer func() {
@@ -399,6 +403,14 @@ func (n *Node) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Membe
 	resp.Header.Del("X-Cache-Node")
 	resp.Header.Del("Age")
 	return resp
+}
+
+// originTimeout bounds one origin request under p.
+func (n *Node) originTimeout(p *policy.Policy) time.Duration {
+	if p.OriginTimeout > 0 {
+		return p.OriginTimeout
+	}
+	return n.cfg.OriginTimeout
 }
 
 // validators are the conditional request fields that revalidate e (RFC

@@ -214,7 +214,11 @@ func (n *Node) relayHeader(r *http.Request) http.Header {
 // local copy of a small, storable answer. It reports false when the owner
 // could not be reached and nothing was written.
 func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, key string, p *policy.Policy, hot bool) bool {
-	ctx, cancel := context.WithTimeout(r.Context(), n.cfg.RelayTimeout)
+	timeout := n.cfg.RelayTimeout
+	if p.RelayTimeout > 0 {
+		timeout = p.RelayTimeout
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	ctx = httptrace.WithClientTrace(ctx, passInterim(w))
 	resp, err := n.peers.Forward(ctx, owner.GetPeerAddress(), r, n.relayHeader(r))
@@ -286,7 +290,7 @@ func (n *Node) admitHotCopy(w http.ResponseWriter, r *http.Request, key string, 
 // An unsafe method that succeeds invalidates what the cluster stores for
 // its target (RFC 9111 4.4).
 func (n *Node) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy) {
-	ctx, cancel := context.WithTimeout(r.Context(), n.cfg.OriginTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), n.originTimeout(p))
 	defer cancel()
 	resp, err := n.fetch(httptrace.WithClientTrace(ctx, passInterim(w)), r, p, false, nil)
 	if err != nil {

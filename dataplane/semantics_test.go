@@ -65,7 +65,8 @@ func TestPolicyDrivenSemantics(t *testing.T) {
 		}
 	}
 	o := &scripted{counts: map[string]int{}, handlers: map[string]func(http.ResponseWriter, *http.Request, int){
-		"/swr/": answer("Cache-Control", "max-age=60", "Age", "120"),
+		"/slow/": func(w http.ResponseWriter, r *http.Request, n int) { <-r.Context().Done() }, // answers never
+		"/swr/":  answer("Cache-Control", "max-age=60", "Age", "120"),
 		"/sie/": func(w http.ResponseWriter, r *http.Request, n int) {
 			if n > 1 {
 				w.WriteHeader(http.StatusBadGateway)
@@ -96,6 +97,7 @@ func TestPolicyDrivenSemantics(t *testing.T) {
 		{Name: "private", PathPrefix: "/private/", StorePrivate: true},
 		{Name: "ttl", PathPrefix: "/ttl/", StatusTtls: []*pb.StatusTTL{{StatusFrom: 200, StatusTo: 499, Ttl: hour}}},
 		{Name: "big", PathPrefix: "/big/", MaxObjectSize: 4000},
+		{Name: "slow", PathPrefix: "/slow/", OriginTimeout: durationpb.New(200 * time.Millisecond)},
 	}}
 	for _, n := range []*Node{a, b} {
 		if err := n.ApplyPolicies(set); err != nil {
@@ -123,6 +125,7 @@ func TestPolicyDrivenSemantics(t *testing.T) {
 		{"status TTL for a 404 without freshness", "/ttl/", []step{{code: 404}, {code: 404, cache: "HIT", origin: 1}}},
 		{"the response's own freshness beats the status TTL", "/ttl/explicit/", []step{{}, {origin: 2}}},
 		{"over the policy's max object size: served, not stored", "/big/", []step{{}, {cache: "MISS", origin: 2}}},
+		{"the policy's origin timeout", "/slow/", []step{{code: http.StatusBadGateway, origin: 1}}},
 	}
 	for _, via := range []string{"owner", "relay"} {
 		for _, c := range cases {

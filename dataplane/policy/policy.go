@@ -44,6 +44,11 @@ type Policy struct {
 	CacheAuthorized, StorePrivate, StoreSetCookie bool
 	// MaxVariants bounds the Vary variants kept per URL; 0: the node's.
 	MaxVariants int
+	// OriginTimeout bounds an origin request and CollapseTimeout a wait on
+	// another request's fill; 0: the node's.
+	OriginTimeout, CollapseTimeout time.Duration
+	// RelayTimeout bounds a relayed request to the owner; 0: the node's.
+	RelayTimeout time.Duration
 
 	hosts     []string // lower-case; "*.x" wildcards; empty: every host
 	prefix    string
@@ -86,6 +91,9 @@ func compile(p *pb.CachePolicy) (*Policy, error) {
 		StorePrivate:         p.GetStorePrivate(),
 		StoreSetCookie:       p.GetStoreSetCookie(),
 		MaxVariants:          int(p.GetMaxVariants()),
+		OriginTimeout:        p.GetOriginTimeout().AsDuration(),
+		CollapseTimeout:      p.GetCollapseTimeout().AsDuration(),
+		RelayTimeout:         p.GetRelayTimeout().AsDuration(),
 		prefix:               p.GetPathPrefix(),
 		statusTTL:            p.GetStatusTtls(),
 		excluded:             p.GetExcludedStatuses(),
