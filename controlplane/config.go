@@ -55,8 +55,27 @@ type Config struct {
 	// of the bearer token.
 	TLS TLSConfig
 
+	// CA makes the control plane the cluster's certificate authority for
+	// the peer hop: nodes send a CSR on their session and get a short-lived
+	// certificate for their member id, renewed before it expires.
+	CA CAConfig
+
 	// Logger receives the replica's logs. Default: slog.Default().
 	Logger *slog.Logger
+}
+
+// CAConfig configures the certificate authority for the peer hop.
+type CAConfig struct {
+	// Enabled turns issuing on.
+	Enabled bool
+	// CertFile and KeyFile are the CA's certificate and key. Empty: the
+	// replicas share a CA generated once and kept in etcd under Prefix (so
+	// whoever can read etcd can issue certificates; give files in
+	// production).
+	CertFile, KeyFile string
+	// CertTTL is the lifetime of an issued certificate. Default 1h; at
+	// least 2s.
+	CertTTL time.Duration
 }
 
 // TLSConfig names the PEM files of the control plane's TLS.
@@ -113,6 +132,9 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.CA.CertTTL == 0 {
+		c.CA.CertTTL = time.Hour
+	}
 }
 
 // Validate reports the first setting a replica cannot run with, in words an
@@ -150,6 +172,12 @@ func (c *Config) Validate() error {
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		return errors.New("TLS needs both a certificate and a key file")
+	}
+	if c.CA.Enabled && (c.CA.CertFile == "") != (c.CA.KeyFile == "") {
+		return errors.New("the certificate authority needs both its certificate and key file, or neither (a CA kept in etcd)")
+	}
+	if c.CA.Enabled && c.CA.CertTTL < 2*time.Second {
+		return fmt.Errorf("issued certificate lifetime %s is below the 2s minimum", c.CA.CertTTL)
 	}
 	if c.TLS.ClientCAFile != "" && c.TLS.CertFile == "" {
 		return errors.New("a client CA (mTLS) needs the server's TLS certificate and key")

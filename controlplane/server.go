@@ -46,6 +46,7 @@ type Server struct {
 	// Set by Run.
 	etcd  *clientv3.Client
 	state *state
+	ca    atomic.Pointer[certAuthority]
 
 	isLeader      atomic.Bool
 	epochsWritten atomic.Uint64
@@ -113,6 +114,15 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.etcd = cli
 	s.state = &state{kv: cli, prefix: s.cfg.Prefix}
+	if s.cfg.CA.Enabled {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.EtcdDialTimeout)
+		ca, err := s.loadCA(cctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		s.ca.Store(ca)
+	}
 
 	creds, err := serverCredentials(s.cfg.TLS)
 	if err != nil {
@@ -214,6 +224,8 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 		replica:   s.cfg.ReplicaID,
 		stopping:  stopping,
 		log:       s.log,
+		ca:        &s.ca,
+		caWanted:  s.cfg.CA.Enabled,
 	})
 	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub, policies: s.policies})
 	hs := health.NewServer()

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -38,6 +39,10 @@ type nodeService struct {
 	replica   string
 	stopping  <-chan struct{}
 	log       *slog.Logger
+	// ca issues peer-hop certificates once loaded; caWanted says whether it
+	// is configured at all.
+	ca       *atomic.Pointer[certAuthority]
+	caWanted bool
 }
 
 var _ pb.NodeServiceServer = (*nodeService)(nil)
@@ -84,6 +89,9 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 	cur := n.hub.epoch()
 	policies := n.policies.since(hello.GetPolicyRevision())
 	snap := &pb.Snapshot{Epoch: cur, Member: m, Policies: policies}
+	if csr := hello.GetCsr(); len(csr) > 0 {
+		snap.Certificate = n.certificate(csr, m.GetId())
+	}
 	if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: snap}}); err != nil {
 		return err
 	}
@@ -146,6 +154,12 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 				st.Load = msg.Load
 				st.ServingEpoch = msg.Load.GetEpoch()
 				st.LastReportAt = timestamppb.Now()
+			case *pb.SessionRequest_CertificateRequest:
+				cert := n.certificate(msg.CertificateRequest.GetCsr(), m.GetId())
+				if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Certificate{Certificate: cert}}); err != nil {
+					return err
+				}
+				continue
 			case *pb.SessionRequest_PolicyAck:
 				ack := msg.PolicyAck
 				st.PolicyRevision = ack.GetAppliedRevision()

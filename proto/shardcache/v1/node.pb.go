@@ -9,6 +9,7 @@ package shardcachev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -30,6 +31,7 @@ type SessionRequest struct {
 	//	*SessionRequest_Load
 	//	*SessionRequest_PurgeResult
 	//	*SessionRequest_PolicyAck
+	//	*SessionRequest_CertificateRequest
 	Msg           isSessionRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -108,6 +110,15 @@ func (x *SessionRequest) GetPolicyAck() *PolicyAck {
 	return nil
 }
 
+func (x *SessionRequest) GetCertificateRequest() *CertificateRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*SessionRequest_CertificateRequest); ok {
+			return x.CertificateRequest
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Msg interface {
 	isSessionRequest_Msg()
 }
@@ -130,6 +141,11 @@ type SessionRequest_PolicyAck struct {
 	PolicyAck *PolicyAck `protobuf:"bytes,4,opt,name=policy_ack,json=policyAck,proto3,oneof"`
 }
 
+type SessionRequest_CertificateRequest struct {
+	// A new certificate for the peer hop, asked before the current one expires.
+	CertificateRequest *CertificateRequest `protobuf:"bytes,5,opt,name=certificate_request,json=certificateRequest,proto3,oneof"`
+}
+
 func (*SessionRequest_Hello) isSessionRequest_Msg() {}
 
 func (*SessionRequest_Load) isSessionRequest_Msg() {}
@@ -137,6 +153,8 @@ func (*SessionRequest_Load) isSessionRequest_Msg() {}
 func (*SessionRequest_PurgeResult) isSessionRequest_Msg() {}
 
 func (*SessionRequest_PolicyAck) isSessionRequest_Msg() {}
+
+func (*SessionRequest_CertificateRequest) isSessionRequest_Msg() {}
 
 // SessionResponse is a message from the control plane to a node.
 type SessionResponse struct {
@@ -147,6 +165,7 @@ type SessionResponse struct {
 	//	*SessionResponse_Epoch
 	//	*SessionResponse_Policies
 	//	*SessionResponse_Purge
+	//	*SessionResponse_Certificate
 	Msg           isSessionResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -225,6 +244,15 @@ func (x *SessionResponse) GetPurge() *Purge {
 	return nil
 }
 
+func (x *SessionResponse) GetCertificate() *Certificate {
+	if x != nil {
+		if x, ok := x.Msg.(*SessionResponse_Certificate); ok {
+			return x.Certificate
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Msg interface {
 	isSessionResponse_Msg()
 }
@@ -249,6 +277,11 @@ type SessionResponse_Purge struct {
 	Purge *Purge `protobuf:"bytes,4,opt,name=purge,proto3,oneof"`
 }
 
+type SessionResponse_Certificate struct {
+	// The answer to a certificate request.
+	Certificate *Certificate `protobuf:"bytes,5,opt,name=certificate,proto3,oneof"`
+}
+
 func (*SessionResponse_Snapshot) isSessionResponse_Msg() {}
 
 func (*SessionResponse_Epoch) isSessionResponse_Msg() {}
@@ -256,6 +289,8 @@ func (*SessionResponse_Epoch) isSessionResponse_Msg() {}
 func (*SessionResponse_Policies) isSessionResponse_Msg() {}
 
 func (*SessionResponse_Purge) isSessionResponse_Msg() {}
+
+func (*SessionResponse_Certificate) isSessionResponse_Msg() {}
 
 // Hello registers a node as a member.
 type Hello struct {
@@ -270,7 +305,10 @@ type Hello struct {
 	// changes after it when the control plane still has them.
 	PolicyRevision int64 `protobuf:"varint,4,opt,name=policy_revision,json=policyRevision,proto3" json:"policy_revision,omitempty"`
 	// Shared secret that lets a node join the cluster, when the control plane requires one.
-	JoinToken     string `protobuf:"bytes,5,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
+	JoinToken string `protobuf:"bytes,5,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
+	// PEM certificate signing request for the node's peer-hop certificate, naming the member id;
+	// when set, the snapshot carries the certificate the control plane issued for it.
+	Csr           []byte `protobuf:"bytes,6,opt,name=csr,proto3" json:"csr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -340,6 +378,133 @@ func (x *Hello) GetJoinToken() string {
 	return ""
 }
 
+func (x *Hello) GetCsr() []byte {
+	if x != nil {
+		return x.Csr
+	}
+	return nil
+}
+
+// CertificateRequest asks the control plane, as the cluster's certificate authority, for a
+// peer-hop certificate for the session's member id.
+type CertificateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PEM certificate signing request; its subject alternative name must be the member id.
+	Csr           []byte `protobuf:"bytes,1,opt,name=csr,proto3" json:"csr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertificateRequest) Reset() {
+	*x = CertificateRequest{}
+	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertificateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertificateRequest) ProtoMessage() {}
+
+func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertificateRequest.ProtoReflect.Descriptor instead.
+func (*CertificateRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CertificateRequest) GetCsr() []byte {
+	if x != nil {
+		return x.Csr
+	}
+	return nil
+}
+
+// Certificate is a short-lived peer-hop certificate issued by the control plane.
+type Certificate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PEM certificate for the member id.
+	Certificate []byte `protobuf:"bytes,1,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// PEM certificate of the cluster CA that signs every node's certificate.
+	Ca []byte `protobuf:"bytes,2,opt,name=ca,proto3" json:"ca,omitempty"`
+	// When the certificate expires; the node asks for a new one well before.
+	NotAfter *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	// Why no certificate was issued, when certificate is empty.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Certificate) Reset() {
+	*x = Certificate{}
+	mi := &file_shardcache_v1_node_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Certificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Certificate) ProtoMessage() {}
+
+func (x *Certificate) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_node_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
+func (*Certificate) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Certificate) GetCertificate() []byte {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+func (x *Certificate) GetCa() []byte {
+	if x != nil {
+		return x.Ca
+	}
+	return nil
+}
+
+func (x *Certificate) GetNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotAfter
+	}
+	return nil
+}
+
+func (x *Certificate) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // LoadReport is a node's periodic report of its load and store.
 type LoadReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -361,7 +526,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	mi := &file_shardcache_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -373,7 +538,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	mi := &file_shardcache_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -386,7 +551,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{3}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LoadReport) GetEpoch() uint64 {
@@ -485,7 +650,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[4]
+	mi := &file_shardcache_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -497,7 +662,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[4]
+	mi := &file_shardcache_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -510,7 +675,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PolicySet) GetPolicies() []*CachePolicy {
@@ -563,7 +728,7 @@ type PolicyAck struct {
 
 func (x *PolicyAck) Reset() {
 	*x = PolicyAck{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	mi := &file_shardcache_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +740,7 @@ func (x *PolicyAck) String() string {
 func (*PolicyAck) ProtoMessage() {}
 
 func (x *PolicyAck) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	mi := &file_shardcache_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +753,7 @@ func (x *PolicyAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyAck.ProtoReflect.Descriptor instead.
 func (*PolicyAck) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PolicyAck) GetAppliedRevision() int64 {
@@ -620,14 +785,16 @@ type Snapshot struct {
 	// Purges recorded after the node's purge_revision, in order.
 	Purges []*Purge `protobuf:"bytes,3,rep,name=purges,proto3" json:"purges,omitempty"`
 	// The member as registered (with the state the control plane gave it).
-	Member        *Member `protobuf:"bytes,4,opt,name=member,proto3" json:"member,omitempty"`
+	Member *Member `protobuf:"bytes,4,opt,name=member,proto3" json:"member,omitempty"`
+	// The certificate issued for the hello's CSR, if it had one.
+	Certificate   *Certificate `protobuf:"bytes,5,opt,name=certificate,proto3" json:"certificate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[6]
+	mi := &file_shardcache_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +806,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[6]
+	mi := &file_shardcache_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +819,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Snapshot) GetEpoch() *RingEpoch {
@@ -683,24 +850,33 @@ func (x *Snapshot) GetMember() *Member {
 	return nil
 }
 
+func (x *Snapshot) GetCertificate() *Certificate {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
 var File_shardcache_v1_node_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x18shardcache/v1/node.proto\x12\rshardcache.v1\x1a\x1ashardcache/v1/policy.proto\x1a\x19shardcache/v1/purge.proto\x1a\x18shardcache/v1/ring.proto\"\xf2\x01\n" +
+	"\x18shardcache/v1/node.proto\x12\rshardcache.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ashardcache/v1/policy.proto\x1a\x19shardcache/v1/purge.proto\x1a\x18shardcache/v1/ring.proto\"\xc8\x02\n" +
 	"\x0eSessionRequest\x12,\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.shardcache.v1.HelloH\x00R\x05hello\x12/\n" +
 	"\x04load\x18\x02 \x01(\v2\x19.shardcache.v1.LoadReportH\x00R\x04load\x12?\n" +
 	"\fpurge_result\x18\x03 \x01(\v2\x1a.shardcache.v1.PurgeResultH\x00R\vpurgeResult\x129\n" +
 	"\n" +
-	"policy_ack\x18\x04 \x01(\v2\x18.shardcache.v1.PolicyAckH\x00R\tpolicyAckB\x05\n" +
-	"\x03msg\"\xe7\x01\n" +
+	"policy_ack\x18\x04 \x01(\v2\x18.shardcache.v1.PolicyAckH\x00R\tpolicyAck\x12T\n" +
+	"\x13certificate_request\x18\x05 \x01(\v2!.shardcache.v1.CertificateRequestH\x00R\x12certificateRequestB\x05\n" +
+	"\x03msg\"\xa7\x02\n" +
 	"\x0fSessionResponse\x125\n" +
 	"\bsnapshot\x18\x01 \x01(\v2\x17.shardcache.v1.SnapshotH\x00R\bsnapshot\x120\n" +
 	"\x05epoch\x18\x02 \x01(\v2\x18.shardcache.v1.RingEpochH\x00R\x05epoch\x126\n" +
 	"\bpolicies\x18\x03 \x01(\v2\x18.shardcache.v1.PolicySetH\x00R\bpolicies\x12,\n" +
-	"\x05purge\x18\x04 \x01(\v2\x14.shardcache.v1.PurgeH\x00R\x05purgeB\x05\n" +
-	"\x03msg\"\xc4\x01\n" +
+	"\x05purge\x18\x04 \x01(\v2\x14.shardcache.v1.PurgeH\x00R\x05purge\x12>\n" +
+	"\vcertificate\x18\x05 \x01(\v2\x1a.shardcache.v1.CertificateH\x00R\vcertificateB\x05\n" +
+	"\x03msg\"\xd6\x01\n" +
 	"\x05Hello\x12-\n" +
 	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12\x1d\n" +
 	"\n" +
@@ -708,7 +884,15 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\x0epurge_revision\x18\x03 \x01(\x03R\rpurgeRevision\x12'\n" +
 	"\x0fpolicy_revision\x18\x04 \x01(\x03R\x0epolicyRevision\x12\x1d\n" +
 	"\n" +
-	"join_token\x18\x05 \x01(\tR\tjoinToken\"\xa7\x03\n" +
+	"join_token\x18\x05 \x01(\tR\tjoinToken\x12\x10\n" +
+	"\x03csr\x18\x06 \x01(\fR\x03csr\"&\n" +
+	"\x12CertificateRequest\x12\x10\n" +
+	"\x03csr\x18\x01 \x01(\fR\x03csr\"\x8e\x01\n" +
+	"\vCertificate\x12 \n" +
+	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12\x0e\n" +
+	"\x02ca\x18\x02 \x01(\fR\x02ca\x127\n" +
+	"\tnot_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xa7\x03\n" +
 	"\n" +
 	"LoadReport\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12.\n" +
@@ -734,12 +918,13 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\tPolicyAck\x12)\n" +
 	"\x10applied_revision\x18\x01 \x01(\x03R\x0fappliedRevision\x12)\n" +
 	"\x10refused_revision\x18\x02 \x01(\x03R\x0frefusedRevision\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"\xcd\x01\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x8b\x02\n" +
 	"\bSnapshot\x12.\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.shardcache.v1.RingEpochR\x05epoch\x124\n" +
 	"\bpolicies\x18\x02 \x01(\v2\x18.shardcache.v1.PolicySetR\bpolicies\x12,\n" +
 	"\x06purges\x18\x03 \x03(\v2\x14.shardcache.v1.PurgeR\x06purges\x12-\n" +
-	"\x06member\x18\x04 \x01(\v2\x15.shardcache.v1.MemberR\x06member2[\n" +
+	"\x06member\x18\x04 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12<\n" +
+	"\vcertificate\x18\x05 \x01(\v2\x1a.shardcache.v1.CertificateR\vcertificate2[\n" +
 	"\vNodeService\x12L\n" +
 	"\aSession\x12\x1d.shardcache.v1.SessionRequest\x1a\x1e.shardcache.v1.SessionResponse(\x010\x01BCZAgithub.com/shardcache/shardcache/proto/shardcache/v1;shardcachev1b\x06proto3"
 
@@ -755,43 +940,50 @@ func file_shardcache_v1_node_proto_rawDescGZIP() []byte {
 	return file_shardcache_v1_node_proto_rawDescData
 }
 
-var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_shardcache_v1_node_proto_goTypes = []any{
-	(*SessionRequest)(nil),  // 0: shardcache.v1.SessionRequest
-	(*SessionResponse)(nil), // 1: shardcache.v1.SessionResponse
-	(*Hello)(nil),           // 2: shardcache.v1.Hello
-	(*LoadReport)(nil),      // 3: shardcache.v1.LoadReport
-	(*PolicySet)(nil),       // 4: shardcache.v1.PolicySet
-	(*PolicyAck)(nil),       // 5: shardcache.v1.PolicyAck
-	(*Snapshot)(nil),        // 6: shardcache.v1.Snapshot
-	(*PurgeResult)(nil),     // 7: shardcache.v1.PurgeResult
-	(*RingEpoch)(nil),       // 8: shardcache.v1.RingEpoch
-	(*Purge)(nil),           // 9: shardcache.v1.Purge
-	(*Member)(nil),          // 10: shardcache.v1.Member
-	(*CachePolicy)(nil),     // 11: shardcache.v1.CachePolicy
+	(*SessionRequest)(nil),        // 0: shardcache.v1.SessionRequest
+	(*SessionResponse)(nil),       // 1: shardcache.v1.SessionResponse
+	(*Hello)(nil),                 // 2: shardcache.v1.Hello
+	(*CertificateRequest)(nil),    // 3: shardcache.v1.CertificateRequest
+	(*Certificate)(nil),           // 4: shardcache.v1.Certificate
+	(*LoadReport)(nil),            // 5: shardcache.v1.LoadReport
+	(*PolicySet)(nil),             // 6: shardcache.v1.PolicySet
+	(*PolicyAck)(nil),             // 7: shardcache.v1.PolicyAck
+	(*Snapshot)(nil),              // 8: shardcache.v1.Snapshot
+	(*PurgeResult)(nil),           // 9: shardcache.v1.PurgeResult
+	(*RingEpoch)(nil),             // 10: shardcache.v1.RingEpoch
+	(*Purge)(nil),                 // 11: shardcache.v1.Purge
+	(*Member)(nil),                // 12: shardcache.v1.Member
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*CachePolicy)(nil),           // 14: shardcache.v1.CachePolicy
 }
 var file_shardcache_v1_node_proto_depIdxs = []int32{
 	2,  // 0: shardcache.v1.SessionRequest.hello:type_name -> shardcache.v1.Hello
-	3,  // 1: shardcache.v1.SessionRequest.load:type_name -> shardcache.v1.LoadReport
-	7,  // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
-	5,  // 3: shardcache.v1.SessionRequest.policy_ack:type_name -> shardcache.v1.PolicyAck
-	6,  // 4: shardcache.v1.SessionResponse.snapshot:type_name -> shardcache.v1.Snapshot
-	8,  // 5: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
-	4,  // 6: shardcache.v1.SessionResponse.policies:type_name -> shardcache.v1.PolicySet
-	9,  // 7: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
-	10, // 8: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
-	11, // 9: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
-	8,  // 10: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
-	4,  // 11: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
-	9,  // 12: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
-	10, // 13: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
-	0,  // 14: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
-	1,  // 15: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
-	15, // [15:16] is the sub-list for method output_type
-	14, // [14:15] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	5,  // 1: shardcache.v1.SessionRequest.load:type_name -> shardcache.v1.LoadReport
+	9,  // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
+	7,  // 3: shardcache.v1.SessionRequest.policy_ack:type_name -> shardcache.v1.PolicyAck
+	3,  // 4: shardcache.v1.SessionRequest.certificate_request:type_name -> shardcache.v1.CertificateRequest
+	8,  // 5: shardcache.v1.SessionResponse.snapshot:type_name -> shardcache.v1.Snapshot
+	10, // 6: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
+	6,  // 7: shardcache.v1.SessionResponse.policies:type_name -> shardcache.v1.PolicySet
+	11, // 8: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
+	4,  // 9: shardcache.v1.SessionResponse.certificate:type_name -> shardcache.v1.Certificate
+	12, // 10: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
+	13, // 11: shardcache.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	14, // 12: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
+	10, // 13: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
+	6,  // 14: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
+	11, // 15: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
+	12, // 16: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
+	4,  // 17: shardcache.v1.Snapshot.certificate:type_name -> shardcache.v1.Certificate
+	0,  // 18: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
+	1,  // 19: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
+	19, // [19:20] is the sub-list for method output_type
+	18, // [18:19] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_node_proto_init() }
@@ -807,12 +999,14 @@ func file_shardcache_v1_node_proto_init() {
 		(*SessionRequest_Load)(nil),
 		(*SessionRequest_PurgeResult)(nil),
 		(*SessionRequest_PolicyAck)(nil),
+		(*SessionRequest_CertificateRequest)(nil),
 	}
 	file_shardcache_v1_node_proto_msgTypes[1].OneofWrappers = []any{
 		(*SessionResponse_Snapshot)(nil),
 		(*SessionResponse_Epoch)(nil),
 		(*SessionResponse_Policies)(nil),
 		(*SessionResponse_Purge)(nil),
+		(*SessionResponse_Certificate)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -820,7 +1014,7 @@ func file_shardcache_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_node_proto_rawDesc), len(file_shardcache_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

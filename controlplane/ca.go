@@ -1,0 +1,197 @@
+package controlplane
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// certAuthority signs nodes' peer-hop certificates.
+type certAuthority struct {
+	cert    *x509.Certificate
+	certPEM []byte
+	key     crypto.Signer
+	ttl     time.Duration
+}
+
+// loadCA reads the CA from files, or adopts the one the replicas share in
+// etcd, generating it if no replica has yet.
+func (s *Server) loadCA(ctx context.Context) (*certAuthority, error) {
+	c := s.cfg.CA
+	if c.CertFile != "" {
+		pair, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("certificate authority: %w", err)
+		}
+		return newCA(pair, c.CertTTL)
+	}
+	key := s.cfg.Prefix + "ca"
+	resp, err := s.etcd.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading the shared certificate authority: %v", ErrEtcd, err)
+	}
+	if len(resp.Kvs) == 0 {
+		certPEM, keyPEM, err := generateCA()
+		if err != nil {
+			return nil, err
+		}
+		b, _ := json.Marshal(sharedCA{Cert: string(certPEM), Key: string(keyPEM)})
+		// Only the first replica's CA is kept; the others adopt it.
+		txn, err := s.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(b))).Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("%w: storing the shared certificate authority: %v", ErrEtcd, err)
+		}
+		if txn.Succeeded {
+			s.log.Info("generated the cluster certificate authority", "etcd_key", key)
+			return parseShared(b, c.CertTTL)
+		}
+		kvs := txn.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			return nil, fmt.Errorf("%w: the shared certificate authority vanished while being stored", ErrEtcd)
+		}
+		return parseShared(kvs[0].Value, c.CertTTL)
+	}
+	return parseShared(resp.Kvs[0].Value, c.CertTTL)
+}
+
+// sharedCA is the CA as kept in etcd.
+type sharedCA struct {
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
+}
+
+func parseShared(b []byte, ttl time.Duration) (*certAuthority, error) {
+	var sc sharedCA
+	if err := json.Unmarshal(b, &sc); err != nil {
+		return nil, fmt.Errorf("certificate authority in etcd does not parse: %w", err)
+	}
+	pair, err := tls.X509KeyPair([]byte(sc.Cert), []byte(sc.Key))
+	if err != nil {
+		return nil, fmt.Errorf("certificate authority in etcd: %w", err)
+	}
+	return newCA(pair, ttl)
+}
+
+func newCA(pair tls.Certificate, ttl time.Duration) (*certAuthority, error) {
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("certificate authority: %w", err)
+	}
+	if !cert.IsCA {
+		return nil, errors.New("certificate authority: the certificate is not a CA certificate")
+	}
+	signer, ok := pair.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, errors.New("certificate authority: the key cannot sign")
+	}
+	return &certAuthority{cert: cert, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), key: signer, ttl: ttl}, nil
+}
+
+// generateCA makes a self-signed ECDSA P-256 CA valid for ten years.
+func generateCA() (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "shardcache cluster CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().AddDate(10, 0, 0),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	return n
+}
+
+// issue signs a certificate for member id from a PEM CSR that names it
+// (its first DNS name, or its common name). A CSR for another id is
+// refused: a node gets a certificate for itself only.
+func (ca *certAuthority) issue(csrPEM []byte, id string) (*pb.Certificate, error) {
+	block, _ := pem.Decode(csrPEM)
+	if block == nil || block.Type != "CERTIFICATE REQUEST" {
+		return nil, errors.New("the CSR is not a PEM certificate request")
+	}
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("the CSR does not parse: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("the CSR's signature is wrong: %w", err)
+	}
+	named := csr.Subject.CommonName
+	if len(csr.DNSNames) > 0 {
+		named = csr.DNSNames[0]
+	}
+	if named != id || len(csr.DNSNames) > 1 || len(csr.IPAddresses)+len(csr.URIs)+len(csr.EmailAddresses) > 0 {
+		return nil, fmt.Errorf("the CSR names %q (and %d other names); a node may only ask for its own member id %q", named, max(len(csr.DNSNames)-1, 0), id)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: id},
+		DNSNames:     []string{id},
+		NotBefore:    now.Add(-time.Minute), // clocks differ a little
+		NotAfter:     now.Add(ca.ttl),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, csr.PublicKey, ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("signing: %w", err)
+	}
+	return &pb.Certificate{
+		Certificate: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		Ca:          ca.certPEM,
+		NotAfter:    timestamppb.New(tmpl.NotAfter),
+	}, nil
+}
+
+// certificate answers a node's CSR: the certificate, or why there is none.
+func (n *nodeService) certificate(csr []byte, id string) *pb.Certificate {
+	ca := n.ca.Load()
+	if ca == nil {
+		if n.caWanted {
+			return &pb.Certificate{Error: "the certificate authority is not loaded yet; ask again"}
+		}
+		return &pb.Certificate{Error: "this control plane issues no certificates (start it with the certificate authority on)"}
+	}
+	cert, err := ca.issue(csr, id)
+	if err != nil {
+		n.log.Warn("refused a certificate request", "node", id, "err", err)
+		return &pb.Certificate{Error: err.Error()}
+	}
+	n.log.Info("issued a peer certificate", "node", id, "not_after", cert.GetNotAfter().AsTime())
+	return cert
+}
