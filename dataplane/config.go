@@ -53,6 +53,11 @@ type Config struct {
 	// node's certificate must name its id (first DNS name, or common name),
 	// and every peer's must name the member it is reached as.
 	PeerTLS PeerTLSFiles
+	// PeerCertsFromControlPlane makes the peer hop mutual TLS with a
+	// certificate the control plane issues for the node's id (over the
+	// session, from a key that never leaves the node) and renews before it
+	// expires. Not with PeerTLS files.
+	PeerCertsFromControlPlane bool
 
 	// MemoryBytes is the node's memory budget for cached objects: the memory
 	// tier and, out of it, HotCopyBytes for copies of hot objects owned
@@ -224,6 +229,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HotThreshold > 0 && (c.HotCopyBytes < 1<<20 || c.HotCopyBytes > c.MemoryBytes/2) {
 		return fmt.Errorf("hot copy memory %d bytes: want 1 MiB to half the memory budget (%d)", c.HotCopyBytes, c.MemoryBytes)
+	}
+	if c.PeerTLS.enabled() && c.PeerCertsFromControlPlane {
+		return errors.New("peer TLS from files and from the control plane are exclusive; choose one")
 	}
 	if c.PeerTLS.enabled() && (c.PeerTLS.CertFile == "" || c.PeerTLS.KeyFile == "" || c.PeerTLS.CAFile == "") {
 		return errors.New("peer TLS needs a certificate, its key and the cluster CA")

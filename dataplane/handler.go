@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -239,12 +240,29 @@ func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, k
 	if hot && r.Method == http.MethodGet && n.admitHotCopy(w, r, key, p, resp) {
 		return true
 	}
+	var body io.Reader = resp.Body
+	if resp.ContentLength >= 0 && resp.ContentLength <= relayBuffered {
+		// A small answer is read whole before anything is written: an
+		// owner that dies mid-answer is then routed around like one that
+		// never answered, and the client sees no broken response.
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			n.metrics.peerReqs.WithLabelValues(owner.GetId(), "error").Inc()
+			n.log.Warn("relay broke off; serving locally", "owner", owner.GetId(), "err", err)
+			return false
+		}
+		body = bytes.NewReader(b)
+	}
 	copyHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
-	nb, _ := io.Copy(w, resp.Body)
+	nb, _ := io.Copy(w, body)
 	n.countPeerIn(nb)
 	return true
 }
+
+// relayBuffered is the largest relayed answer read whole before it is
+// passed on.
+const relayBuffered = 64 << 10
 
 // countPeerIn records body bytes received over the peer hop.
 func (n *Node) countPeerIn(nb int64) {

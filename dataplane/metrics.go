@@ -38,6 +38,8 @@ type metrics struct {
 	policyRevision prometheus.Gauge
 	hot            *prometheus.CounterVec
 	store          storeCollector
+	peerCerts      *prometheus.CounterVec
+	peerCertExpiry prometheus.Gauge
 }
 
 // Classic buckets reach 1 h and 100 GB, so that quantiles of long downloads
@@ -100,7 +102,13 @@ func newMetrics() *metrics {
 			Help: "Hot-key handling: requests for hot keys, copies admitted and served by non-owners, replica fills from the first owner.",
 		}, []string{"event"}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
+	m.peerCerts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardcache_peer_certificates_total", Help: "Peer-hop certificates from the control plane, installed or refused.",
+	}, []string{"result"})
+	m.peerCertExpiry = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shardcache_peer_certificate_expiry_timestamp_seconds", Help: "When the installed peer-hop certificate expires (Unix time).",
+	})
+	m.reg.MustRegister(m.peerCerts, m.peerCertExpiry, m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
 		m.peerConns, m.peerBytes, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed, m.policyRevision, m.hot, &m.store,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -54,8 +54,11 @@ type Node struct {
 	originURL *url.URL
 	origin    *http.Client
 	peers     *relay.Client
-	peerTLS   *tls.Config // nil: h2c
-	session   *session.Client
+	peerTLS   *tls.Config // the relay's; nil: h2c
+	serverTLS *tls.Config // the peer listener's; nil: h2c
+	// certs is the peer certificate the control plane issues, when it does.
+	certs   *peerCerts
+	session *session.Client
 
 	ready chan struct{}
 	addrs [3]atomic.Pointer[net.TCPAddr] // client, peer, ops
@@ -110,6 +113,17 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.peerTLS = peerTLS
+	if peerTLS != nil {
+		n.serverTLS = relay.ServerTLS(peerTLS)
+	}
+	var roots func() *x509.CertPool
+	var csr []byte
+	if cfg.PeerCertsFromControlPlane {
+		if n.certs, err = newPeerCerts(cfg.ID); err != nil {
+			return nil, err
+		}
+		n.peerTLS, n.serverTLS, roots, csr = n.certs.clientTLS(), n.certs.serverTLS(), n.certs.roots, n.certs.csr
+	}
 	n.peers = relay.New(relay.Config{
 		OnConn: func(reused bool) {
 			if reused {
@@ -118,7 +132,8 @@ func New(cfg Config) (*Node, error) {
 				n.metrics.peerConns.WithLabelValues("opened").Inc()
 			}
 		},
-		TLS:    peerTLS,
+		TLS:    n.peerTLS,
+		Roots:  roots,
 		PeerID: n.peerID,
 	})
 	sc, err := session.New(session.Config{
@@ -131,10 +146,12 @@ func New(cfg Config) (*Node, error) {
 			Zone:          cfg.Zone,
 			CapacityBytes: cfg.MemoryBytes,
 		},
-		Load:      n.loadReport,
-		JoinToken: cfg.JoinToken,
-		TLS:       cfg.ControlPlaneTLS,
-		Logger:    n.log,
+		Load:          n.loadReport,
+		JoinToken:     cfg.JoinToken,
+		TLS:           cfg.ControlPlaneTLS,
+		CSR:           csr,
+		OnCertificate: n.applyCertificate,
+		Logger:        n.log,
 	}, n)
 	if err != nil {
 		return nil, err
@@ -158,8 +175,8 @@ func New(cfg Config) (*Node, error) {
 func (n *Node) peerServer() *http.Server {
 	s := &http.Server{Handler: http.HandlerFunc(n.servePeer), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute,
 		MaxHeaderBytes: 64 << 10, Protocols: relay.Protocols(true), HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000}}
-	if n.peerTLS != nil {
-		s.TLSConfig = relay.ServerTLS(n.peerTLS)
+	if n.serverTLS != nil {
+		s.TLSConfig = n.serverTLS
 		s.Protocols = relay.ServerProtocols()
 	}
 	return s
@@ -332,6 +349,9 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		return n.session.Run(gctx)
 	})
+	if n.certs != nil {
+		g.Go(func() error { n.renewCertificates(gctx); return nil })
+	}
 	g.Go(func() error {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
@@ -385,6 +405,14 @@ func (n *Node) opsHandler() http.Handler {
 		default:
 			http.Error(w, fmt.Sprintf("not ready: loading the disk tier's index (%d records so far)", n.store.Loaded()), http.StatusServiceUnavailable)
 			return
+		}
+		if n.certs != nil {
+			select {
+			case <-n.certs.ready:
+			default:
+				http.Error(w, "not ready: no peer certificate yet from the control plane at "+n.cfg.ControlPlane, http.StatusServiceUnavailable)
+				return
+			}
 		}
 		rt := n.routes.Load()
 		if rt == nil {

@@ -40,6 +40,10 @@ from --admin-token or SHARDCACHE_TOKEN.`,
 	f.StringVar(&o.cfg.TLS.CertFile, "tls-cert", "", "TLS certificate of the gRPC listener (PEM)")
 	f.StringVar(&o.cfg.TLS.KeyFile, "tls-key", "", "key of the TLS certificate")
 	f.StringVar(&o.cfg.TLS.ClientCAFile, "client-ca", "", "CA of admin client certificates (mTLS; such callers need no token)")
+	f.BoolVar(&o.cfg.CA.Enabled, "ca", false, "act as the certificate authority of the peer hop: issue nodes short-lived certificates for their ids")
+	f.StringVar(&o.cfg.CA.CertFile, "ca-cert", "", "CA certificate for --ca (PEM; default: a CA generated once and kept in etcd)")
+	f.StringVar(&o.cfg.CA.KeyFile, "ca-key", "", "key of --ca-cert")
+	f.DurationVar(&o.cfg.CA.CertTTL, "peer-cert-ttl", 0, "lifetime of an issued peer certificate (default 1h)")
 	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret nodes must present to join (default $SHARDCACHE_JOIN_TOKEN; empty: none)")
 	o.log.register(cmd)
 	return cmd

@@ -36,6 +36,7 @@ type devOptions struct {
 	diskBytes  int64
 	access     accessLogOptions
 	portOffset int
+	certTTL    time.Duration
 	log        logOptions
 }
 
@@ -60,6 +61,7 @@ The admin token is written where cachectl finds it. Stop with Ctrl-C.`,
 	f.StringVar(&o.etcdPeer, "etcd-peer-url", "http://127.0.0.1:7072", "peer URL of the embedded etcd")
 	f.IntVar(&o.nodes, "nodes", 3, "number of nodes (1 to 9)")
 	f.IntVar(&o.portOffset, "port-offset", 0, "add this to every default port, to run beside another dev cluster")
+	f.DurationVar(&o.certTTL, "peer-cert-ttl", time.Hour, "lifetime of the nodes' peer-hop certificates, renewed before they expire")
 	o.diskBytes = 1 << 30
 	f.Var(units.Value{N: &o.diskBytes}, "disk", "disk tier budget of each node")
 	o.access.register(cmd, "off")
@@ -132,8 +134,11 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 		// One machine: no reason to wait long for more changes, and a
 		// stopped node should leave quickly.
 		EpochBatchWindow: 500 * time.Millisecond,
-		LeaseTTL:         5 * time.Second,
-		Logger:           logger.With("component", "control"),
+		// The peer hop is mutual TLS with certificates this control plane
+		// issues and renews.
+		CA:       controlplane.CAConfig{Enabled: true, CertTTL: o.certTTL},
+		LeaseTTL: 5 * time.Second,
+		Logger:   logger.With("component", "control"),
 	})
 	if err != nil {
 		return err
@@ -141,18 +146,19 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 	nodes := make([]*dataplane.Node, 0, o.nodes)
 	for i := 1; i <= o.nodes; i++ {
 		n, err := dataplane.New(dataplane.Config{
-			ID:              fmt.Sprintf("node-%d", i),
-			ClientAddr:      fmt.Sprintf("127.0.0.1:%d", 8080+i+o.portOffset),
-			PeerAddr:        fmt.Sprintf("127.0.0.1:%d", 9080+i+o.portOffset),
-			OpsAddr:         fmt.Sprintf("127.0.0.1:%d", 9190+i+o.portOffset),
-			ControlPlane:    o.control,
-			Origin:          origin,
-			JoinToken:       joinToken,
-			DataDir:         filepath.Join(dataDir, fmt.Sprintf("node-%d", i)),
-			DiskBytes:       o.diskBytes,
-			AccessLog:       access,
-			AccessLogSample: o.access.sample,
-			Logger:          logger,
+			ID:                        fmt.Sprintf("node-%d", i),
+			ClientAddr:                fmt.Sprintf("127.0.0.1:%d", 8080+i+o.portOffset),
+			PeerAddr:                  fmt.Sprintf("127.0.0.1:%d", 9080+i+o.portOffset),
+			OpsAddr:                   fmt.Sprintf("127.0.0.1:%d", 9190+i+o.portOffset),
+			ControlPlane:              o.control,
+			Origin:                    origin,
+			JoinToken:                 joinToken,
+			DataDir:                   filepath.Join(dataDir, fmt.Sprintf("node-%d", i)),
+			DiskBytes:                 o.diskBytes,
+			AccessLog:                 access,
+			PeerCertsFromControlPlane: true,
+			AccessLogSample:           o.access.sample,
+			Logger:                    logger,
 		})
 		if err != nil {
 			return err

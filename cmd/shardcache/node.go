@@ -63,6 +63,7 @@ func newNodeCommand() *cobra.Command {
 	f.StringVar(&o.cfg.PeerTLS.CertFile, "peer-cert", "", "certificate naming this node's id, for mutual TLS on the peer hop")
 	f.StringVar(&o.cfg.PeerTLS.KeyFile, "peer-key", "", "key of --peer-cert")
 	f.StringVar(&o.cfg.PeerTLS.CAFile, "peer-ca", "", "cluster CA that signs every node's peer certificate")
+	f.BoolVar(&o.cfg.PeerCertsFromControlPlane, "peer-certs-from-control-plane", false, "mutual TLS on the peer hop with certificates the control plane (--ca) issues and renews")
 	f.StringVar(&o.controlCA, "control-plane-ca", "", "CA of the control plane's TLS certificate (enables TLS to it)")
 	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret the control plane requires to join (default $SHARDCACHE_JOIN_TOKEN)")
 	f.Var(units.Value{N: &o.cfg.MemoryBytes}, "memory", "memory budget for cached objects, hot copies included (default 256MiB)")

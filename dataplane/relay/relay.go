@@ -47,7 +47,10 @@ type Config struct {
 	// TLS.RootCAs for the member id PeerID gives for the peer's address, so a
 	// peer holding another member's certificate is refused. There is no mode
 	// that skips verification.
-	TLS    *tls.Config
+	TLS *tls.Config
+	// Roots, when set, gives the CA pool to verify peers against at each
+	// dial, for a CA that arrives or changes while the node runs.
+	Roots  func() *x509.CertPool
 	PeerID func(addr string) (id string, ok bool)
 }
 
@@ -109,6 +112,9 @@ func New(cfg Config) *Client {
 				return nil, fmt.Errorf("relay: %s is no member's peer address", addr)
 			}
 			conf := cfg.TLS.Clone()
+			if cfg.Roots != nil {
+				conf.RootCAs = cfg.Roots()
+			}
 			conf.ServerName = id // the certificate must name the member we mean to reach
 			conf.NextProtos = []string{"h2"}
 			return (&tls.Dialer{NetDialer: dialer, Config: conf}).DialContext(ctx, network, addr)

@@ -53,6 +53,10 @@ type Config struct {
 	JoinToken string
 	// TLS, when set, connects over TLS; nil connects in plaintext.
 	TLS *tls.Config
+	// CSR, when set, is a PEM certificate signing request sent in every
+	// hello (and on RequestCertificate); OnCertificate gets each answer.
+	CSR           []byte
+	OnCertificate func(*pb.Certificate)
 	// Logger receives connection changes. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -63,6 +67,16 @@ type Client struct {
 	apply     Applier
 	connected atomic.Bool
 	applied   atomic.Uint64
+	certReq   chan struct{}
+}
+
+// RequestCertificate asks the control plane for a new certificate on the
+// current session (or with the next hello, if there is none).
+func (c *Client) RequestCertificate() {
+	select {
+	case c.certReq <- struct{}{}:
+	default: // one is pending already
+	}
 }
 
 // New checks cfg and returns a client that applies pushes to apply.
@@ -90,7 +104,7 @@ func New(cfg Config, apply Applier) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Client{cfg: cfg, apply: apply}, nil
+	return &Client{cfg: cfg, apply: apply, certReq: make(chan struct{}, 1)}, nil
 }
 
 // Connected reports whether a session is established now.
@@ -160,7 +174,7 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 	if err != nil {
 		return false, err
 	}
-	hello := &pb.Hello{Member: c.cfg.Member, LastEpoch: c.Epoch(), PolicyRevision: c.apply.PolicyRevision(), JoinToken: c.cfg.JoinToken}
+	hello := &pb.Hello{Member: c.cfg.Member, LastEpoch: c.Epoch(), PolicyRevision: c.apply.PolicyRevision(), JoinToken: c.cfg.JoinToken, Csr: c.cfg.CSR}
 	if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Hello{Hello: hello}}); err != nil {
 		return false, recvErr(stream, err)
 	}
@@ -193,6 +207,14 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 			if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Load{Load: c.cfg.Load()}}); err != nil {
 				return established, recvErr(stream, err)
 			}
+		case <-c.certReq:
+			if len(c.cfg.CSR) == 0 || !established {
+				continue
+			}
+			req := &pb.SessionRequest{Msg: &pb.SessionRequest_CertificateRequest{CertificateRequest: &pb.CertificateRequest{Csr: c.cfg.CSR}}}
+			if err := stream.Send(req); err != nil {
+				return established, recvErr(stream, err)
+			}
 		case m := <-msgs:
 			if m.err != nil {
 				if errors.Is(m.err, io.EOF) {
@@ -207,11 +229,18 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 				}
 				established = true
 				c.connected.Store(true)
+				if cert := msg.Snapshot.GetCertificate(); cert != nil && c.cfg.OnCertificate != nil {
+					c.cfg.OnCertificate(cert)
+				}
 				c.applyEpoch(msg.Snapshot.GetEpoch())
 				if ps := msg.Snapshot.GetPolicies(); ps != nil {
 					if err := c.applyPolicies(stream, ps); err != nil {
 						return established, err
 					}
+				}
+			case *pb.SessionResponse_Certificate:
+				if c.cfg.OnCertificate != nil {
+					c.cfg.OnCertificate(msg.Certificate)
 				}
 			case *pb.SessionResponse_Epoch:
 				c.applyEpoch(msg.Epoch)

@@ -237,7 +237,9 @@ func (w *Writer) finish(err error) {
 	w.done, w.err = true, err
 	w.mu.Unlock()
 	w.cond.Broadcast()
-	os.Remove(w.tmp) // gone if committed; readers keep their open file
+	if w.final == nil {
+		os.Remove(w.tmp) // not stored; readers keep their open file
+	}
 	w.release()
 }
 
