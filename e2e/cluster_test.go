@@ -357,3 +357,60 @@ func TestClusterServesEveryKeyOnceAndSurvivesANodeKill(t *testing.T) {
 	}
 	t.Logf("%d of %d keys moved with the killed node (ideal 1/3)", moved, keys)
 }
+
+// TestOwnerKilledUnderLoad SIGKILLs a node while clients keep requesting
+// keys through the other two: no client gets an error, before, during or
+// after the new epoch.
+func TestOwnerKilledUnderLoad(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := startCluster(t, ctx, 3, "")
+	alive, dead := c.nodes[:2], c.nodes[2]
+	var done atomic.Int64
+	var failures atomic.Int64
+	var firstErr atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			client := &http.Client{}
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := (i*4 + w) % 300
+				if _, err := get(client, alive[i%2], fmt.Sprintf("/obj/%d?size=1000", k), 1000); err != nil {
+					failures.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+				}
+				done.Add(1)
+			}
+		})
+	}
+	waitCount := func(n int64) {
+		err := eventually(ctx, func() error {
+			if got := done.Load(); got < n {
+				return fmt.Errorf("%d requests done, want %d", got, n)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCount(1000)
+	dead.proc.Kill()
+	killedAt := done.Load()
+	for _, nd := range alive {
+		c.waitMembers(ctx, nd, 2)
+	}
+	waitCount(done.Load() + 1000)
+	close(stop)
+	wg.Wait()
+	if n := failures.Load(); n != 0 {
+		t.Fatalf("%d of %d requests failed after %s was killed at request %d; first: %v", n, done.Load(), dead.id, killedAt, firstErr.Load())
+	}
+	t.Logf("%d requests, %s killed at request %d, no client errors", done.Load(), dead.id, killedAt)
+}

@@ -342,7 +342,13 @@ func rfcCases() []rfcCase {
 		}},
 
 		// RFC 5861 and 4.2.4: serving stale.
-		{"RFC 5861 3", "stale-while-revalidate serves stale and revalidates once in the background", versioned(staleAge("max-age=60, stale-while-revalidate=600")...),
+		{"RFC 5861 3", "stale-while-revalidate serves stale and revalidates once in the background", func(w http.ResponseWriter, r *http.Request, n int) {
+			w.Header().Set("Cache-Control", "max-age=60, stale-while-revalidate=600")
+			if n == 1 {
+				w.Header().Set("Age", "120") // stale from the start; the refreshed one is fresh
+			}
+			io.WriteString(w, "v"+strconv.Itoa(n))
+		},
 			[]rfcStep{{}, {cache: "UPDATING", body: "v1"}, {origin: 2, eventually: true}}},
 		{"RFC 5861 4", "stale-if-error serves stale when the origin answers 500", failAfterFirst(500, staleAge("max-age=60, stale-if-error=600")...),
 			[]rfcStep{{}, {cache: "STALE", body: "v1", origin: 2}}},
@@ -429,6 +435,7 @@ func TestRFC9111Conformance(t *testing.T) {
 	if len(cases) < 60 {
 		t.Fatalf("%d cases; the suite promises at least 60", len(cases))
 	}
+	t.Logf("%d cases, each through the owner and through a relaying node", len(cases))
 	o := &rfcOrigin{cases: cases, seen: map[string][]http.Header{}}
 	osrv := httptest.NewServer(o)
 	defer osrv.Close()
@@ -498,7 +505,11 @@ func TestRFC9111Conformance(t *testing.T) {
 							wcancel()
 						}
 						if err != nil {
-							t.Fatal(err)
+							var seen []string
+							for _, h := range o.requests(id) {
+								seen = append(seen, h.Get(":method")+" "+h.Get(":path")+" via "+h.Get("Via")+" inm="+h.Get("If-None-Match"))
+							}
+							t.Fatalf("%v; origin saw %q", err, seen)
 						}
 					}
 					if st.check != nil {
