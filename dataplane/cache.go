@@ -155,7 +155,6 @@ const (
 // decide applies RFC 9111 4.2 and 5.2 to a stored response and a request.
 func (n *Node) decide(e *store.Entry, req freshness.Directives, p *policy.Policy, now time.Time) use {
 	age, life := e.Age(now), e.Lifetime
-	resp := freshness.ParseCacheControl(e.Header)
 	if age < life {
 		ok := !req.Has("no-cache")
 		if req.Has("max-age") {
@@ -171,6 +170,8 @@ func (n *Node) decide(e *store.Entry, req freshness.Directives, p *policy.Policy
 		}
 		return useRevalidate
 	}
+	// Only a stale response needs its own directives read.
+	resp := freshness.ParseCacheControl(e.Header)
 	if resp.MustRevalidate() || req.Has("no-cache") {
 		return useRevalidate
 	}
@@ -465,7 +466,8 @@ func (n *Node) storeLifetime(p *policy.Policy, r *http.Request, status int, h ht
 	cc := freshness.ParseCacheControl(h)
 	lifetime := freshness.Lifetime(status, h, received)
 	policyTTL := false
-	if !freshness.Explicit(h) && !cc.Has("no-cache") {
+	explicit := freshness.Explicit(h)
+	if !explicit && !cc.Has("no-cache") {
 		if ttl, ok := p.StatusTTL(status); ok {
 			lifetime, policyTTL = ttl, true
 		} else if p.DefaultTTL > 0 {
@@ -473,7 +475,7 @@ func (n *Node) storeLifetime(p *policy.Policy, r *http.Request, status int, h ht
 		}
 	}
 	understood := status >= 200 && status != http.StatusPartialContent && status != http.StatusNotModified && status < 600
-	cacheable := freshness.Explicit(h) || freshness.CacheableByDefault(status) || cc.Has("public") || policyTTL
+	cacheable := explicit || freshness.CacheableByDefault(status) || cc.Has("public") || policyTTL
 	validator := h.Get("ETag") != "" || h.Get("Last-Modified") != ""
 	ok := understood && cacheable && (lifetime > 0 || validator) &&
 		!freshness.Forbidden(h, p.StorePrivate) && !p.Excluded(status) &&

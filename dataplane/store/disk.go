@@ -146,13 +146,37 @@ func (d *disk) discard(path string, de *diskEntry, err error) {
 	d.counts.discarded[reasonOf(err)].Add(1)
 	d.log.Warn("discarding bad cache record", "file", path, "reason", reasonOf(err), "err", err)
 	d.mu.Lock()
+	d.forgetLocked(de)
+	d.unlink(path)
+	d.mu.Unlock()
+}
+
+// forgetLocked drops de from the index if it is still key's record.
+func (d *disk) forgetLocked(de *diskEntry) {
 	if de != nil && d.index[de.key] == de {
 		d.removeLocked(de)
 	}
-	if rmErr := os.Remove(path); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
+}
+
+// unlink removes a record file, counting failures other than its absence.
+func (d *disk) unlink(path string) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		d.counts.errors["remove"].Add(1)
 	}
-	d.mu.Unlock()
+}
+
+// evictLocked removes least recently used records (sampled) until need
+// more bytes fit the budget, and returns their keys.
+func (d *disk) evictLocked(need int64) []string {
+	var evicted []string
+	for d.used+need > d.budget && len(d.all) > 0 {
+		v := d.victimLocked()
+		d.removeLocked(v)
+		_, p := d.path(v.key)
+		d.unlink(p)
+		evicted = append(evicted, v.key)
+	}
+	return evicted
 }
 
 // admit says whether an object of about size bytes (0 if unknown) may be
@@ -209,20 +233,11 @@ func (d *disk) commit(tmp, key string, size int64) (*diskEntry, error) {
 	de := &diskEntry{key: key, size: size}
 	de.access.Store(clock())
 	de.verified.Store(true)
-	var evicted []string
 	d.mu.Lock()
 	if old := d.index[key]; old != nil {
 		d.removeLocked(old) // the rename replaces its file
 	}
-	for d.used+size > d.budget && len(d.all) > 0 {
-		v := d.victimLocked()
-		d.removeLocked(v)
-		_, p := d.path(v.key)
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			d.counts.errors["remove"].Add(1)
-		}
-		evicted = append(evicted, v.key)
-	}
+	evicted := d.evictLocked(size)
 	err := os.Rename(tmp, final)
 	if err == nil {
 		d.addLocked(de)
@@ -290,9 +305,7 @@ func (d *disk) remove(key string) bool {
 	}
 	d.removeLocked(de)
 	_, p := d.path(key)
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		d.counts.errors["remove"].Add(1)
-	}
+	d.unlink(p)
 	return true
 }
 
@@ -352,14 +365,7 @@ func (d *disk) load() {
 	wg.Wait()
 	// The budget may have shrunk since the records were written.
 	d.mu.Lock()
-	var evicted []string
-	for d.used > d.budget && len(d.all) > 0 {
-		v := d.victimLocked()
-		d.removeLocked(v)
-		_, p := d.path(v.key)
-		os.Remove(p)
-		evicted = append(evicted, v.key)
-	}
+	evicted := d.evictLocked(0)
 	d.mu.Unlock()
 	bytes, objects := d.stats()
 	d.log.Info("disk tier index loaded", "objects", objects, "bytes", bytes, "evicted_over_budget", len(evicted),

@@ -156,9 +156,7 @@ func (s *Store) checkRecord(f *os.File, de *diskEntry, p string) (*Entry, footer
 func (s *Store) lost(de *diskEntry, p string, err error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		s.disk.mu.Lock()
-		if s.disk.index[de.key] == de {
-			s.disk.removeLocked(de)
-		}
+		s.disk.forgetLocked(de)
 		s.disk.mu.Unlock()
 		return
 	}
