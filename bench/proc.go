@@ -5,16 +5,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/shardcache/shardcache/sdk/loopback"
 )
 
 // proc is one started server process. Its output goes to a log file in the
@@ -142,31 +142,9 @@ func rssBytes(procs []*proc, field string) int64 {
 	return total
 }
 
-// freePort returns a loopback address free right now.
-// Ports handed to a process that binds them later come from 20000-31999,
-// below the kernel's ephemeral range (32768 and up): an outgoing connection
-// can never take one between this check and the bind. Each process starts
-// at its own offset so that concurrent test binaries rarely meet.
-var portCounter atomic.Int32
-
-func pickPort() (string, bool) {
-	base := (os.Getpid() % 600) * 20
-	for range 12000 {
-		port := 20000 + (base+int(portCounter.Add(1)))%12000
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		addr := l.Addr().String()
-		l.Close()
-		return addr, true
-	}
-	return "", false
-}
-
 // freePort returns a free loopback address for a server to be started.
 func freePort() string {
-	addr, ok := pickPort()
+	addr, ok := loopback.Addr()
 	if !ok {
 		panic("bench: no free port in 20000-31999")
 	}

@@ -37,6 +37,7 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/shardcache/shardcache/sdk v0.0.0
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/soheilhy/cmux v0.1.5 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
@@ -69,3 +70,5 @@ require (
 )
 
 replace github.com/shardcache/shardcache/proto => ../proto
+
+replace github.com/shardcache/shardcache/sdk => ../sdk

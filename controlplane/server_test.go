@@ -2,14 +2,10 @@ package controlplane
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,35 +17,16 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+
+	"github.com/shardcache/shardcache/sdk/loopback"
 )
 
 const testToken = "test-token"
 
-// Ports handed to a process that binds them later come from 20000-31999,
-// below the kernel's ephemeral range (32768 and up): an outgoing connection
-// can never take one between this check and the bind. Each process starts
-// at its own offset so that concurrent test binaries rarely meet.
-var portCounter atomic.Int32
-
-func pickPort() (string, bool) {
-	base := (os.Getpid() % 600) * 20
-	for range 12000 {
-		port := 20000 + (base+int(portCounter.Add(1)))%12000
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		addr := l.Addr().String()
-		l.Close()
-		return addr, true
-	}
-	return "", false
-}
-
 // freeURL returns a free loopback URL for an etcd to be started.
 func freeURL(t *testing.T) string {
 	t.Helper()
-	addr, ok := pickPort()
+	addr, ok := loopback.Addr()
 	if !ok {
 		t.Fatal("no free port in 20000-31999")
 	}

@@ -10,16 +10,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardcache/shardcache/sdk/loopback"
 )
 
 // process is one started binary. Its combined output is kept so that a
@@ -127,32 +127,10 @@ func (p *process) Kill() {
 	<-p.done
 }
 
-// freeAddr returns a loopback address with a port free right now.
-// Ports handed to a process that binds them later come from 20000-31999,
-// below the kernel's ephemeral range (32768 and up): an outgoing connection
-// can never take one between this check and the bind. Each process starts
-// at its own offset so that concurrent test binaries rarely meet.
-var portCounter atomic.Int32
-
-func pickPort() (string, bool) {
-	base := (os.Getpid() % 600) * 20
-	for range 12000 {
-		port := 20000 + (base+int(portCounter.Add(1)))%12000
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		addr := l.Addr().String()
-		l.Close()
-		return addr, true
-	}
-	return "", false
-}
-
 // freeAddr returns a free loopback address for a process to be started.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	addr, ok := pickPort()
+	addr, ok := loopback.Addr()
 	if !ok {
 		t.Fatal("no free port in 20000-31999")
 	}
