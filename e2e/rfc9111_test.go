@@ -131,6 +131,20 @@ func failAfterFirst(status int, first ...string) func(http.ResponseWriter, *http
 	}
 }
 
+// pointsAtTarget answers method on <case>/<sub> with status and field
+// naming <case>/target, and every other request with a fresh "v<n>".
+func pointsAtTarget(method, field, sub string, status int) func(http.ResponseWriter, *http.Request, int) {
+	return func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		if r.Method == method {
+			w.Header().Set(field, strings.TrimSuffix(r.URL.Path, sub)+"/target")
+			w.WriteHeader(status)
+			return
+		}
+		io.WriteString(w, "v"+strconv.Itoa(n))
+	}
+}
+
 func httpDate(d time.Duration) string { return time.Now().Add(d).UTC().Format(http.TimeFormat) }
 
 func sawHeader(i int, name, want string) func(*http.Response, string, []http.Header) error {
@@ -364,25 +378,9 @@ func rfcCases() []rfcCase {
 		// 4.4: invalidation.
 		{"4.4", "a successful POST invalidates the target", versioned(ma60...), []rfcStep{
 			{}, {cache: "HIT", origin: 1}, {method: "POST", cache: "BYPASS", origin: 2}, {cache: "MISS", origin: 3, body: "v3"}}},
-		{"4.4", "a successful PUT invalidates the Location target", func(w http.ResponseWriter, r *http.Request, n int) {
-			w.Header().Set("Cache-Control", "max-age=60")
-			if r.Method == "PUT" {
-				w.Header().Set("Location", strings.TrimSuffix(r.URL.Path, "/put")+"/target")
-				w.WriteHeader(201)
-				return
-			}
-			io.WriteString(w, "v"+strconv.Itoa(n))
-		}, []rfcStep{{sub: "/target"}, {sub: "/target", cache: "HIT", origin: 1}, {sub: "/put", method: "PUT", code: 201, origin: 2},
+		{"4.4", "a successful PUT invalidates the Location target", pointsAtTarget("PUT", "Location", "/put", 201), []rfcStep{{sub: "/target"}, {sub: "/target", cache: "HIT", origin: 1}, {sub: "/put", method: "PUT", code: 201, origin: 2},
 			{sub: "/target", cache: "MISS", origin: 3}}},
-		{"4.4", "a successful DELETE invalidates the Content-Location target", func(w http.ResponseWriter, r *http.Request, n int) {
-			w.Header().Set("Cache-Control", "max-age=60")
-			if r.Method == "DELETE" {
-				w.Header().Set("Content-Location", strings.TrimSuffix(r.URL.Path, "/del")+"/target")
-				w.WriteHeader(204)
-				return
-			}
-			io.WriteString(w, "v"+strconv.Itoa(n))
-		}, []rfcStep{{sub: "/target"}, {sub: "/del", method: "DELETE", code: 204, origin: 2}, {sub: "/target", cache: "MISS", origin: 3}}},
+		{"4.4", "a successful DELETE invalidates the Content-Location target", pointsAtTarget("DELETE", "Content-Location", "/del", 204), []rfcStep{{sub: "/target"}, {sub: "/del", method: "DELETE", code: 204, origin: 2}, {sub: "/target", cache: "MISS", origin: 3}}},
 		{"4.4", "a failed POST does not invalidate", func(w http.ResponseWriter, r *http.Request, n int) {
 			if r.Method == "POST" {
 				w.WriteHeader(500)
