@@ -3,6 +3,8 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -28,6 +30,7 @@ type adminService struct {
 	state    *state
 	hub      *hub
 	policies *policyHub
+	replica  string
 }
 
 var _ pb.AdminServiceServer = (*adminService)(nil)
@@ -103,6 +106,7 @@ func (a *adminService) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*
 			n.PolicyRevision = st.GetPolicyRevision()
 			n.PolicyRefusedRevision = st.GetPolicyRefusedRevision()
 			n.PolicyError = st.GetPolicyError()
+			n.PurgeRevision = st.GetPurgeRevision()
 		}
 		resp.Nodes = append(resp.Nodes, n)
 	}
@@ -245,4 +249,29 @@ func (a *adminService) PolicyStatus(ctx context.Context, _ *pb.PolicyStatusReque
 			RefusedRevision: n.GetPolicyRefusedRevision(), Error: n.GetPolicyError()})
 	}
 	return resp, nil
+}
+
+// GetVersion describes this replica's build.
+func (a *adminService) GetVersion(context.Context, *pb.GetVersionRequest) (*pb.GetVersionResponse, error) {
+	v, goVersion := buildVersion()
+	return &pb.GetVersionResponse{Version: v, GoVersion: goVersion, ReplicaId: a.replica}, nil
+}
+
+// buildVersion is the main module's version, or its VCS revision when it
+// was built from a checkout, and the Go version.
+func buildVersion() (version, goVersion string) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown", runtime.Version()
+	}
+	version = bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && (version == "" || version == "(devel)") {
+			version = s.Value
+		}
+	}
+	if version == "" {
+		version = "(devel)"
+	}
+	return version, bi.GoVersion
 }

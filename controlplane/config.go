@@ -44,6 +44,16 @@ type Config struct {
 	// EpochsKept is how many past epochs stay readable. Default 20.
 	EpochsKept int
 
+	// PurgeRetention is how long purges stay recorded for nodes that are
+	// away to apply when they reconnect; a node away longer drops
+	// everything it stored before. Default 24h.
+	PurgeRetention time.Duration
+	// PurgeMaxRecords caps the purges kept, oldest deleted first. Default 100000.
+	PurgeMaxRecords int
+	// PurgeCompactInterval is how often the leader deletes purges past the
+	// retention. Default 1m.
+	PurgeCompactInterval time.Duration
+
 	// AdminToken is the bearer token AdminService calls must carry. Required.
 	AdminToken string
 	// JoinToken, when set, is the secret a node's hello must carry to join.
@@ -135,6 +145,15 @@ func (c *Config) setDefaults() {
 	if c.CA.CertTTL == 0 {
 		c.CA.CertTTL = time.Hour
 	}
+	if c.PurgeRetention == 0 {
+		c.PurgeRetention = 24 * time.Hour
+	}
+	if c.PurgeMaxRecords == 0 {
+		c.PurgeMaxRecords = 100000
+	}
+	if c.PurgeCompactInterval == 0 {
+		c.PurgeCompactInterval = time.Minute
+	}
 }
 
 // Validate reports the first setting a replica cannot run with, in words an
@@ -166,6 +185,9 @@ func (c *Config) Validate() error {
 	}
 	if c.EpochsKept < 1 {
 		return fmt.Errorf("epochs kept is %d; keep at least 1", c.EpochsKept)
+	}
+	if c.PurgeRetention < time.Minute || c.PurgeMaxRecords < 1 || c.PurgeCompactInterval < 0 {
+		return fmt.Errorf("purge retention %s and records %d: keep at least a minute and one record", c.PurgeRetention, c.PurgeMaxRecords)
 	}
 	if c.AdminToken == "" && c.TLS.ClientCAFile == "" {
 		return errors.New("admin token is empty (and no client CA for mTLS); admin calls would be refused")

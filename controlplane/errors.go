@@ -20,6 +20,8 @@ var codeTable = []struct {
 	{ErrPolicyNotFound, codes.NotFound},
 	{ErrNodeNotFound, codes.NotFound},
 	{ErrEpochConflict, codes.Aborted},
+	{ErrPurgeNotFound, codes.NotFound},
+	{ErrPurgeConflict, codes.AlreadyExists},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 	{rpctypes.ErrNoLeader, codes.Unavailable},

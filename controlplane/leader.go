@@ -57,6 +57,9 @@ func (s *Server) term(ctx context.Context) error {
 	// Only the holder of this exact election key may write: if the session
 	// expired and another replica won, the comparison fails.
 	guard := clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())
+	tctx, endTerm := context.WithCancel(ctx)
+	defer endTerm()
+	go s.compactPurges(tctx, guard)
 	return s.writeEpochs(ctx, sess.Done(), guard)
 }
 

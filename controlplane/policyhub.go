@@ -144,22 +144,34 @@ func (h *policyHub) forgetOldestLocked() {
 
 // watchPolicies keeps the policy hub current until ctx ends.
 func (s *Server) watchPolicies(ctx context.Context) error {
-	for ctx.Err() == nil {
+	return s.loadAndWatch(ctx, "policies", s.state.policiesPrefix(), func(ctx context.Context) (int64, error) {
 		ps, rev, at, err := s.state.policies(ctx)
+		if err == nil {
+			s.policies.load(ps, rev, at)
+		}
+		return at, err
+	}, func(evs []*clientv3.Event) { s.policies.apply(s.state, evs) })
+}
+
+// loadAndWatch keeps a view current until ctx ends: load reads it whole
+// and returns the revision read at; apply folds in each watch response
+// after it. A broken watch starts over with a load.
+func (s *Server) loadAndWatch(ctx context.Context, what, prefix string, load func(context.Context) (int64, error), apply func([]*clientv3.Event)) error {
+	for ctx.Err() == nil {
+		at, err := load(ctx)
 		if err != nil {
-			s.log.Warn("reading policies; retrying", "err", err)
+			s.log.Warn("reading "+what+"; retrying", "err", err)
 			if !sleepCtx(ctx, time.Second) {
 				return nil
 			}
 			continue
 		}
-		s.policies.load(ps, rev, at)
-		for wr := range s.etcd.Watch(clientv3.WithRequireLeader(ctx), s.state.policiesPrefix(), clientv3.WithPrefix(), clientv3.WithRev(at+1)) {
+		for wr := range s.etcd.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(at+1)) {
 			if wr.Err() != nil {
-				s.log.Warn("policy watch interrupted", "err", wr.Err())
+				s.log.Warn(what+" watch interrupted", "err", wr.Err())
 				break
 			}
-			s.policies.apply(s.state, wr.Events)
+			apply(wr.Events)
 		}
 		if !sleepCtx(ctx, 500*time.Millisecond) {
 			return nil

@@ -40,6 +40,7 @@ type Server struct {
 	log      *slog.Logger
 	hub      *hub
 	policies *policyHub
+	purgeHub *purgeHub
 	ready    chan struct{}
 	addr     atomic.Pointer[net.TCPAddr]
 
@@ -58,7 +59,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, hub: newHub(), policies: newPolicyHub(), ready: make(chan struct{})}, nil
+	return &Server{cfg: cfg, log: cfg.Logger, hub: newHub(), policies: newPolicyHub(), purgeHub: newPurgeHub(),
+		ready: make(chan struct{})}, nil
 }
 
 // Ready is closed once the replica serves gRPC and reaches etcd.
@@ -140,6 +142,7 @@ func (s *Server) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { return s.watchEpochs(gctx) })
 	g.Go(func() error { return s.watchPolicies(gctx) })
+	g.Go(func() error { return s.watchPurges(gctx) })
 	g.Go(func() error { return s.lead(gctx) })
 	g.Go(func() error {
 		select {
@@ -219,6 +222,7 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 		state:     s.state,
 		hub:       s.hub,
 		policies:  s.policies,
+		purges:    s.purgeHub,
 		joinToken: s.cfg.JoinToken,
 		leaseTTL:  s.cfg.LeaseTTL,
 		replica:   s.cfg.ReplicaID,
@@ -227,7 +231,7 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 		ca:        &s.ca,
 		caWanted:  s.cfg.CA.Enabled,
 	})
-	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub, policies: s.policies})
+	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub, policies: s.policies, replica: s.cfg.ReplicaID})
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)

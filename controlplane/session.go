@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,7 @@ type nodeService struct {
 	state     *state
 	hub       *hub
 	policies  *policyHub
+	purges    *purgeHub
 	joinToken string
 	leaseTTL  time.Duration
 	replica   string
@@ -70,7 +72,8 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 	if err := n.state.putMember(ctx, m, lease.ID); err != nil {
 		return toStatus(err)
 	}
-	st := &pb.Node{Member: m, SessionReplica: n.replica, ServingEpoch: hello.GetLastEpoch(), PolicyRevision: hello.GetPolicyRevision()}
+	st := &pb.Node{Member: m, SessionReplica: n.replica, ServingEpoch: hello.GetLastEpoch(), PolicyRevision: hello.GetPolicyRevision(),
+		PurgeRevision: hello.GetPurgeRevision()}
 	if err := n.state.putStatus(ctx, st, lease.ID); err != nil {
 		return toStatus(err)
 	}
@@ -86,9 +89,18 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 	defer unsubscribeEpochs()
 	wakePolicies, unsubscribePolicies := n.policies.notify.subscribe()
 	defer unsubscribePolicies()
+	wakePurges, unsubscribePurges := n.purges.notify.subscribe()
+	defer unsubscribePurges()
 	cur := n.hub.epoch()
 	policies := n.policies.since(hello.GetPolicyRevision())
-	snap := &pb.Snapshot{Epoch: cur, Member: m, Policies: policies}
+	// A node must not serve what it missed being purged: the snapshot
+	// carries every purge after the revision it applied, so the purges
+	// must be known before it is sent.
+	purges, loaded := n.purges.since(hello.GetPurgeRevision())
+	if !loaded {
+		return status.Error(codes.Unavailable, "this control plane replica has not read the purges from etcd yet; retry")
+	}
+	snap := &pb.Snapshot{Epoch: cur, Member: m, Policies: policies, Purges: purges}
 	if csr := hello.GetCsr(); len(csr) > 0 {
 		snap.Certificate = n.certificate(csr, m.GetId())
 	}
@@ -96,6 +108,10 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 		return err
 	}
 	sent := cur.GetEpoch()
+	sentPurges := hello.GetPurgeRevision()
+	if len(purges) > 0 {
+		sentPurges = purges[len(purges)-1].GetRevision()
+	}
 	sentPolicies := hello.GetPolicyRevision()
 	if policies != nil {
 		sentPolicies = policies.GetRevision()
@@ -139,6 +155,14 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 				return err
 			}
 			sentPolicies = ps.GetRevision()
+		case <-wakePurges:
+			ps, _ := n.purges.since(sentPurges)
+			for _, p := range ps {
+				if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Purge{Purge: p}}); err != nil {
+					return err
+				}
+				sentPurges = p.GetRevision()
+			}
 		case <-wakeEpoch:
 			e := n.hub.epoch()
 			if e.GetEpoch() <= sent {
@@ -160,6 +184,19 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 					return err
 				}
 				continue
+			case *pb.SessionRequest_PurgeResult:
+				r := msg.PurgeResult
+				r.NodeId = m.GetId()
+				if r.GetError() != "" {
+					log.Warn("node failed to apply a purge", "purge", r.GetPurgeId(), "err", r.GetError())
+				}
+				st.PurgeRevision = max(st.GetPurgeRevision(), r.GetRevisionApplied())
+				// The floor is no recorded purge: nobody waits for it.
+				if !strings.HasPrefix(r.GetPurgeId(), floorPrefix) {
+					if err := n.state.recordAck(ctx, r); err != nil {
+						log.Warn("recording a purge result", "purge", r.GetPurgeId(), "err", err)
+					}
+				}
 			case *pb.SessionRequest_PolicyAck:
 				ack := msg.PolicyAck
 				st.PolicyRevision = ack.GetAppliedRevision()

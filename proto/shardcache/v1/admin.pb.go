@@ -9,6 +9,7 @@ package shardcachev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -167,8 +168,10 @@ type Node struct {
 	PolicyRevision        int64  `protobuf:"varint,7,opt,name=policy_revision,json=policyRevision,proto3" json:"policy_revision,omitempty"`
 	PolicyRefusedRevision int64  `protobuf:"varint,8,opt,name=policy_refused_revision,json=policyRefusedRevision,proto3" json:"policy_refused_revision,omitempty"`
 	PolicyError           string `protobuf:"bytes,9,opt,name=policy_error,json=policyError,proto3" json:"policy_error,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Highest purge revision the node has applied.
+	PurgeRevision int64 `protobuf:"varint,10,opt,name=purge_revision,json=purgeRevision,proto3" json:"purge_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -262,6 +265,13 @@ func (x *Node) GetPolicyError() string {
 		return x.PolicyError
 	}
 	return ""
+}
+
+func (x *Node) GetPurgeRevision() int64 {
+	if x != nil {
+		return x.PurgeRevision
+	}
+	return 0
 }
 
 // ListNodesResponse lists nodes sorted by id.
@@ -1030,16 +1040,645 @@ func (x *PolicyStatusResponse) GetNodes() []*NodePolicyStatus {
 	return nil
 }
 
+// PurgeRequest purges one URL or one cache key: exactly one of url and key is set.
+type PurgeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request id: retrying with the same id returns the first purge's outcome and purges
+	// nothing twice. Empty: the control plane picks one (retries are then not deduplicated).
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Absolute http or https URL. Every node computes its cache key with the policy in force,
+	// and every object stored for the URL (variants and slices included) is removed, whatever
+	// the key template.
+	Url string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// A cache key exactly as stored, for keys no URL maps to.
+	Key string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	// How long to wait for the nodes' acknowledgements: default 10s, at most 60s. The purge is
+	// recorded either way; nodes that have not answered when it ends are listed as pending.
+	Wait          *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeRequest) Reset() {
+	*x = PurgeRequest{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeRequest) ProtoMessage() {}
+
+func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeRequest.ProtoReflect.Descriptor instead.
+func (*PurgeRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PurgeRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *PurgeRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *PurgeRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *PurgeRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+// PurgePrefixRequest purges every object under a host and a path prefix.
+type PurgePrefixRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request id, as in PurgeRequest.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Host without port, matched case-insensitively; empty matches every host.
+	Host string `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	// Path prefix, starting with "/"; the query is part of what it is matched against.
+	PathPrefix string `protobuf:"bytes,3,opt,name=path_prefix,json=pathPrefix,proto3" json:"path_prefix,omitempty"`
+	// Must be set to purge path prefix "/", everything of the host (or of every host).
+	All bool `protobuf:"varint,4,opt,name=all,proto3" json:"all,omitempty"`
+	// As in PurgeRequest.
+	Wait          *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgePrefixRequest) Reset() {
+	*x = PurgePrefixRequest{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgePrefixRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgePrefixRequest) ProtoMessage() {}
+
+func (x *PurgePrefixRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgePrefixRequest.ProtoReflect.Descriptor instead.
+func (*PurgePrefixRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PurgePrefixRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *PurgePrefixRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *PurgePrefixRequest) GetPathPrefix() string {
+	if x != nil {
+		return x.PathPrefix
+	}
+	return ""
+}
+
+func (x *PurgePrefixRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+func (x *PurgePrefixRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+// PurgeTagRequest purges every object tagged with tag.
+type PurgeTagRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request id, as in PurgeRequest.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// One tag as it appears in a Surrogate-Key (space-separated) or Cache-Tag (comma-separated)
+	// response header; matched case-insensitively.
+	Tag string `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	// As in PurgeRequest.
+	Wait          *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeTagRequest) Reset() {
+	*x = PurgeTagRequest{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTagRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTagRequest) ProtoMessage() {}
+
+func (x *PurgeTagRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTagRequest.ProtoReflect.Descriptor instead.
+func (*PurgeTagRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PurgeTagRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *PurgeTagRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *PurgeTagRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+// GetPurgeRequest names a recorded purge.
+type GetPurgeRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// How long to wait for acknowledgements still pending; 0 answers at once.
+	Wait          *durationpb.Duration `protobuf:"bytes,2,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPurgeRequest) Reset() {
+	*x = GetPurgeRequest{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPurgeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPurgeRequest) ProtoMessage() {}
+
+func (x *GetPurgeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPurgeRequest.ProtoReflect.Descriptor instead.
+func (*GetPurgeRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GetPurgeRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *GetPurgeRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+// PurgeStatus is a purge as recorded and the nodes' acknowledgements of it.
+type PurgeStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Purge *Purge                 `protobuf:"bytes,1,opt,name=purge,proto3" json:"purge,omitempty"`
+	// One result per node that acknowledged, sorted by node id.
+	Results []*PurgeResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	// Nodes registered that had not acknowledged when the wait ended, sorted; they apply the
+	// purge when they reconnect, before they serve again.
+	Pending []string `protobuf:"bytes,3,rep,name=pending,proto3" json:"pending,omitempty"`
+	// Whether every registered node has acknowledged.
+	Complete      bool `protobuf:"varint,4,opt,name=complete,proto3" json:"complete,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeStatus) Reset() {
+	*x = PurgeStatus{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeStatus) ProtoMessage() {}
+
+func (x *PurgeStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeStatus.ProtoReflect.Descriptor instead.
+func (*PurgeStatus) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PurgeStatus) GetPurge() *Purge {
+	if x != nil {
+		return x.Purge
+	}
+	return nil
+}
+
+func (x *PurgeStatus) GetResults() []*PurgeResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *PurgeStatus) GetPending() []string {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
+}
+
+func (x *PurgeStatus) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+// PurgeResponse is the outcome of Purge.
+type PurgeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *PurgeStatus           `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeResponse) Reset() {
+	*x = PurgeResponse{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeResponse) ProtoMessage() {}
+
+func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeResponse.ProtoReflect.Descriptor instead.
+func (*PurgeResponse) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PurgeResponse) GetStatus() *PurgeStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// PurgePrefixResponse is the outcome of PurgePrefix.
+type PurgePrefixResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *PurgeStatus           `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgePrefixResponse) Reset() {
+	*x = PurgePrefixResponse{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgePrefixResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgePrefixResponse) ProtoMessage() {}
+
+func (x *PurgePrefixResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgePrefixResponse.ProtoReflect.Descriptor instead.
+func (*PurgePrefixResponse) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *PurgePrefixResponse) GetStatus() *PurgeStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// PurgeTagResponse is the outcome of PurgeTag.
+type PurgeTagResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *PurgeStatus           `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeTagResponse) Reset() {
+	*x = PurgeTagResponse{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTagResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTagResponse) ProtoMessage() {}
+
+func (x *PurgeTagResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTagResponse.ProtoReflect.Descriptor instead.
+func (*PurgeTagResponse) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *PurgeTagResponse) GetStatus() *PurgeStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// GetPurgeResponse is the state of a recorded purge.
+type GetPurgeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *PurgeStatus           `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPurgeResponse) Reset() {
+	*x = GetPurgeResponse{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPurgeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPurgeResponse) ProtoMessage() {}
+
+func (x *GetPurgeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPurgeResponse.ProtoReflect.Descriptor instead.
+func (*GetPurgeResponse) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GetPurgeResponse) GetStatus() *PurgeStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// GetVersionRequest has no fields.
+type GetVersionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetVersionRequest) Reset() {
+	*x = GetVersionRequest{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetVersionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetVersionRequest) ProtoMessage() {}
+
+func (x *GetVersionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetVersionRequest.ProtoReflect.Descriptor instead.
+func (*GetVersionRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+// GetVersionResponse describes the answering control-plane replica's build.
+type GetVersionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	GoVersion     string                 `protobuf:"bytes,2,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
+	ReplicaId     string                 `protobuf:"bytes,3,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetVersionResponse) Reset() {
+	*x = GetVersionResponse{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetVersionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetVersionResponse) ProtoMessage() {}
+
+func (x *GetVersionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetVersionResponse.ProtoReflect.Descriptor instead.
+func (*GetVersionResponse) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GetVersionResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *GetVersionResponse) GetGoVersion() string {
+	if x != nil {
+		return x.GoVersion
+	}
+	return ""
+}
+
+func (x *GetVersionResponse) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
 var File_shardcache_v1_admin_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x19shardcache/v1/admin.proto\x12\rshardcache.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcache/v1/node.proto\x1a\x1ashardcache/v1/policy.proto\x1a\x18shardcache/v1/ring.proto\"&\n" +
+	"\x19shardcache/v1/admin.proto\x12\rshardcache.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcache/v1/node.proto\x1a\x1ashardcache/v1/policy.proto\x1a\x19shardcache/v1/purge.proto\x1a\x18shardcache/v1/ring.proto\"&\n" +
 	"\x0eGetRingRequest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"A\n" +
 	"\x0fGetRingResponse\x12.\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.shardcache.v1.RingEpochR\x05epoch\"\x12\n" +
-	"\x10ListNodesRequest\"\x91\x03\n" +
+	"\x10ListNodesRequest\"\xb8\x03\n" +
 	"\x04Node\x12-\n" +
 	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12\x17\n" +
 	"\ain_ring\x18\x02 \x01(\bR\x06inRing\x12'\n" +
@@ -1049,7 +1688,9 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\x0elast_report_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\flastReportAt\x12'\n" +
 	"\x0fpolicy_revision\x18\a \x01(\x03R\x0epolicyRevision\x126\n" +
 	"\x17policy_refused_revision\x18\b \x01(\x03R\x15policyRefusedRevision\x12!\n" +
-	"\fpolicy_error\x18\t \x01(\tR\vpolicyError\"T\n" +
+	"\fpolicy_error\x18\t \x01(\tR\vpolicyError\x12%\n" +
+	"\x0epurge_revision\x18\n" +
+	" \x01(\x03R\rpurgeRevision\"T\n" +
 	"\x11ListNodesResponse\x12)\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x13.shardcache.v1.NodeR\x05nodes\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"+\n" +
@@ -1086,7 +1727,50 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\tR\x05error\"i\n" +
 	"\x14PolicyStatusResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x125\n" +
-	"\x05nodes\x18\x02 \x03(\v2\x1f.shardcache.v1.NodePolicyStatusR\x05nodes2\xf9\x05\n" +
+	"\x05nodes\x18\x02 \x03(\v2\x1f.shardcache.v1.NodePolicyStatusR\x05nodes\"\x80\x01\n" +
+	"\fPurgeRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12-\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xa9\x01\n" +
+	"\x12PurgePrefixRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\x12\x1f\n" +
+	"\vpath_prefix\x18\x03 \x01(\tR\n" +
+	"pathPrefix\x12\x10\n" +
+	"\x03all\x18\x04 \x01(\bR\x03all\x12-\n" +
+	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"q\n" +
+	"\x0fPurgeTagRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x10\n" +
+	"\x03tag\x18\x02 \x01(\tR\x03tag\x12-\n" +
+	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"_\n" +
+	"\x0fGetPurgeRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12-\n" +
+	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xa5\x01\n" +
+	"\vPurgeStatus\x12*\n" +
+	"\x05purge\x18\x01 \x01(\v2\x14.shardcache.v1.PurgeR\x05purge\x124\n" +
+	"\aresults\x18\x02 \x03(\v2\x1a.shardcache.v1.PurgeResultR\aresults\x12\x18\n" +
+	"\apending\x18\x03 \x03(\tR\apending\x12\x1a\n" +
+	"\bcomplete\x18\x04 \x01(\bR\bcomplete\"C\n" +
+	"\rPurgeResponse\x122\n" +
+	"\x06status\x18\x01 \x01(\v2\x1a.shardcache.v1.PurgeStatusR\x06status\"I\n" +
+	"\x13PurgePrefixResponse\x122\n" +
+	"\x06status\x18\x01 \x01(\v2\x1a.shardcache.v1.PurgeStatusR\x06status\"F\n" +
+	"\x10PurgeTagResponse\x122\n" +
+	"\x06status\x18\x01 \x01(\v2\x1a.shardcache.v1.PurgeStatusR\x06status\"F\n" +
+	"\x10GetPurgeResponse\x122\n" +
+	"\x06status\x18\x01 \x01(\v2\x1a.shardcache.v1.PurgeStatusR\x06status\"\x13\n" +
+	"\x11GetVersionRequest\"l\n" +
+	"\x12GetVersionResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1d\n" +
+	"\n" +
+	"go_version\x18\x02 \x01(\tR\tgoVersion\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x03 \x01(\tR\treplicaId2\x80\t\n" +
 	"\fAdminService\x12H\n" +
 	"\aGetRing\x12\x1d.shardcache.v1.GetRingRequest\x1a\x1e.shardcache.v1.GetRingResponse\x12N\n" +
 	"\tListNodes\x12\x1f.shardcache.v1.ListNodesRequest\x1a .shardcache.v1.ListNodesResponse\x12N\n" +
@@ -1096,7 +1780,13 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\tGetPolicy\x12\x1f.shardcache.v1.GetPolicyRequest\x1a .shardcache.v1.GetPolicyResponse\x12W\n" +
 	"\fListPolicies\x12\".shardcache.v1.ListPoliciesRequest\x1a#.shardcache.v1.ListPoliciesResponse\x12W\n" +
 	"\fDeletePolicy\x12\".shardcache.v1.DeletePolicyRequest\x1a#.shardcache.v1.DeletePolicyResponse\x12W\n" +
-	"\fPolicyStatus\x12\".shardcache.v1.PolicyStatusRequest\x1a#.shardcache.v1.PolicyStatusResponseBCZAgithub.com/shardcache/shardcache/proto/shardcache/v1;shardcachev1b\x06proto3"
+	"\fPolicyStatus\x12\".shardcache.v1.PolicyStatusRequest\x1a#.shardcache.v1.PolicyStatusResponse\x12B\n" +
+	"\x05Purge\x12\x1b.shardcache.v1.PurgeRequest\x1a\x1c.shardcache.v1.PurgeResponse\x12T\n" +
+	"\vPurgePrefix\x12!.shardcache.v1.PurgePrefixRequest\x1a\".shardcache.v1.PurgePrefixResponse\x12K\n" +
+	"\bPurgeTag\x12\x1e.shardcache.v1.PurgeTagRequest\x1a\x1f.shardcache.v1.PurgeTagResponse\x12K\n" +
+	"\bGetPurge\x12\x1e.shardcache.v1.GetPurgeRequest\x1a\x1f.shardcache.v1.GetPurgeResponse\x12Q\n" +
+	"\n" +
+	"GetVersion\x12 .shardcache.v1.GetVersionRequest\x1a!.shardcache.v1.GetVersionResponseBCZAgithub.com/shardcache/shardcache/proto/shardcache/v1;shardcachev1b\x06proto3"
 
 var (
 	file_shardcache_v1_admin_proto_rawDescOnce sync.Once
@@ -1110,7 +1800,7 @@ func file_shardcache_v1_admin_proto_rawDescGZIP() []byte {
 	return file_shardcache_v1_admin_proto_rawDescData
 }
 
-var file_shardcache_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_shardcache_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_shardcache_v1_admin_proto_goTypes = []any{
 	(*GetRingRequest)(nil),        // 0: shardcache.v1.GetRingRequest
 	(*GetRingResponse)(nil),       // 1: shardcache.v1.GetRingResponse
@@ -1132,48 +1822,82 @@ var file_shardcache_v1_admin_proto_goTypes = []any{
 	(*PolicyStatusRequest)(nil),   // 17: shardcache.v1.PolicyStatusRequest
 	(*NodePolicyStatus)(nil),      // 18: shardcache.v1.NodePolicyStatus
 	(*PolicyStatusResponse)(nil),  // 19: shardcache.v1.PolicyStatusResponse
-	(*RingEpoch)(nil),             // 20: shardcache.v1.RingEpoch
-	(*Member)(nil),                // 21: shardcache.v1.Member
-	(*LoadReport)(nil),            // 22: shardcache.v1.LoadReport
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
-	(*CachePolicy)(nil),           // 24: shardcache.v1.CachePolicy
+	(*PurgeRequest)(nil),          // 20: shardcache.v1.PurgeRequest
+	(*PurgePrefixRequest)(nil),    // 21: shardcache.v1.PurgePrefixRequest
+	(*PurgeTagRequest)(nil),       // 22: shardcache.v1.PurgeTagRequest
+	(*GetPurgeRequest)(nil),       // 23: shardcache.v1.GetPurgeRequest
+	(*PurgeStatus)(nil),           // 24: shardcache.v1.PurgeStatus
+	(*PurgeResponse)(nil),         // 25: shardcache.v1.PurgeResponse
+	(*PurgePrefixResponse)(nil),   // 26: shardcache.v1.PurgePrefixResponse
+	(*PurgeTagResponse)(nil),      // 27: shardcache.v1.PurgeTagResponse
+	(*GetPurgeResponse)(nil),      // 28: shardcache.v1.GetPurgeResponse
+	(*GetVersionRequest)(nil),     // 29: shardcache.v1.GetVersionRequest
+	(*GetVersionResponse)(nil),    // 30: shardcache.v1.GetVersionResponse
+	(*RingEpoch)(nil),             // 31: shardcache.v1.RingEpoch
+	(*Member)(nil),                // 32: shardcache.v1.Member
+	(*LoadReport)(nil),            // 33: shardcache.v1.LoadReport
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	(*CachePolicy)(nil),           // 35: shardcache.v1.CachePolicy
+	(*durationpb.Duration)(nil),   // 36: google.protobuf.Duration
+	(*Purge)(nil),                 // 37: shardcache.v1.Purge
+	(*PurgeResult)(nil),           // 38: shardcache.v1.PurgeResult
 }
 var file_shardcache_v1_admin_proto_depIdxs = []int32{
-	20, // 0: shardcache.v1.GetRingResponse.epoch:type_name -> shardcache.v1.RingEpoch
-	21, // 1: shardcache.v1.Node.member:type_name -> shardcache.v1.Member
-	22, // 2: shardcache.v1.Node.load:type_name -> shardcache.v1.LoadReport
-	23, // 3: shardcache.v1.Node.last_report_at:type_name -> google.protobuf.Timestamp
+	31, // 0: shardcache.v1.GetRingResponse.epoch:type_name -> shardcache.v1.RingEpoch
+	32, // 1: shardcache.v1.Node.member:type_name -> shardcache.v1.Member
+	33, // 2: shardcache.v1.Node.load:type_name -> shardcache.v1.LoadReport
+	34, // 3: shardcache.v1.Node.last_report_at:type_name -> google.protobuf.Timestamp
 	3,  // 4: shardcache.v1.ListNodesResponse.nodes:type_name -> shardcache.v1.Node
-	21, // 5: shardcache.v1.DrainNodeResponse.member:type_name -> shardcache.v1.Member
-	21, // 6: shardcache.v1.UndrainNodeResponse.member:type_name -> shardcache.v1.Member
-	24, // 7: shardcache.v1.PutPolicyRequest.policy:type_name -> shardcache.v1.CachePolicy
-	24, // 8: shardcache.v1.PutPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
-	24, // 9: shardcache.v1.GetPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
-	24, // 10: shardcache.v1.ListPoliciesResponse.policies:type_name -> shardcache.v1.CachePolicy
+	32, // 5: shardcache.v1.DrainNodeResponse.member:type_name -> shardcache.v1.Member
+	32, // 6: shardcache.v1.UndrainNodeResponse.member:type_name -> shardcache.v1.Member
+	35, // 7: shardcache.v1.PutPolicyRequest.policy:type_name -> shardcache.v1.CachePolicy
+	35, // 8: shardcache.v1.PutPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
+	35, // 9: shardcache.v1.GetPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
+	35, // 10: shardcache.v1.ListPoliciesResponse.policies:type_name -> shardcache.v1.CachePolicy
 	18, // 11: shardcache.v1.PolicyStatusResponse.nodes:type_name -> shardcache.v1.NodePolicyStatus
-	0,  // 12: shardcache.v1.AdminService.GetRing:input_type -> shardcache.v1.GetRingRequest
-	2,  // 13: shardcache.v1.AdminService.ListNodes:input_type -> shardcache.v1.ListNodesRequest
-	5,  // 14: shardcache.v1.AdminService.DrainNode:input_type -> shardcache.v1.DrainNodeRequest
-	7,  // 15: shardcache.v1.AdminService.UndrainNode:input_type -> shardcache.v1.UndrainNodeRequest
-	9,  // 16: shardcache.v1.AdminService.PutPolicy:input_type -> shardcache.v1.PutPolicyRequest
-	11, // 17: shardcache.v1.AdminService.GetPolicy:input_type -> shardcache.v1.GetPolicyRequest
-	13, // 18: shardcache.v1.AdminService.ListPolicies:input_type -> shardcache.v1.ListPoliciesRequest
-	15, // 19: shardcache.v1.AdminService.DeletePolicy:input_type -> shardcache.v1.DeletePolicyRequest
-	17, // 20: shardcache.v1.AdminService.PolicyStatus:input_type -> shardcache.v1.PolicyStatusRequest
-	1,  // 21: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
-	4,  // 22: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
-	6,  // 23: shardcache.v1.AdminService.DrainNode:output_type -> shardcache.v1.DrainNodeResponse
-	8,  // 24: shardcache.v1.AdminService.UndrainNode:output_type -> shardcache.v1.UndrainNodeResponse
-	10, // 25: shardcache.v1.AdminService.PutPolicy:output_type -> shardcache.v1.PutPolicyResponse
-	12, // 26: shardcache.v1.AdminService.GetPolicy:output_type -> shardcache.v1.GetPolicyResponse
-	14, // 27: shardcache.v1.AdminService.ListPolicies:output_type -> shardcache.v1.ListPoliciesResponse
-	16, // 28: shardcache.v1.AdminService.DeletePolicy:output_type -> shardcache.v1.DeletePolicyResponse
-	19, // 29: shardcache.v1.AdminService.PolicyStatus:output_type -> shardcache.v1.PolicyStatusResponse
-	21, // [21:30] is the sub-list for method output_type
-	12, // [12:21] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	36, // 12: shardcache.v1.PurgeRequest.wait:type_name -> google.protobuf.Duration
+	36, // 13: shardcache.v1.PurgePrefixRequest.wait:type_name -> google.protobuf.Duration
+	36, // 14: shardcache.v1.PurgeTagRequest.wait:type_name -> google.protobuf.Duration
+	36, // 15: shardcache.v1.GetPurgeRequest.wait:type_name -> google.protobuf.Duration
+	37, // 16: shardcache.v1.PurgeStatus.purge:type_name -> shardcache.v1.Purge
+	38, // 17: shardcache.v1.PurgeStatus.results:type_name -> shardcache.v1.PurgeResult
+	24, // 18: shardcache.v1.PurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
+	24, // 19: shardcache.v1.PurgePrefixResponse.status:type_name -> shardcache.v1.PurgeStatus
+	24, // 20: shardcache.v1.PurgeTagResponse.status:type_name -> shardcache.v1.PurgeStatus
+	24, // 21: shardcache.v1.GetPurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
+	0,  // 22: shardcache.v1.AdminService.GetRing:input_type -> shardcache.v1.GetRingRequest
+	2,  // 23: shardcache.v1.AdminService.ListNodes:input_type -> shardcache.v1.ListNodesRequest
+	5,  // 24: shardcache.v1.AdminService.DrainNode:input_type -> shardcache.v1.DrainNodeRequest
+	7,  // 25: shardcache.v1.AdminService.UndrainNode:input_type -> shardcache.v1.UndrainNodeRequest
+	9,  // 26: shardcache.v1.AdminService.PutPolicy:input_type -> shardcache.v1.PutPolicyRequest
+	11, // 27: shardcache.v1.AdminService.GetPolicy:input_type -> shardcache.v1.GetPolicyRequest
+	13, // 28: shardcache.v1.AdminService.ListPolicies:input_type -> shardcache.v1.ListPoliciesRequest
+	15, // 29: shardcache.v1.AdminService.DeletePolicy:input_type -> shardcache.v1.DeletePolicyRequest
+	17, // 30: shardcache.v1.AdminService.PolicyStatus:input_type -> shardcache.v1.PolicyStatusRequest
+	20, // 31: shardcache.v1.AdminService.Purge:input_type -> shardcache.v1.PurgeRequest
+	21, // 32: shardcache.v1.AdminService.PurgePrefix:input_type -> shardcache.v1.PurgePrefixRequest
+	22, // 33: shardcache.v1.AdminService.PurgeTag:input_type -> shardcache.v1.PurgeTagRequest
+	23, // 34: shardcache.v1.AdminService.GetPurge:input_type -> shardcache.v1.GetPurgeRequest
+	29, // 35: shardcache.v1.AdminService.GetVersion:input_type -> shardcache.v1.GetVersionRequest
+	1,  // 36: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
+	4,  // 37: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
+	6,  // 38: shardcache.v1.AdminService.DrainNode:output_type -> shardcache.v1.DrainNodeResponse
+	8,  // 39: shardcache.v1.AdminService.UndrainNode:output_type -> shardcache.v1.UndrainNodeResponse
+	10, // 40: shardcache.v1.AdminService.PutPolicy:output_type -> shardcache.v1.PutPolicyResponse
+	12, // 41: shardcache.v1.AdminService.GetPolicy:output_type -> shardcache.v1.GetPolicyResponse
+	14, // 42: shardcache.v1.AdminService.ListPolicies:output_type -> shardcache.v1.ListPoliciesResponse
+	16, // 43: shardcache.v1.AdminService.DeletePolicy:output_type -> shardcache.v1.DeletePolicyResponse
+	19, // 44: shardcache.v1.AdminService.PolicyStatus:output_type -> shardcache.v1.PolicyStatusResponse
+	25, // 45: shardcache.v1.AdminService.Purge:output_type -> shardcache.v1.PurgeResponse
+	26, // 46: shardcache.v1.AdminService.PurgePrefix:output_type -> shardcache.v1.PurgePrefixResponse
+	27, // 47: shardcache.v1.AdminService.PurgeTag:output_type -> shardcache.v1.PurgeTagResponse
+	28, // 48: shardcache.v1.AdminService.GetPurge:output_type -> shardcache.v1.GetPurgeResponse
+	30, // 49: shardcache.v1.AdminService.GetVersion:output_type -> shardcache.v1.GetVersionResponse
+	36, // [36:50] is the sub-list for method output_type
+	22, // [22:36] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_admin_proto_init() }
@@ -1183,6 +1907,7 @@ func file_shardcache_v1_admin_proto_init() {
 	}
 	file_shardcache_v1_node_proto_init()
 	file_shardcache_v1_policy_proto_init()
+	file_shardcache_v1_purge_proto_init()
 	file_shardcache_v1_ring_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1190,7 +1915,7 @@ func file_shardcache_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_admin_proto_rawDesc), len(file_shardcache_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,11 @@ const (
 	AdminService_ListPolicies_FullMethodName = "/shardcache.v1.AdminService/ListPolicies"
 	AdminService_DeletePolicy_FullMethodName = "/shardcache.v1.AdminService/DeletePolicy"
 	AdminService_PolicyStatus_FullMethodName = "/shardcache.v1.AdminService/PolicyStatus"
+	AdminService_Purge_FullMethodName        = "/shardcache.v1.AdminService/Purge"
+	AdminService_PurgePrefix_FullMethodName  = "/shardcache.v1.AdminService/PurgePrefix"
+	AdminService_PurgeTag_FullMethodName     = "/shardcache.v1.AdminService/PurgeTag"
+	AdminService_GetPurge_FullMethodName     = "/shardcache.v1.AdminService/GetPurge"
+	AdminService_GetVersion_FullMethodName   = "/shardcache.v1.AdminService/GetVersion"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -54,6 +59,18 @@ type AdminServiceClient interface {
 	DeletePolicy(ctx context.Context, in *DeletePolicyRequest, opts ...grpc.CallOption) (*DeletePolicyResponse, error)
 	// PolicyStatus says which policy revision each node runs.
 	PolicyStatus(ctx context.Context, in *PolicyStatusRequest, opts ...grpc.CallOption) (*PolicyStatusResponse, error)
+	// Purge removes one URL (every variant, slice and hot copy of it) or one cache key from
+	// every node. It is recorded in etcd first, so a node that is away applies it when it
+	// reconnects; the answer lists each node's result and the nodes still pending.
+	Purge(ctx context.Context, in *PurgeRequest, opts ...grpc.CallOption) (*PurgeResponse, error)
+	// PurgePrefix removes every object under a host and path prefix from every node.
+	PurgePrefix(ctx context.Context, in *PurgePrefixRequest, opts ...grpc.CallOption) (*PurgePrefixResponse, error)
+	// PurgeTag removes every object whose response carried a tag in Surrogate-Key or Cache-Tag.
+	PurgeTag(ctx context.Context, in *PurgeTagRequest, opts ...grpc.CallOption) (*PurgeTagResponse, error)
+	// GetPurge returns a recorded purge with the acknowledgements received so far.
+	GetPurge(ctx context.Context, in *GetPurgeRequest, opts ...grpc.CallOption) (*GetPurgeResponse, error)
+	// GetVersion returns the control plane's build.
+	GetVersion(ctx context.Context, in *GetVersionRequest, opts ...grpc.CallOption) (*GetVersionResponse, error)
 }
 
 type adminServiceClient struct {
@@ -154,6 +171,56 @@ func (c *adminServiceClient) PolicyStatus(ctx context.Context, in *PolicyStatusR
 	return out, nil
 }
 
+func (c *adminServiceClient) Purge(ctx context.Context, in *PurgeRequest, opts ...grpc.CallOption) (*PurgeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeResponse)
+	err := c.cc.Invoke(ctx, AdminService_Purge_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) PurgePrefix(ctx context.Context, in *PurgePrefixRequest, opts ...grpc.CallOption) (*PurgePrefixResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgePrefixResponse)
+	err := c.cc.Invoke(ctx, AdminService_PurgePrefix_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) PurgeTag(ctx context.Context, in *PurgeTagRequest, opts ...grpc.CallOption) (*PurgeTagResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeTagResponse)
+	err := c.cc.Invoke(ctx, AdminService_PurgeTag_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetPurge(ctx context.Context, in *GetPurgeRequest, opts ...grpc.CallOption) (*GetPurgeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPurgeResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetPurge_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetVersion(ctx context.Context, in *GetVersionRequest, opts ...grpc.CallOption) (*GetVersionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetVersionResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetVersion_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -178,6 +245,18 @@ type AdminServiceServer interface {
 	DeletePolicy(context.Context, *DeletePolicyRequest) (*DeletePolicyResponse, error)
 	// PolicyStatus says which policy revision each node runs.
 	PolicyStatus(context.Context, *PolicyStatusRequest) (*PolicyStatusResponse, error)
+	// Purge removes one URL (every variant, slice and hot copy of it) or one cache key from
+	// every node. It is recorded in etcd first, so a node that is away applies it when it
+	// reconnects; the answer lists each node's result and the nodes still pending.
+	Purge(context.Context, *PurgeRequest) (*PurgeResponse, error)
+	// PurgePrefix removes every object under a host and path prefix from every node.
+	PurgePrefix(context.Context, *PurgePrefixRequest) (*PurgePrefixResponse, error)
+	// PurgeTag removes every object whose response carried a tag in Surrogate-Key or Cache-Tag.
+	PurgeTag(context.Context, *PurgeTagRequest) (*PurgeTagResponse, error)
+	// GetPurge returns a recorded purge with the acknowledgements received so far.
+	GetPurge(context.Context, *GetPurgeRequest) (*GetPurgeResponse, error)
+	// GetVersion returns the control plane's build.
+	GetVersion(context.Context, *GetVersionRequest) (*GetVersionResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -214,6 +293,21 @@ func (UnimplementedAdminServiceServer) DeletePolicy(context.Context, *DeletePoli
 }
 func (UnimplementedAdminServiceServer) PolicyStatus(context.Context, *PolicyStatusRequest) (*PolicyStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PolicyStatus not implemented")
+}
+func (UnimplementedAdminServiceServer) Purge(context.Context, *PurgeRequest) (*PurgeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Purge not implemented")
+}
+func (UnimplementedAdminServiceServer) PurgePrefix(context.Context, *PurgePrefixRequest) (*PurgePrefixResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PurgePrefix not implemented")
+}
+func (UnimplementedAdminServiceServer) PurgeTag(context.Context, *PurgeTagRequest) (*PurgeTagResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PurgeTag not implemented")
+}
+func (UnimplementedAdminServiceServer) GetPurge(context.Context, *GetPurgeRequest) (*GetPurgeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPurge not implemented")
+}
+func (UnimplementedAdminServiceServer) GetVersion(context.Context, *GetVersionRequest) (*GetVersionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetVersion not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -398,6 +492,96 @@ func _AdminService_PolicyStatus_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_Purge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).Purge(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_Purge_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).Purge(ctx, req.(*PurgeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_PurgePrefix_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgePrefixRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).PurgePrefix(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_PurgePrefix_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).PurgePrefix(ctx, req.(*PurgePrefixRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_PurgeTag_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeTagRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).PurgeTag(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_PurgeTag_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).PurgeTag(ctx, req.(*PurgeTagRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetPurge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPurgeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetPurge(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetPurge_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetPurge(ctx, req.(*GetPurgeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetVersion_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetVersionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetVersion(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetVersion_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetVersion(ctx, req.(*GetVersionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -440,6 +624,26 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PolicyStatus",
 			Handler:    _AdminService_PolicyStatus_Handler,
+		},
+		{
+			MethodName: "Purge",
+			Handler:    _AdminService_Purge_Handler,
+		},
+		{
+			MethodName: "PurgePrefix",
+			Handler:    _AdminService_PurgePrefix_Handler,
+		},
+		{
+			MethodName: "PurgeTag",
+			Handler:    _AdminService_PurgeTag_Handler,
+		},
+		{
+			MethodName: "GetPurge",
+			Handler:    _AdminService_GetPurge_Handler,
+		},
+		{
+			MethodName: "GetVersion",
+			Handler:    _AdminService_GetVersion_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -520,8 +520,10 @@ type LoadReport struct {
 	OriginRequestsTotal uint64  `protobuf:"varint,9,opt,name=origin_requests_total,json=originRequestsTotal,proto3" json:"origin_requests_total,omitempty"`
 	RelayedTotal        uint64  `protobuf:"varint,10,opt,name=relayed_total,json=relayedTotal,proto3" json:"relayed_total,omitempty"`
 	PeerBytesTotal      uint64  `protobuf:"varint,11,opt,name=peer_bytes_total,json=peerBytesTotal,proto3" json:"peer_bytes_total,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Response body bytes sent to clients, by route (local, relayed, bypass, redirect).
+	ResponseBytesByRoute map[string]uint64 `protobuf:"bytes,12,rep,name=response_bytes_by_route,json=responseBytesByRoute,proto3" json:"response_bytes_by_route,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *LoadReport) Reset() {
@@ -629,6 +631,13 @@ func (x *LoadReport) GetPeerBytesTotal() uint64 {
 		return x.PeerBytesTotal
 	}
 	return 0
+}
+
+func (x *LoadReport) GetResponseBytesByRoute() map[string]uint64 {
+	if x != nil {
+		return x.ResponseBytesByRoute
+	}
+	return nil
 }
 
 // PolicySet is the complete set of cache policies, or the changes to it since a revision.
@@ -892,7 +901,7 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12\x0e\n" +
 	"\x02ca\x18\x02 \x01(\fR\x02ca\x127\n" +
 	"\tnot_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\xa7\x03\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xdc\x04\n" +
 	"\n" +
 	"LoadReport\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12.\n" +
@@ -908,7 +917,11 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\x15origin_requests_total\x18\t \x01(\x04R\x13originRequestsTotal\x12#\n" +
 	"\rrelayed_total\x18\n" +
 	" \x01(\x04R\frelayedTotal\x12(\n" +
-	"\x10peer_bytes_total\x18\v \x01(\x04R\x0epeerBytesTotal\"\xc2\x01\n" +
+	"\x10peer_bytes_total\x18\v \x01(\x04R\x0epeerBytesTotal\x12j\n" +
+	"\x17response_bytes_by_route\x18\f \x03(\v23.shardcache.v1.LoadReport.ResponseBytesByRouteEntryR\x14responseBytesByRoute\x1aG\n" +
+	"\x19ResponseBytesByRouteEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xc2\x01\n" +
 	"\tPolicySet\x126\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x1a.shardcache.v1.CachePolicyR\bpolicies\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12 \n" +
@@ -940,7 +953,7 @@ func file_shardcache_v1_node_proto_rawDescGZIP() []byte {
 	return file_shardcache_v1_node_proto_rawDescData
 }
 
-var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_shardcache_v1_node_proto_goTypes = []any{
 	(*SessionRequest)(nil),        // 0: shardcache.v1.SessionRequest
 	(*SessionResponse)(nil),       // 1: shardcache.v1.SessionResponse
@@ -951,39 +964,41 @@ var file_shardcache_v1_node_proto_goTypes = []any{
 	(*PolicySet)(nil),             // 6: shardcache.v1.PolicySet
 	(*PolicyAck)(nil),             // 7: shardcache.v1.PolicyAck
 	(*Snapshot)(nil),              // 8: shardcache.v1.Snapshot
-	(*PurgeResult)(nil),           // 9: shardcache.v1.PurgeResult
-	(*RingEpoch)(nil),             // 10: shardcache.v1.RingEpoch
-	(*Purge)(nil),                 // 11: shardcache.v1.Purge
-	(*Member)(nil),                // 12: shardcache.v1.Member
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*CachePolicy)(nil),           // 14: shardcache.v1.CachePolicy
+	nil,                           // 9: shardcache.v1.LoadReport.ResponseBytesByRouteEntry
+	(*PurgeResult)(nil),           // 10: shardcache.v1.PurgeResult
+	(*RingEpoch)(nil),             // 11: shardcache.v1.RingEpoch
+	(*Purge)(nil),                 // 12: shardcache.v1.Purge
+	(*Member)(nil),                // 13: shardcache.v1.Member
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*CachePolicy)(nil),           // 15: shardcache.v1.CachePolicy
 }
 var file_shardcache_v1_node_proto_depIdxs = []int32{
 	2,  // 0: shardcache.v1.SessionRequest.hello:type_name -> shardcache.v1.Hello
 	5,  // 1: shardcache.v1.SessionRequest.load:type_name -> shardcache.v1.LoadReport
-	9,  // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
+	10, // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
 	7,  // 3: shardcache.v1.SessionRequest.policy_ack:type_name -> shardcache.v1.PolicyAck
 	3,  // 4: shardcache.v1.SessionRequest.certificate_request:type_name -> shardcache.v1.CertificateRequest
 	8,  // 5: shardcache.v1.SessionResponse.snapshot:type_name -> shardcache.v1.Snapshot
-	10, // 6: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
+	11, // 6: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
 	6,  // 7: shardcache.v1.SessionResponse.policies:type_name -> shardcache.v1.PolicySet
-	11, // 8: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
+	12, // 8: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
 	4,  // 9: shardcache.v1.SessionResponse.certificate:type_name -> shardcache.v1.Certificate
-	12, // 10: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
-	13, // 11: shardcache.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	14, // 12: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
-	10, // 13: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
-	6,  // 14: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
-	11, // 15: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
-	12, // 16: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
-	4,  // 17: shardcache.v1.Snapshot.certificate:type_name -> shardcache.v1.Certificate
-	0,  // 18: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
-	1,  // 19: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
-	19, // [19:20] is the sub-list for method output_type
-	18, // [18:19] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	13, // 10: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
+	14, // 11: shardcache.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	9,  // 12: shardcache.v1.LoadReport.response_bytes_by_route:type_name -> shardcache.v1.LoadReport.ResponseBytesByRouteEntry
+	15, // 13: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
+	11, // 14: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
+	6,  // 15: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
+	12, // 16: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
+	13, // 17: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
+	4,  // 18: shardcache.v1.Snapshot.certificate:type_name -> shardcache.v1.Certificate
+	0,  // 19: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
+	1,  // 20: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
+	20, // [20:21] is the sub-list for method output_type
+	19, // [19:20] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_node_proto_init() }
@@ -1014,7 +1029,7 @@ func file_shardcache_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_node_proto_rawDesc), len(file_shardcache_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -84,7 +84,7 @@ type Purge struct {
 	// Client-chosen request id: retrying with the same id does not purge twice.
 	Id   string    `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Kind PurgeKind `protobuf:"varint,2,opt,name=kind,proto3,enum=shardcache.v1.PurgeKind" json:"kind,omitempty"`
-	// For URL: the absolute URL or cache key.
+	// For URL: the absolute http or https URL.
 	Url string `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
 	// For PREFIX: the host (without port); empty matches every host.
 	Host string `protobuf:"bytes,4,opt,name=host,proto3" json:"host,omitempty"`
@@ -94,7 +94,9 @@ type Purge struct {
 	Tag       string                 `protobuf:"bytes,6,opt,name=tag,proto3" json:"tag,omitempty"`
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// etcd revision of the purge record; nodes acknowledge up to it.
-	Revision      int64 `protobuf:"varint,8,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,8,opt,name=revision,proto3" json:"revision,omitempty"`
+	// For URL: a cache key exactly as stored, instead of url.
+	Key           string `protobuf:"bytes,9,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -185,6 +187,13 @@ func (x *Purge) GetRevision() int64 {
 	return 0
 }
 
+func (x *Purge) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 // PurgeResult is one node's outcome of one purge.
 type PurgeResult struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -195,7 +204,10 @@ type PurgeResult struct {
 	// Highest purge revision the node has applied.
 	RevisionApplied int64 `protobuf:"varint,4,opt,name=revision_applied,json=revisionApplied,proto3" json:"revision_applied,omitempty"`
 	// Empty on success.
-	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// Whether matching objects are still being deleted in the background: they are no longer
+	// served (a ban is in force), and objects_removed counts those deleted so far.
+	Sweeping      bool `protobuf:"varint,6,opt,name=sweeping,proto3" json:"sweeping,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -265,11 +277,18 @@ func (x *PurgeResult) GetError() string {
 	return ""
 }
 
+func (x *PurgeResult) GetSweeping() bool {
+	if x != nil {
+		return x.Sweeping
+	}
+	return false
+}
+
 var File_shardcache_v1_purge_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_purge_proto_rawDesc = "" +
 	"\n" +
-	"\x19shardcache/v1/purge.proto\x12\rshardcache.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x01\n" +
+	"\x19shardcache/v1/purge.proto\x12\rshardcache.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x02\n" +
 	"\x05Purge\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12,\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x18.shardcache.v1.PurgeKindR\x04kind\x12\x10\n" +
@@ -280,13 +299,15 @@ const file_shardcache_v1_purge_proto_rawDesc = "" +
 	"\x03tag\x18\x06 \x01(\tR\x03tag\x129\n" +
 	"\n" +
 	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1a\n" +
-	"\brevision\x18\b \x01(\x03R\brevision\"\xab\x01\n" +
+	"\brevision\x18\b \x01(\x03R\brevision\x12\x10\n" +
+	"\x03key\x18\t \x01(\tR\x03key\"\xc7\x01\n" +
 	"\vPurgeResult\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
 	"\bpurge_id\x18\x02 \x01(\tR\apurgeId\x12'\n" +
 	"\x0fobjects_removed\x18\x03 \x01(\x03R\x0eobjectsRemoved\x12)\n" +
 	"\x10revision_applied\x18\x04 \x01(\x03R\x0frevisionApplied\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error*f\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1a\n" +
+	"\bsweeping\x18\x06 \x01(\bR\bsweeping*f\n" +
 	"\tPurgeKind\x12\x1a\n" +
 	"\x16PURGE_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0ePURGE_KIND_URL\x10\x01\x12\x15\n" +

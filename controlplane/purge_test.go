@@ -1,0 +1,233 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// recvPurge reads pushes until a purge arrives.
+func (n *nodeSession) recvPurge(t *testing.T) *pb.Purge {
+	t.Helper()
+	timer := time.AfterFunc(30*time.Second, n.cancel) // ends Recv with an error
+	defer timer.Stop()
+	for {
+		resp, err := n.stream.Recv()
+		if err != nil {
+			t.Errorf("waiting for a purge: %v", err)
+			return nil
+		}
+		if p := resp.GetPurge(); p != nil {
+			return p
+		}
+	}
+}
+
+// ack sends the node's result of p.
+func (n *nodeSession) ack(t *testing.T, p *pb.Purge, removed int64) {
+	t.Helper()
+	r := &pb.PurgeResult{PurgeId: p.GetId(), ObjectsRemoved: removed, RevisionApplied: p.GetRevision()}
+	if err := n.stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_PurgeResult{PurgeResult: r}}); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestPurgeIsRecordedPushedAndAcknowledgedByEveryNode(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	conn := dial(t, s)
+	admin := pb.NewAdminServiceClient(conn)
+	ctx := adminCtx(context.Background(), testToken)
+	n1 := openSession(t, conn, "n1")
+	n2 := openSession(t, conn, "n2")
+
+	// Each node applies the purge when it is pushed and acknowledges it.
+	acked := make(chan *pb.Purge, 2)
+	for i, n := range []*nodeSession{n1, n2} {
+		go func() {
+			p := n.recvPurge(t)
+			n.ack(t, p, int64(i+1))
+			acked <- p
+		}()
+	}
+	resp, err := admin.Purge(ctx, &pb.PurgeRequest{RequestId: "req-1", Url: "http://Example.COM:80/a?b=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := resp.GetStatus()
+	if !st.GetComplete() || len(st.GetPending()) != 0 || len(st.GetResults()) != 2 {
+		t.Fatalf("purge status %v: want complete with 2 results", st)
+	}
+	if got := st.GetPurge().GetUrl(); got != "http://example.com/a?b=1" {
+		t.Errorf("recorded URL %q, want it normalised to http://example.com/a?b=1", got)
+	}
+	if r := st.GetResults(); r[0].GetNodeId() != "n1" || r[0].GetObjectsRemoved() != 1 || r[1].GetNodeId() != "n2" || r[1].GetObjectsRemoved() != 2 {
+		t.Errorf("results %v: want n1 with 1 removed, n2 with 2", r)
+	}
+	p := <-acked
+	<-acked
+	if p.GetRevision() != st.GetPurge().GetRevision() || p.GetId() != "req-1" {
+		t.Errorf("pushed %v, recorded %v", p, st.GetPurge())
+	}
+
+	// A retry with the same request id is the same purge: same revision,
+	// nothing recorded twice.
+	again, err := admin.Purge(ctx, &pb.PurgeRequest{RequestId: "req-1", Url: "http://example.com/a?b=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.GetStatus().GetPurge().GetRevision() != p.GetRevision() || !again.GetStatus().GetComplete() {
+		t.Errorf("retry answered %v; want the first purge, complete", again.GetStatus())
+	}
+	_, err = admin.Purge(ctx, &pb.PurgeRequest{RequestId: "req-1", Url: "http://example.com/other"})
+	if status.Code(err) != codes.AlreadyExists {
+		t.Errorf("request id reused for another URL: %v, want AlreadyExists", err)
+	}
+	ps, _, _, err := s.state.purges(context.Background())
+	if err != nil || len(ps) != 1 {
+		t.Fatalf("recorded purges %v (%v), want exactly one", ps, err)
+	}
+
+	// A node that does not answer is reported pending when the wait ends;
+	// reconnecting, it gets every purge after the revision it applied.
+	n3 := openSession(t, conn, "n3")
+	go func() {
+		for _, n := range []*nodeSession{n1, n2} {
+			n.ack(t, n.recvPurge(t), 0)
+		}
+	}()
+	resp2, err := admin.PurgeTag(ctx, &pb.PurgeTagRequest{RequestId: "req-2", Tag: "product-7", Wait: durationpb.New(500 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := resp2.GetStatus(); st.GetComplete() || !slices.Equal(st.GetPending(), []string{"n3"}) || len(st.GetResults()) != 2 {
+		t.Fatalf("status %v: want n3 pending and two results", st)
+	}
+	n3.cancel()
+	_, snap := openSessionWith(t, conn, &pb.Hello{Member: &pb.Member{Id: "n3", PeerAddress: "127.0.0.1:9999"}, PurgeRevision: p.GetRevision()})
+	if got := snap.GetPurges(); len(got) != 1 || got[0].GetId() != "req-2" {
+		t.Fatalf("snapshot after revision %d carries %v, want only req-2", p.GetRevision(), got)
+	}
+	_, snap = openSessionWith(t, conn, &pb.Hello{Member: &pb.Member{Id: "n4", PeerAddress: "127.0.0.1:9999"}})
+	if got := snap.GetPurges(); len(got) != 2 || got[0].GetId() != "req-1" || got[1].GetId() != "req-2" {
+		t.Fatalf("snapshot of a new node carries %v, want req-1 then req-2", got)
+	}
+
+	got, err := admin.GetPurge(ctx, &pb.GetPurgeRequest{RequestId: "req-2"})
+	if err != nil || got.GetStatus().GetPurge().GetTag() != "product-7" {
+		t.Fatalf("GetPurge: %v, %v", got, err)
+	}
+	if _, err := admin.GetPurge(ctx, &pb.GetPurgeRequest{RequestId: "never"}); status.Code(err) != codes.NotFound {
+		t.Errorf("GetPurge of an unknown id: %v, want NotFound", err)
+	}
+}
+
+func TestBadPurgesAreRefusedAndNothingIsRecorded(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	conn := dial(t, s)
+	admin := pb.NewAdminServiceClient(conn)
+	ctx := adminCtx(context.Background(), testToken)
+	bad := []struct {
+		name string
+		call func() error
+	}{
+		{"empty url", func() error { _, err := admin.Purge(ctx, &pb.PurgeRequest{}); return err }},
+		{"relative url", func() error { _, err := admin.Purge(ctx, &pb.PurgeRequest{Url: "/a/b"}); return err }},
+		{"ftp url", func() error { _, err := admin.Purge(ctx, &pb.PurgeRequest{Url: "ftp://h/a"}); return err }},
+		{"url with control character", func() error { _, err := admin.Purge(ctx, &pb.PurgeRequest{Url: "http://h/a\x00"}); return err }},
+		{"url and key", func() error { _, err := admin.Purge(ctx, &pb.PurgeRequest{Url: "http://h/a", Key: "k"}); return err }},
+		{"bad request id", func() error {
+			_, err := admin.Purge(ctx, &pb.PurgeRequest{RequestId: "a/b", Url: "http://h/a"})
+			return err
+		}},
+		{"wait too long", func() error {
+			_, err := admin.Purge(ctx, &pb.PurgeRequest{Url: "http://h/a", Wait: durationpb.New(time.Hour)})
+			return err
+		}},
+		{"empty prefix", func() error { _, err := admin.PurgePrefix(ctx, &pb.PurgePrefixRequest{}); return err }},
+		{"prefix without slash", func() error { _, err := admin.PurgePrefix(ctx, &pb.PurgePrefixRequest{PathPrefix: "img"}); return err }},
+		{"slash without all", func() error { _, err := admin.PurgePrefix(ctx, &pb.PurgePrefixRequest{PathPrefix: "/"}); return err }},
+		{"host with port", func() error {
+			_, err := admin.PurgePrefix(ctx, &pb.PurgePrefixRequest{Host: "h:80", PathPrefix: "/a"})
+			return err
+		}},
+		{"empty tag", func() error { _, err := admin.PurgeTag(ctx, &pb.PurgeTagRequest{}); return err }},
+		{"two tags", func() error { _, err := admin.PurgeTag(ctx, &pb.PurgeTagRequest{Tag: "a b"}); return err }},
+	}
+	for _, b := range bad {
+		if err := b.call(); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", b.name, err)
+		}
+	}
+	for name, c := range map[string]context.Context{"no token": context.Background(), "wrong token": adminCtx(context.Background(), "nope")} {
+		if _, err := admin.Purge(c, &pb.PurgeRequest{Url: "http://h/a"}); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("%s: %v, want Unauthenticated", name, err)
+		}
+	}
+	if ps, _, _, err := s.state.purges(context.Background()); err != nil || len(ps) != 0 {
+		t.Fatalf("recorded %v (%v); refused purges must record nothing", ps, err)
+	}
+	// "/" is allowed with all; with no node registered it completes at once.
+	resp, err := admin.PurgePrefix(ctx, &pb.PurgePrefixRequest{PathPrefix: "/", All: true})
+	if err != nil || !resp.GetStatus().GetComplete() {
+		t.Fatalf("purge of everything with all: %v, %v", resp, err)
+	}
+}
+
+func TestOldPurgesAreCompactedBehindAFloor(t *testing.T) {
+	s, _, _ := startServer(t, nil, func(c *Config) {
+		c.PurgeMaxRecords = 2
+		c.PurgeCompactInterval = 50 * time.Millisecond
+	})
+	conn := dial(t, s)
+	admin := pb.NewAdminServiceClient(conn)
+	ctx := adminCtx(context.Background(), testToken)
+	var revs []int64
+	for i := range 4 {
+		resp, err := admin.PurgeTag(ctx, &pb.PurgeTagRequest{RequestId: fmt.Sprint("t", i), Tag: fmt.Sprint("tag", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, resp.GetStatus().GetPurge().GetRevision())
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ps, floor, _, err := s.state.purges(context.Background())
+		if err == nil && len(ps) == 2 && floor.GetRevision() == revs[1] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("purges %v, floor %v: want the two newest kept and the floor at %d", ps, floor, revs[1])
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition
+	}
+	// The hub sees the floor through its watch; a node that applied
+	// nothing first drops everything it has, then gets the kept purges.
+	var snap *pb.Snapshot
+	for deadline = time.Now().Add(30 * time.Second); ; {
+		_, snap = openSessionWith(t, conn, &pb.Hello{Member: &pb.Member{Id: "late", PeerAddress: "127.0.0.1:9999"}})
+		if len(snap.GetPurges()) == 3 || time.Now().After(deadline) {
+			break
+		}
+	}
+	got := snap.GetPurges()
+	if len(got) != 3 || got[0].GetKind() != pb.PurgeKind_PURGE_KIND_PREFIX || got[0].GetPathPrefix() != "/" || got[0].GetHost() != "" ||
+		got[0].GetRevision() != revs[1] || got[1].GetId() != "t2" || got[2].GetId() != "t3" {
+		t.Fatalf("snapshot purges %v: want everything up to %d, then t2 and t3", got, revs[1])
+	}
+	// A node that applied the floor's revision gets only what follows.
+	_, snap = openSessionWith(t, conn, &pb.Hello{Member: &pb.Member{Id: "recent", PeerAddress: "127.0.0.1:9999"}, PurgeRevision: revs[1]})
+	if got := snap.GetPurges(); len(got) != 2 || got[0].GetId() != "t2" {
+		t.Fatalf("snapshot after the floor: %v", got)
+	}
+	if _, err := admin.GetPurge(ctx, &pb.GetPurgeRequest{RequestId: "t0"}); status.Code(err) != codes.NotFound {
+		t.Errorf("compacted purge: %v, want NotFound", err)
+	}
+}
