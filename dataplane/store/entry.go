@@ -14,7 +14,11 @@ import (
 // share it without locks.
 type Entry struct {
 	// Key is the cache key the entry was stored under.
-	Key    string
+	Key string
+	// URL is the request's host (lower case, no port) followed by its
+	// request URI: what purges by URL and prefix match, whatever the key
+	// template. Empty for records written before it was kept.
+	URL    string
 	Status int
 	// Header is the response header as received, minus hop-by-hop fields.
 	// When the store compressed the body, Header still describes the

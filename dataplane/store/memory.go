@@ -58,6 +58,9 @@ func (m *Memory) Offer(e *Entry) { m.c.Set(e.Key, e, e.Cost()) }
 // Delete removes key.
 func (m *Memory) Delete(key string) { m.c.Del(key) }
 
+// Clear removes every object.
+func (m *Memory) Clear() { m.c.Clear() }
+
 // Stats returns the bytes and objects held.
 func (m *Memory) Stats() (bytes, objects int64) {
 	s := m.c.Metrics

@@ -12,7 +12,7 @@ import (
 // A record file holds one object:
 //
 //	magic "SHCR" | version u16 | flags u16 | meta length u32
-//	meta: key, status, received, initial age, lifetime, coding, header
+//	meta: key, status, received, initial age, lifetime, coding, header, URL
 //	meta CRC-32C u32 (over everything before it)
 //	body
 //	footer: stored size u64 | identity length u64 | body CRC-32C u32 | "SHCE"
@@ -20,11 +20,12 @@ import (
 // Integers are little-endian; meta fields are varints and length-prefixed
 // strings. The footer is written last, so a record cut short by a crash
 // has no valid footer, and a file whose size disagrees with its header and
-// footer is discarded.
+// footer is discarded. Version 1 records, which have no URL, are still
+// read.
 const (
 	recordMagic   = "SHCR"
 	footerMagic   = "SHCE"
-	recordVersion = 1
+	recordVersion = 2
 	prefixLen     = 12
 	footerLen     = 24
 	// maxMetaLen bounds a record's metadata; more means a corrupt file.
@@ -82,6 +83,7 @@ func encodeHead(e *Entry) []byte {
 			b = appendString(b, v)
 		}
 	}
+	b = appendString(b, e.URL)
 	binary.LittleEndian.PutUint32(b[8:], uint32(len(b)-prefixLen))
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
 }
@@ -97,7 +99,7 @@ func headLen(prefix []byte) (int, error) {
 	if len(prefix) < prefixLen || string(prefix[:4]) != recordMagic {
 		return 0, badRecord(badFormat, "no record magic")
 	}
-	if v := binary.LittleEndian.Uint16(prefix[4:]); v != recordVersion {
+	if v := binary.LittleEndian.Uint16(prefix[4:]); v != recordVersion && v != 1 {
 		return 0, badRecord(badVersion, "format version %d, this build reads %d", v, recordVersion)
 	}
 	n := binary.LittleEndian.Uint32(prefix[8:])
@@ -143,6 +145,9 @@ func decodeHead(b []byte) (*Entry, error) {
 			vs[i] = d.string()
 		}
 		e.Header[k] = vs
+	}
+	if binary.LittleEndian.Uint16(b[4:]) >= 2 {
+		e.URL = d.string()
 	}
 	if d.err || len(d.b) != 0 {
 		return nil, badRecord(badFormat, "metadata does not parse")

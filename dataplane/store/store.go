@@ -94,6 +94,33 @@ func (s *Store) Get(key string) (*Entry, bool) {
 	return e, true
 }
 
+// Peek returns key's entry without counting a use of it: from memory when
+// it is there, else the metadata of its disk record (no body). Purges use
+// it to look at every stored object without promoting any.
+func (s *Store) Peek(key string) (*Entry, bool) {
+	de := s.disk.lookup(key)
+	if de == nil {
+		return nil, false
+	}
+	if e, ok := s.mem.Get(key); ok {
+		return e, true
+	}
+	if e := de.meta.Load(); e != nil {
+		return e, true
+	}
+	_, p := s.disk.path(key)
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	e, err := readHead(f, make([]byte, 4096))
+	if err != nil {
+		return nil, false
+	}
+	return e, true
+}
+
 // readEntry reads de's record: its metadata, and its body if it is small
 // enough for memory.
 func (s *Store) readEntry(de *diskEntry) (*Entry, error) {
