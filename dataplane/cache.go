@@ -262,6 +262,13 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 		}
 	}()
 	ctx = httptrace.WithClientTrace(ctx, passInterim(w))
+	// Purges wait for fills that began before them; see sweepBans.
+	endFill := n.inflight.begin()
+	defer func() {
+		if !handed {
+			endFill()
+		}
+	}()
 	var resp *http.Response
 	var err error
 	if from != nil && stale == nil {
@@ -336,6 +343,7 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	}
 	e := &store.Entry{
 		Key:        storeKey,
+		URL:        entryURL(r),
 		Status:     resp.StatusCode,
 		Header:     resp.Header,
 		Received:   now,
@@ -354,6 +362,7 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	settle(&fillShare{wr: wr, req: r.Header})
 	handed = true
 	n.fills.Go(func() {
+		defer endFill()
 		defer cancel()
 		defer stop()
 		defer resp.Body.Close()
@@ -395,7 +404,7 @@ func (n *Node) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Membe
 		return nil
 	}
 	n.metrics.peerReqs.WithLabelValues(from.GetId(), statusClass(resp.StatusCode)).Inc()
-	if resp.StatusCode >= 500 {
+	if n.peerBehind(resp.Header) || resp.StatusCode >= 500 {
 		resp.Body.Close()
 		return nil
 	}
@@ -444,7 +453,7 @@ func (n *Node) refreshed(stale *store.Entry, resp *http.Response, p *policy.Poli
 		h[k] = v
 	}
 	lifetime, _ := n.storeLifetime(p, r, stale.Status, h, now, 1<<62)
-	meta := &store.Entry{Key: stale.Key, Status: stale.Status, Header: h, Received: now,
+	meta := &store.Entry{Key: stale.Key, URL: stale.URL, Status: stale.Status, Header: h, Received: now,
 		InitialAge: freshness.InitialAge(h, requested, now), Lifetime: lifetime}
 	e, err := n.store.Update(stale, meta)
 	if err != nil {
@@ -688,7 +697,7 @@ const (
 // marker to r's variant; nil when there is none.
 func (n *Node) lookup(key string, r *http.Request) *store.Entry {
 	e, ok := n.store.Get(key)
-	if !ok {
+	if !ok || !n.usable(e) {
 		return nil
 	}
 	if e.Status != varyMarker {
@@ -698,7 +707,7 @@ func (n *Node) lookup(key string, r *http.Request) *store.Entry {
 		return e
 	}
 	v, ok := n.store.Get(variantKey(key, varyFields(e.Header), r.Header))
-	if !ok {
+	if !ok || !n.usable(v) {
 		return nil
 	}
 	return v
@@ -715,7 +724,7 @@ func (n *Node) variant(key string, fields []string, r *http.Request, p *policy.P
 	}
 	marker, ok := n.store.Get(key)
 	if !ok || marker.Status != varyMarker || !slices.Equal(varyFields(marker.Header), fields) {
-		m := &store.Entry{Key: key, Status: varyMarker, Header: http.Header{"Vary": {strings.Join(fields, ", ")}},
+		m := &store.Entry{Key: key, URL: entryURL(r), Status: varyMarker, Header: http.Header{"Vary": {strings.Join(fields, ", ")}},
 			Received: now, Lifetime: 0}
 		if err := n.store.Put(m, nil); err != nil {
 			return "", false

@@ -100,6 +100,13 @@ type Config struct {
 	// and X-Real-IP are kept and extended; from any other address they are
 	// replaced.
 	TrustedProxies []netip.Prefix
+	// PurgeAllow are the client addresses (after TrustedProxies) whose
+	// PURGE requests need no token: they are made with AdminToken.
+	PurgeAllow []netip.Prefix
+	// AdminToken is the control plane's admin token, used for PURGE
+	// requests from PurgeAllow. PURGE requests carrying their own
+	// "Authorization: Bearer" token are made with that token instead.
+	AdminToken string
 	// AccessLog receives one JSON line per client request; nil turns the
 	// access log off.
 	AccessLog io.Writer
@@ -235,6 +242,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PeerTLS.enabled() && (c.PeerTLS.CertFile == "" || c.PeerTLS.KeyFile == "" || c.PeerTLS.CAFile == "") {
 		return errors.New("peer TLS needs a certificate, its key and the cluster CA")
+	}
+	if len(c.PurgeAllow) > 0 && c.AdminToken == "" {
+		return errors.New("PURGE from allowed addresses needs the admin token to pass on to the control plane")
 	}
 	if c.AccessLogSample < 0 || c.AccessLogSample > 1 {
 		return fmt.Errorf("access log sample %v: want a share in (0, 1]", c.AccessLogSample)

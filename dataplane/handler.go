@@ -41,7 +41,9 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 	route := "aborted"
 	// Deferred, so that a response aborted mid-body is counted and logged.
 	defer func() {
-		n.requests.Add(1)
+		if route != routePurge {
+			n.requests.Add(1)
+		}
 		cache := rec.Header().Get("X-Cache")
 		if cache == cacheHit {
 			n.hits.Add(1)
@@ -50,8 +52,16 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 		n.metrics.requests.WithLabelValues(route, cache, statusClass(rec.status)).Inc()
 		n.metrics.duration.WithLabelValues(route).Observe(elapsed.Seconds())
 		n.metrics.responseSize.WithLabelValues(route).Observe(float64(rec.bytes))
+		if c := n.metrics.routeBytes[route]; c != nil {
+			c.Add(uint64(rec.bytes))
+		}
 		n.logAccess(r, rec, client, route, cache, start, elapsed)
 	}()
+	if r.Method == "PURGE" {
+		route = routePurge
+		n.servePurge(rec, r, client)
+		return
+	}
 	route = n.route(rec, r)
 }
 
@@ -142,7 +152,7 @@ func (n *Node) isHot(key string, p *policy.Policy) bool {
 // serveHotCopy answers from a local copy of a hot object, if fresh.
 func (n *Node) serveHotCopy(w http.ResponseWriter, r *http.Request, key string) bool {
 	e, ok := n.hotCopies.Get(key)
-	if !ok || !e.Fresh(time.Now()) {
+	if !ok || !e.Fresh(time.Now()) || !n.usable(e) {
 		return false
 	}
 	n.metrics.hot.WithLabelValues("copy_hit").Inc()
@@ -176,6 +186,7 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 	}
 	p := n.policies.Load().Match(policy.Host(r), r.URL.Path)
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+	w.Header().Set(purgeRevisionHeader, strconv.FormatInt(n.bans.revision(), 10))
 	n.serveOwned(rec, r, p.Key(scheme, r), p, nil)
 	n.metrics.peerBytes.WithLabelValues("out").Add(float64(rec.bytes))
 }
@@ -237,7 +248,10 @@ func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, k
 	defer resp.Body.Close()
 	n.metrics.peerReqs.WithLabelValues(owner.GetId(), statusClass(resp.StatusCode)).Inc()
 	relay.RemoveHopByHop(resp.Header)
-	if hot && r.Method == http.MethodGet && n.admitHotCopy(w, r, key, p, resp) {
+	// An owner behind this node's purges may answer with what this node
+	// purged: pass it on (the purge is not complete yet), keep no copy.
+	behind := n.peerBehind(resp.Header)
+	if hot && !behind && r.Method == http.MethodGet && n.admitHotCopy(w, r, key, p, resp) {
 		return true
 	}
 	var body io.Reader = resp.Body
@@ -290,7 +304,7 @@ func (n *Node) admitHotCopy(w http.ResponseWriter, r *http.Request, key string, 
 		return true
 	}
 	n.countPeerIn(int64(len(body)))
-	e := &store.Entry{Key: key, Status: resp.StatusCode, Header: resp.Header, Body: body, Received: received,
+	e := &store.Entry{Key: key, URL: entryURL(r), Status: resp.StatusCode, Header: resp.Header, Body: body, Received: received,
 		InitialAge: freshness.InitialAge(resp.Header, received, received), Lifetime: lifetime, Size: int64(len(body)), Length: int64(len(body))}
 	if n.hotCopies.Set(e) {
 		n.metrics.hot.WithLabelValues("copy_admitted").Inc()

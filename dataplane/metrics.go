@@ -40,6 +40,10 @@ type metrics struct {
 	store          storeCollector
 	peerCerts      *prometheus.CounterVec
 	peerCertExpiry prometheus.Gauge
+	purges         *prometheus.CounterVec
+	purgeRevision  prometheus.Gauge
+	bans           prometheus.Gauge
+	routeBytes     map[string]*atomic.Uint64
 }
 
 // Classic buckets reach 1 h and 100 GB, so that quantiles of long downloads
@@ -108,7 +112,20 @@ func newMetrics() *metrics {
 	m.peerCertExpiry = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "shardcache_peer_certificate_expiry_timestamp_seconds", Help: "When the installed peer-hop certificate expires (Unix time).",
 	})
-	m.reg.MustRegister(m.peerCerts, m.peerCertExpiry, m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
+	m.purges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardcache_purges_total", Help: "Purges applied, by kind (url, prefix, tag).",
+	}, []string{"kind"})
+	m.purgeRevision = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shardcache_purge_revision", Help: "Highest purge revision applied.",
+	})
+	m.bans = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shardcache_purge_bans", Help: "Bans checked at lookup: purges whose background sweep has not finished.",
+	})
+	m.routeBytes = map[string]*atomic.Uint64{}
+	for _, r := range []string{routeLocal, routeRelayed, routeBypass, routeRedirect} {
+		m.routeBytes[r] = new(atomic.Uint64)
+	}
+	m.reg.MustRegister(m.purges, m.purgeRevision, m.bans, m.peerCerts, m.peerCertExpiry, m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
 		m.peerConns, m.peerBytes, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed, m.policyRevision, m.hot, &m.store,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

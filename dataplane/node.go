@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/shardcache/shardcache/dataplane/flight"
 	"github.com/shardcache/shardcache/dataplane/hotkey"
@@ -59,6 +60,9 @@ type Node struct {
 	// certs is the peer certificate the control plane issues, when it does.
 	certs   *peerCerts
 	session *session.Client
+	// admin calls the control plane's AdminService for PURGE requests.
+	admin      []pb.AdminServiceClient
+	adminConns []*grpc.ClientConn
 
 	ready chan struct{}
 	addrs [3]atomic.Pointer[net.TCPAddr] // client, peer, ops
@@ -68,6 +72,17 @@ type Node struct {
 	fills     sync.WaitGroup
 	fillCtx   context.Context
 	stopFills context.CancelFunc
+
+	// bans are the purges in force; purgeFile keeps them in the data
+	// directory. inflight tracks running fills for the sweep.
+	bans      *bans
+	purgeFile string
+	inflight  inflight
+	// caughtUp is set once the first session of this run brought the
+	// purges missed while the node was away; until then objects stored
+	// before started are not served.
+	caughtUp atomic.Bool
+	started  time.Time
 
 	// waiting counts requests waiting on another request's fill.
 	waiting atomic.Int64
@@ -103,6 +118,7 @@ func New(cfg Config) (*Node, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		ready: make(chan struct{}),
+		bans:  newBans(),
 	}
 	n.fillCtx, n.stopFills = context.WithCancel(context.Background())
 	if cfg.AccessLog != nil {
@@ -157,6 +173,9 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.session = sc
+	if n.admin, n.adminConns, err = adminClients(cfg); err != nil {
+		return nil, err
+	}
 	n.policies.Store(policy.Empty)
 	if cfg.HotThreshold > 0 {
 		if n.hotCopies, err = store.NewMemory(cfg.HotCopyBytes); err != nil {
@@ -275,6 +294,11 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	defer n.peers.CloseIdle()
 	defer n.origin.CloseIdleConnections()
+	defer func() {
+		for _, c := range n.adminConns {
+			c.Close()
+		}
+	}()
 	dir := n.cfg.DataDir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "shardcache-"+n.cfg.ID+"-")
@@ -301,6 +325,10 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	defer st.Close()
 	n.store = st
+	n.started = time.Now()
+	if err := n.restorePurges(dir); err != nil {
+		return err
+	}
 	n.metrics.watchStore(st)
 	listeners := make([]net.Listener, 0, 3)
 	defer func() {
@@ -348,6 +376,14 @@ func (n *Node) Run(ctx context.Context) error {
 			return nil
 		}
 		return n.session.Run(gctx)
+	})
+	g.Go(func() error {
+		select {
+		case <-st.Ready():
+			n.sweepBans(gctx)
+		case <-gctx.Done():
+		}
+		return nil
 	})
 	if n.certs != nil {
 		g.Go(func() error { n.renewCertificates(gctx); return nil })
@@ -455,6 +491,13 @@ func (n *Node) loadReport() *pb.LoadReport {
 		OriginRequestsTotal: n.originFills.Load(),
 		RelayedTotal:        n.relayed.Load(),
 		PeerBytesTotal:      n.peerBytes.Load(),
+		ResponseBytesByRoute: func() map[string]uint64 {
+			m := make(map[string]uint64, len(n.metrics.routeBytes))
+			for r, c := range n.metrics.routeBytes {
+				m[r] = c.Load()
+			}
+			return m
+		}(),
 	}
 }
 

@@ -39,6 +39,33 @@ type fakeControl struct {
 	acks     chan *pb.PolicyAck
 	addr     string
 	srv      *grpc.Server
+	// purges are sent in order: those after a hello's revision with the
+	// snapshot, new ones as pushes; results gets the nodes' answers.
+	purges        []*pb.Purge
+	results       chan *pb.PurgeResult
+	helloPurgeRev atomic.Int64
+}
+
+// pushPurge records p and sends it to every session.
+func (f *fakeControl) pushPurge(p *pb.Purge) {
+	f.mu.Lock()
+	f.purges = append(f.purges, p)
+	close(f.wake)
+	f.wake = make(chan struct{})
+	f.mu.Unlock()
+}
+
+// purgesAfter returns the recorded purges after revision rev.
+func (f *fakeControl) purgesAfter(rev int64) []*pb.Purge {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*pb.Purge
+	for _, p := range f.purges {
+		if p.GetRevision() > rev {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func startFakeControl(t *testing.T, addr string) *fakeControl {
@@ -47,7 +74,8 @@ func startFakeControl(t *testing.T, addr string) *fakeControl {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeControl{wake: make(chan struct{}), addr: l.Addr().String(), srv: grpc.NewServer(), acks: make(chan *pb.PolicyAck, 16)}
+	f := &fakeControl{wake: make(chan struct{}), addr: l.Addr().String(), srv: grpc.NewServer(), acks: make(chan *pb.PolicyAck, 16),
+		results: make(chan *pb.PurgeResult, 64)}
 	pb.RegisterNodeServiceServer(f.srv, f)
 	go f.srv.Serve(l)
 	t.Cleanup(f.srv.Stop)
@@ -68,10 +96,17 @@ func (f *fakeControl) Session(stream pb.NodeService_SessionServer) error {
 		return fmt.Errorf("no hello: %v", err)
 	}
 	f.hellos.Add(1)
+	f.helloPurgeRev.Store(req.GetHello().GetPurgeRevision())
 	f.mu.Lock()
 	e, ps, wake := f.epoch, f.policies, f.wake
 	f.mu.Unlock()
-	if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: &pb.Snapshot{Epoch: e, Policies: ps}}}); err != nil {
+	purges := f.purgesAfter(req.GetHello().GetPurgeRevision())
+	sent := req.GetHello().GetPurgeRevision()
+	if len(purges) > 0 {
+		sent = purges[len(purges)-1].GetRevision()
+	}
+	snap := &pb.Snapshot{Epoch: e, Policies: ps, Purges: purges}
+	if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: snap}}); err != nil {
 		return err
 	}
 	gone := make(chan struct{})
@@ -85,6 +120,9 @@ func (f *fakeControl) Session(stream pb.NodeService_SessionServer) error {
 			if ack := req.GetPolicyAck(); ack != nil {
 				f.acks <- ack
 			}
+			if r := req.GetPurgeResult(); r != nil {
+				f.results <- r
+			}
 		}
 	}()
 	for {
@@ -95,10 +133,20 @@ func (f *fakeControl) Session(stream pb.NodeService_SessionServer) error {
 			return nil
 		case <-wake:
 			f.mu.Lock()
-			e, wake = f.epoch, f.wake
+			next := f.epoch
+			wake = f.wake
 			f.mu.Unlock()
-			if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Epoch{Epoch: e}}); err != nil {
-				return err
+			if next != e {
+				e = next
+				if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Epoch{Epoch: e}}); err != nil {
+					return err
+				}
+			}
+			for _, p := range f.purgesAfter(sent) {
+				if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Purge{Purge: p}}); err != nil {
+					return err
+				}
+				sent = p.GetRevision()
 			}
 		}
 	}

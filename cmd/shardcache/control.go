@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -44,6 +45,7 @@ from --admin-token or SHARDCACHE_TOKEN.`,
 	f.StringVar(&o.cfg.CA.CertFile, "ca-cert", "", "CA certificate for --ca (PEM; default: a CA generated once and kept in etcd)")
 	f.StringVar(&o.cfg.CA.KeyFile, "ca-key", "", "key of --ca-cert")
 	f.DurationVar(&o.cfg.CA.CertTTL, "peer-cert-ttl", 0, "lifetime of an issued peer certificate (default 1h)")
+	f.DurationVar(&o.cfg.PurgeRetention, "purge-retention", 24*time.Hour, "how long purges stay recorded for nodes that are away; a node away longer drops everything it stored")
 	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret nodes must present to join (default $SHARDCACHE_JOIN_TOKEN; empty: none)")
 	o.log.register(cmd)
 	return cmd

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -158,7 +159,10 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 			AccessLog:                 access,
 			PeerCertsFromControlPlane: true,
 			AccessLogSample:           o.access.sample,
-			Logger:                    logger,
+			// PURGE from this machine needs no token.
+			PurgeAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")},
+			AdminToken: token,
+			Logger:     logger,
 		})
 		if err != nil {
 			return err

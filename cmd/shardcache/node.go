@@ -36,6 +36,9 @@ func newNodeCommand() *cobra.Command {
 			if o.cfg.JoinToken == "" {
 				o.cfg.JoinToken = os.Getenv("SHARDCACHE_JOIN_TOKEN")
 			}
+			if o.cfg.AdminToken == "" {
+				o.cfg.AdminToken = os.Getenv("SHARDCACHE_TOKEN")
+			}
 			access, closeAccess, err := o.access.open()
 			if err != nil {
 				return err
@@ -76,6 +79,8 @@ func newNodeCommand() *cobra.Command {
 	f.Var(units.Value{N: &o.cfg.HotCopyBytes}, "hot-copy-memory", "part of --memory kept for copies of hot objects owned elsewhere (default memory/8)")
 	f.StringVar(&o.cfg.DataDir, "data-dir", "", "directory of the node's persistent data, the disk tier among it (default: a temporary directory removed on exit)")
 	f.Var(prefixList{&o.cfg.TrustedProxies}, "trusted-proxies", "CIDRs of proxies whose X-Forwarded-For, Forwarded and X-Real-IP are kept, e.g. 10.0.0.0/8,192.168.1.7")
+	f.Var(prefixList{&o.cfg.PurgeAllow}, "purge-allow", "CIDRs whose PURGE requests need no token (they use --admin-token), e.g. 10.0.0.0/8")
+	f.StringVar(&o.cfg.AdminToken, "admin-token", "", "control plane's admin token, for PURGE requests from --purge-allow (default $SHARDCACHE_TOKEN)")
 	o.access.register(cmd, "stdout")
 	o.log.register(cmd)
 	return cmd

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,13 @@ type Applier interface {
 	ApplyPolicies(*pb.PolicySet) error
 	// PolicyRevision is the revision of the policy set the node runs.
 	PolicyRevision() int64
+	// ApplyPurges applies purges in order; once it returns, nothing they
+	// match is served. It calls report with each one's result, then or
+	// later, from any goroutine. The snapshot's purges (maybe none) are
+	// applied before its epoch.
+	ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult))
+	// PurgeRevision is the highest purge revision applied.
+	PurgeRevision() int64
 }
 
 // Config configures a session Client.
@@ -68,6 +76,35 @@ type Client struct {
 	connected atomic.Bool
 	applied   atomic.Uint64
 	certReq   chan struct{}
+
+	// Purge results wait here until a session sends them.
+	resultsMu sync.Mutex
+	results   []*pb.PurgeResult
+	resultReq chan struct{}
+}
+
+// report queues a purge result for the control plane.
+func (c *Client) report(r *pb.PurgeResult) {
+	c.resultsMu.Lock()
+	c.results = append(c.results, r)
+	c.resultsMu.Unlock()
+	select {
+	case c.resultReq <- struct{}{}:
+	default:
+	}
+}
+
+// sendResults sends the queued purge results; those not sent stay queued.
+func (c *Client) sendResults(stream pb.NodeService_SessionClient) error {
+	c.resultsMu.Lock()
+	defer c.resultsMu.Unlock()
+	for len(c.results) > 0 {
+		if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_PurgeResult{PurgeResult: c.results[0]}}); err != nil {
+			return recvErr(stream, err)
+		}
+		c.results = c.results[1:]
+	}
+	return nil
 }
 
 // RequestCertificate asks the control plane for a new certificate on the
@@ -104,7 +141,7 @@ func New(cfg Config, apply Applier) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Client{cfg: cfg, apply: apply, certReq: make(chan struct{}, 1)}, nil
+	return &Client{cfg: cfg, apply: apply, certReq: make(chan struct{}, 1), resultReq: make(chan struct{}, 1)}, nil
 }
 
 // Connected reports whether a session is established now.
@@ -174,7 +211,8 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 	if err != nil {
 		return false, err
 	}
-	hello := &pb.Hello{Member: c.cfg.Member, LastEpoch: c.Epoch(), PolicyRevision: c.apply.PolicyRevision(), JoinToken: c.cfg.JoinToken, Csr: c.cfg.CSR}
+	hello := &pb.Hello{Member: c.cfg.Member, LastEpoch: c.Epoch(), PolicyRevision: c.apply.PolicyRevision(),
+		PurgeRevision: c.apply.PurgeRevision(), JoinToken: c.cfg.JoinToken, Csr: c.cfg.CSR}
 	if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Hello{Hello: hello}}); err != nil {
 		return false, recvErr(stream, err)
 	}
@@ -215,6 +253,13 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 			if err := stream.Send(req); err != nil {
 				return established, recvErr(stream, err)
 			}
+		case <-c.resultReq:
+			if !established {
+				continue // sent after the snapshot
+			}
+			if err := c.sendResults(stream); err != nil {
+				return established, err
+			}
 		case m := <-msgs:
 			if m.err != nil {
 				if errors.Is(m.err, io.EOF) {
@@ -232,6 +277,12 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 				if cert := msg.Snapshot.GetCertificate(); cert != nil && c.cfg.OnCertificate != nil {
 					c.cfg.OnCertificate(cert)
 				}
+				// Purges missed while away first: the node must not serve
+				// what they match once it has an epoch to serve with.
+				c.apply.ApplyPurges(msg.Snapshot.GetPurges(), c.report)
+				if err := c.sendResults(stream); err != nil {
+					return established, err
+				}
 				c.applyEpoch(msg.Snapshot.GetEpoch())
 				if ps := msg.Snapshot.GetPolicies(); ps != nil {
 					if err := c.applyPolicies(stream, ps); err != nil {
@@ -244,6 +295,8 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 				}
 			case *pb.SessionResponse_Epoch:
 				c.applyEpoch(msg.Epoch)
+			case *pb.SessionResponse_Purge:
+				c.apply.ApplyPurges([]*pb.Purge{msg.Purge}, c.report)
 			case *pb.SessionResponse_Policies:
 				if err := c.applyPolicies(stream, msg.Policies); err != nil {
 					return established, err

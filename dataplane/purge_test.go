@@ -1,0 +1,214 @@
+package dataplane
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardcache/shardcache/dataplane/store"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+func TestBanMatching(t *testing.T) {
+	s := newBans()
+	at := time.Now()
+	add := func(p *pb.Purge) {
+		b, err := newBan(p, at.UnixNano())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.add(b, p.GetRevision())
+	}
+	add(&pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_URL, Url: "http://Shop.Example:8080/item?id=1", Revision: 1})
+	add(&pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_URL, Key: "custom-key", Revision: 2})
+	add(&pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_PREFIX, Host: "img.example", PathPrefix: "/thumbs/", Revision: 3})
+	add(&pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_PREFIX, PathPrefix: "/news/2026", Revision: 4})
+	add(&pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_TAG, Tag: "Product-7", Revision: 5})
+	if s.revision() != 5 {
+		t.Fatalf("revision %d, want 5", s.revision())
+	}
+	before := at.Add(-time.Second)
+	tests := []struct {
+		name string
+		e    store.Entry
+		want bool
+	}{
+		{"the URL", store.Entry{URL: "shop.example/item?id=1", Received: before}, true},
+		{"another query", store.Entry{URL: "shop.example/item?id=2", Received: before}, false},
+		{"the URL fetched after the purge", store.Entry{URL: "shop.example/item?id=1", Received: at.Add(time.Second)}, false},
+		{"fetched after, but generated before (Age)", store.Entry{URL: "shop.example/item?id=1", Received: at.Add(time.Second), InitialAge: time.Minute}, true},
+		{"the key", store.Entry{Key: "custom-key", URL: "x/y", Received: before}, true},
+		{"a variant of the key", store.Entry{Key: "custom-key" + varySep + "accept-language=de", URL: "x/y", Received: before}, true},
+		{"a longer key", store.Entry{Key: "custom-key-2", URL: "x/y", Received: before}, false},
+		{"under the host's prefix", store.Entry{URL: "img.example/thumbs/a.png", Received: before}, true},
+		{"same prefix, other host", store.Entry{URL: "cdn.example/thumbs/a.png", Received: before}, false},
+		{"prefix on every host", store.Entry{URL: "any.example/news/2026/11/a", Received: before}, true},
+		{"outside every prefix", store.Entry{URL: "any.example/news/2025/a", Received: before}, false},
+		{"Surrogate-Key tag, other case", store.Entry{URL: "a/b", Received: before, Header: http.Header{"Surrogate-Key": {"home product-7 x"}}}, true},
+		{"Cache-Tag tag", store.Entry{URL: "a/b", Received: before, Header: http.Header{"Cache-Tag": {"x, PRODUCT-7"}}}, true},
+		{"other tags", store.Entry{URL: "a/b", Received: before, Header: http.Header{"Surrogate-Key": {"product-70 product"}}}, false},
+		{"no URL kept (older record): any URL purge may be its", store.Entry{Key: "k", Received: before}, true},
+	}
+	for _, tt := range tests {
+		if got := s.match(&tt.e) != nil; got != tt.want {
+			t.Errorf("%s: matched %t, want %t", tt.name, got, tt.want)
+		}
+	}
+
+	// The state survives a restart, bans and their times included.
+	path := filepath.Join(t.TempDir(), purgeStateFile)
+	if err := s.save(path); err != nil {
+		t.Fatal(err)
+	}
+	r := newBans()
+	if err := r.load(path); err != nil {
+		t.Fatal(err)
+	}
+	if r.revision() != 5 || len(r.pending()) != 5 {
+		t.Fatalf("loaded revision %d with %d bans, want 5 and 5", r.revision(), len(r.pending()))
+	}
+	for _, tt := range tests {
+		if got := r.match(&tt.e) != nil; got != tt.want {
+			t.Errorf("after reload, %s: matched %t, want %t", tt.name, got, tt.want)
+		}
+	}
+	r.drop(r.pending())
+	if r.match(&tests[0].e) != nil || r.newest.Load() != 0 {
+		t.Error("dropped bans still match")
+	}
+}
+
+// purgeOrigin serves "v<generation> <path>", tagged by its first path
+// segment (Surrogate-Key) and its last (Cache-Tag); /v/ paths vary by
+// Accept-Language.
+type purgeOrigin struct {
+	gen   atomic.Int32
+	total atomic.Int32
+}
+
+func (o *purgeOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	o.total.Add(1)
+	seg := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	w.Header().Set("Cache-Control", "max-age=3600")
+	w.Header().Set("Surrogate-Key", seg[0]+" all")
+	w.Header().Set("Cache-Tag", "group-"+seg[len(seg)-1])
+	if seg[0] == "v" {
+		w.Header().Set("Vary", "Accept-Language")
+	}
+	fmt.Fprintf(w, "v%d %s", o.gen.Load(), r.URL.Path)
+}
+
+func TestPurgesReachEveryVariantAndSurviveARestart(t *testing.T) {
+	origin := &purgeOrigin{}
+	origin.gen.Store(1)
+	osrv := httptest.NewServer(origin)
+	t.Cleanup(osrv.Close)
+	fc := startFakeControl(t, "127.0.0.1:0")
+	dir := t.TempDir()
+	n, stop := runNode(t, "a", fc.addr, osrv.URL, func(c *Config) { c.DataDir = dir; c.HotThreshold = -1 })
+	fc.publish(epochOf(1, n))
+	waitEpoch(t, n, 1)
+
+	// expect fetches path through node and checks X-Cache and the version.
+	expect := func(n *Node, path, cache string, version int, hdr ...string) {
+		t.Helper()
+		resp, body := do(t, http.MethodGet, "http://"+n.ClientAddr().String()+path, hdr...)
+		if got := resp.Header.Get("X-Cache"); got != cache || body != fmt.Sprintf("v%d %s", version, path) {
+			t.Fatalf("GET %s %v: %s %q, want %s of version %d", path, hdr, got, body, cache, version)
+		}
+	}
+	// Results come when each purge's sweep ends, in any order.
+	got := map[string]*pb.PurgeResult{}
+	result := func(id string) *pb.PurgeResult {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for got[id] == nil {
+			select {
+			case r := <-fc.results:
+				got[r.GetPurgeId()] = r
+			case <-timeout:
+				t.Fatalf("no result for purge %s", id)
+			}
+		}
+		if r := got[id]; r.GetError() != "" {
+			t.Fatalf("purge %s failed: %s", id, r.GetError())
+		}
+		return got[id]
+	}
+	removed := func(r *pb.PurgeResult, want int64) {
+		t.Helper()
+		if !r.GetSweeping() && r.GetObjectsRemoved() != want {
+			t.Errorf("purge %s removed %d objects, want %d", r.GetPurgeId(), r.GetObjectsRemoved(), want)
+		}
+	}
+	paths := []string{"/a/1", "/a/2", "/b/1"}
+	for _, want := range []string{"MISS", "HIT"} {
+		for _, p := range paths {
+			expect(n, p, want, 1)
+		}
+		expect(n, "/v/1", want, 1, "Accept-Language", "en")
+		expect(n, "/v/1", want, 1, "Accept-Language", "de")
+	}
+	origin.gen.Store(2)
+
+	// An exact purge removes the URL's marker and every variant.
+	fc.pushPurge(&pb.Purge{Id: "url", Kind: pb.PurgeKind_PURGE_KIND_URL, Url: "http://127.0.0.1/v/1", Revision: 10})
+	r := result("url")
+	if r.GetRevisionApplied() != 10 {
+		t.Errorf("revision applied %d, want 10", r.GetRevisionApplied())
+	}
+	removed(r, 3)
+	expect(n, "/v/1", "MISS", 2, "Accept-Language", "de")
+	expect(n, "/v/1", "MISS", 2, "Accept-Language", "en")
+	expect(n, "/a/1", "HIT", 1)
+
+	// A prefix purge removes what is under it on its host only.
+	fc.pushPurge(&pb.Purge{Id: "prefix", Kind: pb.PurgeKind_PURGE_KIND_PREFIX, Host: "127.0.0.1", PathPrefix: "/a/", Revision: 11})
+	fc.pushPurge(&pb.Purge{Id: "other-host", Kind: pb.PurgeKind_PURGE_KIND_PREFIX, Host: "other.example", PathPrefix: "/", Revision: 12})
+	removed(result("prefix"), 2)
+	removed(result("other-host"), 0)
+	expect(n, "/a/1", "MISS", 2)
+	expect(n, "/a/2", "MISS", 2)
+	expect(n, "/b/1", "HIT", 1)
+
+	// Tags, from either header, in any case.
+	origin.gen.Store(3)
+	fc.pushPurge(&pb.Purge{Id: "tag", Kind: pb.PurgeKind_PURGE_KIND_TAG, Tag: "B", Revision: 13})
+	fc.pushPurge(&pb.Purge{Id: "cache-tag", Kind: pb.PurgeKind_PURGE_KIND_TAG, Tag: "group-2", Revision: 14})
+	removed(result("tag"), 1)
+	removed(result("cache-tag"), 1)
+	expect(n, "/b/1", "MISS", 3)
+	expect(n, "/a/2", "MISS", 3)
+	expect(n, "/a/1", "HIT", 2)
+	if n.PurgeRevision() != 14 {
+		t.Fatalf("purge revision %d, want 14", n.PurgeRevision())
+	}
+	if v := metricValue(t, n, "shardcache_purge_revision"); v != 14 {
+		t.Errorf("shardcache_purge_revision %v, want 14", v)
+	}
+
+	// Restarted, the node says which purges it applied and gets only
+	// those it missed: here one of everything, issued while it was away.
+	stop()
+	fc.pushPurge(&pb.Purge{Id: "all", Kind: pb.PurgeKind_PURGE_KIND_PREFIX, PathPrefix: "/", Revision: 15})
+	origin.gen.Store(4)
+	n, _ = runNode(t, "a", fc.addr, osrv.URL, func(c *Config) { c.DataDir = dir; c.HotThreshold = -1 })
+	fc.publish(epochOf(2, n))
+	waitEpoch(t, n, 2)
+	if got := fc.helloPurgeRev.Load(); got != 14 {
+		t.Errorf("restarted node said it applied purge revision %d, want 14", got)
+	}
+	result("all")
+	for _, p := range paths {
+		expect(n, p, "MISS", 4)
+	}
+	expect(n, "/v/1", "MISS", 4, "Accept-Language", "en")
+	if n.PurgeRevision() != 15 {
+		t.Fatalf("purge revision %d after the restart, want 15", n.PurgeRevision())
+	}
+}

@@ -1,0 +1,202 @@
+package dataplane
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/shardcache/shardcache/dataplane/policy"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// routePurge labels PURGE requests in metrics and the access log.
+const routePurge = "purge"
+
+// purgeCallTimeout bounds a PURGE's call to the control plane: its default
+// wait for the nodes' acknowledgements, and some.
+const purgeCallTimeout = 15 * time.Second
+
+// adminClients connects to the control plane's AdminService, one client
+// per address; nothing is dialled until the first PURGE.
+func adminClients(cfg Config) ([]pb.AdminServiceClient, []*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if cfg.ControlPlaneTLS != nil {
+		creds = credentials.NewTLS(cfg.ControlPlaneTLS)
+	}
+	var rpcs []pb.AdminServiceClient
+	var conns []*grpc.ClientConn
+	for _, addr := range strings.Split(cfg.ControlPlane, ",") {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			for _, c := range conns {
+				c.Close()
+			}
+			return nil, nil, fmt.Errorf("control plane %s: %w", addr, err)
+		}
+		conns = append(conns, conn)
+		rpcs = append(rpcs, pb.NewAdminServiceClient(conn))
+	}
+	return rpcs, conns, nil
+}
+
+// servePurge handles the PURGE method on the client listener, as the NGINX
+// Ingress proposal has it, through the same control-plane path as cachectl:
+//
+//	PURGE /path?query          the URL, every variant and copy of it
+//	PURGE /prefix*             everything under the prefix on this host
+//	                           ("/*" also needs X-Purge-All: true)
+//	PURGE / + Surrogate-Key or Cache-Tag header: every object with the tags
+//
+// It is allowed with "Authorization: Bearer <admin token>", checked by the
+// control plane, or from the PurgeAllow addresses; the answer is the
+// per-node summary as JSON: 200 once every node acknowledged, 202 when some
+// are still pending (they apply it when they reconnect).
+func (n *Node) servePurge(w http.ResponseWriter, r *http.Request, client string) {
+	token, hasToken := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !hasToken {
+		a, err := netip.ParseAddr(client)
+		if err != nil || !n.purgeAllowed(a.Unmap()) {
+			purgeError(w, http.StatusForbidden, "PURGE is allowed only with Authorization: Bearer <admin token> or from the configured purge addresses")
+			return
+		}
+		token = n.cfg.AdminToken
+	}
+	calls, err := n.purgeCalls(r)
+	if err != nil {
+		purgeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), purgeCallTimeout)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	out := struct {
+		Complete bool              `json:"complete"`
+		Purges   []json.RawMessage `json:"purges"`
+	}{Complete: true}
+	for _, call := range calls {
+		st, err := n.callAdmin(ctx, call)
+		if err != nil {
+			code, msg := purgeStatusCode(err, n.cfg.ControlPlane)
+			purgeError(w, code, msg)
+			return
+		}
+		raw, err := protojson.Marshal(st)
+		if err != nil {
+			purgeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		out.Purges = append(out.Purges, raw)
+		out.Complete = out.Complete && st.GetComplete()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if out.Complete {
+		w.WriteHeader(http.StatusOK)
+	} else {
+		w.WriteHeader(http.StatusAccepted)
+	}
+	json.NewEncoder(w).Encode(out)
+}
+
+func (n *Node) purgeAllowed(a netip.Addr) bool {
+	for _, p := range n.cfg.PurgeAllow {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// purgeCall is one AdminService purge call.
+type purgeCall func(context.Context, pb.AdminServiceClient) (*pb.PurgeStatus, error)
+
+// purgeCalls reads what a PURGE request asks for.
+func (n *Node) purgeCalls(r *http.Request) ([]purgeCall, error) {
+	id := r.Header.Get("X-Request-Id")
+	var tags []string
+	entryTags(r.Header, func(t string) bool { tags = append(tags, t); return false })
+	if len(tags) > 0 {
+		calls := make([]purgeCall, 0, len(tags))
+		for i, t := range tags {
+			tid := id
+			if id != "" && len(tags) > 1 {
+				tid = fmt.Sprintf("%s:%d", id, i)
+			}
+			calls = append(calls, func(ctx context.Context, c pb.AdminServiceClient) (*pb.PurgeStatus, error) {
+				resp, err := c.PurgeTag(ctx, &pb.PurgeTagRequest{RequestId: tid, Tag: t})
+				return resp.GetStatus(), err
+			})
+		}
+		return calls, nil
+	}
+	if prefix, ok := strings.CutSuffix(r.URL.Path, "*"); ok {
+		if r.URL.RawQuery != "" {
+			return nil, fmt.Errorf("PURGE %s: a prefix purge takes no query", r.URL.RequestURI())
+		}
+		all := strings.EqualFold(r.Header.Get("X-Purge-All"), "true")
+		if prefix == "/" && !all {
+			return nil, fmt.Errorf("PURGE /* purges everything on %s: send X-Purge-All: true to confirm", policy.Host(r))
+		}
+		req := &pb.PurgePrefixRequest{RequestId: id, Host: policy.Host(r), PathPrefix: prefix, All: all}
+		return []purgeCall{func(ctx context.Context, c pb.AdminServiceClient) (*pb.PurgeStatus, error) {
+			resp, err := c.PurgePrefix(ctx, req)
+			return resp.GetStatus(), err
+		}}, nil
+	}
+	req := &pb.PurgeRequest{RequestId: id, Url: "http://" + r.Host + r.URL.RequestURI()}
+	return []purgeCall{func(ctx context.Context, c pb.AdminServiceClient) (*pb.PurgeStatus, error) {
+		resp, err := c.Purge(ctx, req)
+		return resp.GetStatus(), err
+	}}, nil
+}
+
+// callAdmin makes call on each control-plane address in turn until one is
+// reachable.
+func (n *Node) callAdmin(ctx context.Context, call purgeCall) (*pb.PurgeStatus, error) {
+	var err error
+	for _, c := range n.admin {
+		var st *pb.PurgeStatus
+		if st, err = call(ctx, c); status.Code(err) != codes.Unavailable {
+			return st, err
+		}
+	}
+	return nil, err
+}
+
+// purgeStatusCode maps a failed call to the PURGE's answer.
+func purgeStatusCode(err error, controlPlane string) (int, string) {
+	st, _ := status.FromError(err)
+	switch st.Code() {
+	case codes.InvalidArgument:
+		return http.StatusBadRequest, st.Message()
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return http.StatusUnauthorized, "the control plane refused the token: " + st.Message()
+	case codes.AlreadyExists:
+		return http.StatusConflict, st.Message()
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return http.StatusServiceUnavailable, fmt.Sprintf("control plane at %s cannot be reached; nothing was purged: %s", controlPlane, st.Message())
+	}
+	return http.StatusBadGateway, st.Message()
+}
+
+func purgeError(w http.ResponseWriter, code int, msg string) {
+	if code == http.StatusUnauthorized || code == http.StatusForbidden {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="shardcache purge"`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
