@@ -1,12 +1,3 @@
-// Package admin is the Go client of shardcache's AdminService, the API that
-// cachectl is built on. It depends on gRPC and the generated protobuf types
-// only, so a program that manages a cluster does not pull in etcd or the
-// cache node.
-//
-//	c, err := admin.New(admin.Config{Address: "127.0.0.1:7070", Token: token})
-//	if err != nil { ... }
-//	defer c.Close()
-//	epoch, err := c.GetRing(ctx, 0)
 package admin
 
 import (
@@ -14,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"time"
 
@@ -47,15 +39,47 @@ type Config struct {
 	// TLS, when set, connects over TLS (with a client certificate for
 	// mTLS). Nil connects in plaintext.
 	TLS *tls.Config
-	// Timeout bounds each call that has no deadline of its own. Default 10s.
+	// Timeout bounds each call that has no deadline of its own, retries
+	// included; a purge call gets its wait on top. Default 10s.
 	Timeout time.Duration
+	// MaxRetries is how many times a call is repeated after the control
+	// plane answered Unavailable (no replica reachable, or etcd behind it
+	// failing), always within the call's deadline. A caller's deadline or
+	// cancellation is never retried. Default 4; negative disables retries.
+	MaxRetries int
+	// RetryBackoff is the pause before the first retry; it doubles on each
+	// retry up to MaxRetryBackoff. Half of each pause is random, so that
+	// clients that failed together do not retry in step. Default 100ms.
+	RetryBackoff time.Duration
+	// MaxRetryBackoff caps the pause between retries. Default 2s.
+	MaxRetryBackoff time.Duration
+}
+
+// withDefaults returns cfg with its zero fields set to their defaults.
+func (cfg Config) withDefaults() Config {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	switch {
+	case cfg.MaxRetries == 0:
+		cfg.MaxRetries = 4
+	case cfg.MaxRetries < 0:
+		cfg.MaxRetries = 0
+	}
+	if cfg.RetryBackoff == 0 {
+		cfg.RetryBackoff = 100 * time.Millisecond
+	}
+	if cfg.MaxRetryBackoff == 0 {
+		cfg.MaxRetryBackoff = 2 * time.Second
+	}
+	return cfg
 }
 
 // Client calls AdminService. It is safe for concurrent use.
 type Client struct {
-	conn    *grpc.ClientConn
-	rpc     pb.AdminServiceClient
-	timeout time.Duration
+	conn *grpc.ClientConn
+	rpc  pb.AdminServiceClient
+	cfg  Config // with defaults
 }
 
 // New returns a client for cfg. It does not dial: the first call connects.
@@ -67,9 +91,10 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Token == "" && !hasClientCert {
 		return nil, fmt.Errorf("%w: no admin token or client certificate given", ErrUnauthenticated)
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 10 * time.Second
+	if cfg.Timeout < 0 || cfg.RetryBackoff < 0 || cfg.MaxRetryBackoff < 0 {
+		return nil, fmt.Errorf("%w: negative timeout or retry backoff", ErrInvalid)
 	}
+	cfg = cfg.withDefaults()
 	bearer := "Bearer " + cfg.Token
 	withToken := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if cfg.Token != "" {
@@ -88,7 +113,7 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", cfg.Address, err)
 	}
-	return &Client{conn: conn, rpc: pb.NewAdminServiceClient(conn), timeout: cfg.Timeout}, nil
+	return &Client{conn: conn, rpc: pb.NewAdminServiceClient(conn), cfg: cfg}, nil
 }
 
 // Close releases the connection.
@@ -105,20 +130,67 @@ func (c *Client) ListNodes(ctx context.Context) (*pb.ListNodesResponse, error) {
 	return invoke(ctx, c, c.rpc.ListNodes, &pb.ListNodesRequest{})
 }
 
+// Version returns the build of the control-plane replica that answers.
+func (c *Client) Version(ctx context.Context) (*pb.GetVersionResponse, error) {
+	return invoke(ctx, c, c.rpc.GetVersion, &pb.GetVersionRequest{})
+}
+
 // invoke calls rpc with the client's default timeout (unless ctx has a
-// deadline) and maps a failure to the package's errors.
+// deadline), retries it while the control plane is unavailable, and maps a
+// failure to the package's errors.
 func invoke[Req, Resp any](ctx context.Context, c *Client, rpc func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	return invokeHeld(ctx, c, 0, rpc, req)
+}
+
+// invokeHeld is invoke for a call the server may hold for up to held before
+// it answers; the default timeout is extended by that much.
+func invokeHeld[Req, Resp any](ctx context.Context, c *Client, held time.Duration, rpc func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.Timeout+held)
 		defer cancel()
 	}
-	resp, err := rpc(ctx, req)
-	if err != nil {
-		var zero Resp
-		return zero, fromStatus(err)
+	for attempt := 1; ; attempt++ {
+		resp, err := rpc(ctx, req)
+		if err == nil {
+			return resp, nil
+		}
+		if status.Code(err) != codes.Unavailable || attempt > c.cfg.MaxRetries || !c.pause(ctx, attempt) {
+			var zero Resp
+			if attempt > 1 {
+				return zero, fmt.Errorf("%w (tried %d times)", fromStatus(err), attempt)
+			}
+			return zero, fromStatus(err)
+		}
 	}
-	return resp, nil
+}
+
+// pause waits before retry n (from 1). It returns false, at once, when ctx
+// ends first or its deadline would pass before the retry could start.
+func (c *Client) pause(ctx context.Context, n int) bool {
+	d := c.backoff(n)
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// backoff is the pause before retry n: RetryBackoff doubled n-1 times, at
+// most MaxRetryBackoff, of which a random half is jitter.
+func (c *Client) backoff(n int) time.Duration {
+	d := c.cfg.RetryBackoff
+	for i := 1; i < n && d < c.cfg.MaxRetryBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, c.cfg.MaxRetryBackoff)
+	return d/2 + rand.N(d/2+1)
 }
 
 // codeErrors maps gRPC codes back to the client's sentinels.
@@ -130,6 +202,7 @@ var codeErrors = map[codes.Code]error{
 	codes.Unavailable:      ErrUnavailable,
 	codes.DeadlineExceeded: ErrUnavailable,
 	codes.Aborted:          ErrConflict,
+	codes.AlreadyExists:    ErrConflict,
 }
 
 // rpcError is a failed call: it matches its sentinel with errors.Is and

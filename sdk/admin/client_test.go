@@ -3,6 +3,7 @@ package admin
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -19,6 +20,7 @@ func TestErrorsMapCodesAndKeepDetails(t *testing.T) {
 		{codes.InvalidArgument, ErrInvalid},
 		{codes.Unavailable, ErrUnavailable},
 		{codes.Aborted, ErrConflict},
+		{codes.AlreadyExists, ErrConflict},
 	}
 	for _, tt := range tests {
 		err := fromStatus(status.Error(tt.code, "boom"))
@@ -36,5 +38,17 @@ func TestErrorsMapCodesAndKeepDetails(t *testing.T) {
 	var ve *ValidationError
 	if !errors.As(err, &ve) || len(ve.Fields) != 1 || ve.Fields[0].Field != "name" || !errors.Is(err, ErrInvalid) {
 		t.Fatalf("validation error %v lost its fields", err)
+	}
+}
+
+func TestBackoffDoublesWithJitter(t *testing.T) {
+	c := &Client{cfg: Config{}.withDefaults()}
+	for n, ms := range []time.Duration{100, 200, 400, 800, 1600, 2000, 2000} {
+		want := ms * time.Millisecond
+		for range 100 {
+			if d := c.backoff(n + 1); d < want/2 || d > want {
+				t.Fatalf("backoff(%d) = %s, want %s to %s", n+1, d, want/2, want)
+			}
+		}
 	}
 }
