@@ -18,6 +18,7 @@ func newRootCommand() *cobra.Command {
 	}
 	g.register(root)
 	root.AddCommand(newRingCommand(g), newNodesCommand(g), newBenchCommand(g), newPolicyCommand(g),
-		newDrainCommand(g), newUndrainCommand(g))
+		newDrainCommand(g), newUndrainCommand(g), newPurgeCommand(g), newLocateCommand(g), newStatsCommand(g),
+		newVersionCommand(g))
 	return root
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -13,17 +14,25 @@ import (
 )
 
 func newNodesCommand(g *globalOptions) *cobra.Command {
+	return showCommand(g, "nodes", "List the registered nodes with their load",
+		func(ctx context.Context, c *admin.Client) (*pb.ListNodesResponse, error) { return c.ListNodes(ctx) },
+		func(tw *tabwriter.Writer, resp *pb.ListNodesResponse) { nodesTable(tw, resp, time.Now()) })
+}
+
+// showCommand is a command without arguments that renders what get
+// returns, with table for -o table.
+func showCommand[T any](g *globalOptions, use, short string, get func(context.Context, *admin.Client) (T, error), table func(*tabwriter.Writer, T)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "nodes",
-		Short: "List the registered nodes with their load",
+		Use:   use,
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withClient(func(c *admin.Client) error {
-				resp, err := c.ListNodes(cmd.Context())
+				v, err := get(cmd.Context(), c)
 				if err != nil {
 					return err
 				}
-				return render(cmd.OutOrStdout(), g.output, resp, func(tw *tabwriter.Writer) { nodesTable(tw, resp, time.Now()) })
+				return render(cmd.OutOrStdout(), g.output, v, func(tw *tabwriter.Writer) { table(tw, v) })
 			})
 		},
 	}

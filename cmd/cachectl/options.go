@@ -31,6 +31,7 @@ func (g *globalOptions) register(root *cobra.Command) {
 	f.StringVar(&g.controlPlane, "control-plane", def, "control-plane address ($SHARDCACHE_CONTROL_PLANE sets the default)")
 	f.StringVar(&g.token, "token", "", "admin token (default $SHARDCACHE_TOKEN, then the dev token file)")
 	f.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 	f.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each call")
 	f.StringVar(&g.ca, "ca", "", "CA that signed the control plane's TLS certificate (enables TLS)")
 	f.StringVar(&g.cert, "cert", "", "client certificate for mTLS (replaces the token)")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -12,10 +13,12 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// outputFormats are the values of -o.
+var outputFormats = []string{"table", "json", "yaml"}
+
 // checkFormat refuses an unknown -o value before any call is made.
 func checkFormat(format string) error {
-	switch format {
-	case "table", "json", "yaml":
+	if slices.Contains(outputFormats, format) {
 		return nil
 	}
 	return fmt.Errorf("-o %q: want table, json or yaml", format)

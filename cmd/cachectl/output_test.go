@@ -45,17 +45,23 @@ func testEpoch() *pb.RingEpoch {
 	}
 }
 
-func TestRingOutput(t *testing.T) {
-	for _, format := range []string{"table", "json", "yaml"} {
+// goldenFormats renders v in every output format and compares each with
+// testdata/name.FORMAT.
+func goldenFormats[T any](t *testing.T, name string, v T, table func(*tabwriter.Writer, T)) {
+	t.Helper()
+	for _, format := range outputFormats {
 		t.Run(format, func(t *testing.T) {
 			var b bytes.Buffer
-			e := testEpoch()
-			if err := render(&b, format, e, func(tw *tabwriter.Writer) { ringTable(tw, e) }); err != nil {
+			if err := render(&b, format, v, func(tw *tabwriter.Writer) { table(tw, v) }); err != nil {
 				t.Fatal(err)
 			}
-			golden(t, "ring."+format, b.Bytes())
+			golden(t, name+"."+format, b.Bytes())
 		})
 	}
+}
+
+func TestRingOutput(t *testing.T) {
+	goldenFormats(t, "ring", testEpoch(), ringTable)
 }
 
 func TestNodesTable(t *testing.T) {

@@ -43,6 +43,7 @@ func newPolicyCommand(g *globalOptions) *cobra.Command {
 		},
 		&cobra.Command{
 			Use: "get NAME", Short: "Show one policy (YAML by default)", Args: cobra.ExactArgs(1),
+			ValidArgsFunction: completePolicies(g),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return g.withClient(func(c *admin.Client) error {
 					p, err := c.GetPolicy(cmd.Context(), args[0])
@@ -60,6 +61,7 @@ func newPolicyCommand(g *globalOptions) *cobra.Command {
 		newPolicyApplyCommand(g),
 		&cobra.Command{
 			Use: "delete NAME", Short: "Delete a policy", Args: cobra.ExactArgs(1),
+			ValidArgsFunction: completePolicies(g),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return g.withClient(func(c *admin.Client) error {
 					rev, err := c.DeletePolicy(cmd.Context(), args[0])

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardcache/shardcache/cmd/internal/units"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/admin"
+)
+
+// responseRoutes are the routes a node answers a client request by, in the
+// order the table shows their bytes.
+var responseRoutes = []string{"local", "relayed", "bypass", "redirect"}
+
+// clusterStats is what `cachectl stats` prints: each node's counters since
+// it started, and their sum.
+type clusterStats struct {
+	Nodes []*trafficStats `json:"nodes"`
+	Total *trafficStats   `json:"total"`
+}
+
+// trafficStats are one node's request counters, or a sum of them. The
+// ratios are null when there were no requests.
+type trafficStats struct {
+	Node           string `json:"node"`
+	Requests       uint64 `json:"requests"`
+	Hits           uint64 `json:"hits"`
+	OriginRequests uint64 `json:"origin_requests"`
+	Relayed        uint64 `json:"relayed"`
+	PeerBytes      uint64 `json:"peer_bytes"`
+	// ResponseBytes are the body bytes sent to clients by route.
+	ResponseBytes map[string]uint64 `json:"response_bytes_by_route"`
+	// HitRatio is hits over requests.
+	HitRatio *float64 `json:"hit_ratio"`
+	// OriginOffload is the share of requests that did not reach the origin.
+	OriginOffload *float64 `json:"origin_offload"`
+	// RelayFraction is the share of requests relayed to another node.
+	RelayFraction *float64 `json:"relay_fraction"`
+}
+
+func newStatsCommand(g *globalOptions) *cobra.Command {
+	return showCommand(g, "stats", "Show each node's hit ratio, origin offload, relay fraction and response bytes since it started",
+		func(ctx context.Context, c *admin.Client) (*clusterStats, error) {
+			resp, err := c.ListNodes(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return statsOf(resp), nil
+		}, statsTable)
+}
+
+// statsOf sums the nodes' last load reports.
+func statsOf(resp *pb.ListNodesResponse) *clusterStats {
+	s := &clusterStats{Nodes: []*trafficStats{}, Total: newTrafficStats("total")}
+	for _, n := range resp.GetNodes() {
+		l := n.GetLoad()
+		ns := newTrafficStats(n.GetMember().GetId())
+		ns.Requests, ns.Hits, ns.OriginRequests = l.GetRequestsTotal(), l.GetHitsTotal(), l.GetOriginRequestsTotal()
+		ns.Relayed, ns.PeerBytes = l.GetRelayedTotal(), l.GetPeerBytesTotal()
+		for r, b := range l.GetResponseBytesByRoute() {
+			ns.ResponseBytes[r] = b
+			s.Total.ResponseBytes[r] += b
+		}
+		s.Total.Requests += ns.Requests
+		s.Total.Hits += ns.Hits
+		s.Total.OriginRequests += ns.OriginRequests
+		s.Total.Relayed += ns.Relayed
+		s.Total.PeerBytes += ns.PeerBytes
+		ns.ratios()
+		s.Nodes = append(s.Nodes, ns)
+	}
+	s.Total.ratios()
+	return s
+}
+
+// newTrafficStats returns zero counters, with every route's bytes present
+// so that scripts find them.
+func newTrafficStats(node string) *trafficStats {
+	t := &trafficStats{Node: node, ResponseBytes: make(map[string]uint64, len(responseRoutes))}
+	for _, r := range responseRoutes {
+		t.ResponseBytes[r] = 0
+	}
+	return t
+}
+
+// ratios fills the ratios from the counters.
+func (t *trafficStats) ratios() {
+	if t.Requests == 0 {
+		return
+	}
+	share := func(n uint64) *float64 {
+		v := float64(n) / float64(t.Requests)
+		return &v
+	}
+	offload := 1 - float64(t.OriginRequests)/float64(t.Requests)
+	t.HitRatio, t.OriginOffload, t.RelayFraction = share(t.Hits), &offload, share(t.Relayed)
+}
+
+func statsTable(tw *tabwriter.Writer, s *clusterStats) {
+	fmt.Fprint(tw, "NODE\tREQUESTS\tHIT RATIO\tORIGIN OFFLOAD\tRELAY FRACTION")
+	for _, r := range responseRoutes {
+		fmt.Fprintf(tw, "\t%s BYTES", strings.ToUpper(r))
+	}
+	fmt.Fprintln(tw)
+	for _, t := range slices.Concat(s.Nodes, []*trafficStats{s.Total}) {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s", t.Node, t.Requests, percent(t.HitRatio), percent(t.OriginOffload), percent(t.RelayFraction))
+		for _, r := range responseRoutes {
+			fmt.Fprintf(tw, "\t%s", units.Bytes(int64(t.ResponseBytes[r])))
+		}
+		fmt.Fprintln(tw)
+	}
+}
+
+// percent is 0.9712 as "97.1%", and nil as "-".
+func percent(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100**v)
+}

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"testing"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+func testLoads() *pb.ListNodesResponse {
+	return &pb.ListNodesResponse{Epoch: 7, Nodes: []*pb.Node{
+		{Member: &pb.Member{Id: "node-1"}, Load: &pb.LoadReport{RequestsTotal: 1000, HitsTotal: 900, OriginRequestsTotal: 80,
+			RelayedTotal: 600, PeerBytesTotal: 3 << 20,
+			ResponseBytesByRoute: map[string]uint64{"local": 5 << 20, "relayed": 12 << 20, "bypass": 2048}}},
+		{Member: &pb.Member{Id: "node-2"}, Load: &pb.LoadReport{RequestsTotal: 3000, HitsTotal: 2940, OriginRequestsTotal: 45,
+			RelayedTotal: 2000, PeerBytesTotal: 1 << 30,
+			ResponseBytesByRoute: map[string]uint64{"local": 1 << 30, "relayed": 512 << 20, "redirect": 300}}},
+		{Member: &pb.Member{Id: "node-3"}}, // no report yet
+	}}
+}
+
+func TestStatsOutput(t *testing.T) {
+	goldenFormats(t, "stats", statsOf(testLoads()), statsTable)
+}
+
+func TestStatsRatios(t *testing.T) {
+	s := statsOf(testLoads())
+	tot := s.Total
+	if tot.Requests != 4000 || tot.Hits != 3840 || tot.ResponseBytes["relayed"] != 524<<20 {
+		t.Fatalf("total %+v", tot)
+	}
+	for name, got := range map[string]*float64{"hit ratio": tot.HitRatio, "origin offload": tot.OriginOffload, "relay fraction": tot.RelayFraction} {
+		want := map[string]float64{"hit ratio": 0.96, "origin offload": 1 - 125.0/4000, "relay fraction": 0.65}[name]
+		if got == nil || *got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if n := s.Nodes[2]; n.HitRatio != nil || n.OriginOffload != nil || n.RelayFraction != nil {
+		t.Errorf("a node without requests has ratios: %+v", n)
+	}
+}
