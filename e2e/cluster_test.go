@@ -70,14 +70,16 @@ type node struct {
 	id                string
 	client, peer, ops string
 	proc              *process
+	args              []string // to start it again
 }
 
 type cluster struct {
-	t       *testing.T
-	token   string
-	control string
-	origin  *countingOrigin
-	nodes   []*node
+	t           *testing.T
+	token       string
+	control     string
+	controlProc *process
+	origin      *countingOrigin
+	nodes       []*node
 }
 
 // startCluster starts a control plane, n nodes and an origin, and waits
@@ -86,10 +88,28 @@ type cluster struct {
 func startCluster(t *testing.T, ctx context.Context, n int, etcdURL string) *cluster {
 	t.Helper()
 	origin := &countingOrigin{counts: map[string]int{}}
-	osrv := httptest.NewServer(origin)
+	c := startClusterWith(t, ctx, clusterConfig{nodes: n, etcdURL: etcdURL, origin: origin})
+	c.origin = origin
+	return c
+}
+
+// clusterConfig varies startClusterWith's cluster.
+type clusterConfig struct {
+	nodes   int
+	etcdURL string
+	origin  http.Handler
+	// nodeArgs, when set, adds flags to node i (from 1).
+	nodeArgs func(i int) []string
+}
+
+// startClusterWith starts a control plane, cfg.nodes nodes and cfg.origin.
+func startClusterWith(t *testing.T, ctx context.Context, cfg clusterConfig) *cluster {
+	t.Helper()
+	n, etcdURL := cfg.nodes, cfg.etcdURL
+	osrv := httptest.NewServer(cfg.origin)
 	t.Cleanup(osrv.Close)
 
-	c := &cluster{t: t, token: "e2e-token", control: freeAddr(t), origin: origin}
+	c := &cluster{t: t, token: "e2e-token", control: freeAddr(t)}
 	args := []string{"control", "--listen", c.control, "--admin-token", c.token, "--join-token", "e2e-join",
 		"--lease-ttl", "2s", "--epoch-batch-window", "200ms"}
 	if etcdURL != "" {
@@ -98,15 +118,18 @@ func startCluster(t *testing.T, ctx context.Context, n int, etcdURL string) *clu
 		args = append(args, "--etcd-dir", filepath.Join(t.TempDir(), "etcd"),
 			"--etcd-client-url", "http://"+freeAddr(t), "--etcd-peer-url", "http://"+freeAddr(t))
 	}
-	cp := startProcess(t, "control", filepath.Join(binDir, "shardcache"), args...)
-	if err := cp.WaitLine(ctx, "control plane serving"); err != nil {
+	c.controlProc = startProcess(t, "control", filepath.Join(binDir, "shardcache"), args...)
+	if err := c.controlProc.WaitLine(ctx, "control plane serving"); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i <= n; i++ {
 		nd := &node{id: fmt.Sprintf("node-%d", i), client: freeAddr(t), peer: freeAddr(t), ops: freeAddr(t)}
-		nd.proc = startProcess(t, nd.id, filepath.Join(binDir, "shardcache"), "node",
-			"--id", nd.id, "--client", nd.client, "--peer", nd.peer, "--ops", nd.ops,
-			"--control-plane", c.control, "--origin", osrv.URL, "--join-token", "e2e-join")
+		nd.args = []string{"node", "--id", nd.id, "--client", nd.client, "--peer", nd.peer, "--ops", nd.ops,
+			"--control-plane", c.control, "--origin", osrv.URL, "--join-token", "e2e-join"}
+		if cfg.nodeArgs != nil {
+			nd.args = append(nd.args, cfg.nodeArgs(i)...)
+		}
+		nd.proc = startProcess(t, nd.id, filepath.Join(binDir, "shardcache"), nd.args...)
 		c.nodes = append(c.nodes, nd)
 	}
 	for _, nd := range c.nodes {
