@@ -2,8 +2,10 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"net/http"
@@ -453,5 +455,39 @@ func TestDeleteAndKeys(t *testing.T) {
 	defer s.Close()
 	if _, ok := s.Get("http/a/2"); ok || s.Loaded() != 1 {
 		t.Fatalf("after reopen: deleted object found=%v, %d records; want gone and 1", ok, s.Loaded())
+	}
+}
+
+func TestRecordKeepsTheURLAndFormatOneIsStillRead(t *testing.T) {
+	e := meta("k")
+	e.URL = "www.example.com/a?b=1"
+	head := encodeHead(e)
+	got, err := decodeHead(head)
+	if err != nil || got.URL != e.URL || got.Key != "k" {
+		t.Fatalf("decoded %+v, %v; want URL %q", got, err, e.URL)
+	}
+	// A format 1 head is the same without the URL at the end.
+	e.URL = ""
+	v1 := encodeHead(e)
+	v1 = v1[:len(v1)-5] // drop the empty URL (1 byte) and the CRC
+	binary.LittleEndian.PutUint16(v1[4:], 1)
+	binary.LittleEndian.PutUint32(v1[8:], uint32(len(v1)-prefixLen))
+	v1 = binary.LittleEndian.AppendUint32(v1, crc32.Checksum(v1, crcTable))
+	if got, err := decodeHead(v1); err != nil || got.URL != "" || got.Key != "k" {
+		t.Fatalf("format 1 head: %+v, %v", got, err)
+	}
+
+	// Peek reads an entry's metadata from disk without a body.
+	dir := t.TempDir()
+	s := openStore(t, dir, func(c *Config) { c.MemoryMaxObject = 1 })
+	big := meta("big")
+	big.URL = "h/big"
+	put(t, s, big, body("big", 1, 4096), false)
+	p, ok := s.Peek("big")
+	if !ok || p.URL != "h/big" || p.Body != nil {
+		t.Fatalf("Peek: %+v %v", p, ok)
+	}
+	if _, ok := s.Peek("absent"); ok {
+		t.Fatal("Peek found an absent key")
 	}
 }
