@@ -150,12 +150,20 @@ func invokeHeld[Req, Resp any](ctx context.Context, c *Client, held time.Duratio
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.Timeout+held)
 		defer cancel()
 	}
+	var prev error
 	for attempt := 1; ; attempt++ {
 		resp, err := rpc(ctx, req)
 		if err == nil {
 			return resp, nil
 		}
-		if status.Code(err) != codes.Unavailable || attempt > c.cfg.MaxRetries || !c.pause(ctx, attempt) {
+		cut := cutOff(ctx, err)
+		if prev != nil && cut {
+			// A retry cut off by the deadline says less than the failure
+			// that caused it (such as the control plane naming etcd).
+			err = prev
+		}
+		prev = err
+		if status.Code(err) != codes.Unavailable || cut || attempt > c.cfg.MaxRetries || !c.pause(ctx, attempt) {
 			var zero Resp
 			if attempt > 1 {
 				return zero, fmt.Errorf("%w (tried %d times)", fromStatus(err), attempt)
@@ -163,6 +171,20 @@ func invokeHeld[Req, Resp any](ctx context.Context, c *Client, held time.Duratio
 			return zero, fromStatus(err)
 		}
 	}
+}
+
+// cutOffMargin is how close to its deadline a failed call counts as cut
+// off by it: the server gives up a little before the client does.
+const cutOffMargin = 100 * time.Millisecond
+
+// cutOff reports whether a call failed because ctx ended or was about to.
+func cutOff(ctx context.Context, err error) bool {
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	deadline, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && time.Until(deadline) < cutOffMargin
 }
 
 // pause waits before retry n (from 1). It returns false, at once, when ctx

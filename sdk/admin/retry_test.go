@@ -24,6 +24,8 @@ type flakyAdmin struct {
 	pb.UnimplementedAdminServiceServer
 	failures int        // calls that fail before one succeeds; -1: all
 	code     codes.Code // their code; OK: held until the caller gives up
+	// holdAfter holds every call after the failures until the caller gives up.
+	holdAfter bool
 
 	mu  sync.Mutex
 	ids []string
@@ -40,6 +42,10 @@ func (s *flakyAdmin) Purge(ctx context.Context, req *pb.PurgeRequest) (*pb.Purge
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 		return nil, status.Error(s.code, "replica not ready")
+	}
+	if s.holdAfter {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	return &pb.PurgeResponse{Status: &pb.PurgeStatus{Purge: &pb.Purge{Id: req.GetRequestId()}, Complete: true}}, nil
 }
@@ -151,5 +157,22 @@ func TestRetries(t *testing.T) {
 func TestRequestIDsDiffer(t *testing.T) {
 	if a, b := admin.NewRequestID(), admin.NewRequestID(); a == b {
 		t.Fatalf("two request ids are both %q", a)
+	}
+}
+
+// A retry cut off by the caller's deadline must not hide the failure that
+// caused it.
+func TestRetryCutByTheDeadlineKeepsTheCause(t *testing.T) {
+	srv := &flakyAdmin{failures: 1, code: codes.Unavailable, holdAfter: true}
+	c, err := admin.New(admin.Config{Address: serve(t, srv), Token: "t", RetryBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = c.PurgeURL(ctx, "http://h/a", admin.PurgeOptions{})
+	if !errors.Is(err, admin.ErrUnavailable) || !strings.Contains(err.Error(), "replica not ready") || len(srv.calls()) != 2 {
+		t.Fatalf("after %d calls: %v; want the first failure's message", len(srv.calls()), err)
 	}
 }
