@@ -46,7 +46,7 @@ const instances = 3
 func startShardcache(ctx context.Context, r *runner, dir string, memBytes int64) (*instance, error) {
 	control := freePort()
 	in := &instance{dir: dir, control: control}
-	cp, err := startProc(dir, "control", r.shardcache, "control", "--listen", control,
+	cp, err := startProc(dir, "control", r.shardcache, "control", "--listen", control, "--ops", freePort(),
 		"--etcd-dir", filepath.Join(dir, "etcd"), "--etcd-client-url", "http://"+freePort(),
 		"--etcd-peer-url", "http://"+freePort(), "--admin-token", "bench", "--epoch-batch-window", "200ms",
 		"--log-level", "warn")

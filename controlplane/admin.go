@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -31,6 +33,9 @@ type adminService struct {
 	hub      *hub
 	policies *policyHub
 	replica  string
+	// purgesRecorded counts purges by kind; tracer spans their fan-out.
+	purgesRecorded *prometheus.CounterVec
+	tracer         trace.Tracer
 }
 
 var _ pb.AdminServiceServer = (*adminService)(nil)

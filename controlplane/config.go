@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures a control-plane replica. The zero value of every field
@@ -69,6 +71,13 @@ type Config struct {
 	// the peer hop: nodes send a CSR on their session and get a short-lived
 	// certificate for their member id, renewed before it expires.
 	CA CAConfig
+
+	// OpsAddr, when set, is host:port of an HTTP listener serving
+	// /metrics (Prometheus) and /healthz.
+	OpsAddr string
+	// TracerProvider, when set, traces gRPC calls (W3C trace context) and
+	// purges' fan-out with OpenTelemetry.
+	TracerProvider trace.TracerProvider
 
 	// Logger receives the replica's logs. Default: slog.Default().
 	Logger *slog.Logger

@@ -15,6 +15,9 @@ import (
 	"unicode"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -165,13 +168,21 @@ func (a *adminService) purge(ctx context.Context, req purgeRequest, bad []string
 		p.Id = newRequestID()
 	}
 	p.CreatedAt = timestamppb.Now()
+	ctx, span := a.tracer.Start(ctx, "purge", trace.WithAttributes(attribute.String("shardcache.purge.id", p.GetId()),
+		attribute.String("shardcache.purge.target", describePurge(p))))
+	defer span.End()
 	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	recorded, err := a.state.recordPurge(wctx, p)
 	cancel()
 	if err != nil {
+		span.SetStatus(otelcodes.Error, err.Error())
 		return nil, toStatus(err)
 	}
-	return a.awaitAcks(ctx, recorded, wait)
+	a.purgesRecorded.WithLabelValues(strings.ToLower(strings.TrimPrefix(p.GetKind().String(), "PURGE_KIND_"))).Inc()
+	st, err := a.awaitAcks(ctx, recorded, wait)
+	span.SetAttributes(attribute.Int("shardcache.purge.acknowledged", len(st.GetResults())),
+		attribute.StringSlice("shardcache.purge.pending", st.GetPending()))
+	return st, err
 }
 
 func purgeWait(d *durationpb.Duration, def time.Duration) (time.Duration, error) {

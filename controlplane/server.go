@@ -19,6 +19,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -51,6 +55,8 @@ type Server struct {
 
 	isLeader      atomic.Bool
 	epochsWritten atomic.Uint64
+	metrics       *metrics
+	opsAddr       atomic.Pointer[net.TCPAddr]
 }
 
 // New checks cfg and returns a replica ready to Run.
@@ -59,8 +65,10 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, hub: newHub(), policies: newPolicyHub(), purgeHub: newPurgeHub(),
-		ready: make(chan struct{})}, nil
+	s := &Server{cfg: cfg, log: cfg.Logger, hub: newHub(), policies: newPolicyHub(), purgeHub: newPurgeHub(),
+		ready: make(chan struct{})}
+	s.metrics = newMetrics(s)
+	return s, nil
 }
 
 // Ready is closed once the replica serves gRPC and reaches etcd.
@@ -69,6 +77,22 @@ func (s *Server) Ready() <-chan struct{} { return s.ready }
 // Addr is the bound gRPC address, nil before Ready.
 func (s *Server) Addr() net.Addr {
 	if a := s.addr.Load(); a != nil {
+		return a
+	}
+	return nil
+}
+
+// tracer starts the replica's own spans; a no-op one without tracing.
+func (s *Server) tracer() trace.Tracer {
+	if s.cfg.TracerProvider == nil {
+		return noop.NewTracerProvider().Tracer("")
+	}
+	return s.cfg.TracerProvider.Tracer("github.com/shardcache/shardcache/controlplane")
+}
+
+// OpsAddr is the bound metrics address, nil before Ready or without one.
+func (s *Server) OpsAddr() net.Addr {
+	if a := s.opsAddr.Load(); a != nil {
 		return a
 	}
 	return nil
@@ -102,6 +126,10 @@ func (s *Server) Run(ctx context.Context) error {
 		Endpoints:   endpoints,
 		DialTimeout: s.cfg.EtcdDialTimeout,
 		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{
+			grpc.WithChainUnaryInterceptor(s.metrics.etcd.UnaryClientInterceptor()),
+			grpc.WithChainStreamInterceptor(s.metrics.etcd.StreamClientInterceptor()),
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
@@ -133,7 +161,19 @@ func (s *Server) Run(ctx context.Context) error {
 	stopping := make(chan struct{})
 	gs := s.grpcServer(stopping, creds)
 
+	var opsLis net.Listener
+	if s.cfg.OpsAddr != "" {
+		if opsLis, err = net.Listen("tcp", s.cfg.OpsAddr); err != nil {
+			return fmt.Errorf("control plane metrics listener: %w", err)
+		}
+		defer opsLis.Close()
+		s.opsAddr.Store(opsLis.Addr().(*net.TCPAddr))
+	}
+
 	g, gctx := errgroup.WithContext(ctx)
+	if opsLis != nil {
+		g.Go(func() error { return s.serveOps(gctx, opsLis) })
+	}
 	g.Go(func() error {
 		if err := gs.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("serving gRPC: %w", err)
@@ -204,15 +244,21 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 		s.log.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
 	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(callLevel)}
+	if tp := s.cfg.TracerProvider; tp != nil {
+		creds = append(creds, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp),
+			otelgrpc.WithPropagators(propagation.TraceContext{}))))
+	}
 	gs := grpc.NewServer(append(creds,
 		// Nodes ping every 10s to notice a vanished control plane.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(
+			s.metrics.grpc.UnaryServerInterceptor(),
 			recovery.UnaryServerInterceptor(panicToStatus),
 			logging.UnaryServerInterceptor(logCalls, logOpts...),
 			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), adminOnly),
 		),
 		grpc.ChainStreamInterceptor(
+			s.metrics.grpc.StreamServerInterceptor(),
 			recovery.StreamServerInterceptor(panicToStatus),
 			logging.StreamServerInterceptor(logCalls, logOpts...),
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), adminOnly),
@@ -230,12 +276,15 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 		log:       s.log,
 		ca:        &s.ca,
 		caWanted:  s.cfg.CA.Enabled,
+		sessions:  s.metrics.sessions,
 	})
-	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub, policies: s.policies, replica: s.cfg.ReplicaID})
+	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub, policies: s.policies, replica: s.cfg.ReplicaID,
+		purgesRecorded: s.metrics.purges, tracer: s.tracer()})
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
+	s.metrics.grpc.InitializeMetrics(gs)
 	return gs
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -45,6 +46,7 @@ type nodeService struct {
 	// is configured at all.
 	ca       *atomic.Pointer[certAuthority]
 	caWanted bool
+	sessions prometheus.Gauge
 }
 
 var _ pb.NodeServiceServer = (*nodeService)(nil)
@@ -84,6 +86,8 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 		return status.Errorf(codes.Unavailable, "keeping lease of %s alive: %v", m.GetId(), err)
 	}
 	log.Info("node session started", "peer", m.GetPeerAddress(), "lease", fmt.Sprintf("%x", lease.ID))
+	n.sessions.Inc()
+	defer n.sessions.Dec()
 
 	wakeEpoch, unsubscribeEpochs := n.hub.notify.subscribe()
 	defer unsubscribeEpochs()

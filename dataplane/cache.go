@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/shardcache/shardcache/dataplane/flight"
 	"github.com/shardcache/shardcache/dataplane/freshness"
@@ -63,9 +64,18 @@ type fillShare struct {
 func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member) {
 	now := time.Now()
 	req := freshness.ForRequest(r.Header)
+	_, span := n.startSpan(r.Context(), "cache.lookup", attribute.String("shardcache.key", key))
 	stale := n.lookup(key, r)
+	var decision use
+	outcome := "miss"
 	if stale != nil {
-		switch n.decide(stale, req, p, now) {
+		decision = n.decide(stale, req, p, now)
+		outcome = decision.String()
+	}
+	span.SetAttributes(attribute.String("shardcache.lookup", outcome))
+	span.End()
+	if stale != nil {
+		switch decision {
 		case useFresh:
 			if n.answer(w, r, stale, nil, cacheHit) == nil {
 				return
@@ -151,6 +161,10 @@ const (
 	useUpdating              // serve it stale and revalidate in the background
 	useRevalidate            // ask the origin first
 )
+
+func (u use) String() string {
+	return [...]string{"fresh", "stale", "updating", "revalidate"}[u]
+}
 
 // decide applies RFC 9111 4.2 and 5.2 to a stored response and a request.
 func (n *Node) decide(e *store.Entry, req freshness.Directives, p *policy.Policy, now time.Time) use {

@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures a cache node. Zero values mean the documented default;
@@ -113,6 +115,12 @@ type Config struct {
 	// AccessLogSample is the share of requests logged, in (0, 1]; 5xx
 	// answers are always logged. Default 1.
 	AccessLogSample float64
+
+	// TracerProvider, when set, traces requests with OpenTelemetry: the
+	// client request, the cache lookup, the relay and the owner's handling
+	// of it, the origin fetch, with W3C traceparent on the peer hop and to
+	// the origin. Nil: no tracing, at no cost.
+	TracerProvider trace.TracerProvider
 
 	// Logger receives the node's logs. Default slog.Default().
 	Logger *slog.Logger

@@ -97,6 +97,7 @@ func (n *Node) logAccess(r *http.Request, rec *recorder, client, route, cache st
 		slog.String("route", route),
 		slog.String("served_by", rec.Header().Get("X-Cache-Node")),
 		slog.String("node", n.cfg.ID),
+		slog.String("trace_id", traceID(r.Context())),
 	)
 }
 

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/shardcache/shardcache/dataplane/freshness"
 	"github.com/shardcache/shardcache/dataplane/policy"
 	"github.com/shardcache/shardcache/dataplane/relay"
@@ -49,13 +51,15 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 			n.hits.Add(1)
 		}
 		elapsed := time.Since(start)
-		n.metrics.requests.WithLabelValues(route, cache, statusClass(rec.status)).Inc()
+		n.metrics.requests.WithLabelValues(route, cache, methodLabel(r.Method), statusClass(rec.status)).Inc()
 		n.metrics.duration.WithLabelValues(route).Observe(elapsed.Seconds())
 		n.metrics.responseSize.WithLabelValues(route).Observe(float64(rec.bytes))
 		if c := n.metrics.routeBytes[route]; c != nil {
 			c.Add(uint64(rec.bytes))
 		}
 		n.logAccess(r, rec, client, route, cache, start, elapsed)
+		annotate(r.Context(), attribute.String("shardcache.node", n.cfg.ID), attribute.String("shardcache.route", route),
+			attribute.String("shardcache.cache", cache))
 	}()
 	if r.Method == "PURGE" {
 		route = routePurge
@@ -184,6 +188,7 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 	if scheme != "https" {
 		scheme = "http"
 	}
+	annotate(r.Context(), attribute.String("shardcache.node", n.cfg.ID))
 	p := n.policies.Load().Match(policy.Host(r), r.URL.Path)
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 	w.Header().Set(purgeRevisionHeader, strconv.FormatInt(n.bans.revision(), 10))
@@ -233,7 +238,9 @@ func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, k
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	ctx = httptrace.WithClientTrace(ctx, passInterim(w))
+	sent := time.Now()
 	resp, err := n.peers.Forward(ctx, owner.GetPeerAddress(), r, n.relayHeader(r))
+	n.metrics.peerDuration.Observe(time.Since(sent).Seconds())
 	if errors.Is(err, relay.ErrPeerDown) {
 		n.metrics.peerReqs.WithLabelValues(owner.GetId(), "skipped").Inc()
 		return false
@@ -366,7 +373,10 @@ func (n *Node) fetch(ctx context.Context, r *http.Request, p *policy.Policy, fil
 			req.Body, req.ContentLength = r.Body, r.ContentLength
 		}
 		var resp *http.Response
-		if resp, err = n.origin.Do(req); err == nil {
+		sent := time.Now()
+		resp, err = n.origin.Do(req)
+		n.metrics.originDuration.Observe(time.Since(sent).Seconds())
+		if err == nil {
 			return resp, nil
 		}
 		if !fill && r.ContentLength != 0 || i == len(origins)-1 {
@@ -421,6 +431,17 @@ func copyHeader(dst, src http.Header) {
 	for k, v := range src {
 		dst[k] = v
 	}
+}
+
+// methodLabel keeps the method label's values few: the standard methods
+// and PURGE, "other" for the rest.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch,
+		http.MethodOptions, "PURGE":
+		return m
+	}
+	return "other"
 }
 
 func statusClass(code int) string {

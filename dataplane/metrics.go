@@ -40,6 +40,8 @@ type metrics struct {
 	store          storeCollector
 	peerCerts      *prometheus.CounterVec
 	peerCertExpiry prometheus.Gauge
+	originDuration prometheus.Histogram
+	peerDuration   prometheus.Histogram
 	purges         *prometheus.CounterVec
 	purgeRevision  prometheus.Gauge
 	bans           prometheus.Gauge
@@ -58,8 +60,8 @@ func newMetrics() *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_requests_total", Help: "Client requests by route, cache status and status class.",
-		}, []string{"route", "cache", "code"}),
+			Name: "shardcache_requests_total", Help: "Client requests by route, cache status, method and status class.",
+		}, []string{"route", "cache", "method", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "shardcache_request_duration_seconds", Help: "Client request duration by route.",
 			Buckets: durationBuckets, NativeHistogramBucketFactor: 1.1,
@@ -112,6 +114,14 @@ func newMetrics() *metrics {
 	m.peerCertExpiry = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "shardcache_peer_certificate_expiry_timestamp_seconds", Help: "When the installed peer-hop certificate expires (Unix time).",
 	})
+	m.originDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "shardcache_origin_request_duration_seconds", Help: "Time from sending an origin request to its response header (or failure).",
+		Buckets: durationBuckets, NativeHistogramBucketFactor: 1.1,
+	})
+	m.peerDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "shardcache_peer_request_duration_seconds", Help: "Time from relaying a request to an owner to its response header (or failure).",
+		Buckets: durationBuckets, NativeHistogramBucketFactor: 1.1,
+	})
 	m.purges = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardcache_purges_total", Help: "Purges applied, by kind (url, prefix, tag).",
 	}, []string{"kind"})
@@ -125,7 +135,7 @@ func newMetrics() *metrics {
 	for _, r := range []string{routeLocal, routeRelayed, routeBypass, routeRedirect} {
 		m.routeBytes[r] = new(atomic.Uint64)
 	}
-	m.reg.MustRegister(m.purges, m.purgeRevision, m.bans, m.peerCerts, m.peerCertExpiry, m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
+	m.reg.MustRegister(m.originDuration, m.peerDuration, m.purges, m.purgeRevision, m.bans, m.peerCerts, m.peerCertExpiry, m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
 		m.peerConns, m.peerBytes, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed, m.policyRevision, m.hot, &m.store,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -146,12 +156,19 @@ var (
 		"1 while the disk tier stores nothing new because its file system is below the free-space guard.", nil, nil)
 	storeDiscardDesc = prometheus.NewDesc("shardcache_disk_records_discarded_total",
 		"Bad record files found and removed, by reason (format, version, length, checksum, key, io).", []string{"reason"}, nil)
+	storeAdmitDesc = prometheus.NewDesc("shardcache_store_admissions_total",
+		"Objects stored by each tier (memory, disk).", []string{"tier"}, nil)
+	storeEvictDesc = prometheus.NewDesc("shardcache_store_evictions_total",
+		"Objects evicted from each tier (memory, disk) to make room.", []string{"tier"}, nil)
+	storeRejectDesc = prometheus.NewDesc("shardcache_store_rejections_total",
+		"Objects the memory tier's admission refused as less popular than what they would evict.", []string{"tier"}, nil)
 	storeErrorsDesc = prometheus.NewDesc("shardcache_disk_errors_total",
 		"Disk tier I/O errors by operation (create, write, commit, read, remove, load).", []string{"op"}, nil)
 )
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{storeBytesDesc, storeObjsDesc, storePausedDesc, storeDiscardDesc, storeErrorsDesc} {
+	for _, d := range []*prometheus.Desc{storeBytesDesc, storeObjsDesc, storePausedDesc, storeDiscardDesc, storeErrorsDesc,
+		storeAdmitDesc, storeEvictDesc, storeRejectDesc} {
 		ch <- d
 	}
 }
@@ -172,5 +189,13 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for op, v := range s.Errors {
 		ch <- prometheus.MustNewConstMetric(storeErrorsDesc, prometheus.CounterValue, float64(v), op)
+	}
+	for _, c := range []struct {
+		d *prometheus.Desc
+		m map[string]uint64
+	}{{storeAdmitDesc, s.Admitted}, {storeEvictDesc, s.Evicted}, {storeRejectDesc, s.Rejected}} {
+		for tier, v := range c.m {
+			ch <- prometheus.MustNewConstMetric(c.d, prometheus.CounterValue, float64(v), tier)
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
@@ -57,6 +58,8 @@ type Node struct {
 	peers     *relay.Client
 	peerTLS   *tls.Config // the relay's; nil: h2c
 	serverTLS *tls.Config // the peer listener's; nil: h2c
+	// tracer starts the node's own spans; nil when it does not trace.
+	tracer trace.Tracer
 	// certs is the peer certificate the control plane issues, when it does.
 	certs   *peerCerts
 	session *session.Client
@@ -121,6 +124,10 @@ func New(cfg Config) (*Node, error) {
 		bans:  newBans(),
 	}
 	n.fillCtx, n.stopFills = context.WithCancel(context.Background())
+	if cfg.TracerProvider != nil {
+		n.tracer = cfg.TracerProvider.Tracer(tracerName)
+		n.origin.Transport = n.traceTransport(n.origin.Transport, "origin")
+	}
 	if cfg.AccessLog != nil {
 		n.access = slog.New(slog.NewJSONHandler(cfg.AccessLog, nil))
 	}
@@ -151,6 +158,7 @@ func New(cfg Config) (*Node, error) {
 		TLS:    n.peerTLS,
 		Roots:  roots,
 		PeerID: n.peerID,
+		Wrap:   func(rt http.RoundTripper) http.RoundTripper { return n.traceTransport(rt, "relay") },
 	})
 	sc, err := session.New(session.Config{
 		Addresses: strings.Split(cfg.ControlPlane, ","),
@@ -166,8 +174,9 @@ func New(cfg Config) (*Node, error) {
 		JoinToken:     cfg.JoinToken,
 		TLS:           cfg.ControlPlaneTLS,
 		CSR:           csr,
-		OnCertificate: n.applyCertificate,
-		Logger:        n.log,
+		OnCertificate:  n.applyCertificate,
+		TracerProvider: cfg.TracerProvider,
+		Logger:         n.log,
 	}, n)
 	if err != nil {
 		return nil, err
@@ -192,7 +201,7 @@ func New(cfg Config) (*Node, error) {
 // peerServer is the peer listener's server: h2c, or mutual TLS when
 // configured.
 func (n *Node) peerServer() *http.Server {
-	s := &http.Server{Handler: http.HandlerFunc(n.servePeer), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute,
+	s := &http.Server{Handler: n.traceHandler(http.HandlerFunc(n.servePeer), "shardcache.peer"), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute,
 		MaxHeaderBytes: 64 << 10, Protocols: relay.Protocols(true), HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000}}
 	if n.serverTLS != nil {
 		s.TLSConfig = n.serverTLS
@@ -345,7 +354,7 @@ func (n *Node) Run(ctx context.Context) error {
 		n.addrs[i].Store(l.Addr().(*net.TCPAddr))
 	}
 	servers := []*http.Server{
-		{Handler: http.HandlerFunc(n.serveClient), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10},
+		{Handler: n.traceHandler(http.HandlerFunc(n.serveClient), "shardcache.client"), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10},
 		n.peerServer(),
 		{Handler: n.opsHandler(), ReadHeaderTimeout: 10 * time.Second},
 	}

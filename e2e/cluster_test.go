@@ -78,6 +78,7 @@ type cluster struct {
 	token       string
 	control     string
 	controlProc *process
+	controlOps  string // its /metrics
 	origin      *countingOrigin
 	nodes       []*node
 }
@@ -110,7 +111,8 @@ func startClusterWith(t *testing.T, ctx context.Context, cfg clusterConfig) *clu
 	t.Cleanup(osrv.Close)
 
 	c := &cluster{t: t, token: "e2e-token", control: freeAddr(t)}
-	args := []string{"control", "--listen", c.control, "--admin-token", c.token, "--join-token", "e2e-join",
+	c.controlOps = freeAddr(t)
+	args := []string{"control", "--listen", c.control, "--ops", c.controlOps, "--admin-token", c.token, "--join-token", "e2e-join",
 		"--lease-ttl", "2s", "--epoch-batch-window", "200ms"}
 	if etcdURL != "" {
 		args = append(args, "--etcd-endpoints", etcdURL)

@@ -25,7 +25,7 @@ func TestLeaderKilled(t *testing.T) {
 	replicas := make([]*process, 2)
 	for i, addr := range addrs {
 		replicas[i] = startProcess(t, fmt.Sprintf("control-%d", i+1), filepath.Join(binDir, "shardcache"), "control",
-			"--listen", addr, "--replica-id", fmt.Sprintf("cp-%d", i+1), "--etcd-endpoints", etcd.client,
+			"--listen", addr, "--ops", freeAddr(t), "--replica-id", fmt.Sprintf("cp-%d", i+1), "--etcd-endpoints", etcd.client,
 			"--admin-token", "e2e-token", "--lease-ttl", "2s", "--epoch-batch-window", "200ms")
 		if err := replicas[i].WaitLine(ctx, "control plane serving"); err != nil {
 			t.Fatal(err)

@@ -18,11 +18,11 @@ import (
 )
 
 // devPortOffset finds an offset that puts every default port of
-// `shardcache dev` (7070-7072, 8081-8083, 8090, 9081-9083, 9191-9193) on a
+// `shardcache dev` (7070-7072, 8081-8083, 8090, 9081-9083, 9190-9193) on a
 // free port of the 20000-31999 range.
 func devPortOffset(t *testing.T) string {
 	t.Helper()
-	ports := []int{7070, 7071, 7072, 8081, 8082, 8083, 8090, 9081, 9082, 9083, 9191, 9192, 9193}
+	ports := []int{7070, 7071, 7072, 8081, 8082, 8083, 8090, 9081, 9082, 9083, 9190, 9191, 9192, 9193}
 	for range 100 {
 		off := 13000 + rand.IntN(9500)
 		free := true

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardcache/shardcache/cmd/internal/telemetry"
 	"github.com/shardcache/shardcache/controlplane"
 )
 
@@ -45,6 +46,7 @@ from --admin-token or SHARDCACHE_TOKEN.`,
 	f.StringVar(&o.cfg.CA.CertFile, "ca-cert", "", "CA certificate for --ca (PEM; default: a CA generated once and kept in etcd)")
 	f.StringVar(&o.cfg.CA.KeyFile, "ca-key", "", "key of --ca-cert")
 	f.DurationVar(&o.cfg.CA.CertTTL, "peer-cert-ttl", 0, "lifetime of an issued peer certificate (default 1h)")
+	f.StringVar(&o.cfg.OpsAddr, "ops", "127.0.0.1:9190", "ops listen address: /metrics (Prometheus) and /healthz; empty: none")
 	f.DurationVar(&o.cfg.PurgeRetention, "purge-retention", 24*time.Hour, "how long purges stay recorded for nodes that are away; a node away longer drops everything it stored")
 	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret nodes must present to join (default $SHARDCACHE_JOIN_TOKEN; empty: none)")
 	o.log.register(cmd)
@@ -66,6 +68,12 @@ func (o *controlOptions) run(cmd *cobra.Command) error {
 	if o.cfg.JoinToken == "" {
 		o.cfg.JoinToken = os.Getenv("SHARDCACHE_JOIN_TOKEN")
 	}
+	tp, stopTracing, err := telemetry.Tracing(cmd.Context(), "shardcache-control", o.cfg.ReplicaID)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	o.cfg.TracerProvider = tp
 	srv, err := controlplane.New(o.cfg)
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 
 	"github.com/shardcache/shardcache/cmd/internal/demo"
 	"github.com/shardcache/shardcache/cmd/internal/devtoken"
+	"github.com/shardcache/shardcache/cmd/internal/telemetry"
 	"github.com/shardcache/shardcache/cmd/internal/units"
 	"github.com/shardcache/shardcache/controlplane"
 	"github.com/shardcache/shardcache/dataplane"
@@ -127,11 +128,19 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 	}
 	defer os.Remove(tokenPath)
 
+	// One tracer provider for the whole dev cluster, when OTEL_* asks for it.
+	tp, stopTracing, err := telemetry.Tracing(ctx, "shardcache-dev", "dev")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	cp, err := controlplane.New(controlplane.Config{
-		ListenAddr:   o.control,
-		EmbeddedEtcd: controlplane.EmbeddedEtcdConfig{Dir: filepath.Join(dataDir, "etcd"), ClientURL: o.etcdClient, PeerURL: o.etcdPeer},
-		AdminToken:   token,
-		JoinToken:    joinToken,
+		ListenAddr:     o.control,
+		OpsAddr:        fmt.Sprintf("127.0.0.1:%d", 9190+o.portOffset),
+		TracerProvider: tp,
+		EmbeddedEtcd:   controlplane.EmbeddedEtcdConfig{Dir: filepath.Join(dataDir, "etcd"), ClientURL: o.etcdClient, PeerURL: o.etcdPeer},
+		AdminToken:     token,
+		JoinToken:      joinToken,
 		// One machine: no reason to wait long for more changes, and a
 		// stopped node should leave quickly.
 		EpochBatchWindow: 500 * time.Millisecond,
@@ -160,9 +169,10 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 			PeerCertsFromControlPlane: true,
 			AccessLogSample:           o.access.sample,
 			// PURGE from this machine needs no token.
-			PurgeAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")},
-			AdminToken: token,
-			Logger:     logger,
+			PurgeAllow:     []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")},
+			AdminToken:     token,
+			TracerProvider: tp,
+			Logger:         logger,
 		})
 		if err != nil {
 			return err

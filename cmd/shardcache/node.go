@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardcache/shardcache/cmd/internal/telemetry"
 	"github.com/shardcache/shardcache/cmd/internal/tlsfiles"
 	"github.com/shardcache/shardcache/cmd/internal/units"
 	"github.com/shardcache/shardcache/dataplane"
@@ -45,6 +46,12 @@ func newNodeCommand() *cobra.Command {
 			}
 			defer closeAccess()
 			o.cfg.AccessLog, o.cfg.AccessLogSample = access, o.access.sample
+			tp, stopTracing, err := telemetry.Tracing(cmd.Context(), "shardcache-node", o.cfg.ID)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
+			o.cfg.TracerProvider = tp
 			n, err := dataplane.New(o.cfg)
 			if err != nil {
 				return err

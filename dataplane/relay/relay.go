@@ -52,6 +52,8 @@ type Config struct {
 	// dial, for a CA that arrives or changes while the node runs.
 	Roots  func() *x509.CertPool
 	PeerID func(addr string) (id string, ok bool)
+	// Wrap, when set, wraps the hop's transport (to trace relayed requests).
+	Wrap func(http.RoundTripper) http.RoundTripper
 }
 
 // ErrPeerDown is returned without trying while a peer's circuit is open.
@@ -120,10 +122,14 @@ func New(cfg Config) *Client {
 			return (&tls.Dialer{NetDialer: dialer, Config: conf}).DialContext(ctx, network, addr)
 		}
 	}
+	var rt http.RoundTripper = tr
+	if cfg.Wrap != nil {
+		rt = cfg.Wrap(tr)
+	}
 	return &Client{
 		scheme: scheme,
 		hc: &http.Client{
-			Transport: tr,
+			Transport: rt,
 			// A redirect from the owner is the client's to follow.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},

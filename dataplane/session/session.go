@@ -17,6 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -65,6 +68,8 @@ type Config struct {
 	// hello (and on RequestCertificate); OnCertificate gets each answer.
 	CSR           []byte
 	OnCertificate func(*pb.Certificate)
+	// TracerProvider, when set, traces the session's gRPC calls.
+	TracerProvider trace.TracerProvider
 	// Logger receives connection changes. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -158,12 +163,17 @@ func (c *Client) Run(ctx context.Context) error {
 	if c.cfg.TLS != nil {
 		creds = credentials.NewTLS(c.cfg.TLS)
 	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		// Notice a control plane that vanished without closing the stream.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+	}
+	if tp := c.cfg.TracerProvider; tp != nil {
+		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp),
+			otelgrpc.WithPropagators(propagation.TraceContext{}))))
+	}
 	for i, addr := range c.cfg.Addresses {
-		conn, err := grpc.NewClient(addr,
-			grpc.WithTransportCredentials(creds),
-			// Notice a control plane that vanished without closing the stream.
-			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
-		)
+		conn, err := grpc.NewClient(addr, opts...)
 		if err != nil {
 			return fmt.Errorf("session: control plane %s: %w", addr, err)
 		}

@@ -69,6 +69,7 @@ type disk struct {
 
 // counters are the disk tier's event counts, by label.
 type counters struct {
+	admitted, evicted atomic.Uint64
 	discarded map[string]*atomic.Uint64 // by reason
 	errors    map[string]*atomic.Uint64 // by operation
 }
@@ -172,6 +173,7 @@ func (d *disk) evictLocked(need int64) []string {
 	for d.used+need > d.budget && len(d.all) > 0 {
 		v := d.victimLocked()
 		d.removeLocked(v)
+		d.counts.evicted.Add(1)
 		_, p := d.path(v.key)
 		d.unlink(p)
 		evicted = append(evicted, v.key)
@@ -241,6 +243,7 @@ func (d *disk) commit(tmp, key string, size int64) (*diskEntry, error) {
 	err := os.Rename(tmp, final)
 	if err == nil {
 		d.addLocked(de)
+		d.counts.admitted.Add(1)
 	}
 	d.mu.Unlock()
 	for _, k := range evicted {

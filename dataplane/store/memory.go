@@ -69,5 +69,13 @@ func (m *Memory) Stats() (bytes, objects int64) {
 	return max(bytes, 0), max(objects, 0)
 }
 
+// Counts returns how many objects the tier admitted, evicted to make room,
+// and refused (admission judged them less popular than what they would
+// evict).
+func (m *Memory) Counts() (admitted, evicted, rejected uint64) {
+	s := m.c.Metrics
+	return s.KeysAdded(), s.KeysEvicted(), s.SetsRejected()
+}
+
 // Close stops the tier's goroutines.
 func (m *Memory) Close() { m.c.Close() }

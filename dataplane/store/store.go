@@ -256,11 +256,19 @@ type Stats struct {
 	// Discarded counts bad records found, by reason; Errors counts disk
 	// errors, by operation.
 	Discarded, Errors map[string]uint64
+	// Admitted, Evicted and Rejected count objects by tier ("memory",
+	// "disk") since start: stored, evicted to make room, refused by the
+	// memory tier's admission.
+	Admitted, Evicted, Rejected map[string]uint64
 }
 
 // Stats returns the store's current figures.
 func (s *Store) Stats() Stats {
 	st := Stats{Paused: s.disk.paused.Load(), Discarded: map[string]uint64{}, Errors: map[string]uint64{}}
+	ma, me, mr := s.mem.Counts()
+	st.Admitted = map[string]uint64{"memory": ma, "disk": s.disk.counts.admitted.Load()}
+	st.Evicted = map[string]uint64{"memory": me, "disk": s.disk.counts.evicted.Load()}
+	st.Rejected = map[string]uint64{"memory": mr}
 	st.MemoryBytes, st.MemoryObjects = s.mem.Stats()
 	st.DiskBytes, st.DiskObjects = s.disk.stats()
 	for k, v := range s.disk.counts.discarded {

@@ -57,7 +57,7 @@ func TestMain(m *testing.M) {
 // devPorts are the ports `shardcache dev` listens on with no offset: the
 // control plane, etcd's client and peer URLs, the demo origin, and each
 // of the three nodes' client, peer and ops listeners.
-var devPorts = []int{7070, 7071, 7072, 8090, 8081, 8082, 8083, 9081, 9082, 9083, 9191, 9192, 9193}
+var devPorts = []int{7070, 7071, 7072, 8090, 8081, 8082, 8083, 9081, 9082, 9083, 9190, 9191, 9192, 9193}
 
 // readyLine is what `shardcache dev` prints once every node serves with a
 // ring holding all of them.

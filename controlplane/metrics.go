@@ -1,0 +1,78 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// rpcBuckets reach a minute: admin calls that wait for acknowledgements
+// and etcd requests under a slow disk stay measured.
+var rpcBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// metrics are the replica's Prometheus metrics, on a registry of its own
+// (the embedded etcd registers on the default one).
+type metrics struct {
+	reg *prometheus.Registry
+	// grpc counts and times every RPC served, by service, method and code;
+	// etcd every request to etcd the same way.
+	grpc     *grpcprom.ServerMetrics
+	etcd     *grpcprom.ClientMetrics
+	sessions prometheus.Gauge
+	purges   *prometheus.CounterVec
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{
+		reg:  prometheus.NewRegistry(),
+		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramBuckets(rpcBuckets))),
+		etcd: grpcprom.NewClientMetrics(grpcprom.WithClientHandlingTimeHistogram(grpcprom.WithHistogramBuckets(rpcBuckets))),
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shardcache_control_sessions", Help: "Node sessions open on this replica.",
+		}),
+		purges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_control_purges_total", Help: "Purges recorded through this replica, by kind (url, prefix, tag).",
+		}, []string{"kind"}),
+	}
+	epochs := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "shardcache_control_epochs_written_total", Help: "Ring epochs this replica wrote as leader.",
+	}, func() float64 { return float64(s.epochsWritten.Load()) })
+	leader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shardcache_control_leader", Help: "1 while this replica is the leader that writes epochs.",
+	}, func() float64 {
+		if s.IsLeader() {
+			return 1
+		}
+		return 0
+	})
+	epoch := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shardcache_control_ring_epoch", Help: "Current ring epoch as this replica sees it.",
+	}, func() float64 { return float64(s.hub.epoch().GetEpoch()) })
+	m.reg.MustRegister(m.grpc, m.etcd, m.sessions, m.purges, epochs, leader, epoch,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// serveOps serves /metrics and /healthz on addr until ctx ends.
+func (s *Server) serveOps(ctx context.Context, lis net.Listener) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving metrics on %s: %w", lis.Addr(), err)
+	}
+	return nil
+}

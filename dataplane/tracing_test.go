@@ -1,0 +1,141 @@
+package dataplane
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+)
+
+// otlpReceiver is an OTLP/gRPC trace receiver: what a collector would get.
+type otlpReceiver struct {
+	collectorpb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	spans []*tracepb.Span
+}
+
+func (o *otlpReceiver) Export(_ context.Context, req *collectorpb.ExportTraceServiceRequest) (*collectorpb.ExportTraceServiceResponse, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			o.spans = append(o.spans, ss.GetSpans()...)
+		}
+	}
+	return &collectorpb.ExportTraceServiceResponse{}, nil
+}
+
+func (o *otlpReceiver) received() []*tracepb.Span {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]*tracepb.Span(nil), o.spans...)
+}
+
+func attr(s *tracepb.Span, key string) string {
+	for _, kv := range s.GetAttributes() {
+		if kv.GetKey() == key {
+			return kv.GetValue().GetStringValue()
+		}
+	}
+	return ""
+}
+
+func TestRelayedRequestIsOneTraceAcrossBothNodes(t *testing.T) {
+	recv := &otlpReceiver{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	collectorpb.RegisterTraceServiceServer(gs, recv)
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+
+	// The exporter is configured as in production, by the OTEL_*
+	// environment variables.
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+lis.Addr().String())
+	exp, err := otlptracegrpc.New(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(50*time.Millisecond)))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+
+	var mu sync.Mutex
+	var originSaw []string
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		originSaw = append(originSaw, r.Header.Get("Traceparent"))
+		mu.Unlock()
+		w.Header().Set("Cache-Control", "max-age=60")
+		fmt.Fprint(w, "traced")
+	}))
+	t.Cleanup(origin.Close)
+	var access syncBuffer
+	a, _, e := startPair(t, origin.URL, noHotKeys, func(c *Config) { c.TracerProvider = tp; c.AccessLog = &access })
+	path := pathOwnedBy(t, e, "/traced/", "b")
+	resp, body := do(t, http.MethodGet, "http://"+a.ClientAddr().String()+path)
+	if resp.StatusCode != 200 || body != "traced" {
+		t.Fatalf("GET: %d %q", resp.StatusCode, body)
+	}
+
+	// Wait for the spans of both nodes: a's request, its relay, b's
+	// handling, b's lookup and b's origin fetch.
+	want := []string{"shardcache.client", "relay GET", "shardcache.peer", "cache.lookup", "origin GET"}
+	byName := map[string]*tracepb.Span{}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(byName) < len(want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("spans received: %v; want %v", byName, want)
+		}
+		tp.ForceFlush(context.Background())
+		for _, s := range recv.received() {
+			byName[s.GetName()] = s
+		}
+		for name := range byName {
+			if !slices.Contains(want, name) {
+				delete(byName, name)
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // polling the receiver
+	}
+	client, rel, peer, lookup, fetch := byName[want[0]], byName[want[1]], byName[want[2]], byName[want[3]], byName[want[4]]
+	for _, s := range byName {
+		if string(s.GetTraceId()) != string(client.GetTraceId()) {
+			t.Errorf("span %s is in trace %x, want %x", s.GetName(), s.GetTraceId(), client.GetTraceId())
+		}
+	}
+	if attr(client, "shardcache.node") != "a" || attr(client, "shardcache.route") != "relayed" || attr(peer, "shardcache.node") != "b" {
+		t.Errorf("node attributes: client on %q (route %q), peer on %q; want a, relayed, b",
+			attr(client, "shardcache.node"), attr(client, "shardcache.route"), attr(peer, "shardcache.node"))
+	}
+	parents := []struct {
+		child, parent *tracepb.Span
+	}{{rel, client}, {peer, rel}, {lookup, peer}, {fetch, peer}}
+	for _, p := range parents {
+		if string(p.child.GetParentSpanId()) != string(p.parent.GetSpanId()) {
+			t.Errorf("%s's parent is %x, want %s (%x)", p.child.GetName(), p.child.GetParentSpanId(), p.parent.GetName(), p.parent.GetSpanId())
+		}
+	}
+	if id := hex.EncodeToString(client.GetTraceId()); !strings.Contains(access.String(), `"trace_id":"`+id+`"`) {
+		t.Errorf("access log %s lacks the trace id %s", access.String(), id)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(originSaw) != 1 || !strings.Contains(originSaw[0], hex.EncodeToString(client.GetTraceId())) {
+		t.Errorf("origin saw traceparent %q, want the trace %x", originSaw, client.GetTraceId())
+	}
+}
