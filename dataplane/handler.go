@@ -57,6 +57,9 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 		if c := n.metrics.routeBytes[route]; c != nil {
 			c.Add(uint64(rec.bytes))
 		}
+		if rec.key != "" && cache != cacheBypass && cache != "" {
+			n.shadow.observe(rec.key, rec.bytes)
+		}
 		n.logAccess(r, rec, client, route, cache, start, elapsed)
 		annotate(r.Context(), attribute.String("shardcache.node", n.cfg.ID), attribute.String("shardcache.route", route),
 			attribute.String("shardcache.cache", cache))
@@ -83,6 +86,9 @@ func (n *Node) route(w http.ResponseWriter, r *http.Request) string {
 		return routeBypass
 	}
 	key := p.Key("http", r)
+	if rec, ok := w.(*recorder); ok {
+		rec.key = key
+	}
 	rt := n.routes.Load()
 	if rt == nil || p.Mode == pb.CacheMode_CACHE_MODE_LOCAL {
 		n.serveOwned(w, r, key, p, nil)
@@ -457,6 +463,7 @@ type recorder struct {
 	status int
 	bytes  int64
 	wrote  bool
+	key    string // the cache key, once known
 }
 
 func (r *recorder) WriteHeader(code int) {

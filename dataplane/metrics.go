@@ -141,6 +141,20 @@ func newMetrics() *metrics {
 	return m
 }
 
+// watchShadow exports the local-only estimate.
+func (m *metrics) watchShadow(s *shadow) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "shardcache_local_estimate_requests_total",
+			Help: "Cacheable requests this node received, as counted by the estimate of a local-only cache of its size (sampled).",
+		}, func() float64 { r, _ := s.totals(); return r }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "shardcache_local_estimate_hits_total",
+			Help: "Of those, the ones a cache of this node's size keeping only what its own clients asked for would have hit (sampled estimate).",
+		}, func() float64 { _, h := s.totals(); return h }),
+	)
+}
+
 // watchStore exports st's figures from now on.
 func (m *metrics) watchStore(st *store.Store) { m.store.st.Store(st) }
 

@@ -86,6 +86,8 @@ type Node struct {
 	// before started are not served.
 	caughtUp atomic.Bool
 	started  time.Time
+	// shadow estimates what a local-only cache would have hit.
+	shadow *shadow
 
 	// waiting counts requests waiting on another request's fill.
 	waiting atomic.Int64
@@ -123,6 +125,8 @@ func New(cfg Config) (*Node, error) {
 		ready: make(chan struct{}),
 		bans:  newBans(),
 	}
+	n.shadow = newShadow(cfg.DiskBytes, maxTracked)
+	n.metrics.watchShadow(n.shadow)
 	n.fillCtx, n.stopFills = context.WithCancel(context.Background())
 	if cfg.TracerProvider != nil {
 		n.tracer = cfg.TracerProvider.Tracer(tracerName)
@@ -170,10 +174,10 @@ func New(cfg Config) (*Node, error) {
 			Zone:          cfg.Zone,
 			CapacityBytes: cfg.MemoryBytes,
 		},
-		Load:          n.loadReport,
-		JoinToken:     cfg.JoinToken,
-		TLS:           cfg.ControlPlaneTLS,
-		CSR:           csr,
+		Load:           n.loadReport,
+		JoinToken:      cfg.JoinToken,
+		TLS:            cfg.ControlPlaneTLS,
+		CSR:            csr,
 		OnCertificate:  n.applyCertificate,
 		TracerProvider: cfg.TracerProvider,
 		Logger:         n.log,
@@ -485,21 +489,24 @@ func (n *Node) opsHandler() http.Handler {
 // loadReport is what the session reports to the control plane.
 func (n *Node) loadReport() *pb.LoadReport {
 	st := n.store.Stats()
+	estRequests, estHits := n.shadow.totals()
 	var epoch uint64
 	if rt := n.routes.Load(); rt != nil {
 		epoch = rt.epoch.GetEpoch()
 	}
 	return &pb.LoadReport{
-		Epoch:               epoch,
-		MemoryBytes:         st.MemoryBytes,
-		MemoryObjects:       st.MemoryObjects,
-		DiskBytes:           st.DiskBytes,
-		DiskObjects:         st.DiskObjects,
-		RequestsTotal:       n.requests.Load(),
-		HitsTotal:           n.hits.Load(),
-		OriginRequestsTotal: n.originFills.Load(),
-		RelayedTotal:        n.relayed.Load(),
-		PeerBytesTotal:      n.peerBytes.Load(),
+		Epoch:                 epoch,
+		MemoryBytes:           st.MemoryBytes,
+		MemoryObjects:         st.MemoryObjects,
+		DiskBytes:             st.DiskBytes,
+		DiskObjects:           st.DiskObjects,
+		RequestsTotal:         n.requests.Load(),
+		HitsTotal:             n.hits.Load(),
+		OriginRequestsTotal:   n.originFills.Load(),
+		RelayedTotal:          n.relayed.Load(),
+		PeerBytesTotal:        n.peerBytes.Load(),
+		LocalEstimateRequests: estRequests,
+		LocalEstimateHits:     estHits,
 		ResponseBytesByRoute: func() map[string]uint64 {
 			m := make(map[string]uint64, len(n.metrics.routeBytes))
 			for r, c := range n.metrics.routeBytes {

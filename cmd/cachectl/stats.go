@@ -42,6 +42,13 @@ type trafficStats struct {
 	OriginOffload *float64 `json:"origin_offload"`
 	// RelayFraction is the share of requests relayed to another node.
 	RelayFraction *float64 `json:"relay_fraction"`
+	// LocalOnlyOriginRequests estimates the origin requests the same
+	// traffic would have caused with a cache of each node's size keeping
+	// only what its own clients asked for (no sharding); ShardingSaves is
+	// the share of those the cluster did not make (negative: sharding
+	// cost origin requests).
+	LocalOnlyOriginRequests float64  `json:"local_only_origin_requests"`
+	ShardingSaves           *float64 `json:"sharding_saves"`
 }
 
 func newStatsCommand(g *globalOptions) *cobra.Command {
@@ -63,6 +70,8 @@ func statsOf(resp *pb.ListNodesResponse) *clusterStats {
 		ns := newTrafficStats(n.GetMember().GetId())
 		ns.Requests, ns.Hits, ns.OriginRequests = l.GetRequestsTotal(), l.GetHitsTotal(), l.GetOriginRequestsTotal()
 		ns.Relayed, ns.PeerBytes = l.GetRelayedTotal(), l.GetPeerBytesTotal()
+		ns.LocalOnlyOriginRequests = l.GetLocalEstimateRequests() - l.GetLocalEstimateHits()
+		s.Total.LocalOnlyOriginRequests += ns.LocalOnlyOriginRequests
 		for r, b := range l.GetResponseBytesByRoute() {
 			ns.ResponseBytes[r] = b
 			s.Total.ResponseBytes[r] += b
@@ -100,16 +109,21 @@ func (t *trafficStats) ratios() {
 	}
 	offload := 1 - float64(t.OriginRequests)/float64(t.Requests)
 	t.HitRatio, t.OriginOffload, t.RelayFraction = share(t.Hits), &offload, share(t.Relayed)
+	if t.LocalOnlyOriginRequests > 0 {
+		saves := 1 - float64(t.OriginRequests)/t.LocalOnlyOriginRequests
+		t.ShardingSaves = &saves
+	}
 }
 
 func statsTable(tw *tabwriter.Writer, s *clusterStats) {
-	fmt.Fprint(tw, "NODE\tREQUESTS\tHIT RATIO\tORIGIN OFFLOAD\tRELAY FRACTION")
+	fmt.Fprint(tw, "NODE\tREQUESTS\tHIT RATIO\tORIGIN OFFLOAD\tRELAY FRACTION\tORIGIN REQS\tLOCAL-ONLY EST\tSHARDING SAVES\tPEER BYTES")
 	for _, r := range responseRoutes {
 		fmt.Fprintf(tw, "\t%s BYTES", strings.ToUpper(r))
 	}
 	fmt.Fprintln(tw)
 	for _, t := range slices.Concat(s.Nodes, []*trafficStats{s.Total}) {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s", t.Node, t.Requests, percent(t.HitRatio), percent(t.OriginOffload), percent(t.RelayFraction))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s", t.Node, t.Requests, percent(t.HitRatio), percent(t.OriginOffload),
+			percent(t.RelayFraction), t.OriginRequests, t.LocalOnlyOriginRequests, percent(t.ShardingSaves), units.Bytes(int64(t.PeerBytes)))
 		for _, r := range responseRoutes {
 			fmt.Fprintf(tw, "\t%s", units.Bytes(int64(t.ResponseBytes[r])))
 		}

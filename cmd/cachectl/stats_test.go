@@ -9,10 +9,10 @@ import (
 func testLoads() *pb.ListNodesResponse {
 	return &pb.ListNodesResponse{Epoch: 7, Nodes: []*pb.Node{
 		{Member: &pb.Member{Id: "node-1"}, Load: &pb.LoadReport{RequestsTotal: 1000, HitsTotal: 900, OriginRequestsTotal: 80,
-			RelayedTotal: 600, PeerBytesTotal: 3 << 20,
+			RelayedTotal: 600, PeerBytesTotal: 3 << 20, LocalEstimateRequests: 1000, LocalEstimateHits: 750,
 			ResponseBytesByRoute: map[string]uint64{"local": 5 << 20, "relayed": 12 << 20, "bypass": 2048}}},
 		{Member: &pb.Member{Id: "node-2"}, Load: &pb.LoadReport{RequestsTotal: 3000, HitsTotal: 2940, OriginRequestsTotal: 45,
-			RelayedTotal: 2000, PeerBytesTotal: 1 << 30,
+			RelayedTotal: 2000, PeerBytesTotal: 1 << 30, LocalEstimateRequests: 3000, LocalEstimateHits: 2750,
 			ResponseBytesByRoute: map[string]uint64{"local": 1 << 30, "relayed": 512 << 20, "redirect": 300}}},
 		{Member: &pb.Member{Id: "node-3"}}, // no report yet
 	}}
@@ -33,6 +33,11 @@ func TestStatsRatios(t *testing.T) {
 		if got == nil || *got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
+	}
+	// Local-only caches would have sent 250+250 requests to the origin; the
+	// cluster sent 125: sharding saved 75 %.
+	if tot.LocalOnlyOriginRequests != 500 || tot.ShardingSaves == nil || *tot.ShardingSaves != 0.75 {
+		t.Errorf("local-only estimate %v, sharding saves %v; want 500 and 0.75", tot.LocalOnlyOriginRequests, tot.ShardingSaves)
 	}
 	if n := s.Nodes[2]; n.HitRatio != nil || n.OriginOffload != nil || n.RelayFraction != nil {
 		t.Errorf("a node without requests has ratios: %+v", n)

@@ -522,8 +522,13 @@ type LoadReport struct {
 	PeerBytesTotal      uint64  `protobuf:"varint,11,opt,name=peer_bytes_total,json=peerBytesTotal,proto3" json:"peer_bytes_total,omitempty"`
 	// Response body bytes sent to clients, by route (local, relayed, bypass, redirect).
 	ResponseBytesByRoute map[string]uint64 `protobuf:"bytes,12,rep,name=response_bytes_by_route,json=responseBytesByRoute,proto3" json:"response_bytes_by_route,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Estimate of a cache of this node's size that kept what this node's clients asked for by
+	// itself (no sharding): cacheable requests it saw and those it would have served without the
+	// origin. Sampled, so not whole numbers.
+	LocalEstimateRequests float64 `protobuf:"fixed64,13,opt,name=local_estimate_requests,json=localEstimateRequests,proto3" json:"local_estimate_requests,omitempty"`
+	LocalEstimateHits     float64 `protobuf:"fixed64,14,opt,name=local_estimate_hits,json=localEstimateHits,proto3" json:"local_estimate_hits,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *LoadReport) Reset() {
@@ -638,6 +643,20 @@ func (x *LoadReport) GetResponseBytesByRoute() map[string]uint64 {
 		return x.ResponseBytesByRoute
 	}
 	return nil
+}
+
+func (x *LoadReport) GetLocalEstimateRequests() float64 {
+	if x != nil {
+		return x.LocalEstimateRequests
+	}
+	return 0
+}
+
+func (x *LoadReport) GetLocalEstimateHits() float64 {
+	if x != nil {
+		return x.LocalEstimateHits
+	}
+	return 0
 }
 
 // PolicySet is the complete set of cache policies, or the changes to it since a revision.
@@ -901,7 +920,7 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12\x0e\n" +
 	"\x02ca\x18\x02 \x01(\fR\x02ca\x127\n" +
 	"\tnot_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\xdc\x04\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xc4\x05\n" +
 	"\n" +
 	"LoadReport\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12.\n" +
@@ -918,7 +937,9 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\rrelayed_total\x18\n" +
 	" \x01(\x04R\frelayedTotal\x12(\n" +
 	"\x10peer_bytes_total\x18\v \x01(\x04R\x0epeerBytesTotal\x12j\n" +
-	"\x17response_bytes_by_route\x18\f \x03(\v23.shardcache.v1.LoadReport.ResponseBytesByRouteEntryR\x14responseBytesByRoute\x1aG\n" +
+	"\x17response_bytes_by_route\x18\f \x03(\v23.shardcache.v1.LoadReport.ResponseBytesByRouteEntryR\x14responseBytesByRoute\x126\n" +
+	"\x17local_estimate_requests\x18\r \x01(\x01R\x15localEstimateRequests\x12.\n" +
+	"\x13local_estimate_hits\x18\x0e \x01(\x01R\x11localEstimateHits\x1aG\n" +
 	"\x19ResponseBytesByRouteEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xc2\x01\n" +
