@@ -135,6 +135,22 @@ func newMetrics() *metrics {
 	for _, r := range []string{routeLocal, routeRelayed, routeBypass, routeRedirect} {
 		m.routeBytes[r] = new(atomic.Uint64)
 	}
+	// Known label values start at zero, so that rates and dashboards see
+	// every series from the first scrape.
+	for _, v := range []struct {
+		vec    *prometheus.CounterVec
+		values []string
+	}{
+		{m.hot, []string{"hot_request", "copy_admitted", "copy_hit", "replica_fill"}},
+		{m.purges, []string{"url", "prefix", "tag"}},
+		{m.peerBytes, []string{"in", "out"}},
+		{m.peerConns, []string{"opened", "reused"}},
+		{m.peerCerts, []string{"installed", "refused"}},
+	} {
+		for _, l := range v.values {
+			v.vec.WithLabelValues(l)
+		}
+	}
 	m.reg.MustRegister(m.originDuration, m.peerDuration, m.purges, m.purgeRevision, m.bans, m.peerCerts, m.peerCertExpiry, m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
 		m.peerConns, m.peerBytes, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed, m.policyRevision, m.hot, &m.store,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Installs what the end-to-end tests need beyond Go: Debian's etcd-server, the
-# external etcd the control plane is tested against. Needs root (or sudo).
+# Installs what the end-to-end tests need beyond Go, from Debian's packages:
+# etcd-server (the external etcd the control plane is tested against) and
+# prometheus with promtool (the observability test scrapes the nodes with a
+# real Prometheus). Needs root (or sudo) when something is missing.
 set -euo pipefail
-if command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ]; then
-  exit 0
-fi
+missing=()
+command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] || missing+=(etcd-server)
+{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || missing+=(prometheus)
+[ ${#missing[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
-echo "installing etcd-server from Debian's packages (for the e2e tests)"
+echo "installing ${missing[*]} from Debian's packages (for the e2e tests)"
 $sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends etcd-server
-# The package may start its own etcd on the default ports; the tests start theirs.
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The packages may start their own services on the default ports; the tests start theirs.
 $sudo service etcd stop >/dev/null 2>&1 || true
+$sudo service prometheus stop >/dev/null 2>&1 || true
