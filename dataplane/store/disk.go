@@ -70,8 +70,8 @@ type disk struct {
 // counters are the disk tier's event counts, by label.
 type counters struct {
 	admitted, evicted atomic.Uint64
-	discarded map[string]*atomic.Uint64 // by reason
-	errors    map[string]*atomic.Uint64 // by operation
+	discarded         map[string]*atomic.Uint64 // by reason
+	errors            map[string]*atomic.Uint64 // by operation
 }
 
 func newCounters() counters {
