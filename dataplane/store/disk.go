@@ -55,23 +55,24 @@ type disk struct {
 	all   []*diskEntry // for sampling
 	used  int64
 
-	freeAt  atomic.Int64 // when free was last measured (UnixNano)
-	free    atomic.Int64
-	paused  atomic.Bool
-	logged  sync.Map // op → last log time, to keep error logs from flooding
-	counts  counters
-	mkdirs  [4096]atomic.Bool
-	ready   chan struct{}
-	loaded  atomic.Int64
-	stop    chan struct{}
-	loading sync.WaitGroup
+	freeAt atomic.Int64 // when free was last measured (UnixNano)
+	free   atomic.Int64
+	paused atomic.Bool
+	logged sync.Map // op → last log time, to keep error logs from flooding
+	counts counters
+	// admitted and evicted count records committed and evicted.
+	admitted, evicted atomic.Uint64
+	mkdirs            [4096]atomic.Bool
+	ready             chan struct{}
+	loaded            atomic.Int64
+	stop              chan struct{}
+	loading           sync.WaitGroup
 }
 
 // counters are the disk tier's event counts, by label.
 type counters struct {
-	admitted, evicted atomic.Uint64
-	discarded         map[string]*atomic.Uint64 // by reason
-	errors            map[string]*atomic.Uint64 // by operation
+	discarded map[string]*atomic.Uint64 // by reason
+	errors    map[string]*atomic.Uint64 // by operation
 }
 
 func newCounters() counters {
@@ -173,7 +174,7 @@ func (d *disk) evictLocked(need int64) []string {
 	for d.used+need > d.budget && len(d.all) > 0 {
 		v := d.victimLocked()
 		d.removeLocked(v)
-		d.counts.evicted.Add(1)
+		d.evicted.Add(1)
 		_, p := d.path(v.key)
 		d.unlink(p)
 		evicted = append(evicted, v.key)
@@ -243,7 +244,7 @@ func (d *disk) commit(tmp, key string, size int64) (*diskEntry, error) {
 	err := os.Rename(tmp, final)
 	if err == nil {
 		d.addLocked(de)
-		d.counts.admitted.Add(1)
+		d.admitted.Add(1)
 	}
 	d.mu.Unlock()
 	for _, k := range evicted {

@@ -266,8 +266,8 @@ type Stats struct {
 func (s *Store) Stats() Stats {
 	st := Stats{Paused: s.disk.paused.Load(), Discarded: map[string]uint64{}, Errors: map[string]uint64{}}
 	ma, me, mr := s.mem.Counts()
-	st.Admitted = map[string]uint64{"memory": ma, "disk": s.disk.counts.admitted.Load()}
-	st.Evicted = map[string]uint64{"memory": me, "disk": s.disk.counts.evicted.Load()}
+	st.Admitted = map[string]uint64{"memory": ma, "disk": s.disk.admitted.Load()}
+	st.Evicted = map[string]uint64{"memory": me, "disk": s.disk.evicted.Load()}
 	st.Rejected = map[string]uint64{"memory": mr}
 	st.MemoryBytes, st.MemoryObjects = s.mem.Stats()
 	st.DiskBytes, st.DiskObjects = s.disk.stats()
