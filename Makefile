@@ -39,8 +39,8 @@ bench: build bench-go ## compare with nginx and Varnish on this machine; writes 
 	bench/install-deps.sh
 	$(GO) run ./bench -shardcache $(BIN)/shardcache -cachectl $(BIN)/cachectl
 
-bench-go: ## the Go benchmarks: store tiers, fills, index rebuild, ring (5 runs each; quote medians)
-	$(GO) test -run '^$$' -bench . -count 5 ./dataplane/store/ ./sdk/ring/
+bench-go: ## the Go benchmarks: store tiers, fills, index rebuild, ring, purge bans, local-only estimate (5 runs each; quote medians)
+	$(GO) test -run '^$$' -bench . -count 5 ./dataplane/store/ ./sdk/ring/ ./dataplane/
 
 bench-quick: build ## the same with short workloads, to try the harness (figures not for quoting)
 	bench/install-deps.sh

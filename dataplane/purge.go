@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,7 +133,7 @@ func entryTags(h http.Header, fn func(tag string) bool) bool {
 // bans is the set of bans in force, indexed so that a lookup costs O(1)
 // in the common case: an object generated after the newest ban is checked
 // with one atomic load; an older one with a map lookup for its URL, key
-// and each of its tags, plus one comparison per prefix ban newer than it.
+// and each of its tags, and two per distinct length of the prefix bans.
 type bans struct {
 	newest atomic.Int64 // at of the newest ban; 0 when there is none
 	wake   chan struct{}
@@ -144,8 +145,15 @@ type bans struct {
 	urls     map[string]*ban
 	keys     map[string]*ban
 	tags     map[string]*ban
-	prefixes []*ban // in installation order
+	// prefixes holds the newest ban per host and prefix (host "" for every
+	// host), and prefixLens the distinct prefix lengths, so a lookup costs
+	// two map lookups per distinct length, however many prefix bans.
+	prefixes   map[string]*ban
+	prefixLens []int
 }
+
+// prefixKey is the prefixes map's key of a host and a path prefix.
+func prefixKey(host, prefix string) string { return host + " " + prefix }
 
 func newBans() *bans {
 	s := &bans{wake: make(chan struct{}, 1)}
@@ -185,13 +193,16 @@ func (s *bans) indexLocked(b *ban) {
 	case b.tag != "":
 		s.tags[b.tag] = b
 	default:
-		s.prefixes = append(s.prefixes, b)
+		s.prefixes[prefixKey(b.host, b.prefix)] = b
+		if i, found := slices.BinarySearch(s.prefixLens, len(b.prefix)); !found {
+			s.prefixLens = slices.Insert(s.prefixLens, i, len(b.prefix))
+		}
 	}
 	s.newest.Store(max(s.newest.Load(), b.at))
 }
 
 func (s *bans) reindexLocked() {
-	s.urls, s.keys, s.tags, s.prefixes = map[string]*ban{}, map[string]*ban{}, map[string]*ban{}, nil
+	s.urls, s.keys, s.tags, s.prefixes, s.prefixLens = map[string]*ban{}, map[string]*ban{}, map[string]*ban{}, map[string]*ban{}, nil
 	s.newest.Store(0)
 	for _, b := range s.list {
 		s.indexLocked(b)
@@ -240,8 +251,14 @@ func (s *bans) match(e *store.Entry) *ban {
 			return nil
 		}
 		host, uri := e.URL[:i], e.URL[i:]
-		for j := len(s.prefixes) - 1; j >= 0 && s.prefixes[j].at > g; j-- {
-			if b := s.prefixes[j]; (b.host == "" || b.host == host) && strings.HasPrefix(uri, b.prefix) {
+		for _, n := range s.prefixLens {
+			if n > len(uri) {
+				break
+			}
+			if b := s.prefixes[prefixKey(host, uri[:n])]; newer(b) {
+				return b
+			}
+			if b := s.prefixes[prefixKey("", uri[:n])]; newer(b) {
 				return b
 			}
 		}
