@@ -569,6 +569,24 @@ func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
+	switch ranges, err := rangesFor(r, e, rd != nil); {
+	case ranges != nil || errors.Is(err, errRangeUnsatisfiable):
+		body, done, err := n.readerAt(e)
+		if err != nil {
+			return err
+		}
+		defer done()
+		for k, v := range e.Header {
+			h[k] = v
+		}
+		h.Del("Content-Length")
+		h.Set("Accept-Ranges", "bytes")
+		n.cacheHeaders(h, e, status)
+		if err := answerRanges(w, r, e, ranges, body); err != nil && !isWriteError(err) {
+			panic(http.ErrAbortHandler) // the stored body could not be read: do not end it cleanly
+		}
+		return nil
+	}
 	var src io.Reader
 	var follow *errReader
 	switch {
@@ -607,6 +625,9 @@ func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd
 		}
 	}
 	h.Del("Content-Length")
+	if rd == nil && e.Coding == "" && e.Status == http.StatusOK && e.Length >= 0 {
+		h.Set("Accept-Ranges", "bytes")
+	}
 	if length >= 0 && bodyAllowed(e.Status) {
 		h.Set("Content-Length", strconv.FormatInt(length, 10))
 	}
