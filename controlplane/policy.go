@@ -108,8 +108,13 @@ func policyViolations(p *pb.CachePolicy) []*errdetails.BadRequest_FieldViolation
 			bad(fmt.Sprintf("excluded_statuses[%d]", i), "status range %d-%d: want 100 <= from <= to <= 599", r.GetFrom(), r.GetTo())
 		}
 	}
-	if s := p.GetSliceSize(); s < 0 || (s > 0 && s < minSliceSize) {
+	switch s := p.GetSliceSize(); {
+	case s < 0 || (s > 0 && s < minSliceSize):
 		bad("slice_size", "%d: want 0 (whole objects) or at least %d bytes", s, minSliceSize)
+	case s > 0:
+		// Refused rather than ignored: a policy must not promise what the
+		// nodes do not do.
+		bad("slice_size", "%d: slice caching is not available yet; nodes keep objects whole (use 0)", s)
 	}
 	if p.GetMaxObjectSize() < 0 {
 		bad("max_object_size", "must not be negative")

@@ -37,6 +37,7 @@ func TestPolicyViolations(t *testing.T) {
 		{"bad status range", func(p *pb.CachePolicy) { p.ExcludedStatuses = []*pb.StatusRange{{From: 399, To: 300}} }, []string{"excluded_statuses[0]"}},
 		{"negative TTL", func(p *pb.CachePolicy) { p.DefaultTtl = durationpb.New(-time.Second) }, []string{"default_ttl"}},
 		{"tiny slices", func(p *pb.CachePolicy) { p.SliceSize = 1000 }, []string{"slice_size"}},
+		{"slices, not available yet", func(p *pb.CachePolicy) { p.SliceSize = 8 << 20 }, []string{"slice_size"}},
 		{"empty bypass rule", func(p *pb.CachePolicy) { p.Bypass = []*pb.BypassRule{{}} }, []string{"bypass[0]"}},
 		{"bad path pattern", func(p *pb.CachePolicy) { p.Bypass = []*pb.BypassRule{{PathPatterns: []string{"/api/["}}} }, []string{"bypass[0].path_patterns"}},
 		{"relay shorter than collapse wait", func(p *pb.CachePolicy) {

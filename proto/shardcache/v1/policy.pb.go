@@ -298,7 +298,8 @@ type CachePolicy struct {
 	// answers 5xx (X-Cache: STALE), like nginx's proxy_cache_use_stale, where the response does
 	// not say (stale-if-error).
 	StaleIfError *durationpb.Duration `protobuf:"bytes,10,opt,name=stale_if_error,json=staleIfError,proto3" json:"stale_if_error,omitempty"`
-	// Objects larger than this are cached as slices of this size; 0 keeps objects whole.
+	// Objects larger than this are to be cached as slices of this size; 0 keeps objects whole.
+	// Slicing is not available yet: the control plane refuses a non-zero value.
 	SliceSize int64 `protobuf:"varint,11,opt,name=slice_size,json=sliceSize,proto3" json:"slice_size,omitempty"`
 	// Largest object stored; larger responses are streamed without storing. 0 means the node default.
 	MaxObjectSize int64 `protobuf:"varint,12,opt,name=max_object_size,json=maxObjectSize,proto3" json:"max_object_size,omitempty"`
