@@ -109,7 +109,7 @@ func TestRangeRequests(t *testing.T) {
 		body := rangeBody(size)
 		path := pathOwnedBy(t, e, fmt.Sprintf("/r%d/", size), "b") + "?size=" + strconv.Itoa(size)
 		do(t, http.MethodGet, "http://"+b.ClientAddr().String()+path) // fill
-		for _, via := range []*Node{b, a} {                            // the owner, and relayed
+		for _, via := range []*Node{b, a} {                           // the owner, and relayed
 			url := "http://" + via.ClientAddr().String() + path
 			name := fmt.Sprintf("%d bytes via %s", size, via.ID())
 			expect := func(hdr []string, code int, contentRange string, want []byte) {
