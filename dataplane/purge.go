@@ -139,12 +139,12 @@ type bans struct {
 	wake   chan struct{}
 	saving sync.Mutex // one save at a time
 
-	mu       sync.RWMutex
-	rev      int64  // highest purge revision applied
-	list     []*ban // in installation order
-	urls     map[string]*ban
-	keys     map[string]*ban
-	tags     map[string]*ban
+	mu   sync.RWMutex
+	rev  int64  // highest purge revision applied
+	list []*ban // in installation order
+	urls map[string]*ban
+	keys map[string]*ban
+	tags map[string]*ban
 	// prefixes holds the newest ban per host and prefix (host "" for every
 	// host), and prefixLens the distinct prefix lengths, so a lookup costs
 	// two map lookups per distinct length, however many prefix bans.
