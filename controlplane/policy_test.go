@@ -68,15 +68,25 @@ func TestPolicyViolations(t *testing.T) {
 // recvPolicies reads pushes until a policy set arrives.
 func (n *nodeSession) recvPolicies(t *testing.T) *pb.PolicySet {
 	t.Helper()
+	resp, err := n.recvUntil(func(r *pb.SessionResponse) bool { return r.GetPolicies() != nil })
+	if err != nil {
+		t.Fatalf("waiting for policies: %v", err)
+	}
+	return resp.GetPolicies()
+}
+
+// recvUntil reads pushes until one that want accepts; after 30 s without
+// it the session is cancelled and the error returned, instead of hanging.
+func (n *nodeSession) recvUntil(want func(*pb.SessionResponse) bool) (*pb.SessionResponse, error) {
 	timer := time.AfterFunc(30*time.Second, n.cancel) // ends Recv with an error
 	defer timer.Stop()
 	for {
 		resp, err := n.stream.Recv()
 		if err != nil {
-			t.Fatalf("waiting for policies: %v", err)
+			return nil, err
 		}
-		if ps := resp.GetPolicies(); ps != nil {
-			return ps
+		if want(resp) {
+			return resp, nil
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -475,18 +476,8 @@ func (h *purgeHub) since(r int64) ([]*pb.Purge, bool) {
 		out = append(out, &pb.Purge{Id: floorPrefix + fmt.Sprint(f.GetRevision()), Kind: pb.PurgeKind_PURGE_KIND_PREFIX,
 			PathPrefix: "/", CreatedAt: f.GetCreatedAt(), Revision: f.GetRevision()})
 	}
-	i, _ := slices.BinarySearchFunc(h.purges, r+1, func(p *pb.Purge, rev int64) int { return cmpInt(p.GetRevision(), rev) })
+	i, _ := slices.BinarySearchFunc(h.purges, r+1, func(p *pb.Purge, rev int64) int { return cmp.Compare(p.GetRevision(), rev) })
 	return append(out, h.purges[i:]...), h.loaded
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (h *purgeHub) load(ps []*pb.Purge, floor *pb.Purge) {

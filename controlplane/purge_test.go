@@ -17,18 +17,11 @@ import (
 // recvPurge reads pushes until a purge arrives.
 func (n *nodeSession) recvPurge(t *testing.T) *pb.Purge {
 	t.Helper()
-	timer := time.AfterFunc(30*time.Second, n.cancel) // ends Recv with an error
-	defer timer.Stop()
-	for {
-		resp, err := n.stream.Recv()
-		if err != nil {
-			t.Errorf("waiting for a purge: %v", err)
-			return nil
-		}
-		if p := resp.GetPurge(); p != nil {
-			return p
-		}
+	resp, err := n.recvUntil(func(r *pb.SessionResponse) bool { return r.GetPurge() != nil })
+	if err != nil {
+		t.Errorf("waiting for a purge: %v", err)
 	}
+	return resp.GetPurge()
 }
 
 // ack sends the node's result of p.

@@ -160,17 +160,11 @@ func (n *nodeSession) waitEpoch(t *testing.T, ids ...string) *pb.RingEpoch {
 		return e
 	}
 	n.snapshot = nil
-	timer := time.AfterFunc(30*time.Second, n.cancel) // ends Recv with an error
-	defer timer.Stop()
-	for {
-		resp, err := n.stream.Recv()
-		if err != nil {
-			t.Fatalf("waiting for epoch [%s]: %v", want, err)
-		}
-		if e := resp.GetEpoch(); matches(e) {
-			return e
-		}
+	resp, err := n.recvUntil(func(r *pb.SessionResponse) bool { return matches(r.GetEpoch()) })
+	if err != nil {
+		t.Fatalf("waiting for epoch [%s]: %v", want, err)
 	}
+	return resp.GetEpoch()
 }
 
 func TestSessionsBecomeEpochs(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardcache/shardcache/dataplane/flight"
 	"github.com/shardcache/shardcache/dataplane/freshness"
@@ -64,16 +65,23 @@ type fillShare struct {
 func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member) {
 	now := time.Now()
 	req := freshness.ForRequest(r.Header)
-	_, span := n.startSpan(r.Context(), "cache.lookup", attribute.String("shardcache.key", key))
+	var span trace.Span
+	if n.tracer != nil {
+		_, span = n.tracer.Start(r.Context(), "cache.lookup", trace.WithAttributes(attribute.String("shardcache.key", key)))
+	}
 	stale := n.lookup(key, r)
 	var decision use
-	outcome := "miss"
 	if stale != nil {
 		decision = n.decide(stale, req, p, now)
-		outcome = decision.String()
 	}
-	span.SetAttributes(attribute.String("shardcache.lookup", outcome))
-	span.End()
+	if span != nil {
+		outcome := "miss"
+		if stale != nil {
+			outcome = decision.String()
+		}
+		span.SetAttributes(attribute.String("shardcache.lookup", outcome))
+		span.End()
+	}
 	if stale != nil {
 		switch decision {
 		case useFresh:

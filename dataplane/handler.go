@@ -61,8 +61,10 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 			n.shadow.observe(rec.key, rec.bytes)
 		}
 		n.logAccess(r, rec, client, route, cache, start, elapsed)
-		annotate(r.Context(), attribute.String("shardcache.node", n.cfg.ID), attribute.String("shardcache.route", route),
-			attribute.String("shardcache.cache", cache))
+		if n.tracer != nil {
+			annotate(r.Context(), attribute.String("shardcache.node", n.cfg.ID), attribute.String("shardcache.route", route),
+				attribute.String("shardcache.cache", cache))
+		}
 	}()
 	if r.Method == "PURGE" {
 		route = routePurge
@@ -194,7 +196,9 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 	if scheme != "https" {
 		scheme = "http"
 	}
-	annotate(r.Context(), attribute.String("shardcache.node", n.cfg.ID))
+	if n.tracer != nil {
+		annotate(r.Context(), attribute.String("shardcache.node", n.cfg.ID))
+	}
 	p := n.policies.Load().Match(policy.Host(r), r.URL.Path)
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 	w.Header().Set(purgeRevisionHeader, strconv.FormatInt(n.bans.revision(), 10))

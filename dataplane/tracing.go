@@ -41,19 +41,12 @@ func (n *Node) traceTransport(rt http.RoundTripper, prefix string) http.RoundTri
 }
 
 // annotate adds attributes to the request's span, if it is traced.
+// Callers check that the node traces first, so that an untraced request
+// builds no attributes.
 func annotate(ctx context.Context, kv ...attribute.KeyValue) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(kv...)
 	}
-}
-
-// startSpan starts a span of the node's own, or returns ctx and a no-op
-// end when the node does not trace.
-func (n *Node) startSpan(ctx context.Context, name string, kv ...attribute.KeyValue) (context.Context, trace.Span) {
-	if n.tracer == nil {
-		return ctx, trace.SpanFromContext(context.Background())
-	}
-	return n.tracer.Start(ctx, name, trace.WithAttributes(kv...))
 }
 
 // traceID is the request's trace id, "" when it is not traced.
