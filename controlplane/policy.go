@@ -27,6 +27,7 @@ var (
 // Limits a policy must stay within.
 const (
 	minSliceSize   = 64 << 10
+	maxSliceSize   = 1 << 30
 	maxReplication = 5
 	maxVariants    = 1024
 )
@@ -109,12 +110,11 @@ func policyViolations(p *pb.CachePolicy) []*errdetails.BadRequest_FieldViolation
 		}
 	}
 	switch s := p.GetSliceSize(); {
-	case s < 0 || (s > 0 && s < minSliceSize):
-		bad("slice_size", "%d: want 0 (whole objects) or at least %d bytes", s, minSliceSize)
-	case s > 0:
-		// Refused rather than ignored: a policy must not promise what the
-		// nodes do not do.
-		bad("slice_size", "%d: slice caching is not available yet; nodes keep objects whole (use 0)", s)
+	case s < 0 || (s > 0 && s < minSliceSize) || s > maxSliceSize:
+		bad("slice_size", "%d: want 0 (whole objects) or %d to %d bytes", s, minSliceSize, maxSliceSize)
+	case s > 0 && p.GetMaxObjectSize() > 0 && s > p.GetMaxObjectSize():
+		// A slice larger than the largest object stored would never be stored.
+		bad("slice_size", "%d: larger than max_object_size %d, so no slice would be stored", s, p.GetMaxObjectSize())
 	}
 	if p.GetMaxObjectSize() < 0 {
 		bad("max_object_size", "must not be negative")

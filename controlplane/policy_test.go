@@ -37,7 +37,9 @@ func TestPolicyViolations(t *testing.T) {
 		{"bad status range", func(p *pb.CachePolicy) { p.ExcludedStatuses = []*pb.StatusRange{{From: 399, To: 300}} }, []string{"excluded_statuses[0]"}},
 		{"negative TTL", func(p *pb.CachePolicy) { p.DefaultTtl = durationpb.New(-time.Second) }, []string{"default_ttl"}},
 		{"tiny slices", func(p *pb.CachePolicy) { p.SliceSize = 1000 }, []string{"slice_size"}},
-		{"slices, not available yet", func(p *pb.CachePolicy) { p.SliceSize = 8 << 20 }, []string{"slice_size"}},
+		{"8 MiB slices", func(p *pb.CachePolicy) { p.SliceSize = 8 << 20 }, nil},
+		{"huge slices", func(p *pb.CachePolicy) { p.SliceSize = 2 << 30 }, []string{"slice_size"}},
+		{"slices larger than any stored object", func(p *pb.CachePolicy) { p.SliceSize, p.MaxObjectSize = 8<<20, 1<<20 }, []string{"slice_size"}},
 		{"empty bypass rule", func(p *pb.CachePolicy) { p.Bypass = []*pb.BypassRule{{}} }, []string{"bypass[0]"}},
 		{"bad path pattern", func(p *pb.CachePolicy) { p.Bypass = []*pb.BypassRule{{PathPatterns: []string{"/api/["}}} }, []string{"bypass[0].path_patterns"}},
 		{"relay shorter than collapse wait", func(p *pb.CachePolicy) {

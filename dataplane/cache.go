@@ -42,6 +42,16 @@ const (
 	cacheExpired = "EXPIRED"
 )
 
+// flightKey is what concurrent fills of key collapse on: the key, and for
+// a slice the version asked for, so that a request for one version never
+// waits for another's.
+func flightKey(key string, sl *sliceReq) string {
+	if sl == nil || sl.version == "" {
+		return key
+	}
+	return key + "\x00" + sl.version
+}
+
 // fillShare is what a fill's leader gives the requests collapsed onto it:
 // a response streaming into the store, a stored entry to serve, or the
 // failure they all answer with.
@@ -61,8 +71,9 @@ type fillShare struct {
 //
 // from, when set, is the key's first owner: this node is a later owner of a
 // hot key and fills from it before going to the origin, so the origin still
-// sees one request.
-func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member) {
+// sees one request. sl, when set, is the slice of a large object that key
+// names (see slices.go).
+func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, sl *sliceReq) {
 	now := time.Now()
 	req := freshness.ForRequest(r.Header)
 	var span trace.Span
@@ -70,6 +81,9 @@ func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p 
 		_, span = n.tracer.Start(r.Context(), "cache.lookup", trace.WithAttributes(attribute.String("shardcache.key", key)))
 	}
 	stale := n.lookup(key, r)
+	if sl != nil && stale != nil && sl.version != "" && objectVersion(stale.Header) != sl.version {
+		stale = nil // another version of the object: never served for this one
+	}
 	var decision use
 	if stale != nil {
 		decision = n.decide(stale, req, p, now)
@@ -96,7 +110,7 @@ func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p 
 			stale = nil
 		case useUpdating:
 			if n.answer(w, r, stale, nil, cacheUpdating) == nil {
-				n.revalidateInBackground(key, r, p, stale)
+				n.revalidateInBackground(key, r, p, stale, sl)
 				return
 			}
 			stale = nil
@@ -107,9 +121,9 @@ func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p 
 		http.Error(w, "shardcache: not cached (only-if-cached)", http.StatusGatewayTimeout)
 		return
 	}
-	call, leader := n.flights.Join(key)
+	call, leader := n.flights.Join(flightKey(key, sl))
 	if leader {
-		n.fill(w, r, key, p, from, call, stale)
+		n.fill(w, r, key, p, from, call, stale, sl)
 		return
 	}
 	wait := n.cfg.OriginTimeout
@@ -126,7 +140,7 @@ func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p 
 	}
 	// The leader's response could not be shared (not storable, another
 	// variant) or took too long: fetch alone, as nginx's proxy_cache_lock does.
-	n.fill(w, r, key, p, from, nil, stale)
+	n.fill(w, r, key, p, from, nil, stale, sl)
 }
 
 // serveShare answers a collapsed request from its leader's fill; false when
@@ -232,13 +246,13 @@ func (n *Node) staleOnError(e *store.Entry, r *http.Request, p *policy.Policy, n
 
 // revalidateInBackground refreshes a stale entry with one request of its
 // own, unless a fill of the key is already running.
-func (n *Node) revalidateInBackground(key string, r *http.Request, p *policy.Policy, stale *store.Entry) {
-	call, leader := n.flights.Join(key)
+func (n *Node) revalidateInBackground(key string, r *http.Request, p *policy.Policy, stale *store.Entry, sl *sliceReq) {
+	call, leader := n.flights.Join(flightKey(key, sl))
 	if !leader {
 		return
 	}
 	bg := r.Clone(context.WithoutCancel(r.Context()))
-	n.fills.Go(func() { n.fill(discard{h: http.Header{}}, bg, key, p, nil, call, stale) })
+	n.fills.Go(func() { n.fill(discard{h: http.Header{}}, bg, key, p, nil, call, stale, sl) })
 }
 
 // discard is the ResponseWriter of a background revalidation.
@@ -257,15 +271,19 @@ func (d discard) WriteHeader(int)             {}
 // which this request and every request collapsed onto it (call, when not
 // nil) follow as readers: a client that hangs up or reads slowly delays no
 // one else.
-func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, call *flight.Call[*fillShare], stale *store.Entry) {
+//
+// A slice (sl set) is fetched with a Range request of its own bytes,
+// conditional (If-Range) on the version of the object it belongs to.
+func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, call *flight.Call[*fillShare], stale *store.Entry, sl *sliceReq) {
 	leader := call
+	fk := flightKey(key, sl)
 	settle := func(s *fillShare) {
 		if call != nil {
-			n.flights.Settle(key, call, s, s != nil)
+			n.flights.Settle(fk, call, s, s != nil)
 			if s != nil && s.wr == nil {
 				// An answer that is not a stream is for those waiting now;
 				// later requests look at the store again.
-				n.flights.Forget(key, call)
+				n.flights.Forget(fk, call)
 			}
 			call = nil
 		}
@@ -299,7 +317,11 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	fromOrigin := resp == nil
 	requested := time.Now()
 	if fromOrigin {
-		resp, err = n.fetch(ctx, r, p, true, validators(stale))
+		extra := validators(stale)
+		if sl != nil {
+			extra = sl.originHeader()
+		}
+		resp, err = n.fetch(ctx, r, p, true, extra)
 	}
 	now := time.Now()
 	if err != nil || resp.StatusCode >= 500 && stale != nil {
@@ -337,6 +359,19 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 		n.metrics.originReqs.WithLabelValues("fill", statusClass(resp.StatusCode)).Inc()
 	}
 	relay.RemoveHopByHop(resp.Header)
+	if sl != nil {
+		if err := sl.fromOrigin(resp); err != nil {
+			code := http.StatusBadGateway
+			if errors.Is(err, errSliceChanged) {
+				code = http.StatusPreconditionFailed
+			} else {
+				n.log.Warn("origin answer cannot be sliced", "key", key, "err", err)
+			}
+			settle(&fillShare{err: err, code: code})
+			http.Error(w, "shardcache: "+err.Error(), code)
+			return
+		}
+	}
 
 	if resp.StatusCode == http.StatusNotModified && stale != nil {
 		e := n.refreshed(stale, resp, p, r, requested, now)
@@ -352,10 +387,16 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	if p.MaxObject > 0 {
 		maxObject = min(p.MaxObject, n.cfg.DiskBytes/2)
 	}
-	lifetime, storable := n.storeLifetime(p, r, resp.StatusCode, resp.Header, now, maxObject)
+	judged := resp.StatusCode
+	if sl != nil && judged == http.StatusPartialContent {
+		judged = http.StatusOK // a slice is stored as the object would be
+	}
+	lifetime, storable := n.storeLifetime(p, r, judged, resp.Header, now, maxObject)
 	storable = storable && resp.ContentLength <= maxObject
 	storeKey := key
-	if fields := varyFields(resp.Header); storable && len(fields) > 0 {
+	if sl != nil {
+		storable = storable && sliceVary(resp.Header)
+	} else if fields := varyFields(resp.Header); storable && len(fields) > 0 {
 		storeKey, storable = n.variant(key, fields, r, p, now)
 	}
 	if !storable {
@@ -372,7 +413,8 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 		InitialAge: freshness.InitialAge(resp.Header, requested, now),
 		Lifetime:   lifetime,
 	}
-	wr, err := n.store.Create(e, resp.ContentLength, p.Compress && compressible(resp.Header, resp.ContentLength), maxObject)
+	compress := p.Compress && sl == nil && compressible(resp.Header, resp.ContentLength)
+	wr, err := n.store.Create(e, resp.ContentLength, compress, maxObject)
 	if err != nil {
 		// The disk tier does not admit it (full, or failing): serve it unstored.
 		settle(nil)
@@ -380,7 +422,7 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 		return
 	}
 	// A request from the end of the fill on looks at the store again.
-	wr.OnFinish(func() { n.flights.Forget(key, leader) })
+	wr.OnFinish(func() { n.flights.Forget(fk, leader) })
 	settle(&fillShare{wr: wr, req: r.Header})
 	handed = true
 	n.fills.Go(func() {
@@ -563,18 +605,7 @@ func passInterim(w http.ResponseWriter) *httptrace.ClientTrace {
 func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd io.Reader, status string) error {
 	h := w.Header()
 	if notModified(r, e) {
-		for k, v := range e.Header {
-			h[k] = v
-		}
-		for _, k := range []string{"Content-Length", "Content-Type", "Content-Encoding", "Transfer-Encoding"} {
-			h.Del(k)
-		}
-		if e.Coding != "" {
-			addVary(h, "Accept-Encoding")
-			weakenETag(h)
-		}
-		n.cacheHeaders(h, e, status)
-		w.WriteHeader(http.StatusNotModified)
+		n.writeNotModified(w, e, status)
 		return nil
 	}
 	switch ranges, err := rangesFor(r, e, rd != nil); {
@@ -590,7 +621,8 @@ func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd
 		h.Del("Content-Length")
 		h.Set("Accept-Ranges", "bytes")
 		n.cacheHeaders(h, e, status)
-		if err := answerRanges(w, r, e, ranges, body); err != nil && !isWriteError(err) {
+		section := func(start, length int64) io.Reader { return io.NewSectionReader(body, start, length) }
+		if err := answerRanges(w, r, e, ranges, section); err != nil && !isWriteError(err) {
 			panic(http.ErrAbortHandler) // the stored body could not be read: do not end it cleanly
 		}
 		return nil
@@ -660,6 +692,24 @@ func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd
 		panic(http.ErrAbortHandler) // the body broke off: do not end it cleanly
 	}
 	return nil
+}
+
+// writeNotModified answers 304 for e (RFC 9111 4.3.2): its header
+// fields but those describing the body.
+func (n *Node) writeNotModified(w http.ResponseWriter, e *store.Entry, status string) {
+	h := w.Header()
+	for k, v := range e.Header {
+		h[k] = v
+	}
+	for _, k := range []string{"Content-Length", "Content-Type", "Content-Encoding", "Transfer-Encoding"} {
+		h.Del(k)
+	}
+	if e.Coding != "" {
+		addVary(h, "Accept-Encoding")
+		weakenETag(h)
+	}
+	n.cacheHeaders(h, e, status)
+	w.WriteHeader(http.StatusNotModified)
 }
 
 // cacheHeaders sets Age, X-Cache and X-Cache-Node.

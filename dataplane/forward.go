@@ -132,7 +132,14 @@ func (n *Node) invalidate(r *http.Request, h http.Header) {
 	rt := n.routes.Load()
 	for _, u := range targets {
 		req := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: u.Path, RawQuery: u.RawQuery}, Host: u.Host, Header: http.Header{}}
-		n.dropLocal(req)
+		p := n.policies.Load().Match(policy.Host(req), req.URL.Path)
+		key := p.Key("http", req)
+		n.dropLocal(key)
+		if p.SliceSize > 0 {
+			// Without its head a sliced object is looked up anew; slices
+			// of another version are then refused.
+			n.dropLocal((&sliceReq{size: p.SliceSize}).key(key))
+		}
 		if rt == nil {
 			continue
 		}
@@ -170,15 +177,9 @@ func (n *Node) invalidate(r *http.Request, h http.Header) {
 // peers to drop what it invalidates.
 const invalidateWait = time.Second
 
-// dropLocal removes what this node stores for r's URL: the response or
+// dropLocal removes what this node stores under key: the response or
 // its variants, and a hot copy.
-func (n *Node) dropLocal(r *http.Request) {
-	scheme := r.Header.Get(relay.SchemeHeader)
-	if scheme != "https" {
-		scheme = "http"
-	}
-	p := n.policies.Load().Match(policy.Host(r), r.URL.Path)
-	key := p.Key(scheme, r)
+func (n *Node) dropLocal(key string) {
 	if e, ok := n.store.Get(key); ok && e.Status == varyMarker {
 		prefix := key + varySep
 		n.store.Keys(func(k string) bool {

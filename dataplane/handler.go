@@ -38,6 +38,8 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del(relay.EpochHeader)
 	r.Header.Del(relay.SchemeHeader)
 	r.Header.Del(invalidateHeader)
+	r.Header.Del(sliceHeader)
+	r.Header.Del(sliceVersionHeader)
 	client := n.forwardedFor(r)
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 	route := "aborted"
@@ -91,9 +93,12 @@ func (n *Node) route(w http.ResponseWriter, r *http.Request) string {
 	if rec, ok := w.(*recorder); ok {
 		rec.key = key
 	}
+	if p.SliceSize > 0 && n.serveSliced(w, r, key, p) {
+		return routeSliced
+	}
 	rt := n.routes.Load()
 	if rt == nil || p.Mode == pb.CacheMode_CACHE_MODE_LOCAL {
-		n.serveOwned(w, r, key, p, nil)
+		n.serveOwned(w, r, key, p, nil, nil)
 		return routeLocal
 	}
 	hot := n.isHot(key, p)
@@ -104,7 +109,7 @@ func (n *Node) route(w http.ResponseWriter, r *http.Request) string {
 	var buf [4]*pb.Member
 	owners := rt.owners(buf[:0], key, replicas)
 	if len(owners) == 0 {
-		n.serveOwned(w, r, key, p, nil)
+		n.serveOwned(w, r, key, p, nil, nil)
 		return routeLocal
 	}
 	for i, o := range owners {
@@ -113,7 +118,7 @@ func (n *Node) route(w http.ResponseWriter, r *http.Request) string {
 			if i > 0 {
 				from = owners[0] // a replica fills from the first owner
 			}
-			n.serveOwned(w, r, key, p, from)
+			n.serveOwned(w, r, key, p, from, nil)
 			return routeLocal
 		}
 	}
@@ -140,7 +145,7 @@ func (n *Node) route(w http.ResponseWriter, r *http.Request) string {
 			return routeRelayed
 		}
 	}
-	n.serveOwned(w, r, key, p, nil)
+	n.serveOwned(w, r, key, p, nil, nil)
 	return routeLocal
 }
 
@@ -187,23 +192,39 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "peer listener: only requests relayed by shardcache nodes are served here", http.StatusBadRequest)
 		return
 	}
-	if r.Header.Get(invalidateHeader) != "" {
-		n.dropLocal(r)
-		w.WriteHeader(http.StatusNoContent)
+	key, p, sl, err := n.peerKey(r)
+	if err != nil {
+		http.Error(w, "peer listener: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	scheme := r.Header.Get(relay.SchemeHeader)
-	if scheme != "https" {
-		scheme = "http"
+	if r.Header.Get(invalidateHeader) != "" {
+		n.dropLocal(key)
+		w.WriteHeader(http.StatusNoContent)
+		return
 	}
 	if n.tracer != nil {
 		annotate(r.Context(), attribute.String("shardcache.node", n.cfg.ID))
 	}
-	p := n.policies.Load().Match(policy.Host(r), r.URL.Path)
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 	w.Header().Set(purgeRevisionHeader, strconv.FormatInt(n.bans.revision(), 10))
-	n.serveOwned(rec, r, p.Key(scheme, r), p, nil)
+	n.serveOwned(rec, r, key, p, nil, sl)
 	n.metrics.peerBytes.WithLabelValues("out").Add(float64(rec.bytes))
+}
+
+// peerKey is the key and policy of a peer request: its URL's key under
+// the scheme the client used, or the key of the slice it asks for.
+func (n *Node) peerKey(r *http.Request) (string, *policy.Policy, *sliceReq, error) {
+	scheme := r.Header.Get(relay.SchemeHeader)
+	if scheme != "https" {
+		scheme = "http"
+	}
+	p := n.policies.Load().Match(policy.Host(r), r.URL.Path)
+	key := p.Key(scheme, r)
+	sl, err := parseSliceHeader(r.Header)
+	if sl != nil {
+		key = sl.key(key)
+	}
+	return key, p, sl, err
 }
 
 // bypassReason says why r must not go through the cache, or "".
@@ -241,11 +262,7 @@ func (n *Node) relayHeader(r *http.Request) http.Header {
 // local copy of a small, storable answer. It reports false when the owner
 // could not be reached and nothing was written.
 func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, key string, p *policy.Policy, hot bool) bool {
-	timeout := n.cfg.RelayTimeout
-	if p.RelayTimeout > 0 {
-		timeout = p.RelayTimeout
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	ctx, cancel := context.WithTimeout(r.Context(), n.relayTimeout(p))
 	defer cancel()
 	ctx = httptrace.WithClientTrace(ctx, passInterim(w))
 	sent := time.Now()
@@ -289,6 +306,14 @@ func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, k
 	nb, _ := io.Copy(w, body)
 	n.countPeerIn(nb)
 	return true
+}
+
+// relayTimeout bounds one relayed request under p.
+func (n *Node) relayTimeout(p *policy.Policy) time.Duration {
+	if p.RelayTimeout > 0 {
+		return p.RelayTimeout
+	}
+	return n.cfg.RelayTimeout
 }
 
 // relayBuffered is the largest relayed answer read whole before it is

@@ -15,6 +15,7 @@ const (
 	routeRelayed  = "relayed"
 	routeBypass   = "bypass"
 	routeRedirect = "redirect"
+	routeSliced   = "sliced"
 )
 
 // metrics are the node's Prometheus metrics, on a registry of its own (an
@@ -132,7 +133,7 @@ func newMetrics() *metrics {
 		Name: "shardcache_purge_bans", Help: "Bans checked at lookup: purges whose background sweep has not finished.",
 	})
 	m.routeBytes = map[string]*atomic.Uint64{}
-	for _, r := range []string{routeLocal, routeRelayed, routeBypass, routeRedirect} {
+	for _, r := range []string{routeLocal, routeRelayed, routeBypass, routeRedirect, routeSliced} {
 		m.routeBytes[r] = new(atomic.Uint64)
 	}
 	// Known label values start at zero, so that rates and dashboards see

@@ -143,9 +143,9 @@ func rangesFor(r *http.Request, e *store.Entry, streaming bool) ([]byteRange, er
 }
 
 // answerRanges writes a 206 of ranges of e's body (one part, or
-// multipart/byteranges), or a 416 when ranges is nil. Headers from the
-// entry and the cache are set already.
-func answerRanges(w http.ResponseWriter, r *http.Request, e *store.Entry, ranges []byteRange, body io.ReaderAt) error {
+// multipart/byteranges), or a 416 when ranges is nil; section reads a
+// range of the body. Headers from the entry and the cache are set already.
+func answerRanges(w http.ResponseWriter, r *http.Request, e *store.Entry, ranges []byteRange, section func(start, length int64) io.Reader) error {
 	h := w.Header()
 	size := e.Length
 	if len(ranges) == 0 {
@@ -163,7 +163,7 @@ func answerRanges(w http.ResponseWriter, r *http.Request, e *store.Entry, ranges
 		if r.Method == http.MethodHead {
 			return nil
 		}
-		_, err := io.Copy(w, io.NewSectionReader(body, rg.start, rg.length))
+		_, err := io.Copy(w, section(rg.start, rg.length))
 		return err
 	}
 	ctype := e.Header.Get("Content-Type")
@@ -183,7 +183,7 @@ func answerRanges(w http.ResponseWriter, r *http.Request, e *store.Entry, ranges
 				return cw.n, err
 			}
 			if withBodies {
-				if _, err := io.Copy(pw, io.NewSectionReader(body, rg.start, rg.length)); err != nil {
+				if _, err := io.Copy(pw, section(rg.start, rg.length)); err != nil {
 					return cw.n, err
 				}
 			} else {

@@ -29,6 +29,9 @@ type Policy struct {
 	Origins    []*url.URL // tried in order; empty: the node's default origin
 	DefaultTTL time.Duration
 	MaxObject  int64 // 0: the node's default
+	// SliceSize, when positive, caches objects as slices of this many
+	// bytes, each keyed and owned separately; 0 keeps objects whole.
+	SliceSize int64
 	// ReplicationFactor is the number of owners of a hot key (default 2).
 	ReplicationFactor int
 	// HotThreshold is requests per minute above which a key is hot; 0: the node's.
@@ -64,6 +67,9 @@ type keyPart struct {
 	variable string // "" for a literal
 }
 
+// MinSliceSize is the smallest slice a policy may ask for.
+const MinSliceSize = 64 << 10
+
 // Default is the policy of requests no policy matches.
 var Default = mustCompile(&pb.CachePolicy{Name: "default"})
 
@@ -81,6 +87,7 @@ func compile(p *pb.CachePolicy) (*Policy, error) {
 		Mode:              p.GetMode(),
 		DefaultTTL:        p.GetDefaultTtl().AsDuration(),
 		MaxObject:         p.GetMaxObjectSize(),
+		SliceSize:         p.GetSliceSize(),
 		ReplicationFactor: int(p.GetReplicationFactor()),
 		HotThreshold:      int(p.GetHotThreshold()),
 		Compress:          p.Compress == nil || p.GetCompress(),
@@ -101,6 +108,9 @@ func compile(p *pb.CachePolicy) (*Policy, error) {
 	}
 	if c.ReplicationFactor == 0 {
 		c.ReplicationFactor = 2
+	}
+	if c.SliceSize < 0 || c.SliceSize > 0 && c.SliceSize < MinSliceSize {
+		return nil, fmt.Errorf("policy %s: slice size %d: want 0 or at least %d bytes", c.Name, c.SliceSize, MinSliceSize)
 	}
 	if c.Mode == pb.CacheMode_CACHE_MODE_UNSPECIFIED {
 		c.Mode = pb.CacheMode_CACHE_MODE_SHARDED

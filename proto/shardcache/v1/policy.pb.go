@@ -298,8 +298,9 @@ type CachePolicy struct {
 	// answers 5xx (X-Cache: STALE), like nginx's proxy_cache_use_stale, where the response does
 	// not say (stale-if-error).
 	StaleIfError *durationpb.Duration `protobuf:"bytes,10,opt,name=stale_if_error,json=staleIfError,proto3" json:"stale_if_error,omitempty"`
-	// Objects larger than this are to be cached as slices of this size; 0 keeps objects whole.
-	// Slicing is not available yet: the control plane refuses a non-zero value.
+	// Objects are fetched from the origin and cached as slices of this many bytes, each its own
+	// key with its own owner, so no node stores or relays a whole large object; 0 keeps objects
+	// whole on one owner. 64 KiB to 1 GiB, and at most max_object_size when that is set.
 	SliceSize int64 `protobuf:"varint,11,opt,name=slice_size,json=sliceSize,proto3" json:"slice_size,omitempty"`
 	// Largest object stored; larger responses are streamed without storing. 0 means the node default.
 	MaxObjectSize int64 `protobuf:"varint,12,opt,name=max_object_size,json=maxObjectSize,proto3" json:"max_object_size,omitempty"`
