@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -39,9 +40,9 @@ var scenarios = []scenario{
 		run:     runS2,
 	},
 	{
-		id: "S3", title: "one 256 MiB object through a non-owner",
+		id: "S3", title: "one 1 GiB object through a non-owner",
 		workload: func(*runner) string {
-			return "GET of one 256 MiB object, twice in a row (cold, then again), through a front that does not own it; 512 MiB memory per instance"
+			return "GET of one 1 GiB object, twice in a row (cold, then again), through a front that does not own it (shardcache: 8 MiB slices, so through a front that assembles it); 512 MiB memory and disk per instance; MB/s of the second read; RSS growth of the instance that grew most"
 		},
 		metrics: []string{"MB/s", "RSS growth MiB"},
 		run:     runS3,
@@ -161,7 +162,10 @@ func runS2(ctx context.Context, r *runner) ([]measurement, error) {
 	return out, nil
 }
 
-const bigSize = 256 << 20
+const (
+	bigSize   = 1 << 30
+	sliceSize = 8 << 20
+)
 
 func runS3(ctx context.Context, r *runner) ([]measurement, error) {
 	var out []measurement
@@ -172,22 +176,50 @@ func runS3(ctx context.Context, r *runner) ([]measurement, error) {
 			target := in.targets[0]
 			if sys.name == "shardcache" {
 				target = nonOwner(in.targets, "http127.0.0.1"+path)
+				if err := sliceBigObjects(ctx, r, in); err != nil {
+					return err
+				}
 			}
-			rss0 := rssBytes(in.serving, "VmRSS")
+			rss0 := make([]int64, len(in.serving))
+			for i, p := range in.serving {
+				rss0[i] = rssBytes([]*proc{p}, "VmRSS")
+			}
 			var rates []float64
-			for range 2 {
+			var coldOrigin int64
+			short := ""
+			for i := range 2 {
+				o0, err := r.originRequests()
+				if err != nil {
+					return err
+				}
 				res, err := r.load(ctx, []string{target}, "--path", path, "--keys", "1", "-n", "1", "-d", "0", "-c", "1", "--request-timeout", "5m")
 				if err != nil {
 					return err
 				}
-				if res.Bytes != bigSize {
-					return fmt.Errorf("%s returned %d bytes of %d", sys.name, res.Bytes, bigSize)
+				if res.Bytes != bigSize && short == "" {
+					// Recorded, not fatal: a system that cannot pass a
+					// 1 GiB object whole is a finding.
+					short = fmt.Sprintf("; read %d returned %d bytes of %d", i+1, res.Bytes, bigSize)
 				}
 				rates = append(rates, float64(res.Bytes)/res.Seconds/1e6)
+				if i == 0 {
+					o1, err := r.originRequests()
+					if err != nil {
+						return err
+					}
+					coldOrigin = o1 - o0
+				}
 			}
-			peak := rssBytes(in.serving, "VmHWM")
-			out = append(out, measurement{System: sys.name, MBPerSec: rates[1], RSSGrowthMiB: float64(peak-rss0) / (1 << 20),
-				Note: fmt.Sprintf("cold %.0f MB/s, again %.0f MB/s", rates[0], rates[1]), Runs: 1})
+			var growth int64
+			for i, p := range in.serving {
+				growth = max(growth, rssBytes([]*proc{p}, "VmHWM")-rss0[i])
+			}
+			m := measurement{System: sys.name, MBPerSec: rates[1], RSSGrowthMiB: float64(growth) / (1 << 20),
+				Note: fmt.Sprintf("cold %.0f MB/s (%d origin requests), again %.0f MB/s%s", rates[0], coldOrigin, rates[1], short), Runs: 1}
+			if short != "" {
+				m.MBPerSec = -1 // no rate for an answer that broke off
+			}
+			out = append(out, m)
 			return nil
 		})
 		if err != nil {
@@ -195,6 +227,27 @@ func runS3(ctx context.Context, r *runner) ([]measurement, error) {
 		}
 	}
 	return out, nil
+}
+
+// sliceBigObjects applies a policy caching S3's object as 8 MiB slices and
+// waits until every node runs it.
+func sliceBigObjects(ctx context.Context, r *runner, in *instance) error {
+	cmd := exec.CommandContext(ctx, r.cachectl, "--control-plane", in.control, "--token", "bench", "policy", "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(fmt.Sprintf("name: large\npath_prefix: /obj/big\nslice_size: %d\n", sliceSize))
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("cachectl policy apply: %w: %s", err, b)
+	}
+	var rev int64
+	if _, err := fmt.Sscanf(string(b), "policy large applied (revision %d)", &rev); err != nil {
+		return fmt.Errorf("cachectl policy apply said %q", b)
+	}
+	for _, op := range in.ops {
+		if err := waitBody(ctx, "http://"+op+"/metrics", fmt.Sprintf("shardcache_policy_revision %d", rev)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // nonOwner returns a front that does not own key in the shardcache ring of
