@@ -142,6 +142,9 @@ func (s *sliceReq) fromOrigin(resp *http.Response) error {
 			}
 			return fmt.Errorf("slice %d: origin ignores Range and sends no length", s.index)
 		}
+		if total == 0 && s.index == 0 {
+			return nil // an empty object is kept whole
+		}
 		if s.start() >= total {
 			return fmt.Errorf("slice %d: starts past the object's %d bytes", s.index, total)
 		}
@@ -156,6 +159,14 @@ func (s *sliceReq) fromOrigin(resp *http.Response) error {
 		resp.StatusCode, resp.ContentLength = http.StatusPartialContent, length
 		resp.Header.Set("Content-Range", byteRange{s.start(), length}.contentRange(total))
 		resp.Header.Set("Content-Length", strconv.FormatInt(length, 10))
+		return nil
+	}
+	if s.index == 0 && resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && resp.Header.Get("Content-Range") == "bytes */0" {
+		// An empty object has no first slice: it is kept whole, as a 200.
+		resp.Body.Close()
+		resp.Body, resp.StatusCode, resp.ContentLength = http.NoBody, http.StatusOK, 0
+		resp.Header.Del("Content-Range")
+		resp.Header.Set("Content-Length", "0")
 		return nil
 	}
 	if s.index == 0 {

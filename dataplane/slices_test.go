@@ -78,6 +78,11 @@ func (o *sliceOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Etag", fmt.Sprintf(`"v%d"`, v))
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Last-Modified", "Mon, 30 Nov 2026 12:00:00 GMT")
+	if size == 0 && strings.HasSuffix(r.URL.Path, "-416") && r.Header.Get("Range") != "" {
+		w.Header().Set("Content-Range", "bytes */0") // as some origins answer for an empty object
+		w.WriteHeader(http.StatusRequestedRangeNotSatisfiable)
+		return
+	}
 	if o.ignoreRange {
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 		io.Copy(w, &patterned{size: size, version: v})
@@ -164,12 +169,23 @@ func TestSlicedRanges(t *testing.T) {
 		}
 	}
 	checkSlicesFetchedOnce(t, o, "/s/object", size, 64<<10)
+	// An empty object has no slice 0 (the origin answers 200 or 416): it is kept whole.
+	for _, path := range []string{"/s/empty", "/s/empty-416"} {
+		for range 2 {
+			if resp, got := do(t, http.MethodGet, "http://"+nodes[0].ClientAddr().String()+path+"?size=0"); resp.StatusCode != 200 || got != "" {
+				t.Fatalf("%s: %d %q", path, resp.StatusCode, got)
+			}
+		}
+		if seen := o.requests(path); seen["bytes=0-65535"] != 1 || len(seen) != 1 {
+			t.Errorf("%s: origin saw %v, want one request, then hits", path, seen)
+		}
+	}
 	// Each node stored only its own slices.
 	stored := 0
 	for _, n := range nodes {
 		c := 0
 		n.store.Keys(func(k string) bool {
-			if strings.Contains(k, sliceSep) {
+			if strings.Contains(k, "/s/object") && strings.Contains(k, sliceSep) {
 				c++
 			}
 			return true
