@@ -311,8 +311,12 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	}()
 	var resp *http.Response
 	var err error
-	if from != nil && stale == nil {
-		resp = n.fillFromPeer(ctx, r, from)
+	if stale == nil {
+		if from != nil {
+			resp = n.fillFromPeer(ctx, r, from, false)
+		} else if prev := n.handoffFrom(key, r); prev != nil {
+			resp = n.fillFromPeer(ctx, r, prev, true)
+		}
 	}
 	fromOrigin := resp == nil
 	requested := time.Now()
@@ -453,30 +457,96 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	}
 }
 
-// fillFromPeer asks the first owner of a hot key for it; nil when the owner
-// cannot answer (the caller then goes to the origin).
-func (n *Node) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Member) *http.Response {
+// fillFromPeer asks another node for key; nil when it cannot answer (the
+// caller then goes to the origin). A hot key's later owner asks the first
+// owner, which fills from the origin if it must. A handoff asks the key's
+// owner in the previous epoch for its stored copy only
+// (only-if-cached): it never sends that node to the origin.
+func (n *Node) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Member, handoff bool) *http.Response {
 	get := *r // Forward reads only the method, URL and host; the header is h
 	get.Method = http.MethodGet
 	h := n.relayHeader(r)
 	for _, f := range []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range", "Accept-Encoding"} {
 		h.Del(f) // a fill brings the whole object, as the origin sent it
 	}
-	resp, err := n.peers.Forward(ctx, from.GetPeerAddress(), &get, h)
+	wait := n.cfg.RelayTimeout
+	if handoff {
+		h.Set(handoffHeader, "1")
+		h.Set("Cache-Control", "only-if-cached")
+		wait = handoffTimeout
+	}
+	resp, err := n.forward(ctx, from, &get, h, wait)
 	if err != nil {
-		n.metrics.peerReqs.WithLabelValues(from.GetId(), "error").Inc()
+		if handoff {
+			n.metrics.handoffs.WithLabelValues("error").Inc()
+		}
 		return nil
 	}
-	n.metrics.peerReqs.WithLabelValues(from.GetId(), statusClass(resp.StatusCode)).Inc()
 	if n.peerBehind(resp.Header) || resp.StatusCode >= 500 {
 		resp.Body.Close()
+		if handoff {
+			n.metrics.handoffs.WithLabelValues("miss").Inc()
+		}
 		return nil
 	}
-	n.metrics.hot.WithLabelValues("replica_fill").Inc()
+	if handoff {
+		n.metrics.handoffs.WithLabelValues("hit").Inc()
+	} else {
+		n.metrics.hot.WithLabelValues("replica_fill").Inc()
+		resp.Header.Del("Age")
+	}
 	resp.Header.Del("X-Cache")
 	resp.Header.Del("X-Cache-Node")
-	resp.Header.Del("Age")
 	return resp
+}
+
+// Handoff (see fillFromPeer). handoffHeader marks a handoff request, which
+// is never handed off again; handoffTimeout bounds the wait for its answer.
+const (
+	handoffHeader  = "X-Shardcache-Handoff"
+	handoffTimeout = 2 * time.Second
+)
+
+// handoffFrom is the node to ask for key before the origin: its owner in
+// the previous epoch, within the handoff window of a change; nil if none.
+func (n *Node) handoffFrom(key string, r *http.Request) *pb.Member {
+	if r.Header.Get(handoffHeader) != "" {
+		return nil
+	}
+	return n.routes.Load().handoffFrom(key, n.cfg.ID, n.cfg.HandoffWindow, time.Now())
+}
+
+// forward sends a peer request to m. wait bounds the wait for the answer's
+// header; its body is read at the caller's pace, within ctx.
+func (n *Node) forward(ctx context.Context, m *pb.Member, r *http.Request, h http.Header, wait time.Duration) (*http.Response, error) {
+	fctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(wait, cancel)
+	resp, err := n.peers.Forward(fctx, m.GetPeerAddress(), r, h)
+	timer.Stop()
+	if err != nil {
+		cancel()
+		result := "error"
+		if errors.Is(err, relay.ErrPeerDown) {
+			result = "skipped"
+		}
+		n.metrics.peerReqs.WithLabelValues(m.GetId(), result).Inc()
+		return nil, err
+	}
+	n.metrics.peerReqs.WithLabelValues(m.GetId(), statusClass(resp.StatusCode)).Inc()
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelOnClose ends a request's context when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }
 
 // originTimeout bounds one origin request under p.

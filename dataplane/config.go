@@ -87,6 +87,11 @@ type Config struct {
 	// copies. A policy's hot_threshold overrides it. 0 means 60; negative
 	// turns hot-key handling off.
 	HotThreshold int
+	// HandoffWindow is how long after a ring epoch change a new owner that
+	// misses asks the key's owner in the previous epoch for a stored copy
+	// before going to the origin. 0 means 10 minutes; negative turns
+	// handoff off.
+	HandoffWindow time.Duration
 	// HotCopyBytes is the part of MemoryBytes kept for copies of hot
 	// objects this node does not own. Default MemoryBytes/8.
 	HotCopyBytes int64
@@ -174,6 +179,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.OriginTimeout == 0 {
 		c.OriginTimeout = 60 * time.Second
+	}
+	if c.HandoffWindow == 0 {
+		c.HandoffWindow = 10 * time.Minute
 	}
 	if c.HotThreshold == 0 {
 		c.HotThreshold = 60

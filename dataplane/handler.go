@@ -40,6 +40,7 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del(invalidateHeader)
 	r.Header.Del(sliceHeader)
 	r.Header.Del(sliceVersionHeader)
+	r.Header.Del(handoffHeader)
 	client := n.forwardedFor(r)
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 	route := "aborted"

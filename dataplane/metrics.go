@@ -38,6 +38,7 @@ type metrics struct {
 	collapsed      prometheus.Counter
 	policyRevision prometheus.Gauge
 	hot            *prometheus.CounterVec
+	handoffs       *prometheus.CounterVec
 	store          storeCollector
 	peerCerts      *prometheus.CounterVec
 	peerCertExpiry prometheus.Gauge
@@ -104,6 +105,10 @@ func newMetrics() *metrics {
 		policyRevision: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shardcache_policy_revision", Help: "Revision of the policy set in force (0: none received).",
 		}),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_handoff_requests_total",
+			Help: "Misses after a ring change asked of the key's previous owner before the origin, by result (hit, miss, error).",
+		}, []string{"result"}),
 		hot: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_hot_key_events_total",
 			Help: "Hot-key handling: requests for hot keys, copies admitted and served by non-owners, replica fills from the first owner.",
@@ -143,6 +148,7 @@ func newMetrics() *metrics {
 		values []string
 	}{
 		{m.hot, []string{"hot_request", "copy_admitted", "copy_hit", "replica_fill"}},
+		{m.handoffs, []string{"hit", "miss", "error"}},
 		{m.purges, []string{"url", "prefix", "tag"}},
 		{m.peerBytes, []string{"in", "out"}},
 		{m.peerConns, []string{"opened", "reused"}},
@@ -153,7 +159,7 @@ func newMetrics() *metrics {
 		}
 	}
 	m.reg.MustRegister(m.originDuration, m.peerDuration, m.purges, m.purgeRevision, m.bans, m.peerCerts, m.peerCertExpiry, m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
-		m.peerConns, m.peerBytes, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed, m.policyRevision, m.hot, &m.store,
+		m.peerConns, m.peerBytes, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed, m.policyRevision, m.hot, m.handoffs, &m.store,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

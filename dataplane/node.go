@@ -275,6 +275,20 @@ func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
 		n.log.Error("refusing ring epoch", "epoch", e.GetEpoch(), "err", err)
 		return
 	}
+	rt.applied = time.Now()
+	switch old := n.routes.Load(); {
+	case old != nil && old.epoch.GetEpoch() == e.GetEpoch():
+		rt.prev, rt.applied = old.prev, old.applied // the same epoch again (a new session)
+	case old != nil:
+		prev := *old
+		prev.prev = nil
+		rt.prev = &prev
+	default:
+		// The first epoch this run sees. A node that has just joined (or
+		// come back) takes its keys from the others: the ring without it
+		// is where they were.
+		rt.prev = routesWithout(e, n.cfg.ID)
+	}
 	n.routes.Store(rt)
 	n.metrics.ringEpoch.Set(float64(e.GetEpoch()))
 	n.metrics.ringMembers.Set(float64(len(e.GetMembers())))

@@ -396,6 +396,8 @@ func TestConcurrentMissesCollapse(t *testing.T) {
 // noHotKeys turns hot-key handling off, so every request takes the plain route.
 func noHotKeys(c *Config) { c.HotThreshold = -1 }
 
+func noHandoff(c *Config) { c.HandoffWindow = -1 }
+
 func TestRelayToOwnerOverOnePooledConnection(t *testing.T) {
 	o := &testOrigin{}
 	origin := httptest.NewServer(o)
@@ -887,5 +889,64 @@ func TestSessionOverTLS(t *testing.T) {
 	waitEpoch(t, n, 1)
 	if f.hellos.Load() != 1 {
 		t.Fatalf("%d hellos over TLS, want 1", f.hellos.Load())
+	}
+}
+
+func TestHandoffAfterAMemberJoins(t *testing.T) {
+	for _, handoff := range []bool{true, false} {
+		t.Run(fmt.Sprintf("handoff %v", handoff), func(t *testing.T) {
+			o := &testOrigin{}
+			origin := httptest.NewServer(o)
+			defer origin.Close()
+			opts := []func(*Config){noHotKeys}
+			if !handoff {
+				opts = append(opts, noHandoff)
+			}
+			fc := startFakeControl(t, "127.0.0.1:0")
+			a := startNode(t, "a", fc.addr, origin.URL, opts...)
+			b := startNode(t, "b", fc.addr, origin.URL, opts...)
+			fc.publish(epochOf(1, a, b))
+			waitEpoch(t, a, 1)
+			waitEpoch(t, b, 1)
+			const keys = 300
+			for i := range keys {
+				do(t, "GET", fmt.Sprintf("http://%s/h/%d", a.ClientAddr(), i))
+			}
+			c := startNode(t, "c", fc.addr, origin.URL, opts...)
+			e2 := epochOf(2, a, b, c)
+			fc.publish(e2)
+			for _, n := range []*Node{a, b, c} {
+				waitEpoch(t, n, 2)
+			}
+			moved := 0
+			r2 := mustRing(t, e2)
+			for i := range keys {
+				if r2.Owner(fmt.Sprintf("http127.0.0.1/h/%d", i)).ID == "c" {
+					moved++
+				}
+				do(t, "GET", fmt.Sprintf("http://%s/h/%d", b.ClientAddr(), i))
+			}
+			again := 0
+			for i := range keys {
+				again += int(o.count(fmt.Sprintf("/h/%d", i))) - 1
+			}
+			t.Logf("handoff %v: %d of %d keys moved to c; %d origin requests for them", handoff, moved, keys, again)
+			if moved < keys/6 {
+				t.Fatalf("only %d keys moved", moved)
+			}
+			if handoff && again != 0 || !handoff && again != moved {
+				t.Errorf("%d origin requests after the change, want %d", again, map[bool]int{true: 0, false: moved}[handoff])
+			}
+			if hits := metricValue(t, c, "shardcache_handoff_requests_total", `result="hit"`); handoff && int(hits) != moved {
+				t.Errorf("c counted %v handoff hits, want %d", hits, moved)
+			}
+			// A key nobody stored: the previous owner is asked for a copy
+			// only, so the origin still sees one request.
+			path := pathOwnedBy(t, e2, "/new/", "c")
+			do(t, "GET", "http://"+c.ClientAddr().String()+path)
+			if n := o.count(path); n != 1 {
+				t.Errorf("a new key reached the origin %d times, want once", n)
+			}
+		})
 	}
 }

@@ -111,9 +111,9 @@ func TestPeerPresentingAnotherMembersCertificateIsRefused(t *testing.T) {
 	fc := startFakeControl(t, "127.0.0.1:0")
 	origin := httptest.NewServer(&testOrigin{})
 	defer origin.Close()
-	a := startNode(t, "a", fc.addr, origin.URL, func(c *Config) { c.PeerTLS = ca.issue(t, "a"); c.HotThreshold = -1 })
+	a := startNode(t, "a", fc.addr, origin.URL, func(c *Config) { c.PeerTLS = ca.issue(t, "a"); c.HotThreshold, c.HandoffWindow = -1, -1 })
 	// c holds a good certificate, but for c; the epoch says b listens there.
-	c := startNode(t, "c", fc.addr, origin.URL, func(cf *Config) { cf.PeerTLS = ca.issue(t, "c"); cf.HotThreshold = -1 })
+	c := startNode(t, "c", fc.addr, origin.URL, func(cf *Config) { cf.PeerTLS = ca.issue(t, "c"); cf.HotThreshold, cf.HandoffWindow = -1, -1 })
 	e := epochOf(1, a)
 	e.Members = append(e.Members, &pb.Member{Id: "b", PeerAddress: c.PeerAddr().String(), State: pb.MemberState_MEMBER_STATE_ACTIVE})
 	fc.publish(e)

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"fmt"
+	"time"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/ring"
@@ -14,6 +15,41 @@ type routes struct {
 	ring   *ring.Ring
 	peers  map[string]*pb.Member
 	byAddr map[string]string // peer address -> member id
+	// prev is the epoch this one replaced (its own prev dropped), and
+	// applied when this one took over: handoff asks prev's owners.
+	prev    *routes
+	applied time.Time
+}
+
+// routesWithout is epoch e without member id; nil when id is not a member
+// or the only one.
+func routesWithout(e *pb.RingEpoch, id string) *routes {
+	others := &pb.RingEpoch{Epoch: e.GetEpoch()}
+	for _, m := range e.GetMembers() {
+		if m.GetId() != id {
+			others.Members = append(others.Members, m)
+		}
+	}
+	if len(others.Members) == len(e.GetMembers()) || len(others.Members) == 0 {
+		return nil
+	}
+	rt, err := newRoutes(others)
+	if err != nil {
+		return nil
+	}
+	return rt
+}
+
+// handoffFrom is the member that owned key in the previous epoch, when it
+// was another node and the change is younger than window; else nil.
+func (rt *routes) handoffFrom(key, self string, window time.Duration, now time.Time) *pb.Member {
+	if rt == nil || rt.prev == nil || window <= 0 || now.Sub(rt.applied) > window {
+		return nil
+	}
+	if m := rt.prev.owner(key); m != nil && m.GetId() != self {
+		return m
+	}
+	return nil
 }
 
 func newRoutes(e *pb.RingEpoch) (*routes, error) {

@@ -247,15 +247,10 @@ func (n *Node) fetchSlice(ctx context.Context, r *http.Request, key string, p *p
 	if owner := n.sliceOwner(key, s, p); owner != nil {
 		// The relay timeout bounds the wait for the answer's header; the
 		// body is read at the client's pace.
-		fctx, cancel := context.WithCancel(ctx)
-		timer := time.AfterFunc(n.relayTimeout(p), cancel)
-		resp, err := n.peers.Forward(fctx, owner.GetPeerAddress(), req, h)
-		timer.Stop()
+		resp, err := n.forward(ctx, owner, req, h, n.relayTimeout(p))
 		if err == nil {
-			n.metrics.peerReqs.WithLabelValues(owner.GetId(), statusClass(resp.StatusCode)).Inc()
 			return resp
 		}
-		n.metrics.peerReqs.WithLabelValues(owner.GetId(), "error").Inc()
 		if ctx.Err() == nil {
 			n.log.Warn("slice owner did not answer; serving the slice here", "owner", owner.GetId(), "slice", s.index, "err", err)
 		}

@@ -85,7 +85,9 @@ func TestRelayedRequestIsOneTraceAcrossBothNodes(t *testing.T) {
 	}))
 	t.Cleanup(origin.Close)
 	var access syncBuffer
-	a, _, e := startPair(t, origin.URL, noHotKeys, func(c *Config) { c.TracerProvider = tp; c.AccessLog = &access })
+	// Without handoff: the owner's miss goes straight to the origin, so
+	// the trace is client, relay, owner, origin.
+	a, _, e := startPair(t, origin.URL, noHotKeys, noHandoff, func(c *Config) { c.TracerProvider = tp; c.AccessLog = &access })
 	path := pathOwnedBy(t, e, "/traced/", "b")
 	resp, body := do(t, http.MethodGet, "http://"+a.ClientAddr().String()+path)
 	if resp.StatusCode != 200 || body != "traced" {

@@ -80,6 +80,8 @@ type cluster struct {
 	controlProc *process
 	controlOps  string // its /metrics
 	origin      *countingOrigin
+	originURL   string
+	nodeArgs    func(i int) []string
 	nodes       []*node
 }
 
@@ -124,20 +126,29 @@ func startClusterWith(t *testing.T, ctx context.Context, cfg clusterConfig) *clu
 	if err := c.controlProc.WaitLine(ctx, "control plane serving"); err != nil {
 		t.Fatal(err)
 	}
-	for i := 1; i <= n; i++ {
-		nd := &node{id: fmt.Sprintf("node-%d", i), client: freeAddr(t), peer: freeAddr(t), ops: freeAddr(t)}
-		nd.args = []string{"node", "--id", nd.id, "--client", nd.client, "--peer", nd.peer, "--ops", nd.ops,
-			"--control-plane", c.control, "--origin", osrv.URL, "--join-token", "e2e-join"}
-		if cfg.nodeArgs != nil {
-			nd.args = append(nd.args, cfg.nodeArgs(i)...)
-		}
-		nd.proc = startProcess(t, nd.id, filepath.Join(binDir, "shardcache"), nd.args...)
-		c.nodes = append(c.nodes, nd)
+	c.originURL, c.nodeArgs = osrv.URL, cfg.nodeArgs
+	for range n {
+		c.addNode()
 	}
 	for _, nd := range c.nodes {
 		c.waitMembers(ctx, nd, n)
 	}
 	return c
+}
+
+// addNode starts node-<len(nodes)+1> and adds it to c.nodes.
+func (c *cluster) addNode() *node {
+	i := len(c.nodes) + 1
+	t := c.t
+	nd := &node{id: fmt.Sprintf("node-%d", i), client: freeAddr(t), peer: freeAddr(t), ops: freeAddr(t)}
+	nd.args = []string{"node", "--id", nd.id, "--client", nd.client, "--peer", nd.peer, "--ops", nd.ops,
+		"--control-plane", c.control, "--origin", c.originURL, "--join-token", "e2e-join"}
+	if c.nodeArgs != nil {
+		nd.args = append(nd.args, c.nodeArgs(i)...)
+	}
+	nd.proc = startProcess(t, nd.id, filepath.Join(binDir, "shardcache"), nd.args...)
+	c.nodes = append(c.nodes, nd)
+	return nd
 }
 
 // waitMembers waits until nd's /readyz reports an epoch of want members.

@@ -31,6 +31,13 @@ func newNodeCommand() *cobra.Command {
 				return err
 			}
 			o.cfg.Logger = logger
+			if o.cfg.ID == "" {
+				// A StatefulSet pod's host name is its stable name, so a
+				// restarted pod keeps its keys.
+				if o.cfg.ID, err = os.Hostname(); err != nil {
+					return fmt.Errorf("no --id and no host name: %w", err)
+				}
+			}
 			if o.cfg.ControlPlaneTLS, err = tlsfiles.Client(o.controlCA, "", ""); err != nil {
 				return fmt.Errorf("--control-plane-ca: %w", err)
 			}
@@ -60,7 +67,7 @@ func newNodeCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.cfg.ID, "id", "", "stable node id hashed by the ring (e.g. the pod name)")
+	f.StringVar(&o.cfg.ID, "id", "", "stable node id hashed by the ring (default the host name: a StatefulSet pod's name)")
 	f.StringVar(&o.cfg.ClientAddr, "client", "127.0.0.1:8081", "client HTTP listen address")
 	f.StringVar(&o.cfg.PeerAddr, "peer", "127.0.0.1:9081", "peer listen address (relayed requests)")
 	f.StringVar(&o.cfg.OpsAddr, "ops", "127.0.0.1:9191", "ops listen address (/healthz, /readyz, /metrics, pprof)")
@@ -82,6 +89,7 @@ func newNodeCommand() *cobra.Command {
 	f.Var(units.Value{N: &o.cfg.DiskMinFree}, "disk-min-free", "free space kept on the data directory's file system; below it nothing new is stored (default 1GiB)")
 	f.Var(units.Value{N: &o.cfg.MaxObjectBytes}, "max-object", "largest response stored; larger ones are streamed unstored (default disk/4)")
 	f.DurationVar(&o.cfg.OriginTimeout, "origin-timeout", 0, "timeout of one origin request (default 60s)")
+	f.DurationVar(&o.cfg.HandoffWindow, "handoff-window", 0, "after a ring change, how long a new owner asks a key's previous owner before the origin (default 10m; negative: off)")
 	f.IntVar(&o.cfg.HotThreshold, "hot-threshold", 0, "requests per minute at this node above which a key is hot (default 60; negative: off)")
 	f.Var(units.Value{N: &o.cfg.HotCopyBytes}, "hot-copy-memory", "part of --memory kept for copies of hot objects owned elsewhere (default memory/8)")
 	f.StringVar(&o.cfg.DataDir, "data-dir", "", "directory of the node's persistent data, the disk tier among it (default: a temporary directory removed on exit)")
