@@ -92,6 +92,11 @@ type Config struct {
 	// before going to the origin. 0 means 10 minutes; negative turns
 	// handoff off.
 	HandoffWindow time.Duration
+	// DrainGrace is how long a stopping node, already out of the ring,
+	// keeps serving so that its peers take its keys by handoff; it stops
+	// sooner once its peer listener has been idle for a second. 0 means
+	// 10 s; negative stops at once.
+	DrainGrace time.Duration
 	// HotCopyBytes is the part of MemoryBytes kept for copies of hot
 	// objects this node does not own. Default MemoryBytes/8.
 	HotCopyBytes int64
@@ -182,6 +187,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.HandoffWindow == 0 {
 		c.HandoffWindow = 10 * time.Minute
+	}
+	if c.DrainGrace == 0 {
+		c.DrainGrace = 10 * time.Second
 	}
 	if c.HotThreshold == 0 {
 		c.HotThreshold = 60

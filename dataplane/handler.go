@@ -193,6 +193,7 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "peer listener: only requests relayed by shardcache nodes are served here", http.StatusBadRequest)
 		return
 	}
+	n.lastPeer.Store(time.Now().UnixNano())
 	key, p, sl, err := n.peerKey(r)
 	if err != nil {
 		http.Error(w, "peer listener: "+err.Error(), http.StatusBadRequest)

@@ -39,6 +39,11 @@ const shutdownGrace = 10 * time.Second
 // Node is one cache node.
 type Node struct {
 	cfg     Config
+	// draining is set while a stopping node, out of the ring, still
+	// serves its peers' handoff requests; lastPeer is when the peer
+	// listener last got a request (UnixNano).
+	draining atomic.Bool
+	lastPeer atomic.Int64
 	log     *slog.Logger
 	access  *slog.Logger // nil: no access log
 	metrics *metrics
@@ -429,6 +434,9 @@ func (n *Node) Run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		<-gctx.Done()
+		if ctx.Err() != nil {
+			n.drain() // a stop asked for, not a failure
+		}
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		defer cancel()
 		for _, s := range servers {
@@ -448,6 +456,33 @@ func (n *Node) Run(ctx context.Context) error {
 	n.fills.Wait()
 	return err
 }
+
+// drain keeps a stopping node serving while its peers take its keys by
+// handoff: the session has said goodbye, so the node is out of the next
+// epoch. It returns once the peer listener has been idle for drainIdle, or
+// after DrainGrace; at once when no peer could hand off from it.
+func (n *Node) drain() {
+	rt := n.routes.Load()
+	if n.cfg.DrainGrace <= 0 || n.cfg.HandoffWindow <= 0 || rt == nil || len(rt.epoch.GetMembers()) < 2 {
+		return
+	}
+	n.draining.Store(true)
+	start := time.Now()
+	n.log.Info("draining: serving handoff requests before stopping", "grace", n.cfg.DrainGrace)
+	t := time.NewTicker(drainIdle / 10)
+	defer t.Stop()
+	for now := range t.C {
+		last := time.Unix(0, max(n.lastPeer.Load(), start.UnixNano()))
+		if now.Sub(last) >= drainIdle || now.Sub(start) >= n.cfg.DrainGrace {
+			n.log.Info("drained", "after", now.Sub(start).Round(time.Millisecond))
+			return
+		}
+	}
+}
+
+// drainIdle is how long the peer listener of a draining node stays idle
+// before the node stops.
+const drainIdle = time.Second
 
 func boolGauge(b bool) float64 {
 	if b {
@@ -476,6 +511,10 @@ func (n *Node) opsHandler() http.Handler {
 				http.Error(w, "not ready: no peer certificate yet from the control plane at "+n.cfg.ControlPlane, http.StatusServiceUnavailable)
 				return
 			}
+		}
+		if n.draining.Load() {
+			http.Error(w, "not ready: draining (out of the ring, serving its peers' handoff requests before it stops)", http.StatusServiceUnavailable)
+			return
 		}
 		rt := n.routes.Load()
 		if rt == nil {

@@ -203,7 +203,8 @@ func runNode(t *testing.T, id, control, origin string, opts ...func(*Config)) (*
 	cfg := Config{
 		ID: id, ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", OpsAddr: "127.0.0.1:0",
 		ControlPlane: control, Origin: origin, MemoryBytes: 16 << 20, MaxObjectBytes: 1 << 20,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		DrainGrace: -1, // a test's nodes stop together at its end
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	for _, o := range opts {
 		o(&cfg)

@@ -172,7 +172,9 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 			PurgeAllow:     []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")},
 			AdminToken:     token,
 			TracerProvider: tp,
-			Logger:         logger,
+			// The nodes stop together: none is left to hand off to.
+			DrainGrace: -1,
+			Logger:     logger,
 		})
 		if err != nil {
 			return err

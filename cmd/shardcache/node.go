@@ -90,6 +90,7 @@ func newNodeCommand() *cobra.Command {
 	f.Var(units.Value{N: &o.cfg.MaxObjectBytes}, "max-object", "largest response stored; larger ones are streamed unstored (default disk/4)")
 	f.DurationVar(&o.cfg.OriginTimeout, "origin-timeout", 0, "timeout of one origin request (default 60s)")
 	f.DurationVar(&o.cfg.HandoffWindow, "handoff-window", 0, "after a ring change, how long a new owner asks a key's previous owner before the origin (default 10m; negative: off)")
+	f.DurationVar(&o.cfg.DrainGrace, "drain-grace", 0, "on stop, how long the node, out of the ring, keeps serving its peers' handoff requests; it stops after 1s without one (default 10s; negative: stop at once)")
 	f.IntVar(&o.cfg.HotThreshold, "hot-threshold", 0, "requests per minute at this node above which a key is hot (default 60; negative: off)")
 	f.Var(units.Value{N: &o.cfg.HotCopyBytes}, "hot-copy-memory", "part of --memory kept for copies of hot objects owned elsewhere (default memory/8)")
 	f.StringVar(&o.cfg.DataDir, "data-dir", "", "directory of the node's persistent data, the disk tier among it (default: a temporary directory removed on exit)")
