@@ -38,15 +38,15 @@ const shutdownGrace = 10 * time.Second
 
 // Node is one cache node.
 type Node struct {
-	cfg     Config
+	cfg Config
 	// draining is set while a stopping node, out of the ring, still
 	// serves its peers' handoff requests; lastPeer is when the peer
 	// listener last got a request (UnixNano).
 	draining atomic.Bool
 	lastPeer atomic.Int64
-	log     *slog.Logger
-	access  *slog.Logger // nil: no access log
-	metrics *metrics
+	log      *slog.Logger
+	access   *slog.Logger // nil: no access log
+	metrics  *metrics
 	// store is the memory tier over the disk tier; opened by Run.
 	store *store.Store
 	// hotCopies holds copies of hot objects this node does not own, so they
