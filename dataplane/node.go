@@ -44,6 +44,9 @@ type Node struct {
 	// listener last got a request (UnixNano).
 	draining atomic.Bool
 	lastPeer atomic.Int64
+	// leave ends the session, which takes the node out of the ring; set
+	// by Run.
+	leave atomic.Pointer[context.CancelFunc]
 	log      *slog.Logger
 	access   *slog.Logger // nil: no access log
 	metrics  *metrics
@@ -386,6 +389,9 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	sctx, leave := context.WithCancel(gctx)
+	defer leave()
+	n.leave.Store(&leave)
 	for i, s := range servers {
 		l := listeners[i]
 		g.Go(func() error {
@@ -407,7 +413,12 @@ func (n *Node) Run(ctx context.Context) error {
 		case <-gctx.Done():
 			return nil
 		}
-		return n.session.Run(gctx)
+		err := n.session.Run(sctx)
+		if err != nil && gctx.Err() == nil && sctx.Err() != nil {
+			n.log.Warn("leaving the ring", "err", err) // left by /drain; keep serving
+			return nil
+		}
+		return err
 	})
 	g.Go(func() error {
 		select {
@@ -462,11 +473,11 @@ func (n *Node) Run(ctx context.Context) error {
 // epoch. It returns once the peer listener has been idle for drainIdle, or
 // after DrainGrace; at once when no peer could hand off from it.
 func (n *Node) drain() {
+	n.draining.Store(true)
 	rt := n.routes.Load()
 	if n.cfg.DrainGrace <= 0 || n.cfg.HandoffWindow <= 0 || rt == nil || len(rt.epoch.GetMembers()) < 2 {
 		return
 	}
-	n.draining.Store(true)
 	start := time.Now()
 	n.log.Info("draining: serving handoff requests before stopping", "grace", n.cfg.DrainGrace)
 	t := time.NewTicker(drainIdle / 10)
@@ -529,6 +540,15 @@ func (n *Node) opsHandler() http.Handler {
 		}
 		fmt.Fprintf(w, "ready epoch=%d members=%d policies=%d control=%s\n", rt.epoch.GetEpoch(), len(rt.epoch.GetMembers()),
 			n.policies.Load().Revision(), control)
+	})
+	mux.HandleFunc("GET /drain", func(w http.ResponseWriter, _ *http.Request) {
+		// A pod's preStop hook: leave the ring, hand the keys off, then
+		// answer; the node keeps running until it is told to stop.
+		if leave := n.leave.Load(); leave != nil {
+			(*leave)()
+		}
+		n.drain()
+		fmt.Fprintln(w, "drained: out of the ring; safe to stop")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

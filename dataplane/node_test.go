@@ -951,3 +951,28 @@ func TestHandoffAfterAMemberJoins(t *testing.T) {
 		})
 	}
 }
+
+func TestDrainEndpointLeavesTheRingAndKeepsServing(t *testing.T) {
+	o := &testOrigin{}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	fc := startFakeControl(t, "127.0.0.1:0")
+	a := startNode(t, "a", fc.addr, origin.URL)
+	b := startNode(t, "b", fc.addr, origin.URL)
+	fc.publish(epochOf(1, a, b))
+	waitEpoch(t, a, 1)
+	waitEpoch(t, b, 1)
+	resp, body := do(t, "GET", "http://"+b.OpsAddr().String()+"/drain")
+	if resp.StatusCode != 200 || !strings.Contains(body, "safe to stop") {
+		t.Fatalf("/drain: %d %q", resp.StatusCode, body)
+	}
+	if resp, body := do(t, "GET", "http://"+b.OpsAddr().String()+"/readyz"); resp.StatusCode != 503 || !strings.Contains(body, "draining") {
+		t.Errorf("/readyz of a drained node: %d %q", resp.StatusCode, body)
+	}
+	if b.session.Connected() {
+		t.Error("a drained node still has its session")
+	}
+	if resp, _ := do(t, "GET", "http://"+b.ClientAddr().String()+"/x"); resp.StatusCode != 200 {
+		t.Errorf("a drained node stopped serving: %d", resp.StatusCode)
+	}
+}
