@@ -46,10 +46,10 @@ type Node struct {
 	lastPeer atomic.Int64
 	// leave ends the session, which takes the node out of the ring; set
 	// by Run.
-	leave atomic.Pointer[context.CancelFunc]
-	log      *slog.Logger
-	access   *slog.Logger // nil: no access log
-	metrics  *metrics
+	leave   atomic.Pointer[context.CancelFunc]
+	log     *slog.Logger
+	access  *slog.Logger // nil: no access log
+	metrics *metrics
 	// store is the memory tier over the disk tier; opened by Run.
 	store *store.Store
 	// hotCopies holds copies of hot objects this node does not own, so they
