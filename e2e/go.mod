@@ -2,10 +2,12 @@ module github.com/shardcache/shardcache/e2e
 
 go 1.26.0
 
-require github.com/shardcache/shardcache/sdk v0.0.0
+require (
+	github.com/shardcache/shardcache/proto v0.0.0
+	github.com/shardcache/shardcache/sdk v0.0.0
+)
 
 require (
-	github.com/shardcache/shardcache/proto v0.0.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
