@@ -43,6 +43,11 @@ type Config struct {
 	// before writing a new epoch, so that changes close together (a rolling
 	// restart) become one epoch. Default 2s.
 	EpochBatchWindow time.Duration
+	// Rampup is how long a member that joins a running ring takes to reach
+	// its full weight: its weight rises in rampSteps epochs over Rampup, so
+	// its keys move to it a part at a time, as Varnish's shard director
+	// ramps a backend up. 0 gives it its full weight at once.
+	Rampup time.Duration
 	// EpochsKept is how many past epochs stay readable. Default 20.
 	EpochsKept int
 
@@ -188,6 +193,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LeaseTTL < 2*time.Second {
 		return fmt.Errorf("lease TTL %s is below the 2s minimum", c.LeaseTTL)
+	}
+	if c.Rampup < 0 {
+		return fmt.Errorf("rampup %s is negative", c.Rampup)
 	}
 	if c.EpochBatchWindow < 0 {
 		return fmt.Errorf("epoch batch window %s is negative", c.EpochBatchWindow)

@@ -97,6 +97,7 @@ func (s *Server) writeEpochs(ctx context.Context, done <-chan struct{}, guard cl
 	if err != nil {
 		return err
 	}
+	ramps := map[string]time.Time{} // members ramping up, by when they joined
 	rewatch := func() bool {
 		// Missed events are harmless: reconciliation reads the full member
 		// list. Watch again from now and reconcile.
@@ -129,38 +130,43 @@ func (s *Server) writeEpochs(ctx context.Context, done <-chan struct{}, guard cl
 			openWindow()
 		case <-window:
 			window = nil
-			if err := s.reconcile(ctx, guard); err != nil {
+			wake, err := s.reconcile(ctx, guard, ramps)
+			if err != nil {
 				if errors.Is(err, ErrEpochConflict) {
 					return err
 				}
 				s.log.Warn("writing epoch failed; retrying", "err", err)
 				window = time.After(time.Second)
+			} else if wake > 0 {
+				window = time.After(wake) // a ramp's next step
 			}
 		}
 	}
 }
 
-// reconcile writes a new epoch if the registered members differ from the
-// current epoch's.
-func (s *Server) reconcile(ctx context.Context, guard clientv3.Cmp) error {
+// reconcile writes a new epoch if the registered members (their weights
+// ramped) differ from the current epoch's. It returns when to reconcile
+// again for a ramp's next step, 0 when no member ramps.
+func (s *Server) reconcile(ctx context.Context, guard clientv3.Cmp, ramps map[string]time.Time) (time.Duration, error) {
 	members, _, err := s.state.members(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	drained, err := s.state.drained(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	cur, rev, err := s.state.currentEpoch(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	want := ringMembers(members, drained)
+	wake := rampWeights(want, cur, ramps, s.cfg.Rampup, time.Now())
 	if cur != nil && sameMembers(cur.GetMembers(), want) {
-		return nil
+		return wake, nil
 	}
 	if cur == nil && len(want) == 0 {
-		return nil
+		return 0, nil
 	}
 	next := &pb.RingEpoch{
 		Epoch:         cur.GetEpoch() + 1,
@@ -170,11 +176,61 @@ func (s *Server) reconcile(ctx context.Context, guard clientv3.Cmp) error {
 		Reason:        describeChange(cur.GetMembers(), want),
 	}
 	if err := s.state.writeEpoch(ctx, next, rev, s.cfg.EpochsKept, guard); err != nil {
-		return err
+		return 0, err
 	}
 	s.epochsWritten.Add(1)
 	s.log.Info("wrote ring epoch", "epoch", next.GetEpoch(), "members", len(want), "reason", next.GetReason())
-	return nil
+	return wake, nil
+}
+
+// rampSteps is how many epochs a joining member's weight takes to reach
+// its full value.
+const rampSteps = 4
+
+// rampWeights ramps up the members of want that joined a running ring
+// within rampup (ramps records when, and forgets those done or gone): while
+// one ramps, every weight is scaled by rampSteps and the ramping member's
+// by its step instead. Scaling every weight alike changes no key's owner,
+// so only the ramping member gains keys at each step. It returns the time
+// to the next step, 0 when none ramps.
+func rampWeights(want []*pb.Member, cur *pb.RingEpoch, ramps map[string]time.Time, rampup time.Duration, now time.Time) time.Duration {
+	inRing := make(map[string]bool, len(cur.GetMembers()))
+	for _, m := range cur.GetMembers() {
+		inRing[m.GetId()] = true
+	}
+	wanted := make(map[string]bool, len(want))
+	for _, m := range want {
+		wanted[m.GetId()] = true
+		if rampup > 0 && len(inRing) > 0 && !inRing[m.GetId()] {
+			if _, ok := ramps[m.GetId()]; !ok {
+				ramps[m.GetId()] = now
+			}
+		}
+	}
+	stepLen := rampup / rampSteps
+	var wake time.Duration
+	for id, since := range ramps {
+		if !wanted[id] || rampup <= 0 || now.Sub(since) >= rampup-stepLen {
+			delete(ramps, id) // gone, or at its last step: its full weight
+			continue
+		}
+		next := stepLen - now.Sub(since)%stepLen
+		if wake == 0 || next < wake {
+			wake = next
+		}
+	}
+	if len(ramps) == 0 {
+		return 0
+	}
+	for _, m := range want {
+		w := max(m.GetWeight(), 1) // 0 means 1
+		step := uint32(rampSteps)
+		if since, ok := ramps[m.GetId()]; ok {
+			step = uint32(now.Sub(since)/stepLen) + 1
+		}
+		m.Weight = w * step
+	}
+	return wake
 }
 
 // ringMembers selects the members that own keys (active, not drained) and

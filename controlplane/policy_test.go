@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -332,4 +333,69 @@ func TestJoinToken(t *testing.T) {
 		})
 	}
 	openSessionWith(t, conn, &pb.Hello{Member: &pb.Member{Id: "n1", PeerAddress: "127.0.0.1:1"}, JoinToken: "secret"})
+}
+
+func TestRampWeights(t *testing.T) {
+	const rampup = 4 * time.Second
+	t0 := time.Unix(1000, 0)
+	members := func() []*pb.Member {
+		return []*pb.Member{{Id: "a"}, {Id: "b", Weight: 2}, {Id: "c"}}
+	}
+	weights := func(ms []*pb.Member) []uint32 {
+		var out []uint32
+		for _, m := range ms {
+			out = append(out, m.GetWeight())
+		}
+		return out
+	}
+	cur := &pb.RingEpoch{Epoch: 1, Members: []*pb.Member{{Id: "a"}, {Id: "b", Weight: 2}}}
+	ramps := map[string]time.Time{}
+	for _, tt := range []struct {
+		at   time.Duration
+		want []uint32
+		wake time.Duration
+	}{
+		{0, []uint32{4, 8, 1}, time.Second},                                  // c joins: a quarter of its weight
+		{1500 * time.Millisecond, []uint32{4, 8, 2}, 500 * time.Millisecond}, // half
+		{2 * time.Second, []uint32{4, 8, 3}, time.Second},                    // three quarters
+		{3 * time.Second, []uint32{0, 2, 0}, 0},                              // done: weights as registered
+	} {
+		want := members()
+		wake := rampWeights(want, cur, ramps, rampup, t0.Add(tt.at))
+		if got := weights(want); !slices.Equal(got, tt.want) || wake != tt.wake {
+			t.Errorf("at %s: weights %v, wake in %s; want %v, %s", tt.at, got, wake, tt.want, tt.wake)
+		}
+		cur = &pb.RingEpoch{Members: want}
+	}
+	// A new cluster's first members, and any member without a rampup, start at full weight.
+	if wake := rampWeights(members(), nil, map[string]time.Time{}, rampup, t0); wake != 0 {
+		t.Errorf("first epoch ramps (wake %s)", wake)
+	}
+	if wake := rampWeights(members(), &pb.RingEpoch{Members: []*pb.Member{{Id: "a"}}}, map[string]time.Time{}, 0, t0); wake != 0 {
+		t.Errorf("rampup 0 ramps (wake %s)", wake)
+	}
+}
+
+func TestJoiningMemberRampsUpOverEpochs(t *testing.T) {
+	s, _, _ := startServer(t, nil, func(c *Config) { c.Rampup = 800 * time.Millisecond; c.EpochBatchWindow = 50 * time.Millisecond })
+	conn := dial(t, s)
+	a := openSession(t, conn, "node-a")
+	openSession(t, conn, "node-b")
+	a.waitEpoch(t, "node-a", "node-b")
+	openSession(t, conn, "node-c")
+	var got []string
+	for {
+		e := a.waitEpoch(t, "node-a", "node-b", "node-c")
+		var w []string
+		for _, m := range e.GetMembers() {
+			w = append(w, strconv.Itoa(int(m.GetWeight())))
+		}
+		got = append(got, strings.Join(w, ","))
+		if e.GetMembers()[0].GetWeight() == 0 {
+			break // the ramp is over: weights as registered (0 means 1)
+		}
+	}
+	if want := []string{"4,4,1", "4,4,2", "4,4,3", "0,0,0"}; !slices.Equal(got, want) {
+		t.Fatalf("weights of the epochs after node-c joined: %v, want %v", got, want)
+	}
 }

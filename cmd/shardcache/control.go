@@ -37,6 +37,7 @@ from --admin-token or SHARDCACHE_TOKEN.`,
 	f.StringVar(&o.cfg.Prefix, "prefix", "/shardcache/", "etcd key prefix of all shardcache state")
 	f.StringVar(&o.cfg.ReplicaID, "replica-id", "", "name of this replica (default: the listen address)")
 	f.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", 0, "how long a silent node stays a member (default 10s)")
+	f.DurationVar(&o.cfg.Rampup, "rampup", 0, "how long a node joining a running ring takes to reach its full weight, in 4 epochs (0: at once)")
 	f.DurationVar(&o.cfg.EpochBatchWindow, "epoch-batch-window", 0, "membership changes within this window make one epoch (default 2s)")
 	f.StringVar(&o.cfg.AdminToken, "admin-token", "", "bearer token of admin calls (default $SHARDCACHE_TOKEN)")
 	f.StringVar(&o.cfg.TLS.CertFile, "tls-cert", "", "TLS certificate of the gRPC listener (PEM)")
