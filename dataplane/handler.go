@@ -211,6 +211,9 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(purgeRevisionHeader, strconv.FormatInt(n.bans.revision(), 10))
 	n.serveOwned(rec, r, key, p, nil, sl)
 	n.metrics.peerBytes.WithLabelValues("out").Add(float64(rec.bytes))
+	if r.Header.Get(handoffHeader) != "" && rec.status < 300 {
+		n.handoffAnswers.Add(1)
+	}
 }
 
 // peerKey is the key and policy of a peer request: its URL's key under

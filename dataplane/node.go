@@ -44,6 +44,8 @@ type Node struct {
 	// listener last got a request (UnixNano).
 	draining atomic.Bool
 	lastPeer atomic.Int64
+	// handoffAnswers counts handoff requests answered from the store.
+	handoffAnswers atomic.Uint64
 	// leave ends the session, which takes the node out of the ring; set
 	// by Run.
 	leave   atomic.Pointer[context.CancelFunc]
@@ -578,6 +580,7 @@ func (n *Node) loadReport() *pb.LoadReport {
 		OriginRequestsTotal:   n.originFills.Load(),
 		RelayedTotal:          n.relayed.Load(),
 		PeerBytesTotal:        n.peerBytes.Load(),
+		HandoffAnswersTotal:   n.handoffAnswers.Load(),
 		LocalEstimateRequests: estRequests,
 		LocalEstimateHits:     estHits,
 		ResponseBytesByRoute: func() map[string]uint64 {

@@ -527,8 +527,11 @@ type LoadReport struct {
 	// origin. Sampled, so not whole numbers.
 	LocalEstimateRequests float64 `protobuf:"fixed64,13,opt,name=local_estimate_requests,json=localEstimateRequests,proto3" json:"local_estimate_requests,omitempty"`
 	LocalEstimateHits     float64 `protobuf:"fixed64,14,opt,name=local_estimate_hits,json=localEstimateHits,proto3" json:"local_estimate_hits,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Handoff requests this node answered from its store: keys that moved to their new owners
+	// after a ring change took them from here.
+	HandoffAnswersTotal uint64 `protobuf:"varint,15,opt,name=handoff_answers_total,json=handoffAnswersTotal,proto3" json:"handoff_answers_total,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *LoadReport) Reset() {
@@ -655,6 +658,13 @@ func (x *LoadReport) GetLocalEstimateRequests() float64 {
 func (x *LoadReport) GetLocalEstimateHits() float64 {
 	if x != nil {
 		return x.LocalEstimateHits
+	}
+	return 0
+}
+
+func (x *LoadReport) GetHandoffAnswersTotal() uint64 {
+	if x != nil {
+		return x.HandoffAnswersTotal
 	}
 	return 0
 }
@@ -920,7 +930,7 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12\x0e\n" +
 	"\x02ca\x18\x02 \x01(\fR\x02ca\x127\n" +
 	"\tnot_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\xc4\x05\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xf8\x05\n" +
 	"\n" +
 	"LoadReport\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12.\n" +
@@ -939,7 +949,8 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\x10peer_bytes_total\x18\v \x01(\x04R\x0epeerBytesTotal\x12j\n" +
 	"\x17response_bytes_by_route\x18\f \x03(\v23.shardcache.v1.LoadReport.ResponseBytesByRouteEntryR\x14responseBytesByRoute\x126\n" +
 	"\x17local_estimate_requests\x18\r \x01(\x01R\x15localEstimateRequests\x12.\n" +
-	"\x13local_estimate_hits\x18\x0e \x01(\x01R\x11localEstimateHits\x1aG\n" +
+	"\x13local_estimate_hits\x18\x0e \x01(\x01R\x11localEstimateHits\x122\n" +
+	"\x15handoff_answers_total\x18\x0f \x01(\x04R\x13handoffAnswersTotal\x1aG\n" +
 	"\x19ResponseBytesByRouteEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xc2\x01\n" +
