@@ -318,6 +318,9 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 			resp = n.fillFromPeer(ctx, r, prev, true)
 		}
 	}
+	if resp == nil && r.Header.Get(precopyHeader) != "" {
+		return // a pre-copy takes what a peer has, never the origin
+	}
 	fromOrigin := resp == nil
 	requested := time.Now()
 	if fromOrigin {

@@ -41,6 +41,8 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del(sliceHeader)
 	r.Header.Del(sliceVersionHeader)
 	r.Header.Del(handoffHeader)
+	r.Header.Del(hotKeysHeader)
+	r.Header.Del(precopyHeader)
 	client := n.forwardedFor(r)
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 	route := "aborted"
@@ -103,6 +105,9 @@ func (n *Node) route(w http.ResponseWriter, r *http.Request) string {
 		return routeLocal
 	}
 	hot := n.isHot(key, p)
+	if hot {
+		n.hotKeys.note(key, r)
+	}
 	replicas := 1
 	if hot {
 		replicas = p.ReplicationFactor
@@ -194,6 +199,10 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n.lastPeer.Store(time.Now().UnixNano())
+	if r.Header.Get(hotKeysHeader) != "" {
+		n.serveHotKeys(w, r)
+		return
+	}
 	key, p, sl, err := n.peerKey(r)
 	if err != nil {
 		http.Error(w, "peer listener: "+err.Error(), http.StatusBadRequest)

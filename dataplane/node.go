@@ -46,6 +46,10 @@ type Node struct {
 	lastPeer atomic.Int64
 	// handoffAnswers counts handoff requests answered from the store.
 	handoffAnswers atomic.Uint64
+	// hotKeys are the keys seen hot here, which peers that gain them in a
+	// ring change pre-copy; precopying is set while this node pre-copies.
+	hotKeys    hotList
+	precopying atomic.Bool
 	// leave ends the session, which takes the node out of the ring; set
 	// by Run.
 	leave   atomic.Pointer[context.CancelFunc]
@@ -286,9 +290,10 @@ func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
 		return
 	}
 	rt.applied = time.Now()
+	again := false
 	switch old := n.routes.Load(); {
 	case old != nil && old.epoch.GetEpoch() == e.GetEpoch():
-		rt.prev, rt.applied = old.prev, old.applied // the same epoch again (a new session)
+		rt.prev, rt.applied, again = old.prev, old.applied, true // the same epoch again (a new session)
 	case old != nil:
 		prev := *old
 		prev.prev = nil
@@ -300,6 +305,9 @@ func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
 		rt.prev = routesWithout(e, n.cfg.ID)
 	}
 	n.routes.Store(rt)
+	if rt.prev != nil && !again && n.hot != nil && n.cfg.HandoffWindow > 0 && n.store != nil {
+		n.fills.Go(func() { n.precopy(rt) })
+	}
 	n.metrics.ringEpoch.Set(float64(e.GetEpoch()))
 	n.metrics.ringMembers.Set(float64(len(e.GetMembers())))
 	n.log.Info("applied ring epoch", "epoch", e.GetEpoch(), "members", len(e.GetMembers()), "reason", e.GetReason())

@@ -976,3 +976,69 @@ func TestDrainEndpointLeavesTheRingAndKeepsServing(t *testing.T) {
 		t.Errorf("a drained node stopped serving: %d", resp.StatusCode)
 	}
 }
+
+func TestJoiningNodePreCopiesHotKeys(t *testing.T) {
+	o := &testOrigin{}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	hotAt := func(c *Config) { c.HotThreshold = 100 } // requests a minute at a node: one request reads as 13
+	fc := startFakeControl(t, "127.0.0.1:0")
+	a := startNode(t, "a", fc.addr, origin.URL, hotAt)
+	b := startNode(t, "b", fc.addr, origin.URL, hotAt)
+	fc.publish(epochOf(1, a, b))
+	waitEpoch(t, a, 1)
+	waitEpoch(t, b, 1)
+	c := startNode(t, "c", fc.addr, origin.URL, hotAt)
+	waitEpoch(t, c, 1)
+	e2 := epochOf(2, a, b, c)
+	r2 := mustRing(t, e2)
+	var hot, cold []string
+	for i := 0; len(hot) < 5 || len(cold) < 5; i++ {
+		p := fmt.Sprintf("/p/%d", i)
+		if r2.Owner("http127.0.0.1"+p).ID != "c" {
+			continue
+		}
+		if len(hot) < 5 {
+			hot = append(hot, p)
+		} else {
+			cold = append(cold, p)
+		}
+	}
+	for _, p := range cold {
+		do(t, "GET", "http://"+a.ClientAddr().String()+p)
+	}
+	for _, p := range hot {
+		for range 10 {
+			do(t, "GET", "http://"+a.ClientAddr().String()+p)
+		}
+	}
+	fc.publish(e2)
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range hot {
+		for {
+			if _, ok := c.store.Peek("http127.0.0.1" + p); ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("c never pre-copied the hot key %s", p)
+			}
+			time.Sleep(10 * time.Millisecond) // polling c's store
+		}
+	}
+	for _, p := range cold {
+		if _, ok := c.store.Peek("http127.0.0.1" + p); ok {
+			t.Errorf("c pre-copied %s, which was never hot", p)
+		}
+	}
+	for _, p := range append(hot, cold...) {
+		if n := o.count(p); n != 1 {
+			t.Errorf("%s reached the origin %d times, want once (the warm-up)", p, n)
+		}
+	}
+	// Served by c from what it pre-copied.
+	for _, p := range hot {
+		if resp, _ := do(t, "GET", "http://"+c.ClientAddr().String()+p); resp.Header.Get("X-Cache") != "HIT" || resp.Header.Get("X-Cache-Node") != "c" {
+			t.Errorf("%s via c after the change: %s from %s", p, resp.Header.Get("X-Cache"), resp.Header.Get("X-Cache-Node"))
+		}
+	}
+}
