@@ -182,6 +182,17 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 				st.Load = msg.Load
 				st.ServingEpoch = msg.Load.GetEpoch()
 				st.LastReportAt = timestamppb.Now()
+			case *pb.SessionRequest_EpochRequest:
+				// This replica's watch may lag the node's peers: read etcd.
+				e, _, err := n.state.currentEpoch(ctx)
+				if err != nil || e.GetEpoch() <= sent {
+					continue
+				}
+				if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Epoch{Epoch: e}}); err != nil {
+					return err
+				}
+				sent = e.GetEpoch()
+				continue
 			case *pb.SessionRequest_CertificateRequest:
 				cert := n.certificate(msg.CertificateRequest.GetCsr(), m.GetId())
 				if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Certificate{Certificate: cert}}); err != nil {

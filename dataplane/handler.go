@@ -199,6 +199,11 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n.lastPeer.Store(time.Now().UnixNano())
+	if seen, err := strconv.ParseUint(r.Header.Get(relay.EpochHeader), 10, 64); err == nil && seen > n.Epoch() {
+		// A peer serves a newer epoch: this node's push is late. Ask for
+		// it; meanwhile the request is served here, never relayed again.
+		n.session.RequestEpoch(seen)
+	}
 	if r.Header.Get(hotKeysHeader) != "" {
 		n.serveHotKeys(w, r)
 		return

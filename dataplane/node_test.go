@@ -44,6 +44,9 @@ type fakeControl struct {
 	purges        []*pb.Purge
 	results       chan *pb.PurgeResult
 	helloPurgeRev atomic.Int64
+	// held are the node ids whose epoch pushes are held back, as from a
+	// lagging replica; they get the epoch when they ask for it.
+	held sync.Map
 }
 
 // pushPurge records p and sends it to every session.
@@ -109,6 +112,8 @@ func (f *fakeControl) Session(stream pb.NodeService_SessionServer) error {
 	if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: snap}}); err != nil {
 		return err
 	}
+	id := req.GetHello().GetMember().GetId()
+	asked := make(chan struct{}, 1)
 	gone := make(chan struct{})
 	go func() {
 		defer close(gone)
@@ -116,6 +121,12 @@ func (f *fakeControl) Session(stream pb.NodeService_SessionServer) error {
 			req, err := stream.Recv()
 			if err != nil {
 				return
+			}
+			if req.GetEpochRequest() != nil {
+				select {
+				case asked <- struct{}{}:
+				default:
+				}
 			}
 			if ack := req.GetPolicyAck(); ack != nil {
 				f.acks <- ack
@@ -131,11 +142,24 @@ func (f *fakeControl) Session(stream pb.NodeService_SessionServer) error {
 			return nil
 		case <-gone: // the node said goodbye
 			return nil
+		case <-asked:
+			f.mu.Lock()
+			next := f.epoch
+			f.mu.Unlock()
+			if next != e {
+				e = next
+				if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Epoch{Epoch: e}}); err != nil {
+					return err
+				}
+			}
 		case <-wake:
 			f.mu.Lock()
 			next := f.epoch
 			wake = f.wake
 			f.mu.Unlock()
+			if _, held := f.held.Load(id); held {
+				next = e
+			}
 			if next != e {
 				e = next
 				if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Epoch{Epoch: e}}); err != nil {
@@ -1040,5 +1064,34 @@ func TestJoiningNodePreCopiesHotKeys(t *testing.T) {
 		if resp, _ := do(t, "GET", "http://"+c.ClientAddr().String()+p); resp.Header.Get("X-Cache") != "HIT" || resp.Header.Get("X-Cache-Node") != "c" {
 			t.Errorf("%s via c after the change: %s from %s", p, resp.Header.Get("X-Cache"), resp.Header.Get("X-Cache-Node"))
 		}
+	}
+}
+
+func TestPeerWithANewerEpochMakesANodeFetchIt(t *testing.T) {
+	o := &testOrigin{}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	fc := startFakeControl(t, "127.0.0.1:0")
+	a := startNode(t, "a", fc.addr, origin.URL, noHotKeys)
+	b := startNode(t, "b", fc.addr, origin.URL, noHotKeys)
+	fc.publish(epochOf(1, a, b))
+	waitEpoch(t, a, 1)
+	waitEpoch(t, b, 1)
+	fc.held.Store("b", true) // b's replica lags: no push of epoch 2
+	e2 := epochOf(2, a, b)
+	fc.publish(e2)
+	waitEpoch(t, a, 2)
+	if b.Epoch() != 1 {
+		t.Fatalf("b serves epoch %d before any peer named a newer one", b.Epoch())
+	}
+	// a relays a request for b's key, naming epoch 2: b serves it, never
+	// relays it back, and asks for the epoch.
+	path := pathOwnedBy(t, e2, "/e/", "b")
+	if resp, _ := do(t, "GET", "http://"+a.ClientAddr().String()+path); resp.Header.Get("X-Cache-Node") != "b" {
+		t.Fatalf("served by %q, want b", resp.Header.Get("X-Cache-Node"))
+	}
+	waitEpoch(t, b, 2)
+	if n := o.count(path); n != 1 {
+		t.Errorf("origin saw %d requests, want 1", n)
 	}
 }

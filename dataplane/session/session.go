@@ -81,6 +81,10 @@ type Client struct {
 	connected atomic.Bool
 	applied   atomic.Uint64
 	certReq   chan struct{}
+	// epochReq asks for the current epoch; epochSeen is the newest a peer
+	// named.
+	epochReq  chan struct{}
+	epochSeen atomic.Uint64
 
 	// Purge results wait here until a session sends them.
 	resultsMu sync.Mutex
@@ -121,6 +125,19 @@ func (c *Client) RequestCertificate() {
 	}
 }
 
+// RequestEpoch asks the control plane for the current epoch, when seen (an
+// epoch a peer named) is newer than the one applied.
+func (c *Client) RequestEpoch(seen uint64) {
+	if seen <= c.applied.Load() {
+		return
+	}
+	c.epochSeen.Store(seen)
+	select {
+	case c.epochReq <- struct{}{}:
+	default: // one is pending already
+	}
+}
+
 // New checks cfg and returns a client that applies pushes to apply.
 func New(cfg Config, apply Applier) (*Client, error) {
 	if len(cfg.Addresses) == 0 {
@@ -146,7 +163,7 @@ func New(cfg Config, apply Applier) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Client{cfg: cfg, apply: apply, certReq: make(chan struct{}, 1), resultReq: make(chan struct{}, 1)}, nil
+	return &Client{cfg: cfg, apply: apply, certReq: make(chan struct{}, 1), resultReq: make(chan struct{}, 1), epochReq: make(chan struct{}, 1)}, nil
 }
 
 // Connected reports whether a session is established now.
@@ -260,6 +277,14 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 				continue
 			}
 			req := &pb.SessionRequest{Msg: &pb.SessionRequest_CertificateRequest{CertificateRequest: &pb.CertificateRequest{Csr: c.cfg.CSR}}}
+			if err := stream.Send(req); err != nil {
+				return established, recvErr(stream, err)
+			}
+		case <-c.epochReq:
+			if !established || c.epochSeen.Load() <= c.applied.Load() {
+				continue
+			}
+			req := &pb.SessionRequest{Msg: &pb.SessionRequest_EpochRequest{EpochRequest: &pb.EpochRequest{Seen: c.epochSeen.Load()}}}
 			if err := stream.Send(req); err != nil {
 				return established, recvErr(stream, err)
 			}

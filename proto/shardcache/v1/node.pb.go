@@ -32,6 +32,7 @@ type SessionRequest struct {
 	//	*SessionRequest_PurgeResult
 	//	*SessionRequest_PolicyAck
 	//	*SessionRequest_CertificateRequest
+	//	*SessionRequest_EpochRequest
 	Msg           isSessionRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -119,6 +120,15 @@ func (x *SessionRequest) GetCertificateRequest() *CertificateRequest {
 	return nil
 }
 
+func (x *SessionRequest) GetEpochRequest() *EpochRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*SessionRequest_EpochRequest); ok {
+			return x.EpochRequest
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Msg interface {
 	isSessionRequest_Msg()
 }
@@ -146,6 +156,11 @@ type SessionRequest_CertificateRequest struct {
 	CertificateRequest *CertificateRequest `protobuf:"bytes,5,opt,name=certificate_request,json=certificateRequest,proto3,oneof"`
 }
 
+type SessionRequest_EpochRequest struct {
+	// The current epoch, asked when a peer named a newer one than the node has.
+	EpochRequest *EpochRequest `protobuf:"bytes,6,opt,name=epoch_request,json=epochRequest,proto3,oneof"`
+}
+
 func (*SessionRequest_Hello) isSessionRequest_Msg() {}
 
 func (*SessionRequest_Load) isSessionRequest_Msg() {}
@@ -155,6 +170,55 @@ func (*SessionRequest_PurgeResult) isSessionRequest_Msg() {}
 func (*SessionRequest_PolicyAck) isSessionRequest_Msg() {}
 
 func (*SessionRequest_CertificateRequest) isSessionRequest_Msg() {}
+
+func (*SessionRequest_EpochRequest) isSessionRequest_Msg() {}
+
+// EpochRequest asks for the current ring epoch: a peer's request named epoch seen, newer than
+// the node's. The control plane reads the epoch from etcd and sends it if it is newer than the
+// last one it sent on the session.
+type EpochRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seen          uint64                 `protobuf:"varint,1,opt,name=seen,proto3" json:"seen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EpochRequest) Reset() {
+	*x = EpochRequest{}
+	mi := &file_shardcache_v1_node_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EpochRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EpochRequest) ProtoMessage() {}
+
+func (x *EpochRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_node_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EpochRequest.ProtoReflect.Descriptor instead.
+func (*EpochRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EpochRequest) GetSeen() uint64 {
+	if x != nil {
+		return x.Seen
+	}
+	return 0
+}
 
 // SessionResponse is a message from the control plane to a node.
 type SessionResponse struct {
@@ -173,7 +237,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[1]
+	mi := &file_shardcache_v1_node_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -185,7 +249,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[1]
+	mi := &file_shardcache_v1_node_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -198,7 +262,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{1}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SessionResponse) GetMsg() isSessionResponse_Msg {
@@ -315,7 +379,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[2]
+	mi := &file_shardcache_v1_node_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -327,7 +391,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[2]
+	mi := &file_shardcache_v1_node_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -340,7 +404,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{2}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Hello) GetMember() *Member {
@@ -397,7 +461,7 @@ type CertificateRequest struct {
 
 func (x *CertificateRequest) Reset() {
 	*x = CertificateRequest{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	mi := &file_shardcache_v1_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -409,7 +473,7 @@ func (x *CertificateRequest) String() string {
 func (*CertificateRequest) ProtoMessage() {}
 
 func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	mi := &file_shardcache_v1_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -422,7 +486,7 @@ func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateRequest.ProtoReflect.Descriptor instead.
 func (*CertificateRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{3}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CertificateRequest) GetCsr() []byte {
@@ -449,7 +513,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[4]
+	mi := &file_shardcache_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -461,7 +525,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[4]
+	mi := &file_shardcache_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -474,7 +538,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Certificate) GetCertificate() []byte {
@@ -536,7 +600,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	mi := &file_shardcache_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +612,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	mi := &file_shardcache_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +625,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LoadReport) GetEpoch() uint64 {
@@ -688,7 +752,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[6]
+	mi := &file_shardcache_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +764,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[6]
+	mi := &file_shardcache_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +777,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PolicySet) GetPolicies() []*CachePolicy {
@@ -766,7 +830,7 @@ type PolicyAck struct {
 
 func (x *PolicyAck) Reset() {
 	*x = PolicyAck{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[7]
+	mi := &file_shardcache_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +842,7 @@ func (x *PolicyAck) String() string {
 func (*PolicyAck) ProtoMessage() {}
 
 func (x *PolicyAck) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[7]
+	mi := &file_shardcache_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +855,7 @@ func (x *PolicyAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyAck.ProtoReflect.Descriptor instead.
 func (*PolicyAck) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PolicyAck) GetAppliedRevision() int64 {
@@ -832,7 +896,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[8]
+	mi := &file_shardcache_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +908,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[8]
+	mi := &file_shardcache_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +921,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Snapshot) GetEpoch() *RingEpoch {
@@ -899,15 +963,18 @@ var File_shardcache_v1_node_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x18shardcache/v1/node.proto\x12\rshardcache.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ashardcache/v1/policy.proto\x1a\x19shardcache/v1/purge.proto\x1a\x18shardcache/v1/ring.proto\"\xc8\x02\n" +
+	"\x18shardcache/v1/node.proto\x12\rshardcache.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ashardcache/v1/policy.proto\x1a\x19shardcache/v1/purge.proto\x1a\x18shardcache/v1/ring.proto\"\x8c\x03\n" +
 	"\x0eSessionRequest\x12,\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.shardcache.v1.HelloH\x00R\x05hello\x12/\n" +
 	"\x04load\x18\x02 \x01(\v2\x19.shardcache.v1.LoadReportH\x00R\x04load\x12?\n" +
 	"\fpurge_result\x18\x03 \x01(\v2\x1a.shardcache.v1.PurgeResultH\x00R\vpurgeResult\x129\n" +
 	"\n" +
 	"policy_ack\x18\x04 \x01(\v2\x18.shardcache.v1.PolicyAckH\x00R\tpolicyAck\x12T\n" +
-	"\x13certificate_request\x18\x05 \x01(\v2!.shardcache.v1.CertificateRequestH\x00R\x12certificateRequestB\x05\n" +
-	"\x03msg\"\xa7\x02\n" +
+	"\x13certificate_request\x18\x05 \x01(\v2!.shardcache.v1.CertificateRequestH\x00R\x12certificateRequest\x12B\n" +
+	"\repoch_request\x18\x06 \x01(\v2\x1b.shardcache.v1.EpochRequestH\x00R\fepochRequestB\x05\n" +
+	"\x03msg\"\"\n" +
+	"\fEpochRequest\x12\x12\n" +
+	"\x04seen\x18\x01 \x01(\x04R\x04seen\"\xa7\x02\n" +
 	"\x0fSessionResponse\x125\n" +
 	"\bsnapshot\x18\x01 \x01(\v2\x17.shardcache.v1.SnapshotH\x00R\bsnapshot\x120\n" +
 	"\x05epoch\x18\x02 \x01(\v2\x18.shardcache.v1.RingEpochH\x00R\x05epoch\x126\n" +
@@ -985,52 +1052,54 @@ func file_shardcache_v1_node_proto_rawDescGZIP() []byte {
 	return file_shardcache_v1_node_proto_rawDescData
 }
 
-var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_shardcache_v1_node_proto_goTypes = []any{
 	(*SessionRequest)(nil),        // 0: shardcache.v1.SessionRequest
-	(*SessionResponse)(nil),       // 1: shardcache.v1.SessionResponse
-	(*Hello)(nil),                 // 2: shardcache.v1.Hello
-	(*CertificateRequest)(nil),    // 3: shardcache.v1.CertificateRequest
-	(*Certificate)(nil),           // 4: shardcache.v1.Certificate
-	(*LoadReport)(nil),            // 5: shardcache.v1.LoadReport
-	(*PolicySet)(nil),             // 6: shardcache.v1.PolicySet
-	(*PolicyAck)(nil),             // 7: shardcache.v1.PolicyAck
-	(*Snapshot)(nil),              // 8: shardcache.v1.Snapshot
-	nil,                           // 9: shardcache.v1.LoadReport.ResponseBytesByRouteEntry
-	(*PurgeResult)(nil),           // 10: shardcache.v1.PurgeResult
-	(*RingEpoch)(nil),             // 11: shardcache.v1.RingEpoch
-	(*Purge)(nil),                 // 12: shardcache.v1.Purge
-	(*Member)(nil),                // 13: shardcache.v1.Member
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*CachePolicy)(nil),           // 15: shardcache.v1.CachePolicy
+	(*EpochRequest)(nil),          // 1: shardcache.v1.EpochRequest
+	(*SessionResponse)(nil),       // 2: shardcache.v1.SessionResponse
+	(*Hello)(nil),                 // 3: shardcache.v1.Hello
+	(*CertificateRequest)(nil),    // 4: shardcache.v1.CertificateRequest
+	(*Certificate)(nil),           // 5: shardcache.v1.Certificate
+	(*LoadReport)(nil),            // 6: shardcache.v1.LoadReport
+	(*PolicySet)(nil),             // 7: shardcache.v1.PolicySet
+	(*PolicyAck)(nil),             // 8: shardcache.v1.PolicyAck
+	(*Snapshot)(nil),              // 9: shardcache.v1.Snapshot
+	nil,                           // 10: shardcache.v1.LoadReport.ResponseBytesByRouteEntry
+	(*PurgeResult)(nil),           // 11: shardcache.v1.PurgeResult
+	(*RingEpoch)(nil),             // 12: shardcache.v1.RingEpoch
+	(*Purge)(nil),                 // 13: shardcache.v1.Purge
+	(*Member)(nil),                // 14: shardcache.v1.Member
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*CachePolicy)(nil),           // 16: shardcache.v1.CachePolicy
 }
 var file_shardcache_v1_node_proto_depIdxs = []int32{
-	2,  // 0: shardcache.v1.SessionRequest.hello:type_name -> shardcache.v1.Hello
-	5,  // 1: shardcache.v1.SessionRequest.load:type_name -> shardcache.v1.LoadReport
-	10, // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
-	7,  // 3: shardcache.v1.SessionRequest.policy_ack:type_name -> shardcache.v1.PolicyAck
-	3,  // 4: shardcache.v1.SessionRequest.certificate_request:type_name -> shardcache.v1.CertificateRequest
-	8,  // 5: shardcache.v1.SessionResponse.snapshot:type_name -> shardcache.v1.Snapshot
-	11, // 6: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
-	6,  // 7: shardcache.v1.SessionResponse.policies:type_name -> shardcache.v1.PolicySet
-	12, // 8: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
-	4,  // 9: shardcache.v1.SessionResponse.certificate:type_name -> shardcache.v1.Certificate
-	13, // 10: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
-	14, // 11: shardcache.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	9,  // 12: shardcache.v1.LoadReport.response_bytes_by_route:type_name -> shardcache.v1.LoadReport.ResponseBytesByRouteEntry
-	15, // 13: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
-	11, // 14: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
-	6,  // 15: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
-	12, // 16: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
-	13, // 17: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
-	4,  // 18: shardcache.v1.Snapshot.certificate:type_name -> shardcache.v1.Certificate
-	0,  // 19: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
-	1,  // 20: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
-	20, // [20:21] is the sub-list for method output_type
-	19, // [19:20] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	3,  // 0: shardcache.v1.SessionRequest.hello:type_name -> shardcache.v1.Hello
+	6,  // 1: shardcache.v1.SessionRequest.load:type_name -> shardcache.v1.LoadReport
+	11, // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
+	8,  // 3: shardcache.v1.SessionRequest.policy_ack:type_name -> shardcache.v1.PolicyAck
+	4,  // 4: shardcache.v1.SessionRequest.certificate_request:type_name -> shardcache.v1.CertificateRequest
+	1,  // 5: shardcache.v1.SessionRequest.epoch_request:type_name -> shardcache.v1.EpochRequest
+	9,  // 6: shardcache.v1.SessionResponse.snapshot:type_name -> shardcache.v1.Snapshot
+	12, // 7: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
+	7,  // 8: shardcache.v1.SessionResponse.policies:type_name -> shardcache.v1.PolicySet
+	13, // 9: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
+	5,  // 10: shardcache.v1.SessionResponse.certificate:type_name -> shardcache.v1.Certificate
+	14, // 11: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
+	15, // 12: shardcache.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	10, // 13: shardcache.v1.LoadReport.response_bytes_by_route:type_name -> shardcache.v1.LoadReport.ResponseBytesByRouteEntry
+	16, // 14: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
+	12, // 15: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
+	7,  // 16: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
+	13, // 17: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
+	14, // 18: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
+	5,  // 19: shardcache.v1.Snapshot.certificate:type_name -> shardcache.v1.Certificate
+	0,  // 20: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
+	2,  // 21: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
+	21, // [21:22] is the sub-list for method output_type
+	20, // [20:21] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_node_proto_init() }
@@ -1047,8 +1116,9 @@ func file_shardcache_v1_node_proto_init() {
 		(*SessionRequest_PurgeResult)(nil),
 		(*SessionRequest_PolicyAck)(nil),
 		(*SessionRequest_CertificateRequest)(nil),
+		(*SessionRequest_EpochRequest)(nil),
 	}
-	file_shardcache_v1_node_proto_msgTypes[1].OneofWrappers = []any{
+	file_shardcache_v1_node_proto_msgTypes[2].OneofWrappers = []any{
 		(*SessionResponse_Snapshot)(nil),
 		(*SessionResponse_Epoch)(nil),
 		(*SessionResponse_Policies)(nil),
@@ -1061,7 +1131,7 @@ func file_shardcache_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_node_proto_rawDesc), len(file_shardcache_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
