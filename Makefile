@@ -11,7 +11,7 @@ BUF := $(BIN)/buf
 TEST_FLAGS ?= -p 2 -count=1 -timeout 15m
 ARGS ?=
 
-.PHONY: help run build test test-deps unit e2e bench bench-go bench-quick proto verify-proto lint tidy-check clean
+.PHONY: help run build test test-deps unit e2e fuzz bench bench-go bench-quick proto verify-proto lint tidy-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -41,6 +41,13 @@ bench: build bench-go ## compare with nginx and Varnish on this machine; writes 
 
 bench-go: ## the Go benchmarks: store tiers, fills, index rebuild, ring, purge bans, local-only estimate (5 runs each; quote medians)
 	$(GO) test -run '^$$' -bench . -count 5 ./dataplane/store/ ./sdk/ring/ ./dataplane/
+
+FUZZTIME ?= 1m
+fuzz: ## run each fuzz test for FUZZTIME (default 1m); make test runs their seed corpora
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRange$$' -fuzztime $(FUZZTIME) ./dataplane/
+	$(GO) test -run '^$$' -fuzz '^FuzzCacheKey$$' -fuzztime $(FUZZTIME) ./dataplane/policy/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCacheControl$$' -fuzztime $(FUZZTIME) ./dataplane/freshness/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHead$$' -fuzztime $(FUZZTIME) ./dataplane/store/
 
 bench-quick: build ## the same with short workloads, to try the harness (figures not for quoting)
 	bench/install-deps.sh

@@ -2,6 +2,7 @@ package freshness
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -84,4 +85,32 @@ func TestInitialAge(t *testing.T) {
 	if got := InitialAge(header("Date", now.Add(-time.Minute).Format(http.TimeFormat), "Age", "5"), now, now); got != time.Minute {
 		t.Fatalf("Date older than Age: %s", got)
 	}
+}
+
+// FuzzParseCacheControl: any field value parses without panicking, into
+// lower-case trimmed names, and delta-seconds are never negative or past
+// 2^31 seconds.
+func FuzzParseCacheControl(f *testing.F) {
+	for _, s := range []string{"max-age=60, public", `s-maxage="10", no-cache="Set-Cookie"`, "max-age=99999999999999999999",
+		"MAX-AGE = 5 ,, private", "max-age=-1", "stale-while-revalidate=30,max-age=0x10"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		h := http.Header{"Cache-Control": {s}}
+		d := ParseCacheControl(h)
+		for name := range d {
+			if name != strings.ToLower(strings.TrimSpace(name)) {
+				t.Fatalf("directive name %q not normalised", name)
+			}
+			if v, ok := d.Seconds(name); ok && (v < 0 || v > (1<<31-1)*time.Second) {
+				t.Fatalf("%s: %s out of range", name, v)
+			}
+		}
+		now := time.Unix(1700000000, 0)
+		if l := Lifetime(200, h, now); l < 0 {
+			t.Fatalf("negative lifetime %s", l)
+		}
+		ForRequest(h)
+		Forbidden(h, false)
+	})
 }

@@ -185,7 +185,7 @@ func Host(r *http.Request) string {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	return strings.ToLower(strings.TrimSuffix(host, "."))
+	return strings.ToLower(strings.TrimRight(host, ".")) // "example.com." is example.com
 }
 
 // Key builds r's cache key from the policy's template.

@@ -1,8 +1,11 @@
 package policy
 
 import (
+	"bufio"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -76,4 +79,39 @@ func TestApplyIncremental(t *testing.T) {
 	if s1.Len() != 2 || s1.Match("h", "/a/x").Name != "a" {
 		t.Fatal("applying a change altered the previous set")
 	}
+}
+
+// FuzzCacheKey: any request line and Host a client can send gives a key
+// without panicking; the host part is lower-case without port, and requests
+// differing only in the host's case or port share a key.
+func FuzzCacheKey(f *testing.F) {
+	for _, s := range [][2]string{{"/a?b=1", "Example.COM:8080"}, {"/%2e%2e/x", "h"}, {"//x//y", "[::1]:80"}, {"*", "x."}, {"/a#frag", ""}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, target, host string) {
+		r, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET " + target + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n")))
+		if err != nil {
+			return // refused by the HTTP server before any key is built
+		}
+		h := Host(r)
+		if h != strings.ToLower(h) {
+			t.Fatalf("Host(%q) = %q, not lower-case", r.Host, h)
+		}
+		key := Default.Key("http", r)
+		if !strings.HasPrefix(key, "http"+h) {
+			t.Fatalf("key %q does not start with scheme and host %q", key, h)
+		}
+		base := r.Host
+		if hh, _, err := net.SplitHostPort(base); err == nil {
+			base = hh
+		}
+		if strings.ContainsAny(base, "[]:") || strings.IndexFunc(base, func(c rune) bool { return c >= 0x80 }) >= 0 {
+			return // an IPv6 literal, a malformed or non-ASCII host: kept as sent
+		}
+		r2 := r.Clone(r.Context())
+		r2.Host = strings.ToUpper(base) + ":8443"
+		if k2 := Default.Key("http", r2); k2 != key {
+			t.Fatalf("host %q and %q give keys %q and %q", r.Host, r2.Host, key, k2)
+		}
+	})
 }
