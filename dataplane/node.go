@@ -36,6 +36,10 @@ import (
 // node stops; then connections are closed.
 const shutdownGrace = 10 * time.Second
 
+// maxClientHeader bounds a client request's line and header fields; larger
+// ones are answered 431.
+const maxClientHeader = 64 << 10
+
 // Node is one cache node.
 type Node struct {
 	cfg Config
@@ -298,10 +302,11 @@ func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
 		prev := *old
 		prev.prev = nil
 		rt.prev = &prev
-	default:
-		// The first epoch this run sees. A node that has just joined (or
-		// come back) takes its keys from the others: the ring without it
-		// is where they were.
+	case e.GetEpoch() > 1:
+		// The first epoch this run sees, of a running ring. A node that
+		// has just joined (or come back) takes its keys from the others:
+		// the ring without it is where they were. (In a new ring's first
+		// epoch every node is as cold as this one.)
 		rt.prev = routesWithout(e, n.cfg.ID)
 	}
 	n.routes.Store(rt)
@@ -390,7 +395,7 @@ func (n *Node) Run(ctx context.Context) error {
 		n.addrs[i].Store(l.Addr().(*net.TCPAddr))
 	}
 	servers := []*http.Server{
-		{Handler: n.traceHandler(http.HandlerFunc(n.serveClient), "shardcache.client"), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10},
+		{Handler: n.traceHandler(http.HandlerFunc(n.serveClient), "shardcache.client"), ReadHeaderTimeout: n.cfg.ClientHeaderTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: maxClientHeader},
 		n.peerServer(),
 		{Handler: n.opsHandler(), ReadHeaderTimeout: 10 * time.Second},
 	}
