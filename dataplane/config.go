@@ -92,6 +92,9 @@ type Config struct {
 	// before going to the origin. 0 means 10 minutes; negative turns
 	// handoff off.
 	HandoffWindow time.Duration
+	// ClientHeaderTimeout bounds how long a client may take to send a
+	// request's header (slow clients holding connections open). Default 10s.
+	ClientHeaderTimeout time.Duration
 	// DrainGrace is how long a stopping node, already out of the ring,
 	// keeps serving so that its peers take its keys by handoff; it stops
 	// sooner once its peer listener has been idle for a second. 0 means
@@ -187,6 +190,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.HandoffWindow == 0 {
 		c.HandoffWindow = 10 * time.Minute
+	}
+	if c.ClientHeaderTimeout == 0 {
+		c.ClientHeaderTimeout = 10 * time.Second
 	}
 	if c.DrainGrace == 0 {
 		c.DrainGrace = 10 * time.Second

@@ -34,6 +34,9 @@ func (n *Node) forwardedFor(r *http.Request) string {
 		h.Del("X-Forwarded-For")
 		h.Del("Forwarded")
 		h.Del("X-Real-Ip")
+		for _, f := range rewriteHeaders {
+			h.Del(f)
+		}
 	}
 	var chain []string
 	for _, v := range h.Values("X-Forwarded-For") {
@@ -64,6 +67,42 @@ func (n *Node) forwardedFor(r *http.Request) string {
 	}
 	h.Set("X-Real-Ip", client)
 	return client
+}
+
+// rewriteHeaders are request fields that origins and their frameworks
+// read as the request's real host, scheme, port, path or method. None is
+// part of a cache key, so a client could use one to have a poisoned answer
+// stored under a key other clients read: they are taken only from trusted
+// proxies.
+var rewriteHeaders = []string{"X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Port", "X-Forwarded-Scheme",
+	"X-Forwarded-Server", "X-Forwarded-Prefix", "X-Original-Url", "X-Rewrite-Url", "X-Original-Host", "X-Host",
+	"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// removeDotSegments resolves "." and ".." segments in an absolute path
+// (RFC 3986 5.2.4), so that one resource has one cache key; ok is false
+// when ".." would climb above the root. Other segments, empty ones among
+// them, are kept as they are.
+func removeDotSegments(p string) (string, bool) {
+	segs := strings.Split(p, "/")[1:] // p starts with "/"
+	out := make([]string, 0, len(segs))
+	for i, s := range segs {
+		last := i == len(segs)-1
+		switch s {
+		case ".":
+		case "..":
+			if len(out) == 0 {
+				return "", false
+			}
+			out = out[:len(out)-1]
+		default:
+			out = append(out, s)
+			continue
+		}
+		if last {
+			out = append(out, "") // "/a/." is "/a/"
+		}
+	}
+	return "/" + strings.Join(out, "/"), true
 }
 
 // trusted reports whether a is one of the configured trusted proxies.

@@ -71,6 +71,23 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 				attribute.String("shardcache.cache", cache))
 		}
 	}()
+	if len(r.TransferEncoding) > 0 && r.ProtoMajor == 1 {
+		// The body was read by its Transfer-Encoding, any Content-Length
+		// dropped (RFC 9112 6.1). A front proxy that read it by a
+		// Content-Length would see other request boundaries: close the
+		// connection after answering, so whatever follows on it is never
+		// taken for a request.
+		rec.Header().Set("Connection", "close")
+	}
+	if strings.Contains(r.URL.Path, "/.") {
+		p, ok := removeDotSegments(r.URL.Path)
+		if !ok {
+			route = routeRejected
+			http.Error(rec, "shardcache: the path climbs above the root", http.StatusBadRequest)
+			return
+		}
+		r.URL.Path, r.URL.RawPath = p, ""
+	}
 	if r.Method == "PURGE" {
 		route = routePurge
 		n.servePurge(rec, r, client)

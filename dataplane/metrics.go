@@ -16,6 +16,7 @@ const (
 	routeBypass   = "bypass"
 	routeRedirect = "redirect"
 	routeSliced   = "sliced"
+	routeRejected = "rejected" // refused before routing: a bad request
 )
 
 // metrics are the node's Prometheus metrics, on a registry of its own (an
@@ -138,7 +139,7 @@ func newMetrics() *metrics {
 		Name: "shardcache_purge_bans", Help: "Bans checked at lookup: purges whose background sweep has not finished.",
 	})
 	m.routeBytes = map[string]*atomic.Uint64{}
-	for _, r := range []string{routeLocal, routeRelayed, routeBypass, routeRedirect, routeSliced} {
+	for _, r := range []string{routeLocal, routeRelayed, routeBypass, routeRedirect, routeSliced, routeRejected} {
 		m.routeBytes[r] = new(atomic.Uint64)
 	}
 	// Known label values start at zero, so that rates and dashboards see

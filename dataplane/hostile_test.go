@@ -1,0 +1,178 @@
+package dataplane
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// reflectingOrigin answers with the request fields an origin framework
+// would build a page from, and records every request it sees.
+type reflectingOrigin struct {
+	mu   sync.Mutex
+	seen []string // method and path of each request
+}
+
+func (o *reflectingOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	o.mu.Lock()
+	o.seen = append(o.seen, r.Method+" "+r.URL.Path)
+	o.mu.Unlock()
+	w.Header().Set("Cache-Control", "public, max-age=600")
+	host := r.Header.Get("X-Forwarded-Host")
+	if host == "" {
+		host = r.Host
+	}
+	io.WriteString(w, "link=https://"+host+r.URL.Path+" proto="+r.Header.Get("X-Forwarded-Proto")+" override="+r.Header.Get("X-Http-Method-Override"))
+}
+
+func (o *reflectingOrigin) requests() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.seen...)
+}
+
+// raw sends bytes on a new connection to addr and returns what comes back
+// until the server closes it or 5 s pass.
+func raw(t *testing.T, addr, req string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(c)
+	return string(b)
+}
+
+func TestHostileRequests(t *testing.T) {
+	o := &reflectingOrigin{}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	a, _, _ := startPair(t, origin.URL, noHotKeys, func(c *Config) { c.ClientHeaderTimeout = 300 * time.Millisecond })
+	addr := a.ClientAddr().String()
+	base := "http://" + addr
+
+	t.Run("conflicting Content-Length and Transfer-Encoding", func(t *testing.T) {
+		// Read by its Transfer-Encoding (RFC 9112 6.1), answered, and the
+		// connection closed: what a Content-Length reader would take for
+		// the body is never taken for a request.
+		got := raw(t, addr, "POST /smuggle HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n"+
+			"0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+		if !strings.HasPrefix(got, "HTTP/1.1 200") || !strings.Contains(got, "\r\nConnection: close\r\n") || strings.Count(got, "HTTP/1.1 ") != 1 {
+			t.Errorf("answer %q: want one answer, then the connection closed", got)
+		}
+		for _, s := range o.requests() {
+			if strings.Contains(s, "smuggled") {
+				t.Errorf("the origin saw %q", s)
+			}
+		}
+	})
+	t.Run("two Content-Lengths", func(t *testing.T) {
+		got := raw(t, addr, "POST /twice HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nab")
+		if !strings.HasPrefix(got, "HTTP/1.1 400") {
+			t.Errorf("answer %q, want 400", firstLine(got))
+		}
+	})
+	t.Run("oversized header and URL", func(t *testing.T) {
+		big := strings.Repeat("a", 100<<10)
+		for name, req := range map[string]string{
+			"header": "GET /h HTTP/1.1\r\nHost: x\r\nX-Big: " + big + "\r\nConnection: close\r\n\r\n",
+			"URL":    "GET /" + big + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+		} {
+			if got := raw(t, addr, req); !strings.HasPrefix(got, "HTTP/1.1 431") {
+				t.Errorf("oversized %s: answer %q, want 431", name, firstLine(got))
+			}
+		}
+	})
+	t.Run("slow header (slowloris)", func(t *testing.T) {
+		start := time.Now()
+		got := raw(t, addr, "GET /slow HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n") // and nothing more
+		if time.Since(start) > 4*time.Second {
+			t.Fatalf("a client that never finishes its header held the connection %s", time.Since(start))
+		}
+		if got != "" && !strings.HasPrefix(got, "HTTP/1.1 408") {
+			t.Errorf("answer %q, want the connection closed", firstLine(got))
+		}
+	})
+	t.Run("path climbing above the root", func(t *testing.T) {
+		for _, p := range []string{"/../etc/passwd", "/a/../../etc/passwd", "/%2e%2e/etc/passwd"} {
+			got := raw(t, addr, "GET "+p+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+			if !strings.HasPrefix(got, "HTTP/1.1 400") {
+				t.Errorf("GET %s: answer %q, want 400", p, firstLine(got))
+			}
+		}
+		for _, s := range o.requests() {
+			if strings.Contains(s, "passwd") {
+				t.Errorf("the origin saw %q", s)
+			}
+		}
+	})
+	t.Run("dot segments share the resource's key", func(t *testing.T) {
+		before := len(o.requests())
+		for _, p := range []string{"/dots/x", "/dots/y/../x", "/dots/./x", "/dots/%2e/x"} {
+			resp, body := do(t, "GET", base+p)
+			if resp.StatusCode != 200 || !strings.Contains(body, "/dots/x ") {
+				t.Fatalf("GET %s: %d %q", p, resp.StatusCode, body)
+			}
+		}
+		if got := o.requests()[before:]; len(got) != 1 || got[0] != "GET /dots/x" {
+			t.Errorf("the origin saw %v, want one GET /dots/x", got)
+		}
+	})
+	t.Run("unkeyed rewrite headers cannot poison the cache", func(t *testing.T) {
+		resp, body := do(t, "GET", base+"/page", "X-Forwarded-Host", "evil.example", "X-Forwarded-Proto", "http",
+			"X-HTTP-Method-Override", "DELETE")
+		if resp.StatusCode != 200 || strings.Contains(body, "evil") || strings.Contains(body, "DELETE") || strings.Contains(body, "proto=http ") {
+			t.Fatalf("the origin was given the client's rewrite headers: %q", body)
+		}
+		if _, body := do(t, "GET", base+"/page"); strings.Contains(body, "evil") {
+			t.Fatalf("a later client got %q", body)
+		}
+	})
+	t.Run("spoofed hop and internal headers are ignored", func(t *testing.T) {
+		for _, h := range [][]string{
+			{"X-Shardcache-Hop", "b"}, {"X-Shardcache-Handoff", "1"}, {"X-Shardcache-Slice", "0/65536"},
+			{"X-Shardcache-Hot-Keys", "10"}, {"X-Shardcache-Invalidate", "1"}, {"X-Shardcache-Precopy", "1"},
+		} {
+			resp, body := do(t, "GET", base+"/spoof", h...)
+			if resp.StatusCode != 200 || !strings.HasPrefix(body, "link=") {
+				t.Errorf("%s: %d %q, want the object", h[0], resp.StatusCode, body)
+			}
+		}
+	})
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\r\n")
+	return line
+}
+
+func TestRemoveDotSegments(t *testing.T) {
+	for _, tt := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"/a/b/c/./../../g", "/a/g", true},
+		{"/a/.", "/a/", true},
+		{"/a/..", "/", true},
+		{"/a//../b", "/a/b", true},
+		{"/./a", "/a", true},
+		{"/..", "", false},
+		{"/a/../..", "", false},
+		{"/a/.b/..c", "/a/.b/..c", true},
+	} {
+		got, ok := removeDotSegments(tt.in)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("removeDotSegments(%q) = %q, %v; want %q, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
