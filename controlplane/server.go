@@ -251,6 +251,11 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 	gs := grpc.NewServer(append(creds,
 		// Nodes ping every 10s to notice a vanished control plane.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// And the control plane pings a node silent for half a lease: one
+		// that is alive but stuck (paused, swapping, partitioned with its
+		// socket open) does not answer, its session ends, and its lease
+		// expires, so the ring routes around it.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.LeaseTTL / 2, Timeout: s.cfg.LeaseTTL / 2}),
 		grpc.ChainUnaryInterceptor(
 			s.metrics.grpc.UnaryServerInterceptor(),
 			recovery.UnaryServerInterceptor(panicToStatus),

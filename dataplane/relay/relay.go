@@ -37,7 +37,7 @@ type Config struct {
 	// DialTimeout bounds connecting to a peer. Default 2s.
 	DialTimeout time.Duration
 	// PingTimeout is how long a silent peer connection may stay unanswered
-	// to a health ping before it is closed. Default 5s.
+	// to a health ping before it is closed. Default 2s.
 	PingTimeout time.Duration
 	// OnConn is called for every relayed request with whether its
 	// connection was reused from the pool.
@@ -87,15 +87,16 @@ func New(cfg Config) *Client {
 		cfg.DialTimeout = 2 * time.Second
 	}
 	if cfg.PingTimeout == 0 {
-		cfg.PingTimeout = 5 * time.Second
+		cfg.PingTimeout = 2 * time.Second
 	}
 	tr := &http.Transport{
 		Protocols:   Protocols(false),
 		DialContext: (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 		HTTP2: &http.HTTP2Config{
 			// Ping an idle-looking connection so a peer that vanished
-			// (SIGKILL, partition) is noticed before requests queue on it.
-			SendPingTimeout: 10 * time.Second,
+			// (SIGKILL, SIGSTOP, partition) is noticed within seconds, before
+			// requests queue on it.
+			SendPingTimeout: 2 * time.Second,
 			PingTimeout:     cfg.PingTimeout,
 		},
 		IdleConnTimeout:    5 * time.Minute,
