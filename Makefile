@@ -11,7 +11,7 @@ BUF := $(BIN)/buf
 TEST_FLAGS ?= -p 2 -count=1 -timeout 15m
 ARGS ?=
 
-.PHONY: help run build test test-deps unit e2e fuzz bench bench-go bench-quick proto verify-proto lint tidy-check clean
+.PHONY: help run build test test-deps unit e2e fuzz soak bench bench-go bench-quick proto verify-proto lint tidy-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -41,6 +41,10 @@ bench: build bench-go ## compare with nginx and Varnish on this machine; writes 
 
 bench-go: ## the Go benchmarks: store tiers, fills, index rebuild, ring, purge bans, local-only estimate (5 runs each; quote medians)
 	$(GO) test -run '^$$' -bench . -count 5 ./dataplane/store/ ./sdk/ring/ ./dataplane/
+
+SOAK ?= 10m
+soak: build ## a cluster under full load for SOAK (default 10m): throughput, p99, memory, descriptors and goroutines charted in bench/results/soak-<date>
+	$(GO) run ./bench -soak $(SOAK) -shardcache $(BIN)/shardcache -cachectl $(BIN)/cachectl
 
 FUZZTIME ?= 1m
 fuzz: ## run each fuzz test for FUZZTIME (default 1m); make test runs their seed corpora

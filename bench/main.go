@@ -72,6 +72,7 @@ func main() {
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs (for trying the harness, not for figures)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work folder (configurations and logs) after the run")
 	flag.StringVar(&nodeArgs, "node-args", "", "extra flags for shardcache nodes, e.g. \"--hot-threshold -1\"")
+	flag.DurationVar(&o.soak, "soak", 0, "instead of the scenarios, soak a shardcache cluster this long and chart it")
 	flag.Parse()
 	o.nodeArgs = strings.Fields(nodeArgs)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -88,6 +89,7 @@ type options struct {
 	scenarios, systems        string
 	quick, keep               bool
 	nodeArgs                  []string
+	soak                      time.Duration
 }
 
 func run(ctx context.Context, o options) error {
@@ -154,6 +156,9 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
+	if o.soak > 0 {
+		return runSoak(ctx, r, o.soak, out)
+	}
 	report := &report{Date: time.Now().UTC(), Quick: quick}
 	for _, sc := range scenarios {
 		if !strings.Contains(","+only+",", ","+sc.id+",") {
