@@ -7,6 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -325,5 +328,113 @@ func TestFreeSpaceGuardServesWithoutStoring(t *testing.T) {
 	}
 	if got := metricValue(t, n, "shardcache_disk_admission_paused"); got != 1 {
 		t.Fatalf("shardcache_disk_admission_paused = %v, want 1", got)
+	}
+}
+
+func TestCacheDirectoryDeletedWhileRunning(t *testing.T) {
+	var fetched atomic.Int32
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetched.Add(1)
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Header().Set("Content-Type", "application/octet-stream") // stored as sent, not compressed into memory
+		w.Write(bytes.Repeat([]byte{'d'}, 200_000))
+	}))
+	defer origin.Close()
+	dir := t.TempDir()
+	fc := startFakeControl(t, "127.0.0.1:0")
+	a := startNode(t, "a", fc.addr, origin.URL, func(c *Config) {
+		c.DataDir, c.MemoryMaxObject = dir, 64<<10 // the objects below are served from disk
+	})
+	fc.publish(epochOf(1, a))
+	waitEpoch(t, a, 1)
+	get := func(path string) string {
+		t.Helper()
+		resp, body := do(t, "GET", "http://"+a.ClientAddr().String()+path)
+		if resp.StatusCode != 200 || len(body) != 200_000 {
+			t.Fatalf("GET %s: %d, %d bytes", path, resp.StatusCode, len(body))
+		}
+		return resp.Header.Get("X-Cache")
+	}
+	for _, p := range []string{"/d/1", "/d/2"} {
+		get(p)
+		if x := get(p); x != "HIT" {
+			t.Fatalf("%s: %s before the deletion", p, x)
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "cache")); err != nil {
+		t.Fatal(err)
+	}
+	// A stored object whose file is gone is fetched again, and stored again.
+	if x := get("/d/1"); x == "HIT" {
+		t.Fatalf("served a HIT from a deleted file (origin fetched %d)", fetched.Load())
+	}
+	if x := get("/d/1"); x != "HIT" {
+		t.Errorf("/d/1 after the directory was made again: %s, want HIT", x)
+	}
+	// A new object is stored too.
+	get("/d/3")
+	if x := get("/d/3"); x != "HIT" {
+		t.Errorf("a new object after the deletion: %s, want HIT", x)
+	}
+	if n := fetched.Load(); n != 4 {
+		t.Errorf("origin fetched %d times, want 4 (two warm-ups, the lost one again, the new one)", n)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cache")); err != nil {
+		t.Errorf("the cache directory was not made again: %v", err)
+	}
+}
+
+func TestReadOnlyDiskWhileRunning(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("remounting a file system read-only needs root (CI runs as root)")
+	}
+	var fetched atomic.Int32
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetched.Add(1)
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Write(bytes.Repeat([]byte{'r'}, 200_000))
+	}))
+	defer origin.Close()
+	dir := t.TempDir()
+	mount := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
+			t.Fatalf("mount %v: %v: %s", args, err, out)
+		}
+	}
+	mount("-t", "tmpfs", "-o", "size=64m", "tmpfs", dir)
+	t.Cleanup(func() { exec.Command("umount", dir).Run() }) // after the node stops
+	fc := startFakeControl(t, "127.0.0.1:0")
+	a := startNode(t, "a", fc.addr, origin.URL, func(c *Config) {
+		c.DataDir, c.MemoryMaxObject, c.DiskBytes, c.DiskMinFree = dir, 64<<10, 32<<20, 1<<20
+	})
+	fc.publish(epochOf(1, a))
+	waitEpoch(t, a, 1)
+	get := func(path string) string {
+		t.Helper()
+		resp, body := do(t, "GET", "http://"+a.ClientAddr().String()+path)
+		if resp.StatusCode != 200 || len(body) != 200_000 {
+			t.Fatalf("GET %s: %d, %d bytes", path, resp.StatusCode, len(body))
+		}
+		return resp.Header.Get("X-Cache")
+	}
+	get("/r/1")
+	mount("-o", "remount,ro", dir)
+	if x := get("/r/1"); x != "HIT" {
+		t.Errorf("a stored object on a read-only disk: %s, want HIT", x)
+	}
+	get("/r/2")
+	get("/r/2") // not stored: fetched again, served all the same
+	if errs := metricValue(t, a, "shardcache_disk_errors_total", `op="create"`); errs == 0 {
+		t.Error("no disk error counted for the read-only disk")
+	}
+	mount("-o", "remount,rw", dir)
+	get("/r/3")
+	if x := get("/r/3"); x != "HIT" {
+		t.Errorf("after the disk is writable again: %s, want HIT", x)
+	}
+	if n := fetched.Load(); n != 4 {
+		t.Errorf("origin fetched %d times, want 4 (/r/1 once, /r/2 twice, /r/3 once)", n)
 	}
 }

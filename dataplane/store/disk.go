@@ -80,7 +80,7 @@ func newCounters() counters {
 	for _, r := range []string{badFormat, badVersion, badLength, badChecksum, badKey, "io"} {
 		c.discarded[r] = new(atomic.Uint64)
 	}
-	for _, op := range []string{"create", "write", "commit", "read", "remove", "load"} {
+	for _, op := range []string{"create", "write", "commit", "read", "remove", "load", "mkdir"} {
 		c.errors[op] = new(atomic.Uint64)
 	}
 	return c
@@ -250,11 +250,44 @@ func (d *disk) commit(tmp, key string, size int64) (*diskEntry, error) {
 	for _, k := range evicted {
 		d.onEvict(k)
 	}
+	if errors.Is(err, fs.ErrNotExist) && d.recreate() {
+		// The directory went away under the node: make it again and
+		// store the record rather than drop it.
+		if err = os.MkdirAll(dir, 0o755); err == nil {
+			d.mu.Lock()
+			if err = os.Rename(tmp, final); err == nil {
+				d.addLocked(de)
+				d.admitted.Add(1)
+			}
+			d.mu.Unlock()
+		}
+	}
 	if err != nil {
 		os.Remove(tmp)
 		return nil, err
 	}
 	return de, nil
+}
+
+// recreate makes the tier's directories again after they were deleted
+// under a running node (by an operator, a cleanup job): records it had
+// are found missing when read, and discarded then. It reports whether the
+// directories exist now.
+func (d *disk) recreate() bool {
+	if _, err := os.Stat(d.tmp); err == nil {
+		return true // only a record's directory was missing
+	}
+	for i := range d.mkdirs {
+		d.mkdirs[i].Store(false)
+	}
+	for _, p := range []string{d.objects, d.tmp} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			d.warn("mkdir", err)
+			return false
+		}
+	}
+	d.log.Error("disk tier directory was missing; made it again (what it held is lost)", "dir", filepath.Dir(d.tmp))
+	return true
 }
 
 func dirIndex(hex3 string) int {

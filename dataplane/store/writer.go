@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"sync"
 
@@ -79,6 +80,9 @@ func (s *Store) create(e *Entry, sizeHint int64, coding string, encode bool, max
 		return nil, err
 	}
 	f, err := os.CreateTemp(s.disk.tmp, "fill-*")
+	if errors.Is(err, fs.ErrNotExist) && s.disk.recreate() {
+		f, err = os.CreateTemp(s.disk.tmp, "fill-*")
+	}
 	if err != nil {
 		s.disk.warn("create", err)
 		return nil, err
