@@ -331,23 +331,26 @@ func TestFreeSpaceGuardServesWithoutStoring(t *testing.T) {
 	}
 }
 
-func TestCacheDirectoryDeletedWhileRunning(t *testing.T) {
-	var fetched atomic.Int32
+// diskOnlyNode runs one node owning every key, on dir, with 200,000-byte
+// objects too large for its memory tier; get returns a GET's X-Cache, and
+// fetched counts origin requests.
+func diskOnlyNode(t *testing.T, dir string, opts ...func(*Config)) (a *Node, get func(path string) string, fetched *atomic.Int32) {
+	t.Helper()
+	fetched = new(atomic.Int32)
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fetched.Add(1)
 		w.Header().Set("Cache-Control", "max-age=600")
 		w.Header().Set("Content-Type", "application/octet-stream") // stored as sent, not compressed into memory
 		w.Write(bytes.Repeat([]byte{'d'}, 200_000))
 	}))
-	defer origin.Close()
-	dir := t.TempDir()
+	t.Cleanup(origin.Close)
 	fc := startFakeControl(t, "127.0.0.1:0")
-	a := startNode(t, "a", fc.addr, origin.URL, func(c *Config) {
-		c.DataDir, c.MemoryMaxObject = dir, 64<<10 // the objects below are served from disk
-	})
+	a = startNode(t, "a", fc.addr, origin.URL, append([]func(*Config){func(c *Config) {
+		c.DataDir, c.MemoryMaxObject = dir, 64<<10
+	}}, opts...)...)
 	fc.publish(epochOf(1, a))
 	waitEpoch(t, a, 1)
-	get := func(path string) string {
+	get = func(path string) string {
 		t.Helper()
 		resp, body := do(t, "GET", "http://"+a.ClientAddr().String()+path)
 		if resp.StatusCode != 200 || len(body) != 200_000 {
@@ -355,6 +358,12 @@ func TestCacheDirectoryDeletedWhileRunning(t *testing.T) {
 		}
 		return resp.Header.Get("X-Cache")
 	}
+	return a, get, fetched
+}
+
+func TestCacheDirectoryDeletedWhileRunning(t *testing.T) {
+	dir := t.TempDir()
+	_, get, fetched := diskOnlyNode(t, dir)
 	for _, p := range []string{"/d/1", "/d/2"} {
 		get(p)
 		if x := get(p); x != "HIT" {
@@ -388,14 +397,6 @@ func TestReadOnlyDiskWhileRunning(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("remounting a file system read-only needs root (CI runs as root)")
 	}
-	var fetched atomic.Int32
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fetched.Add(1)
-		w.Header().Set("Cache-Control", "max-age=600")
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Write(bytes.Repeat([]byte{'r'}, 200_000))
-	}))
-	defer origin.Close()
 	dir := t.TempDir()
 	mount := func(args ...string) {
 		t.Helper()
@@ -405,20 +406,7 @@ func TestReadOnlyDiskWhileRunning(t *testing.T) {
 	}
 	mount("-t", "tmpfs", "-o", "size=64m", "tmpfs", dir)
 	t.Cleanup(func() { exec.Command("umount", dir).Run() }) // after the node stops
-	fc := startFakeControl(t, "127.0.0.1:0")
-	a := startNode(t, "a", fc.addr, origin.URL, func(c *Config) {
-		c.DataDir, c.MemoryMaxObject, c.DiskBytes, c.DiskMinFree = dir, 64<<10, 32<<20, 1<<20
-	})
-	fc.publish(epochOf(1, a))
-	waitEpoch(t, a, 1)
-	get := func(path string) string {
-		t.Helper()
-		resp, body := do(t, "GET", "http://"+a.ClientAddr().String()+path)
-		if resp.StatusCode != 200 || len(body) != 200_000 {
-			t.Fatalf("GET %s: %d, %d bytes", path, resp.StatusCode, len(body))
-		}
-		return resp.Header.Get("X-Cache")
-	}
+	a, get, fetched := diskOnlyNode(t, dir, func(c *Config) { c.DiskBytes, c.DiskMinFree = 32<<20, 1<<20 })
 	get("/r/1")
 	mount("-o", "remount,ro", dir)
 	if x := get("/r/1"); x != "HIT" {
