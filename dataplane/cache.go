@@ -469,9 +469,10 @@ func (n *Node) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Membe
 	get := *r // Forward reads only the method, URL and host; the header is h
 	get.Method = http.MethodGet
 	h := n.relayHeader(r)
-	for _, f := range []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range", "Accept-Encoding"} {
+	for _, f := range conditionalFields {
 		h.Del(f) // a fill brings the whole object, as the origin sent it
 	}
+	h.Del("Accept-Encoding")
 	wait := n.cfg.RelayTimeout
 	if handoff {
 		h.Set(handoffHeader, "1")

@@ -34,15 +34,9 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	// The hop headers mean something only on the peer listener; a client
 	// sending them is ignored, never trusted.
-	r.Header.Del(relay.HopHeader)
-	r.Header.Del(relay.EpochHeader)
-	r.Header.Del(relay.SchemeHeader)
-	r.Header.Del(invalidateHeader)
-	r.Header.Del(sliceHeader)
-	r.Header.Del(sliceVersionHeader)
-	r.Header.Del(handoffHeader)
-	r.Header.Del(hotKeysHeader)
-	r.Header.Del(precopyHeader)
+	for _, f := range internalHeaders {
+		r.Header.Del(f)
+	}
 	client := n.forwardedFor(r)
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 	route := "aborted"
@@ -122,11 +116,9 @@ func (n *Node) route(w http.ResponseWriter, r *http.Request) string {
 		return routeLocal
 	}
 	hot := n.isHot(key, p)
-	if hot {
-		n.hotKeys.note(key, r)
-	}
 	replicas := 1
 	if hot {
+		n.hotKeys.note(key, r)
 		replicas = p.ReplicationFactor
 	}
 	var buf [4]*pb.Member
@@ -215,7 +207,9 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "peer listener: only requests relayed by shardcache nodes are served here", http.StatusBadRequest)
 		return
 	}
-	n.lastPeer.Store(time.Now().UnixNano())
+	if n.draining.Load() {
+		n.lastPeer.Store(time.Now().UnixNano())
+	}
 	if seen, err := strconv.ParseUint(r.Header.Get(relay.EpochHeader), 10, 64); err == nil && seen > n.Epoch() {
 		// A peer serves a newer epoch: this node's push is late. Ask for
 		// it; meanwhile the request is served here, never relayed again.
@@ -262,6 +256,16 @@ func (n *Node) peerKey(r *http.Request) (string, *policy.Policy, *sliceReq, erro
 	}
 	return key, p, sl, err
 }
+
+// internalHeaders are the fields nodes use between themselves: taken
+// from no client, sent to no origin.
+var internalHeaders = []string{relay.HopHeader, relay.EpochHeader, relay.SchemeHeader, invalidateHeader,
+	sliceHeader, sliceVersionHeader, handoffHeader, hotKeysHeader, precopyHeader}
+
+// conditionalFields make a request conditional or partial: a fill, which
+// brings the whole object for every later client, sends none of a
+// client's.
+var conditionalFields = []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range"}
 
 // bypassReason says why r must not go through the cache, or "".
 func bypassReason(r *http.Request, p *policy.Policy) string {
@@ -480,13 +484,13 @@ func (n *Node) originRequest(ctx context.Context, r *http.Request, origin *url.U
 	}
 	req.Header = r.Header.Clone()
 	relay.RemoveHopByHop(req.Header)
-	for _, h := range []string{relay.HopHeader, relay.EpochHeader, relay.SchemeHeader} {
+	for _, h := range internalHeaders {
 		req.Header.Del(h)
 	}
 	if fill {
 		// A fill brings the whole object for every later client, not a 304
 		// or a range for this one.
-		for _, h := range []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range"} {
+		for _, h := range conditionalFields {
 			req.Header.Del(h)
 		}
 	}

@@ -257,14 +257,21 @@ func runNode(t *testing.T, id, control, origin string, opts ...func(*Config)) (*
 // startPair starts nodes a and b in epoch 1 of a fake control plane.
 func startPair(t *testing.T, origin string, opts ...func(*Config)) (a, b *Node, e *pb.RingEpoch) {
 	t.Helper()
-	fc := startFakeControl(t, "127.0.0.1:0")
+	_, a, b = startPairOn(t, origin, opts...)
+	return a, b, epochOf(1, a, b)
+}
+
+// startPairOn is startPair that returns the fake control plane, for a test
+// to publish later epochs on.
+func startPairOn(t *testing.T, origin string, opts ...func(*Config)) (fc *fakeControl, a, b *Node) {
+	t.Helper()
+	fc = startFakeControl(t, "127.0.0.1:0")
 	a = startNode(t, "a", fc.addr, origin, opts...)
 	b = startNode(t, "b", fc.addr, origin, opts...)
-	e = epochOf(1, a, b)
-	fc.publish(e)
+	fc.publish(epochOf(1, a, b))
 	waitEpoch(t, a, 1)
 	waitEpoch(t, b, 1)
-	return a, b, e
+	return fc, a, b
 }
 
 func epochOf(num uint64, nodes ...*Node) *pb.RingEpoch {
@@ -927,12 +934,7 @@ func TestHandoffAfterAMemberJoins(t *testing.T) {
 			if !handoff {
 				opts = append(opts, noHandoff)
 			}
-			fc := startFakeControl(t, "127.0.0.1:0")
-			a := startNode(t, "a", fc.addr, origin.URL, opts...)
-			b := startNode(t, "b", fc.addr, origin.URL, opts...)
-			fc.publish(epochOf(1, a, b))
-			waitEpoch(t, a, 1)
-			waitEpoch(t, b, 1)
+			fc, a, b := startPairOn(t, origin.URL, opts...)
 			const keys = 300
 			for i := range keys {
 				do(t, "GET", fmt.Sprintf("http://%s/h/%d", a.ClientAddr(), i))
@@ -980,12 +982,7 @@ func TestDrainEndpointLeavesTheRingAndKeepsServing(t *testing.T) {
 	o := &testOrigin{}
 	origin := httptest.NewServer(o)
 	defer origin.Close()
-	fc := startFakeControl(t, "127.0.0.1:0")
-	a := startNode(t, "a", fc.addr, origin.URL)
-	b := startNode(t, "b", fc.addr, origin.URL)
-	fc.publish(epochOf(1, a, b))
-	waitEpoch(t, a, 1)
-	waitEpoch(t, b, 1)
+	_, b, _ := startPair(t, origin.URL)
 	resp, body := do(t, "GET", "http://"+b.OpsAddr().String()+"/drain")
 	if resp.StatusCode != 200 || !strings.Contains(body, "safe to stop") {
 		t.Fatalf("/drain: %d %q", resp.StatusCode, body)
@@ -1006,12 +1003,7 @@ func TestJoiningNodePreCopiesHotKeys(t *testing.T) {
 	origin := httptest.NewServer(o)
 	defer origin.Close()
 	hotAt := func(c *Config) { c.HotThreshold = 100 } // requests a minute at a node: one request reads as 13
-	fc := startFakeControl(t, "127.0.0.1:0")
-	a := startNode(t, "a", fc.addr, origin.URL, hotAt)
-	b := startNode(t, "b", fc.addr, origin.URL, hotAt)
-	fc.publish(epochOf(1, a, b))
-	waitEpoch(t, a, 1)
-	waitEpoch(t, b, 1)
+	fc, a, b := startPairOn(t, origin.URL, hotAt)
 	c := startNode(t, "c", fc.addr, origin.URL, hotAt)
 	waitEpoch(t, c, 1)
 	e2 := epochOf(2, a, b, c)
@@ -1071,12 +1063,7 @@ func TestPeerWithANewerEpochMakesANodeFetchIt(t *testing.T) {
 	o := &testOrigin{}
 	origin := httptest.NewServer(o)
 	defer origin.Close()
-	fc := startFakeControl(t, "127.0.0.1:0")
-	a := startNode(t, "a", fc.addr, origin.URL, noHotKeys)
-	b := startNode(t, "b", fc.addr, origin.URL, noHotKeys)
-	fc.publish(epochOf(1, a, b))
-	waitEpoch(t, a, 1)
-	waitEpoch(t, b, 1)
+	fc, a, b := startPairOn(t, origin.URL, noHotKeys)
 	fc.held.Store("b", true) // b's replica lags: no push of epoch 2
 	e2 := epochOf(2, a, b)
 	fc.publish(e2)

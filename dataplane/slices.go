@@ -67,6 +67,9 @@ type sliceReq struct {
 
 func (s *sliceReq) start() int64 { return s.index * s.size }
 
+// last is the offset of the slice's last byte in an object of total bytes.
+func (s *sliceReq) last(total int64) int64 { return min(s.start()+s.size, total) - 1 }
+
 // key is the slice's cache key.
 func (s *sliceReq) key(object string) string {
 	return object + sliceSep + strconv.FormatInt(s.size, 10) + ":" + strconv.FormatInt(s.index, 10)
@@ -122,7 +125,7 @@ func (s *sliceReq) fromOrigin(resp *http.Response) error {
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 		start, end, total, ok := parseContentRange(resp.Header.Get("Content-Range"))
-		if !ok || total < 0 || start != s.start() || end != min(s.start()+s.size, total)-1 {
+		if !ok || total < 0 || start != s.start() || end != s.last(total) {
 			return fmt.Errorf("slice %d: origin answered range %q, want bytes %d-%d", s.index, resp.Header.Get("Content-Range"), s.start(), s.start()+s.size-1)
 		}
 		if s.version != "" && objectVersion(resp.Header) != s.version {
@@ -239,7 +242,7 @@ func (n *Node) sliceOwner(key string, s *sliceReq, p *policy.Policy) *pb.Member 
 // it in process when this node owns it or the owner cannot be reached.
 func (n *Node) fetchSlice(ctx context.Context, r *http.Request, key string, p *policy.Policy, s *sliceReq, method string) *http.Response {
 	h := n.relayHeader(r)
-	for _, f := range []string{"Range", "If-Range", "If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since"} {
+	for _, f := range conditionalFields {
 		h.Del(f) // the assembling node answers those
 	}
 	s.setHeader(h)
@@ -447,7 +450,7 @@ func checkSlice(resp *http.Response, s *sliceReq, total int64) error {
 	switch {
 	case !ok || start != s.start():
 		return fmt.Errorf("slice %d: owner answered range %q", s.index, resp.Header.Get("Content-Range"))
-	case t != total || end != min(s.start()+s.size, total)-1 || objectVersion(resp.Header) != s.version:
+	case t != total || end != s.last(total) || objectVersion(resp.Header) != s.version:
 		return errSliceChanged
 	}
 	return nil
