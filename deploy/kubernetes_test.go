@@ -58,10 +58,34 @@ func (m *manifests) workloads() []workload {
 	return out
 }
 
-// decodeStrict decodes one YAML document into obj, refusing unknown and
-// duplicate fields.
-func decodeStrict(doc []byte, obj any) error {
-	return yaml.UnmarshalStrict(doc, obj)
+// decodeDoc decodes one YAML document strictly (unknown and duplicate
+// fields refused) into the API type its apiVersion and kind name.
+func decodeDoc(doc []byte) (any, error) {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(doc, &tm); err != nil {
+		return nil, err
+	}
+	var obj any
+	switch tm.APIVersion + " " + tm.Kind {
+	case "kustomize.config.k8s.io/v1beta1 Kustomization":
+		obj = new(kustomize.Kustomization)
+	case "apps/v1 StatefulSet":
+		obj = new(appsv1.StatefulSet)
+	case "apps/v1 Deployment":
+		obj = new(appsv1.Deployment)
+	case "v1 Service":
+		obj = new(corev1.Service)
+	case "policy/v1 PodDisruptionBudget":
+		obj = new(policyv1.PodDisruptionBudget)
+	case "monitoring.coreos.com/v1 ServiceMonitor":
+		obj = new(monitoringv1.ServiceMonitor)
+	default:
+		return nil, fmt.Errorf("unexpected %s %s", tm.APIVersion, tm.Kind)
+	}
+	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+		return nil, fmt.Errorf("%s: %w", tm.Kind, err)
+	}
+	return obj, nil
 }
 
 // build runs kustomize on dir and decodes every object it outputs.
@@ -77,32 +101,23 @@ func build(t *testing.T, dir string) *manifests {
 	}
 	m := &manifests{}
 	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
-		var tm metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &tm); err != nil {
+		obj, err := decodeDoc(doc)
+		if err != nil {
 			t.Fatalf("%s: %v", dir, err)
 		}
-		var obj any
-		switch tm.APIVersion + " " + tm.Kind {
-		case "apps/v1 StatefulSet":
-			s := new(appsv1.StatefulSet)
-			m.statefulSets, obj = append(m.statefulSets, s), s
-		case "apps/v1 Deployment":
-			d := new(appsv1.Deployment)
-			m.deployments, obj = append(m.deployments, d), d
-		case "v1 Service":
-			s := new(corev1.Service)
-			m.services, obj = append(m.services, s), s
-		case "policy/v1 PodDisruptionBudget":
-			p := new(policyv1.PodDisruptionBudget)
-			m.pdbs, obj = append(m.pdbs, p), p
-		case "monitoring.coreos.com/v1 ServiceMonitor":
-			s := new(monitoringv1.ServiceMonitor)
-			m.monitors, obj = append(m.monitors, s), s
+		switch o := obj.(type) {
+		case *appsv1.StatefulSet:
+			m.statefulSets = append(m.statefulSets, o)
+		case *appsv1.Deployment:
+			m.deployments = append(m.deployments, o)
+		case *corev1.Service:
+			m.services = append(m.services, o)
+		case *policyv1.PodDisruptionBudget:
+			m.pdbs = append(m.pdbs, o)
+		case *monitoringv1.ServiceMonitor:
+			m.monitors = append(m.monitors, o)
 		default:
-			t.Fatalf("%s: unexpected %s %s", dir, tm.APIVersion, tm.Kind)
-		}
-		if err := decodeStrict(doc, obj); err != nil {
-			t.Fatalf("%s: %s: %v", dir, tm.Kind, err)
+			t.Fatalf("%s: a %T among the built objects", dir, obj)
 		}
 	}
 	return m
@@ -121,32 +136,11 @@ func TestSourceFilesDecodeStrictly(t *testing.T) {
 			return err
 		}
 		for _, doc := range bytes.Split(b, []byte("\n---\n")) {
-			var tm metav1.TypeMeta
-			if err := yaml.Unmarshal(doc, &tm); err != nil {
-				return fmt.Errorf("%s: %w", path, err)
-			}
 			if bytes.Contains(doc, []byte("$patch: delete")) {
 				continue // a deletion names its target only
 			}
-			var obj any
-			switch tm.Kind {
-			case "Kustomization":
-				obj = new(kustomize.Kustomization)
-			case "StatefulSet":
-				obj = new(appsv1.StatefulSet)
-			case "Deployment":
-				obj = new(appsv1.Deployment)
-			case "Service":
-				obj = new(corev1.Service)
-			case "PodDisruptionBudget":
-				obj = new(policyv1.PodDisruptionBudget)
-			case "ServiceMonitor":
-				obj = new(monitoringv1.ServiceMonitor)
-			default:
-				return fmt.Errorf("%s: unexpected kind %q", path, tm.Kind)
-			}
-			if err := decodeStrict(doc, obj); err != nil {
-				return fmt.Errorf("%s: %s: %w", path, tm.Kind, err)
+			if _, err := decodeDoc(doc); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
 			}
 		}
 		return nil

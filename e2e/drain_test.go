@@ -3,13 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -32,32 +29,13 @@ func TestDrainWaitsUntilTheKeysHaveMoved(t *testing.T) {
 	fetchAll(t, c, paths, 0)
 	warm := origin.total.Load()
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 6 {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w), 11))
-			client := &http.Client{Timeout: 30 * time.Second}
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				resp, err := client.Get("http://" + c.nodes[rng.IntN(2)].client + paths[rng.IntN(keys)])
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		})
-	}
+	load := startLoad(6, 11, paths, 0, func(rng *rand.Rand) *node { return c.nodes[rng.IntN(2)] })
 	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "cachectl"), "--control-plane", c.control, "--token", c.token,
 		"drain", "node-3", "--wait", "--quiet-for", "6s", "--timeout", "2m").CombinedOutput()
-	close(stop)
-	wg.Wait()
+	load.halt()
+	if n := load.failed.Load(); n > 0 {
+		t.Errorf("%d client requests failed during the drain; first: %v", n, load.firstErr.Load())
+	}
 	t.Logf("cachectl drain --wait:\n%s", out)
 	if err != nil || !strings.Contains(string(out), "safe to delete") || !strings.Contains(string(out), "keys handed off") {
 		t.Fatalf("cachectl drain --wait: %v", err)

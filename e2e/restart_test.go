@@ -3,11 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,41 +38,12 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 		inService[i].Store(true)
 		nodes[i].Store(c.nodes[i])
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var sent, failed atomic.Int64
-	var firstErr atomic.Value
-	for w := range 8 {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
-			client := &http.Client{Timeout: 30 * time.Second}
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				i := rng.IntN(3)
-				if !inService[i].Load() {
-					continue
-				}
-				resp, err := client.Get("http://" + nodes[i].Load().client + paths[rng.IntN(keys)])
-				sent.Add(1)
-				if err == nil {
-					var n int64
-					n, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if err == nil && (resp.StatusCode != 200 || n != 1024) {
-						err = fmt.Errorf("%d with %d bytes", resp.StatusCode, n)
-					}
-				}
-				if err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-				}
-			}
-		})
-	}
+	load := startLoad(8, 7, paths, 1024, func(rng *rand.Rand) *node {
+		if i := rng.IntN(3); inService[i].Load() {
+			return nodes[i].Load()
+		}
+		return nil
+	})
 	for i, nd := range c.nodes {
 		inService[i].Store(false) // out of the client Service first, as at a pod's termination
 		if err := nd.proc.Stop(30 * time.Second); err != nil {
@@ -87,13 +55,13 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 		}
 		inService[i].Store(true)
 	}
-	close(stop)
-	wg.Wait()
+	load.halt()
+	sent, failed := load.sent.Load(), load.failed.Load()
 	caused := origin.total.Load() - warm
 	t.Logf("rolling restart of 3 nodes under load: %d requests, %d failed, %d origin requests for %d keys (%.1f %%)",
-		sent.Load(), failed.Load(), caused, keys, 100*float64(caused)/keys)
-	if failed.Load() != 0 {
-		t.Errorf("%d of %d requests failed during the restarts; first: %v", failed.Load(), sent.Load(), firstErr.Load())
+		sent, failed, caused, keys, 100*float64(caused)/keys)
+	if failed != 0 {
+		t.Errorf("%d of %d requests failed during the restarts; first: %v", failed, sent, load.firstErr.Load())
 	}
 	if caused >= keys*5/100 {
 		t.Errorf("the restarts sent %d of %d keys to the origin, want under 5 %%", caused, keys)
