@@ -152,10 +152,7 @@ func (r *report) chart(path string) error {
 	const w, h, top, bottom, left = 1000, 420, 40, 90, 50
 	img := image.NewRGBA(image.Rect(0, 0, w, h))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
-	text := func(x, y int, s string, c color.Color) {
-		d := &font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
-		d.DrawString(s)
-	}
+	text := func(x, y int, s string, c color.Color) { drawText(img, x, y, s, c) }
 	maxRatio := 1.0
 	for _, sc := range charted {
 		bv, _ := value(sc.Rows[0], headline[sc.ID])
@@ -222,4 +219,9 @@ func (r *report) chart(path string) error {
 	}
 	defer f.Close()
 	return png.Encode(f, img)
+}
+
+// drawText writes s on img with its baseline at (x, y).
+func drawText(img draw.Image, x, y int, s string, c color.Color) {
+	(&font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}).DrawString(s)
 }

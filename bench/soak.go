@@ -16,10 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/image/font"
-	"golang.org/x/image/font/basicfont"
-	"golang.org/x/image/math/fixed"
 )
 
 // The soak: a three-node shardcache cluster under the heaviest load the
@@ -173,9 +169,7 @@ func soakChart(s []soakSample, path string) error {
 	h := len(panels)*(ph+gap) + gap
 	img := image.NewRGBA(image.Rect(0, 0, w, h))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
-	text := func(x, y int, str string, c color.Color) {
-		(&font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}).DrawString(str)
-	}
+	text := func(x, y int, str string, c color.Color) { drawText(img, x, y, str, c) }
 	for pi, p := range panels {
 		top := gap + pi*(ph+gap)
 		hi := 0.0
