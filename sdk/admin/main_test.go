@@ -187,16 +187,29 @@ func buildShardcache(dir string) (string, error) {
 // portOffset returns a --port-offset under which every port of devPorts is
 // free right now. The control plane's port comes from loopback.Addr, so the
 // others stay below the kernel's ephemeral range.
+//
+// loopback.Addr hands out ports from a place that depends on the process
+// id: in about one run in nine it starts where every offset would push the
+// highest port into the ephemeral range. Those candidates are passed over
+// without counting, until the hand-out wraps to the low ports.
 func portOffset() (int, error) {
-	for range 100 {
+	tried := 0
+	for range 12000 { // every port loopback hands out, once
 		addr, ok := loopback.Addr()
 		if !ok {
 			break
 		}
 		_, port, _ := net.SplitHostPort(addr)
 		p, _ := strconv.Atoi(port)
-		if offset := p - devPorts[0]; slices.Max(devPorts)+offset < 32768 && allFree(offset) {
+		offset := p - devPorts[0]
+		if slices.Max(devPorts)+offset >= 32768 {
+			continue
+		}
+		if allFree(offset) {
 			return offset, nil
+		}
+		if tried++; tried == 100 {
+			break
 		}
 	}
 	return 0, errors.New("no port offset with every port of the dev cluster free")
