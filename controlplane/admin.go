@@ -73,7 +73,7 @@ func (a *adminService) GetRing(ctx context.Context, req *pb.GetRingRequest) (*pb
 }
 
 // ListNodes returns every registered member, whether it is in the current
-// epoch, and its last load report.
+// epoch, its last load report, and the last hello refused for its id.
 func (a *adminService) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*pb.ListNodesResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
@@ -93,6 +93,10 @@ func (a *adminService) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	refused, err := a.state.refusals(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	inRing := make(map[string]bool, len(cur.GetMembers()))
 	for _, m := range cur.GetMembers() {
 		inRing[m.GetId()] = true
@@ -102,7 +106,7 @@ func (a *adminService) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*
 		if drained[m.GetId()] {
 			m.State = pb.MemberState_MEMBER_STATE_DRAINING
 		}
-		n := &pb.Node{Member: m, InRing: inRing[m.GetId()]}
+		n := &pb.Node{Member: m, InRing: inRing[m.GetId()], LastRefused: refused[m.GetId()]}
 		if st, ok := statuses[m.GetId()]; ok {
 			n.SessionReplica = st.GetSessionReplica()
 			n.ServingEpoch = st.GetServingEpoch()

@@ -20,6 +20,7 @@ var codeTable = []struct {
 	{ErrPolicyNotFound, codes.NotFound},
 	{ErrNodeNotFound, codes.NotFound},
 	{ErrEpochConflict, codes.Aborted},
+	{ErrSessionConflict, codes.Aborted},
 	{ErrPurgeNotFound, codes.NotFound},
 	{ErrPurgeConflict, codes.AlreadyExists},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},

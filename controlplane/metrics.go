@@ -27,6 +27,7 @@ type metrics struct {
 	grpc     *grpcprom.ServerMetrics
 	etcd     *grpcprom.ClientMetrics
 	sessions prometheus.Gauge
+	refused  prometheus.Counter
 	purges   *prometheus.CounterVec
 }
 
@@ -37,6 +38,10 @@ func newMetrics(s *Server) *metrics {
 		etcd: grpcprom.NewClientMetrics(grpcprom.WithClientHandlingTimeHistogram(grpcprom.WithHistogramBuckets(rpcBuckets))),
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shardcache_control_sessions", Help: "Node sessions open on this replica.",
+		}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardcache_control_sessions_refused_total",
+			Help: "Node hellos refused because another process held an open session for the id.",
 		}),
 		purges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_control_purges_total", Help: "Purges recorded through this replica, by kind (url, prefix, tag).",
@@ -56,7 +61,7 @@ func newMetrics(s *Server) *metrics {
 	epoch := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "shardcache_control_ring_epoch", Help: "Current ring epoch as this replica sees it.",
 	}, func() float64 { return float64(s.hub.epoch().GetEpoch()) })
-	m.reg.MustRegister(m.grpc, m.etcd, m.sessions, m.purges, epochs, leader, epoch,
+	m.reg.MustRegister(m.grpc, m.etcd, m.sessions, m.refused, m.purges, epochs, leader, epoch,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -282,6 +282,7 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 		ca:        &s.ca,
 		caWanted:  s.cfg.CA.Enabled,
 		sessions:  s.metrics.sessions,
+		refused:   s.metrics.refused,
 	})
 	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub, policies: s.policies, replica: s.cfg.ReplicaID,
 		purgesRecorded: s.metrics.purges, tracer: s.tracer()})

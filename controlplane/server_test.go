@@ -117,12 +117,9 @@ func openSession(t *testing.T, conn *grpc.ClientConn, id string) *nodeSession {
 	return n
 }
 
-// openSessionWith says hello and returns the session and its snapshot.
-func openSessionWith(t *testing.T, conn *grpc.ClientConn, hello *pb.Hello) (*nodeSession, *pb.Snapshot) {
+// sayHello opens a session stream on ctx and sends hello on it.
+func sayHello(t *testing.T, ctx context.Context, conn *grpc.ClientConn, hello *pb.Hello) pb.NodeService_SessionClient {
 	t.Helper()
-	id := hello.GetMember().GetId()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	stream, err := pb.NewNodeServiceClient(conn).Session(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -130,6 +127,16 @@ func openSessionWith(t *testing.T, conn *grpc.ClientConn, hello *pb.Hello) (*nod
 	if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Hello{Hello: hello}}); err != nil {
 		t.Fatal(err)
 	}
+	return stream
+}
+
+// openSessionWith says hello and returns the session and its snapshot.
+func openSessionWith(t *testing.T, conn *grpc.ClientConn, hello *pb.Hello) (*nodeSession, *pb.Snapshot) {
+	t.Helper()
+	id := hello.GetMember().GetId()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream := sayHello(t, ctx, conn, hello)
 	resp, err := stream.Recv()
 	if err != nil {
 		t.Fatalf("%s: no snapshot: %v", id, err)

@@ -14,9 +14,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -47,6 +51,8 @@ type nodeService struct {
 	ca       *atomic.Pointer[certAuthority]
 	caWanted bool
 	sessions prometheus.Gauge
+	// refused counts hellos refused for an id with an open session.
+	refused prometheus.Counter
 }
 
 var _ pb.NodeServiceServer = (*nodeService)(nil)
@@ -55,8 +61,10 @@ var _ pb.NodeServiceServer = (*nodeService)(nil)
 // stream, sends it a snapshot and then every new epoch. A node that closes
 // its side cleanly leaves at once (its lease is revoked); a node whose stream
 // breaks stays a member until the lease expires, so a brief disconnect does
-// not move keys.
-func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
+// not move keys. An id has one open session: a hello from another process
+// with the id is refused while it lasts, and a session whose member record
+// is deleted or replaced ends, so that its node registers again.
+func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 	ctx := stream.Context()
 	hello, err := n.recvHello(stream)
 	if err != nil {
@@ -71,20 +79,35 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "granting lease for %s: %v", m.GetId(), err)
 	}
-	if err := n.state.putMember(ctx, m, lease.ID); err != nil {
-		return toStatus(err)
-	}
 	st := &pb.Node{Member: m, SessionReplica: n.replica, ServingEpoch: hello.GetLastEpoch(), PolicyRevision: hello.GetPolicyRevision(),
 		PurgeRevision: hello.GetPurgeRevision()}
-	if err := n.state.putStatus(ctx, st, lease.ID); err != nil {
+	rev, err := n.state.register(ctx, st, hello.GetInstance(), lease.ID)
+	if err != nil {
+		n.state.kv.Revoke(context.WithoutCancel(ctx), lease.ID) //nolint:errcheck // it expires anyway
+		if errors.Is(err, errSessionHeld) {
+			return n.refuse(ctx, m, err)
+		}
 		return toStatus(err)
 	}
+	// However the session ends, its id is free for a new process at once;
+	// the member record stays until the lease expires unless revoked.
+	revoke := false
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if rerr := n.state.release(rctx, m.GetId(), lease.ID, revoke); rerr != nil {
+			log.Warn("ending the session in etcd", "err", rerr)
+		}
+	}()
 	kaCtx, stopKeepAlive := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopKeepAlive()
 	ka, err := n.state.kv.KeepAlive(kaCtx, lease.ID)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "keeping lease of %s alive: %v", m.GetId(), err)
 	}
+	// The member record is watched: deleted or overwritten by anything but
+	// this session, the node is told to register again.
+	records := n.state.kv.Watch(kaCtx, n.state.memberKey(m.GetId()), clientv3.WithRev(rev+1))
 	log.Info("node session started", "peer", m.GetPeerAddress(), "lease", fmt.Sprintf("%x", lease.ID))
 	n.sessions.Inc()
 	defer n.sessions.Dec()
@@ -104,13 +127,16 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 	if !loaded {
 		return status.Error(codes.Unavailable, "this control plane replica has not read the purges from etcd yet; retry")
 	}
-	snap := &pb.Snapshot{Epoch: cur, Member: m, Policies: policies, Purges: purges}
+	heartbeat := n.leaseTTL / 4
+	snap := &pb.Snapshot{Epoch: cur, Member: m, Policies: policies, Purges: purges, HeartbeatInterval: durationpb.New(heartbeat)}
 	if csr := hello.GetCsr(); len(csr) > 0 {
 		snap.Certificate = n.certificate(csr, m.GetId())
 	}
 	if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: snap}}); err != nil {
 		return err
 	}
+	beat := time.NewTicker(heartbeat)
+	defer beat.Stop()
 	sent := cur.GetEpoch()
 	sentPurges := hello.GetPurgeRevision()
 	if len(purges) > 0 {
@@ -148,7 +174,23 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 		case _, ok := <-ka:
 			if !ok {
 				log.Warn("lease lost; ending session so the node registers again")
-				return status.Errorf(codes.Unavailable, "lease of %s lost", m.GetId())
+				revoke = true
+				return sessionEnd(codes.FailedPrecondition, pb.SessionEnd_SESSION_END_LEASE_LOST, "the lease of member %s expired or could not be kept alive", m.GetId())
+			}
+		case w := <-records:
+			if err := w.Err(); err != nil {
+				return status.Errorf(codes.Unavailable, "watching the member record of %s: %v; reconnect", m.GetId(), err)
+			}
+			for _, ev := range w.Events {
+				if end := n.recordChanged(ctx, ev, m, lease.ID); end != nil {
+					log.Warn("ending the session", "reason", status.Convert(end).Message())
+					revoke = true
+					return end
+				}
+			}
+		case <-beat.C:
+			if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Heartbeat{Heartbeat: &pb.Heartbeat{}}}); err != nil {
+				return err
 			}
 		case <-wakePolicies:
 			ps := n.policies.since(sentPolicies)
@@ -228,16 +270,64 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) error {
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
 				// The node said goodbye: leave the ring now rather than after the TTL.
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				_, rerr := n.state.kv.Revoke(rctx, lease.ID)
-				cancel()
-				log.Info("node left", "revoke_err", rerr)
+				revoke = true
+				log.Info("node left")
 				return nil
 			}
 			log.Info("node session broken; member stays until its lease expires", "err", err)
 			return nil
 		}
 	}
+}
+
+// refuse answers a hello for an id whose session another process holds,
+// and records the attempt for ListNodes.
+func (n *nodeService) refuse(ctx context.Context, m *pb.Member, held error) error {
+	n.refused.Inc()
+	var remote string
+	if p, ok := peer.FromContext(ctx); ok {
+		remote = p.Addr.String()
+	}
+	reason := held.Error()
+	n.log.Warn("refused a session: the node id has an open session from another process", "node", m.GetId(),
+		"peer", m.GetPeerAddress(), "remote", remote, "reason", reason)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	r := &pb.RefusedSession{PeerAddress: m.GetPeerAddress(), RemoteAddress: remote, At: timestamppb.Now(), Reason: reason, Replica: n.replica}
+	if err := n.state.recordRefusal(rctx, m.GetId(), r); err != nil {
+		n.log.Warn("recording a refused session", "node", m.GetId(), "err", err)
+	}
+	return sessionEnd(codes.AlreadyExists, pb.SessionEnd_SESSION_END_DUPLICATE_ID,
+		"node id %s: %v; is a second process running with this id? it is admitted once that session ends", m.GetId(), held)
+}
+
+// recordChanged says what a change of the session's member record means:
+// nil for none of its business, else the status to end the session with.
+func (n *nodeService) recordChanged(ctx context.Context, ev *clientv3.Event, m *pb.Member, lease clientv3.LeaseID) error {
+	id := m.GetId()
+	if ev.Type == clientv3.EventTypeDelete {
+		return sessionEnd(codes.FailedPrecondition, pb.SessionEnd_SESSION_END_RECORD_DELETED, "the member record of %s was deleted", id)
+	}
+	if clientv3.LeaseID(ev.Kv.Lease) == lease {
+		return nil // its own write
+	}
+	if holds, err := n.state.holds(ctx, id, lease); err == nil && !holds {
+		return sessionEnd(codes.Aborted, pb.SessionEnd_SESSION_END_SUPERSEDED, "a newer session of %s took the member over", id)
+	}
+	got := &pb.Member{}
+	_ = proto.Unmarshal(ev.Kv.Value, got) // described best effort
+	return sessionEnd(codes.FailedPrecondition, pb.SessionEnd_SESSION_END_RECORD_REPLACED,
+		"the member record of %s was overwritten (peer address %q, this node's is %q)", id, got.GetPeerAddress(), m.GetPeerAddress())
+}
+
+// sessionEnd is a status that says why a session was refused or ended, with
+// the reason in a google.rpc.ErrorInfo the node reads.
+func sessionEnd(code codes.Code, end pb.SessionEnd, format string, args ...any) error {
+	st := status.Newf(code, format, args...)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: end.String(), Domain: pb.SessionEndDomain}); err == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 // recvHello reads and checks the first message of a session.

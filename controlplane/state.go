@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
@@ -20,6 +21,8 @@ var (
 	ErrEtcd          = errors.New("etcd unavailable")
 	ErrEpochNotFound = errors.New("controlplane: epoch not found")
 	ErrEpochConflict = errors.New("controlplane: epoch changed concurrently")
+	// ErrSessionConflict: registrations of one id kept racing each other.
+	ErrSessionConflict = errors.New("controlplane: the node's session changed concurrently; retry")
 )
 
 // state reads and writes shardcache's records in etcd. It holds no cache of
@@ -39,30 +42,145 @@ func (s *state) electionPrefix() string     { return s.prefix + "leader/" }
 // epochKey pads the number so that keys sort in epoch order.
 func (s *state) epochKey(n uint64) string { return fmt.Sprintf("%sepochs/%020d", s.prefix, n) }
 
-// putMember registers a member bound to lease; the record disappears when the
-// lease expires or is revoked.
-func (s *state) putMember(ctx context.Context, m *pb.Member, lease clientv3.LeaseID) error {
-	b, err := proto.Marshal(m)
+// sessionKey holds the instance (Hello.instance) of the process whose session
+// for id is open, bound to that session's lease; it is deleted when the
+// stream ends, and guards every write of the session.
+func (s *state) sessionKey(id string) string { return s.prefix + "sessions/" + id }
+
+// refusedKey holds the last refused hello for id (a RefusedSession).
+func (s *state) refusedKey(id string) string { return s.prefix + "refused/" + id }
+func (s *state) refusedPrefix() string       { return s.prefix + "refused/" }
+
+// errSessionHeld is register's refusal: another process's session for the id
+// is open.
+var errSessionHeld = errors.New("controlplane: the node id has an open session")
+
+// register makes instance the holder of the member's session and writes its
+// member and status records, all bound to lease, in one transaction. While
+// another instance holds an open session for the id it fails with
+// errSessionHeld, naming the holder; the same instance (a reconnect) takes
+// its session over. It returns the revision of the write.
+func (s *state) register(ctx context.Context, st *pb.Node, instance string, lease clientv3.LeaseID) (int64, error) {
+	m := st.GetMember()
+	mb, err := proto.Marshal(m)
 	if err != nil {
-		return fmt.Errorf("encoding member %s: %w", m.GetId(), err)
+		return 0, fmt.Errorf("encoding member %s: %w", m.GetId(), err)
 	}
-	if _, err := s.kv.Put(ctx, s.memberKey(m.GetId()), string(b), clientv3.WithLease(lease)); err != nil {
-		return etcdErr(err, "writing member %s", m.GetId())
+	sb, err := proto.Marshal(st)
+	if err != nil {
+		return 0, fmt.Errorf("encoding status of %s: %w", m.GetId(), err)
+	}
+	key := s.sessionKey(m.GetId())
+	for range 3 {
+		resp, err := s.kv.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(s.statusKey(m.GetId()))).Commit()
+		if err != nil {
+			return 0, etcdErr(err, "reading the session of %s", m.GetId())
+		}
+		guard := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			if string(kvs[0].Value) != instance {
+				holder := &pb.Node{}
+				if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+					_ = proto.Unmarshal(kvs[0].Value, holder) // the description is best effort
+				}
+				return 0, fmt.Errorf("%w (peer %s, replica %s, since %s)", errSessionHeld, holder.GetMember().GetPeerAddress(),
+					holder.GetSessionReplica(), holder.GetMember().GetJoinedAt().AsTime().Format(time.RFC3339))
+			}
+			guard = clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)
+		}
+		tx, err := s.kv.Txn(ctx).If(guard).Then(
+			clientv3.OpPut(key, instance, clientv3.WithLease(lease)),
+			clientv3.OpPut(s.memberKey(m.GetId()), string(mb), clientv3.WithLease(lease)),
+			clientv3.OpPut(s.statusKey(m.GetId()), string(sb), clientv3.WithLease(lease)),
+		).Commit()
+		if err != nil {
+			return 0, etcdErr(err, "registering member %s", m.GetId())
+		}
+		if tx.Succeeded {
+			return tx.Header.Revision, nil
+		}
+	}
+	return 0, fmt.Errorf("registering member %s: %w", m.GetId(), ErrSessionConflict)
+}
+
+// holds reports whether the session of lease still holds id's session.
+func (s *state) holds(ctx context.Context, id string, lease clientv3.LeaseID) (bool, error) {
+	resp, err := s.kv.Get(ctx, s.sessionKey(id))
+	if err != nil {
+		return false, etcdErr(err, "reading the session of %s", id)
+	}
+	return len(resp.Kvs) > 0 && clientv3.LeaseID(resp.Kvs[0].Lease) == lease, nil
+}
+
+// release ends the session of lease: its session key goes at once, so that
+// a new process with the id is admitted, while the member record stays until
+// the lease expires (a brief disconnect moves no keys). With revoke, the
+// lease goes too and with it every record still bound to it.
+func (s *state) release(ctx context.Context, id string, lease clientv3.LeaseID, revoke bool) error {
+	if revoke {
+		if _, err := s.kv.Revoke(ctx, lease); err != nil {
+			return etcdErr(err, "revoking the lease of %s", id)
+		}
+		return nil
+	}
+	key := s.sessionKey(id)
+	if _, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(key), "=", lease)).Then(clientv3.OpDelete(key)).Commit(); err != nil {
+		return etcdErr(err, "ending the session of %s", id)
 	}
 	return nil
 }
 
 // putStatus records a node's session state (replica, serving epoch, load,
-// policy acks) under status/<id>, bound to the session's lease.
+// policy acks) under status/<id>, bound to the session's lease, while that
+// session holds the id.
 func (s *state) putStatus(ctx context.Context, st *pb.Node, lease clientv3.LeaseID) error {
 	b, err := proto.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encoding status of %s: %w", st.GetMember().GetId(), err)
 	}
-	if _, err := s.kv.Put(ctx, s.statusKey(st.GetMember().GetId()), string(b), clientv3.WithLease(lease)); err != nil {
-		return etcdErr(err, "writing status of %s", st.GetMember().GetId())
+	id := st.GetMember().GetId()
+	if _, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(s.sessionKey(id)), "=", lease)).
+		Then(clientv3.OpPut(s.statusKey(id), string(b), clientv3.WithLease(lease))).Commit(); err != nil {
+		return etcdErr(err, "writing status of %s", id)
 	}
 	return nil
+}
+
+// refusedTTL is how long a refused hello stays listed.
+const refusedTTL = 10 * time.Minute
+
+// recordRefusal keeps r as id's last refused hello for refusedTTL: one
+// record per id, replaced by the next.
+func (s *state) recordRefusal(ctx context.Context, id string, r *pb.RefusedSession) error {
+	b, err := proto.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encoding refusal of %s: %w", id, err)
+	}
+	lease, err := s.kv.Grant(ctx, int64(refusedTTL/time.Second))
+	if err != nil {
+		return etcdErr(err, "recording refusal of %s", id)
+	}
+	if _, err := s.kv.Put(ctx, s.refusedKey(id), string(b), clientv3.WithLease(lease.ID)); err != nil {
+		return etcdErr(err, "recording refusal of %s", id)
+	}
+	return nil
+}
+
+// refusals returns the recorded refused hellos, by id.
+func (s *state) refusals(ctx context.Context) (map[string]*pb.RefusedSession, error) {
+	resp, err := s.kv.Get(ctx, s.refusedPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, etcdErr(err, "reading refused sessions")
+	}
+	out := make(map[string]*pb.RefusedSession, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		r := &pb.RefusedSession{}
+		if err := proto.Unmarshal(kv.Value, r); err != nil {
+			return nil, fmt.Errorf("decoding refusal %s: %w", kv.Key, err)
+		}
+		out[strings.TrimPrefix(string(kv.Key), s.refusedPrefix())] = r
+	}
+	return out, nil
 }
 
 // members returns every registered member sorted by id, and the revision read.

@@ -36,6 +36,8 @@ type metrics struct {
 	ringEpoch      prometheus.Gauge
 	ringMembers    prometheus.Gauge
 	session        prometheus.Gauge
+	member         prometheus.Gauge
+	memberLost     *prometheus.CounterVec
 	collapsed      prometheus.Counter
 	policyRevision prometheus.Gauge
 	hot            *prometheus.CounterVec
@@ -97,6 +99,13 @@ func newMetrics() *metrics {
 		ringMembers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shardcache_ring_members", Help: "Members of the current ring epoch.",
 		}),
+		member: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shardcache_member", Help: "1 while the control plane holds this node as a member; 0 while it is refused or registering again.",
+		}),
+		memberLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_membership_lost_total",
+			Help: "Times the node found it was not a member, by cause (duplicate_id, record_deleted, record_replaced, lease_lost).",
+		}, []string{"cause"}),
 		session: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shardcache_session_connected", Help: "1 while the session with the control plane is established.",
 		}),
@@ -160,7 +169,7 @@ func newMetrics() *metrics {
 		}
 	}
 	m.reg.MustRegister(m.originDuration, m.peerDuration, m.purges, m.purgeRevision, m.bans, m.peerCerts, m.peerCertExpiry, m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
-		m.peerConns, m.peerBytes, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.collapsed, m.policyRevision, m.hot, m.handoffs, &m.store,
+		m.peerConns, m.peerBytes, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.member, m.memberLost, m.collapsed, m.policyRevision, m.hot, m.handoffs, &m.store,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -192,11 +192,17 @@ func New(cfg Config) (*Node, error) {
 			Zone:          cfg.Zone,
 			CapacityBytes: cfg.MemoryBytes,
 		},
-		Load:           n.loadReport,
-		JoinToken:      cfg.JoinToken,
-		TLS:            cfg.ControlPlaneTLS,
-		CSR:            csr,
-		OnCertificate:  n.applyCertificate,
+		Load:          n.loadReport,
+		JoinToken:     cfg.JoinToken,
+		TLS:           cfg.ControlPlaneTLS,
+		CSR:           csr,
+		OnCertificate: n.applyCertificate,
+		OnMembership: func(member bool, cause, _ string) {
+			n.metrics.member.Set(boolGauge(member))
+			if !member {
+				n.metrics.memberLost.WithLabelValues(cause).Inc()
+			}
+		},
 		TracerProvider: cfg.TracerProvider,
 		Logger:         n.log,
 	}, n)
@@ -543,8 +549,16 @@ func (n *Node) opsHandler() http.Handler {
 			return
 		}
 		rt := n.routes.Load()
-		if rt == nil {
+		member, why := n.session.Member()
+		switch {
+		case rt == nil && member:
 			http.Error(w, "not ready: no ring epoch yet from the control plane at "+n.cfg.ControlPlane, http.StatusServiceUnavailable)
+			return
+		case rt == nil:
+			http.Error(w, "not ready: no ring epoch yet from the control plane at "+n.cfg.ControlPlane+": "+why, http.StatusServiceUnavailable)
+			return
+		case !member:
+			http.Error(w, "not ready: not a member: "+why, http.StatusServiceUnavailable)
 			return
 		}
 		control := "connected"

@@ -18,8 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/shardcache/shardcache/dataplane/policy"
@@ -47,6 +50,30 @@ type fakeControl struct {
 	// held are the node ids whose epoch pushes are held back, as from a
 	// lagging replica; they get the epoch when they ask for it.
 	held sync.Map
+	// refusal, when set, ends every session: a new one at its hello, an
+	// open one at once.
+	refusal atomic.Pointer[error]
+}
+
+// refuse makes every session end with err (nil: admit them again).
+func (f *fakeControl) refuse(err error) {
+	if err == nil {
+		f.refusal.Store(nil)
+	} else {
+		f.refusal.Store(&err)
+	}
+	f.mu.Lock()
+	close(f.wake)
+	f.wake = make(chan struct{})
+	f.mu.Unlock()
+}
+
+// refused is the error sessions end with now, nil when they are admitted.
+func (f *fakeControl) refused() error {
+	if err := f.refusal.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // pushPurge records p and sends it to every session.
@@ -99,6 +126,9 @@ func (f *fakeControl) Session(stream pb.NodeService_SessionServer) error {
 		return fmt.Errorf("no hello: %v", err)
 	}
 	f.hellos.Add(1)
+	if err := f.refused(); err != nil {
+		return err
+	}
 	f.helloPurgeRev.Store(req.GetHello().GetPurgeRevision())
 	f.mu.Lock()
 	e, ps, wake := f.epoch, f.policies, f.wake
@@ -153,6 +183,9 @@ func (f *fakeControl) Session(stream pb.NodeService_SessionServer) error {
 				}
 			}
 		case <-wake:
+			if err := f.refused(); err != nil {
+				return err
+			}
 			f.mu.Lock()
 			next := f.epoch
 			wake = f.wake
@@ -283,6 +316,29 @@ func epochOf(num uint64, nodes ...*Node) *pb.RingEpoch {
 	return e
 }
 
+// startOne starts a node "a" alone in epoch 1 of a fake control plane.
+func startOne(t *testing.T, origin string, opts ...func(*Config)) (*fakeControl, *Node) {
+	t.Helper()
+	fc := startFakeControl(t, "127.0.0.1:0")
+	n := startNode(t, "a", fc.addr, origin, opts...)
+	fc.publish(epochOf(1, n))
+	waitEpoch(t, n, 1)
+	return fc, n
+}
+
+// waitFor polls cond, the outcome of work in the background, until it
+// holds; after 30 s the test fails with what it waited for.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30s for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func waitEpoch(t *testing.T, n *Node, want uint64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -369,6 +425,47 @@ func TestNotReadyUntilEpoch(t *testing.T) {
 	}
 	if resp, _ := do(t, "GET", "http://"+n.OpsAddr().String()+"/healthz"); resp.StatusCode != 200 {
 		t.Fatalf("/healthz: %d", resp.StatusCode)
+	}
+}
+
+// A node whose control plane says it is not a member (its record was
+// deleted, or another process holds its id) is not ready, with the reason,
+// until it is admitted again; it keeps serving meanwhile.
+func TestNotReadyWhileNotAMember(t *testing.T) {
+	origin := httptest.NewServer(&testOrigin{})
+	defer origin.Close()
+	fc, n := startOne(t, origin.URL)
+	ready := "http://" + n.OpsAddr().String() + "/readyz"
+	if resp, body := do(t, "GET", ready); resp.StatusCode != 200 || metricValue(t, n, "shardcache_member") != 1 {
+		t.Fatalf("/readyz as a member: %d %s (shardcache_member %v)", resp.StatusCode, body, metricValue(t, n, "shardcache_member"))
+	}
+
+	st, _ := status.New(codes.FailedPrecondition, "the member record of a was deleted").
+		WithDetails(&errdetails.ErrorInfo{Reason: pb.SessionEnd_SESSION_END_RECORD_DELETED.String(), Domain: pb.SessionEndDomain})
+	fc.refuse(st.Err())
+	var body string
+	waitFor(t, "/readyz to say 503", func() bool {
+		var resp *http.Response
+		resp, body = do(t, "GET", ready)
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	if !strings.Contains(body, "not a member") || !strings.Contains(body, "the member record of a was deleted") {
+		t.Fatalf("/readyz while not a member: %s", body)
+	}
+	if got := metricValue(t, n, "shardcache_member"); got != 0 {
+		t.Fatalf("shardcache_member %v while not a member", got)
+	}
+	if got := metricValue(t, n, "shardcache_membership_lost_total", `cause="record_deleted"`); got < 1 {
+		t.Fatalf("shardcache_membership_lost_total{cause=record_deleted} = %v", got)
+	}
+	if resp, _ := do(t, "GET", "http://"+n.ClientAddr().String()+"/still-serving"); resp.StatusCode != 200 {
+		t.Fatalf("a node that is not a member stopped serving: %d", resp.StatusCode)
+	}
+
+	fc.refuse(nil)
+	waitFor(t, "/readyz to say 200 once admitted again", func() bool { resp, _ := do(t, "GET", ready); return resp.StatusCode == 200 })
+	if got := metricValue(t, n, "shardcache_member"); got != 1 {
+		t.Fatalf("shardcache_member %v once a member again", got)
 	}
 }
 

@@ -83,6 +83,7 @@ type cluster struct {
 	originURL   string
 	nodeArgs    func(i int) []string
 	nodes       []*node
+	etcd        string // the client URL of the control plane's etcd
 }
 
 // startCluster starts a control plane, n nodes and an origin, and waits
@@ -118,9 +119,11 @@ func startClusterWith(t *testing.T, ctx context.Context, cfg clusterConfig) *clu
 		"--lease-ttl", "2s", "--epoch-batch-window", "200ms"}
 	if etcdURL != "" {
 		args = append(args, "--etcd-endpoints", etcdURL)
+		c.etcd = etcdURL
 	} else {
+		c.etcd = "http://" + freeAddr(t)
 		args = append(args, "--etcd-dir", filepath.Join(t.TempDir(), "etcd"),
-			"--etcd-client-url", "http://"+freeAddr(t), "--etcd-peer-url", "http://"+freeAddr(t))
+			"--etcd-client-url", c.etcd, "--etcd-peer-url", "http://"+freeAddr(t))
 	}
 	c.controlProc = startProcess(t, "control", filepath.Join(binDir, "shardcache"), args...)
 	if err := c.controlProc.WaitLine(ctx, "control plane serving"); err != nil {

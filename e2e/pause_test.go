@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -72,22 +70,6 @@ func TestPausedNodeIsRoutedAround(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumedAt := time.Now()
-	// Should a stopped process miss its SIGCONT, say so and send another:
-	// what is tested is that a resumed node comes back by itself.
-	go func() {
-		tick := time.NewTicker(10 * time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", paused.proc.cmd.Process.Pid)); err == nil && strings.Contains(string(st), ") T ") {
-				paused.proc.cmd.Process.Signal(syscall.SIGCONT)
-			}
-		}
-	}()
 	for _, nd := range c.nodes {
 		c.waitMembers(ctx, nd, 3)
 	}

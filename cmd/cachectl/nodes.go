@@ -50,4 +50,12 @@ func nodesTable(tw *tabwriter.Writer, resp *pb.ListNodesResponse, now time.Time)
 			n.GetInRing(), n.GetServingEpoch(), dash(n.GetSessionReplica()), l.GetMemoryObjects(),
 			units.Bytes(l.GetMemoryBytes()), l.GetRequestsTotal(), l.GetHitsTotal(), last)
 	}
+	// Refused hellos after the table: a second process with a live
+	// node's id is an operator's mistake to see at once.
+	for _, n := range resp.GetNodes() {
+		if r := n.GetLastRefused(); r != nil {
+			fmt.Fprintf(tw, "\nREFUSED %s: a second process (peer %s, from %s) said hello %s ago on %s: %s\n", n.GetMember().GetId(),
+				dash(r.GetPeerAddress()), dash(r.GetRemoteAddress()), now.Sub(r.GetAt().AsTime()).Round(time.Second), dash(r.GetReplica()), r.GetReason())
+		}
+	}
 }

@@ -69,7 +69,9 @@ func TestNodesTable(t *testing.T) {
 	resp := &pb.ListNodesResponse{Epoch: 7, Nodes: []*pb.Node{
 		{Member: testEpoch().GetMembers()[0], InRing: true, SessionReplica: "cp-1", ServingEpoch: 7,
 			Load:         &pb.LoadReport{MemoryObjects: 1200, MemoryBytes: 5 << 20, RequestsTotal: 90000, HitsTotal: 88000},
-			LastReportAt: timestamppb.New(now.Add(-4 * time.Second))},
+			LastReportAt: timestamppb.New(now.Add(-4 * time.Second)),
+			LastRefused: &pb.RefusedSession{PeerAddress: "10.0.0.9:9080", RemoteAddress: "10.0.0.9:41234", At: timestamppb.New(now.Add(-12 * time.Second)),
+				Replica: "cp-2", Reason: "controlplane: the node id has an open session (peer 10.0.0.1:9080, replica cp-1, since 2026-11-30T11:00:00Z)"}},
 		{Member: &pb.Member{Id: "node-2", State: pb.MemberState_MEMBER_STATE_DRAINING}},
 	}}
 	var b bytes.Buffer

@@ -2,6 +2,13 @@
 // plane: it says hello, applies the snapshot and every epoch pushed after it,
 // reports load, and reconnects with backoff when the stream breaks. While it
 // is disconnected the node keeps serving with the last epoch it applied.
+//
+// Membership is a state the client tracks, not assumes: the control plane
+// says when it refused the node (another process holds a session for its id)
+// or ended its session because the member record was deleted, replaced or
+// its lease lost; the client then reports not being a member, and registers
+// again at once. A stream that stays silent past twice the control plane's
+// heartbeat interval is taken for dead and replaced.
 package session
 
 import (
@@ -13,6 +20,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,10 +28,12 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
@@ -68,6 +78,10 @@ type Config struct {
 	// hello (and on RequestCertificate); OnCertificate gets each answer.
 	CSR           []byte
 	OnCertificate func(*pb.Certificate)
+	// OnMembership, when set, is called each time the node becomes a member
+	// again and each time it learns it is not one (every refusal); reason
+	// says why (empty for a member), cause is a short fixed word for metrics.
+	OnMembership func(member bool, cause, reason string)
 	// TracerProvider, when set, traces the session's gRPC calls.
 	TracerProvider trace.TracerProvider
 	// Logger receives connection changes. Default slog.Default().
@@ -85,6 +99,11 @@ type Client struct {
 	// named.
 	epochReq  chan struct{}
 	epochSeen atomic.Uint64
+	// instance tells this process's sessions apart from those of another
+	// process started with the same id.
+	instance string
+	// notMember says why the node is not a member now; nil while it is.
+	notMember atomic.Pointer[string]
 
 	// Purge results wait here until a session sends them.
 	resultsMu sync.Mutex
@@ -104,12 +123,12 @@ func (c *Client) report(r *pb.PurgeResult) {
 }
 
 // sendResults sends the queued purge results; those not sent stay queued.
-func (c *Client) sendResults(stream pb.NodeService_SessionClient) error {
+func (c *Client) sendResults(stream stream) error {
 	c.resultsMu.Lock()
 	defer c.resultsMu.Unlock()
 	for len(c.results) > 0 {
-		if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_PurgeResult{PurgeResult: c.results[0]}}); err != nil {
-			return recvErr(stream, err)
+		if err := stream.send(&pb.SessionRequest{Msg: &pb.SessionRequest_PurgeResult{PurgeResult: c.results[0]}}); err != nil {
+			return err
 		}
 		c.results = c.results[1:]
 	}
@@ -163,7 +182,61 @@ func New(cfg Config, apply Applier) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Client{cfg: cfg, apply: apply, certReq: make(chan struct{}, 1), resultReq: make(chan struct{}, 1), epochReq: make(chan struct{}, 1)}, nil
+	c := &Client{cfg: cfg, apply: apply, certReq: make(chan struct{}, 1), resultReq: make(chan struct{}, 1), epochReq: make(chan struct{}, 1),
+		instance: fmt.Sprintf("%016x", rand.Uint64())}
+	c.notMember.Store(&notRegistered)
+	return c, nil
+}
+
+// notRegistered is the reason before the first snapshot.
+var notRegistered = "not registered with the control plane yet"
+
+// Member reports whether the control plane holds the node as a member now
+// and, when it does not, why.
+func (c *Client) Member() (bool, string) {
+	if r := c.notMember.Load(); r != nil {
+		return false, *r
+	}
+	return true, ""
+}
+
+// setMember records the membership and reports it: each loss (every
+// refusal counts), and each return.
+func (c *Client) setMember(member bool, cause, reason string) {
+	was, _ := c.Member()
+	if member {
+		c.notMember.Store(nil)
+	} else {
+		c.notMember.Store(&reason)
+	}
+	if (was != member || !member) && c.cfg.OnMembership != nil {
+		c.cfg.OnMembership(member, cause, reason)
+	}
+}
+
+// ended records what the status a session ended with says of the node's
+// membership.
+func (c *Client) ended(err error, addr string) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return
+	}
+	end := pb.SessionEnd_SESSION_END_UNSPECIFIED
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == pb.SessionEndDomain {
+			end = pb.SessionEnd(pb.SessionEnd_value[info.GetReason()])
+		}
+	}
+	cause := strings.ToLower(strings.TrimPrefix(end.String(), "SESSION_END_"))
+	switch end {
+	case pb.SessionEnd_SESSION_END_DUPLICATE_ID:
+		c.cfg.Logger.Error("the control plane refused this node: another process has an open session with the same id; retrying until it ends",
+			"control_plane", addr, "id", c.cfg.Member.GetId(), "reason", st.Message())
+		c.setMember(false, cause, "refused by the control plane: "+st.Message())
+	case pb.SessionEnd_SESSION_END_RECORD_DELETED, pb.SessionEnd_SESSION_END_RECORD_REPLACED, pb.SessionEnd_SESSION_END_LEASE_LOST:
+		c.cfg.Logger.Warn("membership lost; registering again", "control_plane", addr, "reason", st.Message())
+		c.setMember(false, cause, "membership lost: "+st.Message()+"; registering again")
+	}
 }
 
 // Connected reports whether a session is established now.
@@ -206,6 +279,7 @@ func (c *Client) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		c.ended(err, addr)
 		if established {
 			backoff = c.cfg.MinBackoff
 		}
@@ -230,27 +304,78 @@ type inbound struct {
 	err  error
 }
 
+// snapshotWait bounds how long a new stream may wait for its snapshot.
+const snapshotWait = 30 * time.Second
+
+// stream is one Session stream. Only its reader goroutine calls Recv: the
+// loop learns how a stream ended from msgs, never by receiving itself.
+type stream struct {
+	pb.NodeService_SessionClient
+	msgs <-chan inbound
+}
+
+// send sends req. When the stream has ended, Send says only io.EOF: the
+// status it ended with is what the reader gets next.
+func (s stream) send(req *pb.SessionRequest) error {
+	err := s.Send(req)
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	t := time.NewTimer(goodbyeWait)
+	defer t.Stop()
+	for {
+		select {
+		case m := <-s.msgs:
+			if m.err != nil {
+				return m.err
+			}
+		case <-t.C:
+			return err
+		}
+	}
+}
+
 // session runs one stream. established reports whether a snapshot arrived.
 func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr string) (established bool, err error) {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	stream, err := rpc.Session(sctx)
+	st, err := rpc.Session(sctx)
 	if err != nil {
 		return false, err
 	}
-	hello := &pb.Hello{Member: c.cfg.Member, LastEpoch: c.Epoch(), PolicyRevision: c.apply.PolicyRevision(),
-		PurgeRevision: c.apply.PurgeRevision(), JoinToken: c.cfg.JoinToken, Csr: c.cfg.CSR}
-	if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Hello{Hello: hello}}); err != nil {
-		return false, recvErr(stream, err)
-	}
-
+	// A stream that stays silent is ended, whatever keeps it so: the
+	// watchdog cancels it, which also wakes a Send blocked on it.
+	var limit, silent atomic.Int64 // the watchdog's limit; how long it was silent, once it fired
+	limit.Store(int64(snapshotWait))
+	watchdog := time.AfterFunc(snapshotWait, func() { silent.Store(limit.Load()); cancel() })
+	// The reader hands every result to the loop, the stream's end too,
+	// until the loop has returned.
 	msgs := make(chan inbound)
+	loopDone, readerDone := make(chan struct{}), make(chan struct{})
+	defer func() {
+		close(loopDone)
+		watchdog.Stop()
+		cancel()
+		<-readerDone
+	}()
 	go func() {
+		defer close(readerDone)
 		for {
-			resp, err := stream.Recv()
+			resp, err := st.Recv()
+			if err == nil {
+				if snap := resp.GetSnapshot(); snap != nil {
+					// Zero: a control plane that sends no heartbeats.
+					limit.Store(int64(3 * snap.GetHeartbeatInterval().AsDuration()))
+				}
+				if d := time.Duration(limit.Load()); d > 0 {
+					watchdog.Reset(d)
+				} else {
+					watchdog.Stop()
+				}
+			}
 			select {
 			case msgs <- inbound{resp, err}:
-			case <-sctx.Done():
+			case <-loopDone:
 				return
 			}
 			if err != nil {
@@ -258,35 +383,46 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 			}
 		}
 	}()
+	stream := stream{st, msgs}
+	defer func() {
+		if d := time.Duration(silent.Load()); d > 0 && err != nil {
+			err = fmt.Errorf("no message from the control plane for %s; the stream is taken for dead: %w", d, err)
+		}
+	}()
+	hello := &pb.Hello{Member: c.cfg.Member, LastEpoch: c.Epoch(), PolicyRevision: c.apply.PolicyRevision(),
+		PurgeRevision: c.apply.PurgeRevision(), JoinToken: c.cfg.JoinToken, Csr: c.cfg.CSR, Instance: c.instance}
+	if err := stream.send(&pb.SessionRequest{Msg: &pb.SessionRequest_Hello{Hello: hello}}); err != nil {
+		return false, err
+	}
 
 	tick := time.NewTicker(c.cfg.LoadInterval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return established, c.goodbye(stream, msgs)
+			return established, c.goodbye(stream)
 		case <-tick.C:
 			if c.cfg.Load == nil || !established {
 				continue
 			}
-			if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Load{Load: c.cfg.Load()}}); err != nil {
-				return established, recvErr(stream, err)
+			if err := stream.send(&pb.SessionRequest{Msg: &pb.SessionRequest_Load{Load: c.cfg.Load()}}); err != nil {
+				return established, err
 			}
 		case <-c.certReq:
 			if len(c.cfg.CSR) == 0 || !established {
 				continue
 			}
 			req := &pb.SessionRequest{Msg: &pb.SessionRequest_CertificateRequest{CertificateRequest: &pb.CertificateRequest{Csr: c.cfg.CSR}}}
-			if err := stream.Send(req); err != nil {
-				return established, recvErr(stream, err)
+			if err := stream.send(req); err != nil {
+				return established, err
 			}
 		case <-c.epochReq:
 			if !established || c.epochSeen.Load() <= c.applied.Load() {
 				continue
 			}
 			req := &pb.SessionRequest{Msg: &pb.SessionRequest_EpochRequest{EpochRequest: &pb.EpochRequest{Seen: c.epochSeen.Load()}}}
-			if err := stream.Send(req); err != nil {
-				return established, recvErr(stream, err)
+			if err := stream.send(req); err != nil {
+				return established, err
 			}
 		case <-c.resultReq:
 			if !established {
@@ -309,6 +445,7 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 				}
 				established = true
 				c.connected.Store(true)
+				c.setMember(true, "", "")
 				if cert := msg.Snapshot.GetCertificate(); cert != nil && c.cfg.OnCertificate != nil {
 					c.cfg.OnCertificate(cert)
 				}
@@ -324,6 +461,7 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 						return established, err
 					}
 				}
+			case *pb.SessionResponse_Heartbeat:
 			case *pb.SessionResponse_Certificate:
 				if c.cfg.OnCertificate != nil {
 					c.cfg.OnCertificate(msg.Certificate)
@@ -350,17 +488,14 @@ func (c *Client) applyEpoch(e *pb.RingEpoch) {
 }
 
 // applyPolicies installs a push and acknowledges it, or reports the refusal.
-func (c *Client) applyPolicies(stream pb.NodeService_SessionClient, ps *pb.PolicySet) error {
+func (c *Client) applyPolicies(stream stream, ps *pb.PolicySet) error {
 	ack := &pb.PolicyAck{}
 	if err := c.apply.ApplyPolicies(ps); err != nil {
 		c.cfg.Logger.Error("refusing policy push; keeping the policies in force", "revision", ps.GetRevision(), "err", err)
 		ack.RefusedRevision, ack.Error = ps.GetRevision(), err.Error()
 	}
 	ack.AppliedRevision = c.apply.PolicyRevision()
-	if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_PolicyAck{PolicyAck: ack}}); err != nil {
-		return recvErr(stream, err)
-	}
-	return nil
+	return stream.send(&pb.SessionRequest{Msg: &pb.SessionRequest_PolicyAck{PolicyAck: ack}})
 }
 
 // goodbyeWait bounds how long a closing node waits for the control plane to
@@ -369,7 +504,7 @@ const goodbyeWait = 2 * time.Second
 
 // goodbye half-closes the stream, which the control plane takes as a clean
 // departure, and waits briefly for it to finish.
-func (c *Client) goodbye(stream pb.NodeService_SessionClient, msgs <-chan inbound) error {
+func (c *Client) goodbye(stream stream) error {
 	if err := stream.CloseSend(); err != nil {
 		return err
 	}
@@ -377,7 +512,7 @@ func (c *Client) goodbye(stream pb.NodeService_SessionClient, msgs <-chan inboun
 	defer t.Stop()
 	for {
 		select {
-		case m := <-msgs:
+		case m := <-stream.msgs:
 			if m.err != nil {
 				return nil
 			}
@@ -385,15 +520,4 @@ func (c *Client) goodbye(stream pb.NodeService_SessionClient, msgs <-chan inboun
 			return errors.New("control plane did not acknowledge the goodbye")
 		}
 	}
-}
-
-// recvErr returns the stream's real error after a failed Send, which only
-// reports io.EOF.
-func recvErr(stream grpc.ClientStream, err error) error {
-	if errors.Is(err, io.EOF) {
-		if rerr := stream.RecvMsg(new(pb.SessionResponse)); rerr != nil {
-			return rerr
-		}
-	}
-	return err
 }

@@ -170,6 +170,9 @@ type Node struct {
 	PolicyError           string `protobuf:"bytes,9,opt,name=policy_error,json=policyError,proto3" json:"policy_error,omitempty"`
 	// Highest purge revision the node has applied.
 	PurgeRevision int64 `protobuf:"varint,10,opt,name=purge_revision,json=purgeRevision,proto3" json:"purge_revision,omitempty"`
+	// The last session refused for this id (another process said hello with it while this
+	// member's session was open), kept for a while so that operators see duplicates.
+	LastRefused   *RefusedSession `protobuf:"bytes,11,opt,name=last_refused,json=lastRefused,proto3" json:"last_refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -274,6 +277,93 @@ func (x *Node) GetPurgeRevision() int64 {
 	return 0
 }
 
+func (x *Node) GetLastRefused() *RefusedSession {
+	if x != nil {
+		return x.LastRefused
+	}
+	return nil
+}
+
+// RefusedSession is a hello the control plane refused because the id had an open session.
+type RefusedSession struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The peer address the refused process gave.
+	PeerAddress string `protobuf:"bytes,1,opt,name=peer_address,json=peerAddress,proto3" json:"peer_address,omitempty"`
+	// The remote address of its connection to the control plane.
+	RemoteAddress string                 `protobuf:"bytes,2,opt,name=remote_address,json=remoteAddress,proto3" json:"remote_address,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The control-plane replica that refused it.
+	Replica       string `protobuf:"bytes,5,opt,name=replica,proto3" json:"replica,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefusedSession) Reset() {
+	*x = RefusedSession{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefusedSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefusedSession) ProtoMessage() {}
+
+func (x *RefusedSession) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefusedSession.ProtoReflect.Descriptor instead.
+func (*RefusedSession) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RefusedSession) GetPeerAddress() string {
+	if x != nil {
+		return x.PeerAddress
+	}
+	return ""
+}
+
+func (x *RefusedSession) GetRemoteAddress() string {
+	if x != nil {
+		return x.RemoteAddress
+	}
+	return ""
+}
+
+func (x *RefusedSession) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *RefusedSession) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RefusedSession) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
 // ListNodesResponse lists nodes sorted by id.
 type ListNodesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -286,7 +376,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[4]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +388,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[4]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +401,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -338,7 +428,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[5]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -350,7 +440,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[5]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -363,7 +453,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -383,7 +473,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[6]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -395,7 +485,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[6]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -408,7 +498,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DrainNodeResponse) GetMember() *Member {
@@ -428,7 +518,7 @@ type UndrainNodeRequest struct {
 
 func (x *UndrainNodeRequest) Reset() {
 	*x = UndrainNodeRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[7]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -440,7 +530,7 @@ func (x *UndrainNodeRequest) String() string {
 func (*UndrainNodeRequest) ProtoMessage() {}
 
 func (x *UndrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[7]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -453,7 +543,7 @@ func (x *UndrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*UndrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UndrainNodeRequest) GetNodeId() string {
@@ -473,7 +563,7 @@ type UndrainNodeResponse struct {
 
 func (x *UndrainNodeResponse) Reset() {
 	*x = UndrainNodeResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[8]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +575,7 @@ func (x *UndrainNodeResponse) String() string {
 func (*UndrainNodeResponse) ProtoMessage() {}
 
 func (x *UndrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[8]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +588,7 @@ func (x *UndrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*UndrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UndrainNodeResponse) GetMember() *Member {
@@ -520,7 +610,7 @@ type PutPolicyRequest struct {
 
 func (x *PutPolicyRequest) Reset() {
 	*x = PutPolicyRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[9]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +622,7 @@ func (x *PutPolicyRequest) String() string {
 func (*PutPolicyRequest) ProtoMessage() {}
 
 func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[9]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +635,7 @@ func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*PutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PutPolicyRequest) GetPolicy() *CachePolicy {
@@ -572,7 +662,7 @@ type PutPolicyResponse struct {
 
 func (x *PutPolicyResponse) Reset() {
 	*x = PutPolicyResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[10]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -584,7 +674,7 @@ func (x *PutPolicyResponse) String() string {
 func (*PutPolicyResponse) ProtoMessage() {}
 
 func (x *PutPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[10]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -597,7 +687,7 @@ func (x *PutPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicyResponse.ProtoReflect.Descriptor instead.
 func (*PutPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PutPolicyResponse) GetPolicy() *CachePolicy {
@@ -617,7 +707,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[11]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +719,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[11]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +732,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -662,7 +752,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[12]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +764,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[12]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +777,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetPolicyResponse) GetPolicy() *CachePolicy {
@@ -706,7 +796,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[13]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +808,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[13]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +821,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 // ListPoliciesResponse carries every policy, sorted by name.
@@ -746,7 +836,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[14]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +848,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[14]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +861,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*CachePolicy {
@@ -798,7 +888,7 @@ type DeletePolicyRequest struct {
 
 func (x *DeletePolicyRequest) Reset() {
 	*x = DeletePolicyRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[15]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -810,7 +900,7 @@ func (x *DeletePolicyRequest) String() string {
 func (*DeletePolicyRequest) ProtoMessage() {}
 
 func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[15]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -823,7 +913,7 @@ func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeletePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeletePolicyRequest) GetName() string {
@@ -843,7 +933,7 @@ type DeletePolicyResponse struct {
 
 func (x *DeletePolicyResponse) Reset() {
 	*x = DeletePolicyResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[16]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +945,7 @@ func (x *DeletePolicyResponse) String() string {
 func (*DeletePolicyResponse) ProtoMessage() {}
 
 func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[16]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +958,7 @@ func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyResponse.ProtoReflect.Descriptor instead.
 func (*DeletePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeletePolicyResponse) GetRevision() int64 {
@@ -887,7 +977,7 @@ type PolicyStatusRequest struct {
 
 func (x *PolicyStatusRequest) Reset() {
 	*x = PolicyStatusRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[17]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +989,7 @@ func (x *PolicyStatusRequest) String() string {
 func (*PolicyStatusRequest) ProtoMessage() {}
 
 func (x *PolicyStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[17]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1002,7 @@ func (x *PolicyStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyStatusRequest.ProtoReflect.Descriptor instead.
 func (*PolicyStatusRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 // NodePolicyStatus is one node's policy state.
@@ -930,7 +1020,7 @@ type NodePolicyStatus struct {
 
 func (x *NodePolicyStatus) Reset() {
 	*x = NodePolicyStatus{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[18]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1032,7 @@ func (x *NodePolicyStatus) String() string {
 func (*NodePolicyStatus) ProtoMessage() {}
 
 func (x *NodePolicyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[18]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1045,7 @@ func (x *NodePolicyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodePolicyStatus.ProtoReflect.Descriptor instead.
 func (*NodePolicyStatus) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NodePolicyStatus) GetNodeId() string {
@@ -998,7 +1088,7 @@ type PolicyStatusResponse struct {
 
 func (x *PolicyStatusResponse) Reset() {
 	*x = PolicyStatusResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[19]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1100,7 @@ func (x *PolicyStatusResponse) String() string {
 func (*PolicyStatusResponse) ProtoMessage() {}
 
 func (x *PolicyStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[19]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1113,7 @@ func (x *PolicyStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyStatusResponse.ProtoReflect.Descriptor instead.
 func (*PolicyStatusResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PolicyStatusResponse) GetRevision() int64 {
@@ -1061,7 +1151,7 @@ type PurgeRequest struct {
 
 func (x *PurgeRequest) Reset() {
 	*x = PurgeRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[20]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1163,7 @@ func (x *PurgeRequest) String() string {
 func (*PurgeRequest) ProtoMessage() {}
 
 func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[20]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1176,7 @@ func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeRequest.ProtoReflect.Descriptor instead.
 func (*PurgeRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PurgeRequest) GetRequestId() string {
@@ -1136,7 +1226,7 @@ type PurgePrefixRequest struct {
 
 func (x *PurgePrefixRequest) Reset() {
 	*x = PurgePrefixRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[21]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1238,7 @@ func (x *PurgePrefixRequest) String() string {
 func (*PurgePrefixRequest) ProtoMessage() {}
 
 func (x *PurgePrefixRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[21]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1251,7 @@ func (x *PurgePrefixRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgePrefixRequest.ProtoReflect.Descriptor instead.
 func (*PurgePrefixRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PurgePrefixRequest) GetRequestId() string {
@@ -1215,7 +1305,7 @@ type PurgeTagRequest struct {
 
 func (x *PurgeTagRequest) Reset() {
 	*x = PurgeTagRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[22]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1317,7 @@ func (x *PurgeTagRequest) String() string {
 func (*PurgeTagRequest) ProtoMessage() {}
 
 func (x *PurgeTagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[22]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1330,7 @@ func (x *PurgeTagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTagRequest.ProtoReflect.Descriptor instead.
 func (*PurgeTagRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PurgeTagRequest) GetRequestId() string {
@@ -1276,7 +1366,7 @@ type GetPurgeRequest struct {
 
 func (x *GetPurgeRequest) Reset() {
 	*x = GetPurgeRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[23]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1378,7 @@ func (x *GetPurgeRequest) String() string {
 func (*GetPurgeRequest) ProtoMessage() {}
 
 func (x *GetPurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[23]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1391,7 @@ func (x *GetPurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPurgeRequest.ProtoReflect.Descriptor instead.
 func (*GetPurgeRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetPurgeRequest) GetRequestId() string {
@@ -1335,7 +1425,7 @@ type PurgeStatus struct {
 
 func (x *PurgeStatus) Reset() {
 	*x = PurgeStatus{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[24]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1437,7 @@ func (x *PurgeStatus) String() string {
 func (*PurgeStatus) ProtoMessage() {}
 
 func (x *PurgeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[24]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1450,7 @@ func (x *PurgeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeStatus.ProtoReflect.Descriptor instead.
 func (*PurgeStatus) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PurgeStatus) GetPurge() *Purge {
@@ -1401,7 +1491,7 @@ type PurgeResponse struct {
 
 func (x *PurgeResponse) Reset() {
 	*x = PurgeResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[25]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1503,7 @@ func (x *PurgeResponse) String() string {
 func (*PurgeResponse) ProtoMessage() {}
 
 func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[25]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1516,7 @@ func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResponse.ProtoReflect.Descriptor instead.
 func (*PurgeResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PurgeResponse) GetStatus() *PurgeStatus {
@@ -1446,7 +1536,7 @@ type PurgePrefixResponse struct {
 
 func (x *PurgePrefixResponse) Reset() {
 	*x = PurgePrefixResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[26]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1548,7 @@ func (x *PurgePrefixResponse) String() string {
 func (*PurgePrefixResponse) ProtoMessage() {}
 
 func (x *PurgePrefixResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[26]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1561,7 @@ func (x *PurgePrefixResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgePrefixResponse.ProtoReflect.Descriptor instead.
 func (*PurgePrefixResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PurgePrefixResponse) GetStatus() *PurgeStatus {
@@ -1491,7 +1581,7 @@ type PurgeTagResponse struct {
 
 func (x *PurgeTagResponse) Reset() {
 	*x = PurgeTagResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[27]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1593,7 @@ func (x *PurgeTagResponse) String() string {
 func (*PurgeTagResponse) ProtoMessage() {}
 
 func (x *PurgeTagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[27]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1606,7 @@ func (x *PurgeTagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTagResponse.ProtoReflect.Descriptor instead.
 func (*PurgeTagResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PurgeTagResponse) GetStatus() *PurgeStatus {
@@ -1536,7 +1626,7 @@ type GetPurgeResponse struct {
 
 func (x *GetPurgeResponse) Reset() {
 	*x = GetPurgeResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[28]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1638,7 @@ func (x *GetPurgeResponse) String() string {
 func (*GetPurgeResponse) ProtoMessage() {}
 
 func (x *GetPurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[28]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1651,7 @@ func (x *GetPurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPurgeResponse.ProtoReflect.Descriptor instead.
 func (*GetPurgeResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetPurgeResponse) GetStatus() *PurgeStatus {
@@ -1580,7 +1670,7 @@ type GetVersionRequest struct {
 
 func (x *GetVersionRequest) Reset() {
 	*x = GetVersionRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[29]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1682,7 @@ func (x *GetVersionRequest) String() string {
 func (*GetVersionRequest) ProtoMessage() {}
 
 func (x *GetVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[29]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1695,7 @@ func (x *GetVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVersionRequest.ProtoReflect.Descriptor instead.
 func (*GetVersionRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 // GetVersionResponse describes the answering control-plane replica's build.
@@ -1620,7 +1710,7 @@ type GetVersionResponse struct {
 
 func (x *GetVersionResponse) Reset() {
 	*x = GetVersionResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[30]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1722,7 @@ func (x *GetVersionResponse) String() string {
 func (*GetVersionResponse) ProtoMessage() {}
 
 func (x *GetVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[30]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1735,7 @@ func (x *GetVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVersionResponse.ProtoReflect.Descriptor instead.
 func (*GetVersionResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetVersionResponse) GetVersion() string {
@@ -1678,7 +1768,7 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"A\n" +
 	"\x0fGetRingResponse\x12.\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.shardcache.v1.RingEpochR\x05epoch\"\x12\n" +
-	"\x10ListNodesRequest\"\xb8\x03\n" +
+	"\x10ListNodesRequest\"\xfa\x03\n" +
 	"\x04Node\x12-\n" +
 	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12\x17\n" +
 	"\ain_ring\x18\x02 \x01(\bR\x06inRing\x12'\n" +
@@ -1690,7 +1780,14 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\x17policy_refused_revision\x18\b \x01(\x03R\x15policyRefusedRevision\x12!\n" +
 	"\fpolicy_error\x18\t \x01(\tR\vpolicyError\x12%\n" +
 	"\x0epurge_revision\x18\n" +
-	" \x01(\x03R\rpurgeRevision\"T\n" +
+	" \x01(\x03R\rpurgeRevision\x12@\n" +
+	"\flast_refused\x18\v \x01(\v2\x1d.shardcache.v1.RefusedSessionR\vlastRefused\"\xb8\x01\n" +
+	"\x0eRefusedSession\x12!\n" +
+	"\fpeer_address\x18\x01 \x01(\tR\vpeerAddress\x12%\n" +
+	"\x0eremote_address\x18\x02 \x01(\tR\rremoteAddress\x12*\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x18\n" +
+	"\areplica\x18\x05 \x01(\tR\areplica\"T\n" +
 	"\x11ListNodesResponse\x12)\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x13.shardcache.v1.NodeR\x05nodes\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"+\n" +
@@ -1800,104 +1897,107 @@ func file_shardcache_v1_admin_proto_rawDescGZIP() []byte {
 	return file_shardcache_v1_admin_proto_rawDescData
 }
 
-var file_shardcache_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_shardcache_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_shardcache_v1_admin_proto_goTypes = []any{
 	(*GetRingRequest)(nil),        // 0: shardcache.v1.GetRingRequest
 	(*GetRingResponse)(nil),       // 1: shardcache.v1.GetRingResponse
 	(*ListNodesRequest)(nil),      // 2: shardcache.v1.ListNodesRequest
 	(*Node)(nil),                  // 3: shardcache.v1.Node
-	(*ListNodesResponse)(nil),     // 4: shardcache.v1.ListNodesResponse
-	(*DrainNodeRequest)(nil),      // 5: shardcache.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),     // 6: shardcache.v1.DrainNodeResponse
-	(*UndrainNodeRequest)(nil),    // 7: shardcache.v1.UndrainNodeRequest
-	(*UndrainNodeResponse)(nil),   // 8: shardcache.v1.UndrainNodeResponse
-	(*PutPolicyRequest)(nil),      // 9: shardcache.v1.PutPolicyRequest
-	(*PutPolicyResponse)(nil),     // 10: shardcache.v1.PutPolicyResponse
-	(*GetPolicyRequest)(nil),      // 11: shardcache.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),     // 12: shardcache.v1.GetPolicyResponse
-	(*ListPoliciesRequest)(nil),   // 13: shardcache.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),  // 14: shardcache.v1.ListPoliciesResponse
-	(*DeletePolicyRequest)(nil),   // 15: shardcache.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),  // 16: shardcache.v1.DeletePolicyResponse
-	(*PolicyStatusRequest)(nil),   // 17: shardcache.v1.PolicyStatusRequest
-	(*NodePolicyStatus)(nil),      // 18: shardcache.v1.NodePolicyStatus
-	(*PolicyStatusResponse)(nil),  // 19: shardcache.v1.PolicyStatusResponse
-	(*PurgeRequest)(nil),          // 20: shardcache.v1.PurgeRequest
-	(*PurgePrefixRequest)(nil),    // 21: shardcache.v1.PurgePrefixRequest
-	(*PurgeTagRequest)(nil),       // 22: shardcache.v1.PurgeTagRequest
-	(*GetPurgeRequest)(nil),       // 23: shardcache.v1.GetPurgeRequest
-	(*PurgeStatus)(nil),           // 24: shardcache.v1.PurgeStatus
-	(*PurgeResponse)(nil),         // 25: shardcache.v1.PurgeResponse
-	(*PurgePrefixResponse)(nil),   // 26: shardcache.v1.PurgePrefixResponse
-	(*PurgeTagResponse)(nil),      // 27: shardcache.v1.PurgeTagResponse
-	(*GetPurgeResponse)(nil),      // 28: shardcache.v1.GetPurgeResponse
-	(*GetVersionRequest)(nil),     // 29: shardcache.v1.GetVersionRequest
-	(*GetVersionResponse)(nil),    // 30: shardcache.v1.GetVersionResponse
-	(*RingEpoch)(nil),             // 31: shardcache.v1.RingEpoch
-	(*Member)(nil),                // 32: shardcache.v1.Member
-	(*LoadReport)(nil),            // 33: shardcache.v1.LoadReport
-	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
-	(*CachePolicy)(nil),           // 35: shardcache.v1.CachePolicy
-	(*durationpb.Duration)(nil),   // 36: google.protobuf.Duration
-	(*Purge)(nil),                 // 37: shardcache.v1.Purge
-	(*PurgeResult)(nil),           // 38: shardcache.v1.PurgeResult
+	(*RefusedSession)(nil),        // 4: shardcache.v1.RefusedSession
+	(*ListNodesResponse)(nil),     // 5: shardcache.v1.ListNodesResponse
+	(*DrainNodeRequest)(nil),      // 6: shardcache.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),     // 7: shardcache.v1.DrainNodeResponse
+	(*UndrainNodeRequest)(nil),    // 8: shardcache.v1.UndrainNodeRequest
+	(*UndrainNodeResponse)(nil),   // 9: shardcache.v1.UndrainNodeResponse
+	(*PutPolicyRequest)(nil),      // 10: shardcache.v1.PutPolicyRequest
+	(*PutPolicyResponse)(nil),     // 11: shardcache.v1.PutPolicyResponse
+	(*GetPolicyRequest)(nil),      // 12: shardcache.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),     // 13: shardcache.v1.GetPolicyResponse
+	(*ListPoliciesRequest)(nil),   // 14: shardcache.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),  // 15: shardcache.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),   // 16: shardcache.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),  // 17: shardcache.v1.DeletePolicyResponse
+	(*PolicyStatusRequest)(nil),   // 18: shardcache.v1.PolicyStatusRequest
+	(*NodePolicyStatus)(nil),      // 19: shardcache.v1.NodePolicyStatus
+	(*PolicyStatusResponse)(nil),  // 20: shardcache.v1.PolicyStatusResponse
+	(*PurgeRequest)(nil),          // 21: shardcache.v1.PurgeRequest
+	(*PurgePrefixRequest)(nil),    // 22: shardcache.v1.PurgePrefixRequest
+	(*PurgeTagRequest)(nil),       // 23: shardcache.v1.PurgeTagRequest
+	(*GetPurgeRequest)(nil),       // 24: shardcache.v1.GetPurgeRequest
+	(*PurgeStatus)(nil),           // 25: shardcache.v1.PurgeStatus
+	(*PurgeResponse)(nil),         // 26: shardcache.v1.PurgeResponse
+	(*PurgePrefixResponse)(nil),   // 27: shardcache.v1.PurgePrefixResponse
+	(*PurgeTagResponse)(nil),      // 28: shardcache.v1.PurgeTagResponse
+	(*GetPurgeResponse)(nil),      // 29: shardcache.v1.GetPurgeResponse
+	(*GetVersionRequest)(nil),     // 30: shardcache.v1.GetVersionRequest
+	(*GetVersionResponse)(nil),    // 31: shardcache.v1.GetVersionResponse
+	(*RingEpoch)(nil),             // 32: shardcache.v1.RingEpoch
+	(*Member)(nil),                // 33: shardcache.v1.Member
+	(*LoadReport)(nil),            // 34: shardcache.v1.LoadReport
+	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
+	(*CachePolicy)(nil),           // 36: shardcache.v1.CachePolicy
+	(*durationpb.Duration)(nil),   // 37: google.protobuf.Duration
+	(*Purge)(nil),                 // 38: shardcache.v1.Purge
+	(*PurgeResult)(nil),           // 39: shardcache.v1.PurgeResult
 }
 var file_shardcache_v1_admin_proto_depIdxs = []int32{
-	31, // 0: shardcache.v1.GetRingResponse.epoch:type_name -> shardcache.v1.RingEpoch
-	32, // 1: shardcache.v1.Node.member:type_name -> shardcache.v1.Member
-	33, // 2: shardcache.v1.Node.load:type_name -> shardcache.v1.LoadReport
-	34, // 3: shardcache.v1.Node.last_report_at:type_name -> google.protobuf.Timestamp
-	3,  // 4: shardcache.v1.ListNodesResponse.nodes:type_name -> shardcache.v1.Node
-	32, // 5: shardcache.v1.DrainNodeResponse.member:type_name -> shardcache.v1.Member
-	32, // 6: shardcache.v1.UndrainNodeResponse.member:type_name -> shardcache.v1.Member
-	35, // 7: shardcache.v1.PutPolicyRequest.policy:type_name -> shardcache.v1.CachePolicy
-	35, // 8: shardcache.v1.PutPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
-	35, // 9: shardcache.v1.GetPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
-	35, // 10: shardcache.v1.ListPoliciesResponse.policies:type_name -> shardcache.v1.CachePolicy
-	18, // 11: shardcache.v1.PolicyStatusResponse.nodes:type_name -> shardcache.v1.NodePolicyStatus
-	36, // 12: shardcache.v1.PurgeRequest.wait:type_name -> google.protobuf.Duration
-	36, // 13: shardcache.v1.PurgePrefixRequest.wait:type_name -> google.protobuf.Duration
-	36, // 14: shardcache.v1.PurgeTagRequest.wait:type_name -> google.protobuf.Duration
-	36, // 15: shardcache.v1.GetPurgeRequest.wait:type_name -> google.protobuf.Duration
-	37, // 16: shardcache.v1.PurgeStatus.purge:type_name -> shardcache.v1.Purge
-	38, // 17: shardcache.v1.PurgeStatus.results:type_name -> shardcache.v1.PurgeResult
-	24, // 18: shardcache.v1.PurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
-	24, // 19: shardcache.v1.PurgePrefixResponse.status:type_name -> shardcache.v1.PurgeStatus
-	24, // 20: shardcache.v1.PurgeTagResponse.status:type_name -> shardcache.v1.PurgeStatus
-	24, // 21: shardcache.v1.GetPurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
-	0,  // 22: shardcache.v1.AdminService.GetRing:input_type -> shardcache.v1.GetRingRequest
-	2,  // 23: shardcache.v1.AdminService.ListNodes:input_type -> shardcache.v1.ListNodesRequest
-	5,  // 24: shardcache.v1.AdminService.DrainNode:input_type -> shardcache.v1.DrainNodeRequest
-	7,  // 25: shardcache.v1.AdminService.UndrainNode:input_type -> shardcache.v1.UndrainNodeRequest
-	9,  // 26: shardcache.v1.AdminService.PutPolicy:input_type -> shardcache.v1.PutPolicyRequest
-	11, // 27: shardcache.v1.AdminService.GetPolicy:input_type -> shardcache.v1.GetPolicyRequest
-	13, // 28: shardcache.v1.AdminService.ListPolicies:input_type -> shardcache.v1.ListPoliciesRequest
-	15, // 29: shardcache.v1.AdminService.DeletePolicy:input_type -> shardcache.v1.DeletePolicyRequest
-	17, // 30: shardcache.v1.AdminService.PolicyStatus:input_type -> shardcache.v1.PolicyStatusRequest
-	20, // 31: shardcache.v1.AdminService.Purge:input_type -> shardcache.v1.PurgeRequest
-	21, // 32: shardcache.v1.AdminService.PurgePrefix:input_type -> shardcache.v1.PurgePrefixRequest
-	22, // 33: shardcache.v1.AdminService.PurgeTag:input_type -> shardcache.v1.PurgeTagRequest
-	23, // 34: shardcache.v1.AdminService.GetPurge:input_type -> shardcache.v1.GetPurgeRequest
-	29, // 35: shardcache.v1.AdminService.GetVersion:input_type -> shardcache.v1.GetVersionRequest
-	1,  // 36: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
-	4,  // 37: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
-	6,  // 38: shardcache.v1.AdminService.DrainNode:output_type -> shardcache.v1.DrainNodeResponse
-	8,  // 39: shardcache.v1.AdminService.UndrainNode:output_type -> shardcache.v1.UndrainNodeResponse
-	10, // 40: shardcache.v1.AdminService.PutPolicy:output_type -> shardcache.v1.PutPolicyResponse
-	12, // 41: shardcache.v1.AdminService.GetPolicy:output_type -> shardcache.v1.GetPolicyResponse
-	14, // 42: shardcache.v1.AdminService.ListPolicies:output_type -> shardcache.v1.ListPoliciesResponse
-	16, // 43: shardcache.v1.AdminService.DeletePolicy:output_type -> shardcache.v1.DeletePolicyResponse
-	19, // 44: shardcache.v1.AdminService.PolicyStatus:output_type -> shardcache.v1.PolicyStatusResponse
-	25, // 45: shardcache.v1.AdminService.Purge:output_type -> shardcache.v1.PurgeResponse
-	26, // 46: shardcache.v1.AdminService.PurgePrefix:output_type -> shardcache.v1.PurgePrefixResponse
-	27, // 47: shardcache.v1.AdminService.PurgeTag:output_type -> shardcache.v1.PurgeTagResponse
-	28, // 48: shardcache.v1.AdminService.GetPurge:output_type -> shardcache.v1.GetPurgeResponse
-	30, // 49: shardcache.v1.AdminService.GetVersion:output_type -> shardcache.v1.GetVersionResponse
-	36, // [36:50] is the sub-list for method output_type
-	22, // [22:36] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	32, // 0: shardcache.v1.GetRingResponse.epoch:type_name -> shardcache.v1.RingEpoch
+	33, // 1: shardcache.v1.Node.member:type_name -> shardcache.v1.Member
+	34, // 2: shardcache.v1.Node.load:type_name -> shardcache.v1.LoadReport
+	35, // 3: shardcache.v1.Node.last_report_at:type_name -> google.protobuf.Timestamp
+	4,  // 4: shardcache.v1.Node.last_refused:type_name -> shardcache.v1.RefusedSession
+	35, // 5: shardcache.v1.RefusedSession.at:type_name -> google.protobuf.Timestamp
+	3,  // 6: shardcache.v1.ListNodesResponse.nodes:type_name -> shardcache.v1.Node
+	33, // 7: shardcache.v1.DrainNodeResponse.member:type_name -> shardcache.v1.Member
+	33, // 8: shardcache.v1.UndrainNodeResponse.member:type_name -> shardcache.v1.Member
+	36, // 9: shardcache.v1.PutPolicyRequest.policy:type_name -> shardcache.v1.CachePolicy
+	36, // 10: shardcache.v1.PutPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
+	36, // 11: shardcache.v1.GetPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
+	36, // 12: shardcache.v1.ListPoliciesResponse.policies:type_name -> shardcache.v1.CachePolicy
+	19, // 13: shardcache.v1.PolicyStatusResponse.nodes:type_name -> shardcache.v1.NodePolicyStatus
+	37, // 14: shardcache.v1.PurgeRequest.wait:type_name -> google.protobuf.Duration
+	37, // 15: shardcache.v1.PurgePrefixRequest.wait:type_name -> google.protobuf.Duration
+	37, // 16: shardcache.v1.PurgeTagRequest.wait:type_name -> google.protobuf.Duration
+	37, // 17: shardcache.v1.GetPurgeRequest.wait:type_name -> google.protobuf.Duration
+	38, // 18: shardcache.v1.PurgeStatus.purge:type_name -> shardcache.v1.Purge
+	39, // 19: shardcache.v1.PurgeStatus.results:type_name -> shardcache.v1.PurgeResult
+	25, // 20: shardcache.v1.PurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
+	25, // 21: shardcache.v1.PurgePrefixResponse.status:type_name -> shardcache.v1.PurgeStatus
+	25, // 22: shardcache.v1.PurgeTagResponse.status:type_name -> shardcache.v1.PurgeStatus
+	25, // 23: shardcache.v1.GetPurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
+	0,  // 24: shardcache.v1.AdminService.GetRing:input_type -> shardcache.v1.GetRingRequest
+	2,  // 25: shardcache.v1.AdminService.ListNodes:input_type -> shardcache.v1.ListNodesRequest
+	6,  // 26: shardcache.v1.AdminService.DrainNode:input_type -> shardcache.v1.DrainNodeRequest
+	8,  // 27: shardcache.v1.AdminService.UndrainNode:input_type -> shardcache.v1.UndrainNodeRequest
+	10, // 28: shardcache.v1.AdminService.PutPolicy:input_type -> shardcache.v1.PutPolicyRequest
+	12, // 29: shardcache.v1.AdminService.GetPolicy:input_type -> shardcache.v1.GetPolicyRequest
+	14, // 30: shardcache.v1.AdminService.ListPolicies:input_type -> shardcache.v1.ListPoliciesRequest
+	16, // 31: shardcache.v1.AdminService.DeletePolicy:input_type -> shardcache.v1.DeletePolicyRequest
+	18, // 32: shardcache.v1.AdminService.PolicyStatus:input_type -> shardcache.v1.PolicyStatusRequest
+	21, // 33: shardcache.v1.AdminService.Purge:input_type -> shardcache.v1.PurgeRequest
+	22, // 34: shardcache.v1.AdminService.PurgePrefix:input_type -> shardcache.v1.PurgePrefixRequest
+	23, // 35: shardcache.v1.AdminService.PurgeTag:input_type -> shardcache.v1.PurgeTagRequest
+	24, // 36: shardcache.v1.AdminService.GetPurge:input_type -> shardcache.v1.GetPurgeRequest
+	30, // 37: shardcache.v1.AdminService.GetVersion:input_type -> shardcache.v1.GetVersionRequest
+	1,  // 38: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
+	5,  // 39: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
+	7,  // 40: shardcache.v1.AdminService.DrainNode:output_type -> shardcache.v1.DrainNodeResponse
+	9,  // 41: shardcache.v1.AdminService.UndrainNode:output_type -> shardcache.v1.UndrainNodeResponse
+	11, // 42: shardcache.v1.AdminService.PutPolicy:output_type -> shardcache.v1.PutPolicyResponse
+	13, // 43: shardcache.v1.AdminService.GetPolicy:output_type -> shardcache.v1.GetPolicyResponse
+	15, // 44: shardcache.v1.AdminService.ListPolicies:output_type -> shardcache.v1.ListPoliciesResponse
+	17, // 45: shardcache.v1.AdminService.DeletePolicy:output_type -> shardcache.v1.DeletePolicyResponse
+	20, // 46: shardcache.v1.AdminService.PolicyStatus:output_type -> shardcache.v1.PolicyStatusResponse
+	26, // 47: shardcache.v1.AdminService.Purge:output_type -> shardcache.v1.PurgeResponse
+	27, // 48: shardcache.v1.AdminService.PurgePrefix:output_type -> shardcache.v1.PurgePrefixResponse
+	28, // 49: shardcache.v1.AdminService.PurgeTag:output_type -> shardcache.v1.PurgeTagResponse
+	29, // 50: shardcache.v1.AdminService.GetPurge:output_type -> shardcache.v1.GetPurgeResponse
+	31, // 51: shardcache.v1.AdminService.GetVersion:output_type -> shardcache.v1.GetVersionResponse
+	38, // [38:52] is the sub-list for method output_type
+	24, // [24:38] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_admin_proto_init() }
@@ -1915,7 +2015,7 @@ func file_shardcache_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_admin_proto_rawDesc), len(file_shardcache_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -9,6 +9,7 @@ package shardcachev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -21,6 +22,74 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// SessionEnd says why the control plane refused or ended a session. It is the reason of the
+// google.rpc.ErrorInfo (domain "shardcache") carried by the status the stream ends with.
+type SessionEnd int32
+
+const (
+	SessionEnd_SESSION_END_UNSPECIFIED SessionEnd = 0
+	// Another process holds an open session for the member id (ALREADY_EXISTS): a second process
+	// started with a live node's id. It may try again; it is admitted once that stream has ended.
+	SessionEnd_SESSION_END_DUPLICATE_ID SessionEnd = 1
+	// The node's member record was deleted in etcd (FAILED_PRECONDITION): it must register again.
+	SessionEnd_SESSION_END_RECORD_DELETED SessionEnd = 2
+	// The node's member record was overwritten by a write that is not this session's
+	// (FAILED_PRECONDITION): it must register again with its own addresses.
+	SessionEnd_SESSION_END_RECORD_REPLACED SessionEnd = 3
+	// The lease the member record is bound to expired or could not be kept alive
+	// (FAILED_PRECONDITION): the node must register again.
+	SessionEnd_SESSION_END_LEASE_LOST SessionEnd = 4
+	// A newer session of the same process took the member over (ABORTED): nothing to do.
+	SessionEnd_SESSION_END_SUPERSEDED SessionEnd = 5
+)
+
+// Enum value maps for SessionEnd.
+var (
+	SessionEnd_name = map[int32]string{
+		0: "SESSION_END_UNSPECIFIED",
+		1: "SESSION_END_DUPLICATE_ID",
+		2: "SESSION_END_RECORD_DELETED",
+		3: "SESSION_END_RECORD_REPLACED",
+		4: "SESSION_END_LEASE_LOST",
+		5: "SESSION_END_SUPERSEDED",
+	}
+	SessionEnd_value = map[string]int32{
+		"SESSION_END_UNSPECIFIED":     0,
+		"SESSION_END_DUPLICATE_ID":    1,
+		"SESSION_END_RECORD_DELETED":  2,
+		"SESSION_END_RECORD_REPLACED": 3,
+		"SESSION_END_LEASE_LOST":      4,
+		"SESSION_END_SUPERSEDED":      5,
+	}
+)
+
+func (x SessionEnd) Enum() *SessionEnd {
+	p := new(SessionEnd)
+	*p = x
+	return p
+}
+
+func (x SessionEnd) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SessionEnd) Descriptor() protoreflect.EnumDescriptor {
+	return file_shardcache_v1_node_proto_enumTypes[0].Descriptor()
+}
+
+func (SessionEnd) Type() protoreflect.EnumType {
+	return &file_shardcache_v1_node_proto_enumTypes[0]
+}
+
+func (x SessionEnd) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SessionEnd.Descriptor instead.
+func (SessionEnd) EnumDescriptor() ([]byte, []int) {
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{0}
+}
 
 // SessionRequest is a message from a node to the control plane.
 type SessionRequest struct {
@@ -230,6 +299,7 @@ type SessionResponse struct {
 	//	*SessionResponse_Policies
 	//	*SessionResponse_Purge
 	//	*SessionResponse_Certificate
+	//	*SessionResponse_Heartbeat
 	Msg           isSessionResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -317,6 +387,15 @@ func (x *SessionResponse) GetCertificate() *Certificate {
 	return nil
 }
 
+func (x *SessionResponse) GetHeartbeat() *Heartbeat {
+	if x != nil {
+		if x, ok := x.Msg.(*SessionResponse_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Msg interface {
 	isSessionResponse_Msg()
 }
@@ -346,6 +425,11 @@ type SessionResponse_Certificate struct {
 	Certificate *Certificate `protobuf:"bytes,5,opt,name=certificate,proto3,oneof"`
 }
 
+type SessionResponse_Heartbeat struct {
+	// Sent at least every Snapshot.heartbeat_interval, so that a node notices a dead stream.
+	Heartbeat *Heartbeat `protobuf:"bytes,6,opt,name=heartbeat,proto3,oneof"`
+}
+
 func (*SessionResponse_Snapshot) isSessionResponse_Msg() {}
 
 func (*SessionResponse_Epoch) isSessionResponse_Msg() {}
@@ -355,6 +439,45 @@ func (*SessionResponse_Policies) isSessionResponse_Msg() {}
 func (*SessionResponse_Purge) isSessionResponse_Msg() {}
 
 func (*SessionResponse_Certificate) isSessionResponse_Msg() {}
+
+func (*SessionResponse_Heartbeat) isSessionResponse_Msg() {}
+
+// Heartbeat tells a node that its session is alive.
+type Heartbeat struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Heartbeat) Reset() {
+	*x = Heartbeat{}
+	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Heartbeat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Heartbeat) ProtoMessage() {}
+
+func (x *Heartbeat) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
+func (*Heartbeat) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{3}
+}
 
 // Hello registers a node as a member.
 type Hello struct {
@@ -372,14 +495,18 @@ type Hello struct {
 	JoinToken string `protobuf:"bytes,5,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
 	// PEM certificate signing request for the node's peer-hop certificate, naming the member id;
 	// when set, the snapshot carries the certificate the control plane issued for it.
-	Csr           []byte `protobuf:"bytes,6,opt,name=csr,proto3" json:"csr,omitempty"`
+	Csr []byte `protobuf:"bytes,6,opt,name=csr,proto3" json:"csr,omitempty"`
+	// Random id of the node process, new at each start. A reconnect of the same process takes
+	// over its own session; another process with the same member id is refused while the first
+	// one's stream is open.
+	Instance      string `protobuf:"bytes,7,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	mi := &file_shardcache_v1_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +518,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	mi := &file_shardcache_v1_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +531,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{3}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Hello) GetMember() *Member {
@@ -449,6 +576,13 @@ func (x *Hello) GetCsr() []byte {
 	return nil
 }
 
+func (x *Hello) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
 // CertificateRequest asks the control plane, as the cluster's certificate authority, for a
 // peer-hop certificate for the session's member id.
 type CertificateRequest struct {
@@ -461,7 +595,7 @@ type CertificateRequest struct {
 
 func (x *CertificateRequest) Reset() {
 	*x = CertificateRequest{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[4]
+	mi := &file_shardcache_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +607,7 @@ func (x *CertificateRequest) String() string {
 func (*CertificateRequest) ProtoMessage() {}
 
 func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[4]
+	mi := &file_shardcache_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +620,7 @@ func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateRequest.ProtoReflect.Descriptor instead.
 func (*CertificateRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CertificateRequest) GetCsr() []byte {
@@ -513,7 +647,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	mi := &file_shardcache_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +659,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	mi := &file_shardcache_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +672,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Certificate) GetCertificate() []byte {
@@ -600,7 +734,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[6]
+	mi := &file_shardcache_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +746,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[6]
+	mi := &file_shardcache_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +759,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LoadReport) GetEpoch() uint64 {
@@ -752,7 +886,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[7]
+	mi := &file_shardcache_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +898,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[7]
+	mi := &file_shardcache_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +911,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PolicySet) GetPolicies() []*CachePolicy {
@@ -830,7 +964,7 @@ type PolicyAck struct {
 
 func (x *PolicyAck) Reset() {
 	*x = PolicyAck{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[8]
+	mi := &file_shardcache_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +976,7 @@ func (x *PolicyAck) String() string {
 func (*PolicyAck) ProtoMessage() {}
 
 func (x *PolicyAck) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[8]
+	mi := &file_shardcache_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +989,7 @@ func (x *PolicyAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyAck.ProtoReflect.Descriptor instead.
 func (*PolicyAck) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PolicyAck) GetAppliedRevision() int64 {
@@ -889,14 +1023,18 @@ type Snapshot struct {
 	// The member as registered (with the state the control plane gave it).
 	Member *Member `protobuf:"bytes,4,opt,name=member,proto3" json:"member,omitempty"`
 	// The certificate issued for the hello's CSR, if it had one.
-	Certificate   *Certificate `protobuf:"bytes,5,opt,name=certificate,proto3" json:"certificate,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Certificate *Certificate `protobuf:"bytes,5,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// How often the control plane sends a heartbeat (a fraction of the member lease). A node
+	// that hears nothing for three times as long ends the stream and connects again. Zero: none
+	// sent.
+	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,6,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[9]
+	mi := &file_shardcache_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1046,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[9]
+	mi := &file_shardcache_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1059,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Snapshot) GetEpoch() *RingEpoch {
@@ -959,11 +1097,18 @@ func (x *Snapshot) GetCertificate() *Certificate {
 	return nil
 }
 
+func (x *Snapshot) GetHeartbeatInterval() *durationpb.Duration {
+	if x != nil {
+		return x.HeartbeatInterval
+	}
+	return nil
+}
+
 var File_shardcache_v1_node_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x18shardcache/v1/node.proto\x12\rshardcache.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ashardcache/v1/policy.proto\x1a\x19shardcache/v1/purge.proto\x1a\x18shardcache/v1/ring.proto\"\x8c\x03\n" +
+	"\x18shardcache/v1/node.proto\x12\rshardcache.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ashardcache/v1/policy.proto\x1a\x19shardcache/v1/purge.proto\x1a\x18shardcache/v1/ring.proto\"\x8c\x03\n" +
 	"\x0eSessionRequest\x12,\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.shardcache.v1.HelloH\x00R\x05hello\x12/\n" +
 	"\x04load\x18\x02 \x01(\v2\x19.shardcache.v1.LoadReportH\x00R\x04load\x12?\n" +
@@ -974,14 +1119,16 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\repoch_request\x18\x06 \x01(\v2\x1b.shardcache.v1.EpochRequestH\x00R\fepochRequestB\x05\n" +
 	"\x03msg\"\"\n" +
 	"\fEpochRequest\x12\x12\n" +
-	"\x04seen\x18\x01 \x01(\x04R\x04seen\"\xa7\x02\n" +
+	"\x04seen\x18\x01 \x01(\x04R\x04seen\"\xe1\x02\n" +
 	"\x0fSessionResponse\x125\n" +
 	"\bsnapshot\x18\x01 \x01(\v2\x17.shardcache.v1.SnapshotH\x00R\bsnapshot\x120\n" +
 	"\x05epoch\x18\x02 \x01(\v2\x18.shardcache.v1.RingEpochH\x00R\x05epoch\x126\n" +
 	"\bpolicies\x18\x03 \x01(\v2\x18.shardcache.v1.PolicySetH\x00R\bpolicies\x12,\n" +
 	"\x05purge\x18\x04 \x01(\v2\x14.shardcache.v1.PurgeH\x00R\x05purge\x12>\n" +
-	"\vcertificate\x18\x05 \x01(\v2\x1a.shardcache.v1.CertificateH\x00R\vcertificateB\x05\n" +
-	"\x03msg\"\xd6\x01\n" +
+	"\vcertificate\x18\x05 \x01(\v2\x1a.shardcache.v1.CertificateH\x00R\vcertificate\x128\n" +
+	"\theartbeat\x18\x06 \x01(\v2\x18.shardcache.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
+	"\x03msg\"\v\n" +
+	"\tHeartbeat\"\xf2\x01\n" +
 	"\x05Hello\x12-\n" +
 	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12\x1d\n" +
 	"\n" +
@@ -990,7 +1137,8 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\x0fpolicy_revision\x18\x04 \x01(\x03R\x0epolicyRevision\x12\x1d\n" +
 	"\n" +
 	"join_token\x18\x05 \x01(\tR\tjoinToken\x12\x10\n" +
-	"\x03csr\x18\x06 \x01(\fR\x03csr\"&\n" +
+	"\x03csr\x18\x06 \x01(\fR\x03csr\x12\x1a\n" +
+	"\binstance\x18\a \x01(\tR\binstance\"&\n" +
 	"\x12CertificateRequest\x12\x10\n" +
 	"\x03csr\x18\x01 \x01(\fR\x03csr\"\x8e\x01\n" +
 	"\vCertificate\x12 \n" +
@@ -1030,13 +1178,22 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\tPolicyAck\x12)\n" +
 	"\x10applied_revision\x18\x01 \x01(\x03R\x0fappliedRevision\x12)\n" +
 	"\x10refused_revision\x18\x02 \x01(\x03R\x0frefusedRevision\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"\x8b\x02\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\xd5\x02\n" +
 	"\bSnapshot\x12.\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.shardcache.v1.RingEpochR\x05epoch\x124\n" +
 	"\bpolicies\x18\x02 \x01(\v2\x18.shardcache.v1.PolicySetR\bpolicies\x12,\n" +
 	"\x06purges\x18\x03 \x03(\v2\x14.shardcache.v1.PurgeR\x06purges\x12-\n" +
 	"\x06member\x18\x04 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12<\n" +
-	"\vcertificate\x18\x05 \x01(\v2\x1a.shardcache.v1.CertificateR\vcertificate2[\n" +
+	"\vcertificate\x18\x05 \x01(\v2\x1a.shardcache.v1.CertificateR\vcertificate\x12H\n" +
+	"\x12heartbeat_interval\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval*\xc0\x01\n" +
+	"\n" +
+	"SessionEnd\x12\x1b\n" +
+	"\x17SESSION_END_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18SESSION_END_DUPLICATE_ID\x10\x01\x12\x1e\n" +
+	"\x1aSESSION_END_RECORD_DELETED\x10\x02\x12\x1f\n" +
+	"\x1bSESSION_END_RECORD_REPLACED\x10\x03\x12\x1a\n" +
+	"\x16SESSION_END_LEASE_LOST\x10\x04\x12\x1a\n" +
+	"\x16SESSION_END_SUPERSEDED\x10\x052[\n" +
 	"\vNodeService\x12L\n" +
 	"\aSession\x12\x1d.shardcache.v1.SessionRequest\x1a\x1e.shardcache.v1.SessionResponse(\x010\x01BCZAgithub.com/shardcache/shardcache/proto/shardcache/v1;shardcachev1b\x06proto3"
 
@@ -1052,54 +1209,60 @@ func file_shardcache_v1_node_proto_rawDescGZIP() []byte {
 	return file_shardcache_v1_node_proto_rawDescData
 }
 
-var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_shardcache_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_shardcache_v1_node_proto_goTypes = []any{
-	(*SessionRequest)(nil),        // 0: shardcache.v1.SessionRequest
-	(*EpochRequest)(nil),          // 1: shardcache.v1.EpochRequest
-	(*SessionResponse)(nil),       // 2: shardcache.v1.SessionResponse
-	(*Hello)(nil),                 // 3: shardcache.v1.Hello
-	(*CertificateRequest)(nil),    // 4: shardcache.v1.CertificateRequest
-	(*Certificate)(nil),           // 5: shardcache.v1.Certificate
-	(*LoadReport)(nil),            // 6: shardcache.v1.LoadReport
-	(*PolicySet)(nil),             // 7: shardcache.v1.PolicySet
-	(*PolicyAck)(nil),             // 8: shardcache.v1.PolicyAck
-	(*Snapshot)(nil),              // 9: shardcache.v1.Snapshot
-	nil,                           // 10: shardcache.v1.LoadReport.ResponseBytesByRouteEntry
-	(*PurgeResult)(nil),           // 11: shardcache.v1.PurgeResult
-	(*RingEpoch)(nil),             // 12: shardcache.v1.RingEpoch
-	(*Purge)(nil),                 // 13: shardcache.v1.Purge
-	(*Member)(nil),                // 14: shardcache.v1.Member
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(*CachePolicy)(nil),           // 16: shardcache.v1.CachePolicy
+	(SessionEnd)(0),               // 0: shardcache.v1.SessionEnd
+	(*SessionRequest)(nil),        // 1: shardcache.v1.SessionRequest
+	(*EpochRequest)(nil),          // 2: shardcache.v1.EpochRequest
+	(*SessionResponse)(nil),       // 3: shardcache.v1.SessionResponse
+	(*Heartbeat)(nil),             // 4: shardcache.v1.Heartbeat
+	(*Hello)(nil),                 // 5: shardcache.v1.Hello
+	(*CertificateRequest)(nil),    // 6: shardcache.v1.CertificateRequest
+	(*Certificate)(nil),           // 7: shardcache.v1.Certificate
+	(*LoadReport)(nil),            // 8: shardcache.v1.LoadReport
+	(*PolicySet)(nil),             // 9: shardcache.v1.PolicySet
+	(*PolicyAck)(nil),             // 10: shardcache.v1.PolicyAck
+	(*Snapshot)(nil),              // 11: shardcache.v1.Snapshot
+	nil,                           // 12: shardcache.v1.LoadReport.ResponseBytesByRouteEntry
+	(*PurgeResult)(nil),           // 13: shardcache.v1.PurgeResult
+	(*RingEpoch)(nil),             // 14: shardcache.v1.RingEpoch
+	(*Purge)(nil),                 // 15: shardcache.v1.Purge
+	(*Member)(nil),                // 16: shardcache.v1.Member
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*CachePolicy)(nil),           // 18: shardcache.v1.CachePolicy
+	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
 }
 var file_shardcache_v1_node_proto_depIdxs = []int32{
-	3,  // 0: shardcache.v1.SessionRequest.hello:type_name -> shardcache.v1.Hello
-	6,  // 1: shardcache.v1.SessionRequest.load:type_name -> shardcache.v1.LoadReport
-	11, // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
-	8,  // 3: shardcache.v1.SessionRequest.policy_ack:type_name -> shardcache.v1.PolicyAck
-	4,  // 4: shardcache.v1.SessionRequest.certificate_request:type_name -> shardcache.v1.CertificateRequest
-	1,  // 5: shardcache.v1.SessionRequest.epoch_request:type_name -> shardcache.v1.EpochRequest
-	9,  // 6: shardcache.v1.SessionResponse.snapshot:type_name -> shardcache.v1.Snapshot
-	12, // 7: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
-	7,  // 8: shardcache.v1.SessionResponse.policies:type_name -> shardcache.v1.PolicySet
-	13, // 9: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
-	5,  // 10: shardcache.v1.SessionResponse.certificate:type_name -> shardcache.v1.Certificate
-	14, // 11: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
-	15, // 12: shardcache.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	10, // 13: shardcache.v1.LoadReport.response_bytes_by_route:type_name -> shardcache.v1.LoadReport.ResponseBytesByRouteEntry
-	16, // 14: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
-	12, // 15: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
-	7,  // 16: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
-	13, // 17: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
-	14, // 18: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
-	5,  // 19: shardcache.v1.Snapshot.certificate:type_name -> shardcache.v1.Certificate
-	0,  // 20: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
-	2,  // 21: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
-	21, // [21:22] is the sub-list for method output_type
-	20, // [20:21] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	5,  // 0: shardcache.v1.SessionRequest.hello:type_name -> shardcache.v1.Hello
+	8,  // 1: shardcache.v1.SessionRequest.load:type_name -> shardcache.v1.LoadReport
+	13, // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
+	10, // 3: shardcache.v1.SessionRequest.policy_ack:type_name -> shardcache.v1.PolicyAck
+	6,  // 4: shardcache.v1.SessionRequest.certificate_request:type_name -> shardcache.v1.CertificateRequest
+	2,  // 5: shardcache.v1.SessionRequest.epoch_request:type_name -> shardcache.v1.EpochRequest
+	11, // 6: shardcache.v1.SessionResponse.snapshot:type_name -> shardcache.v1.Snapshot
+	14, // 7: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
+	9,  // 8: shardcache.v1.SessionResponse.policies:type_name -> shardcache.v1.PolicySet
+	15, // 9: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
+	7,  // 10: shardcache.v1.SessionResponse.certificate:type_name -> shardcache.v1.Certificate
+	4,  // 11: shardcache.v1.SessionResponse.heartbeat:type_name -> shardcache.v1.Heartbeat
+	16, // 12: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
+	17, // 13: shardcache.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	12, // 14: shardcache.v1.LoadReport.response_bytes_by_route:type_name -> shardcache.v1.LoadReport.ResponseBytesByRouteEntry
+	18, // 15: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
+	14, // 16: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
+	9,  // 17: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
+	15, // 18: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
+	16, // 19: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
+	7,  // 20: shardcache.v1.Snapshot.certificate:type_name -> shardcache.v1.Certificate
+	19, // 21: shardcache.v1.Snapshot.heartbeat_interval:type_name -> google.protobuf.Duration
+	1,  // 22: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
+	3,  // 23: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
+	23, // [23:24] is the sub-list for method output_type
+	22, // [22:23] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_node_proto_init() }
@@ -1124,19 +1287,21 @@ func file_shardcache_v1_node_proto_init() {
 		(*SessionResponse_Policies)(nil),
 		(*SessionResponse_Purge)(nil),
 		(*SessionResponse_Certificate)(nil),
+		(*SessionResponse_Heartbeat)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_node_proto_rawDesc), len(file_shardcache_v1_node_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   11,
+			NumEnums:      1,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_shardcache_v1_node_proto_goTypes,
 		DependencyIndexes: file_shardcache_v1_node_proto_depIdxs,
+		EnumInfos:         file_shardcache_v1_node_proto_enumTypes,
 		MessageInfos:      file_shardcache_v1_node_proto_msgTypes,
 	}.Build()
 	File_shardcache_v1_node_proto = out.File

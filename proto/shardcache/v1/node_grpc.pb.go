@@ -30,6 +30,11 @@ const (
 type NodeServiceClient interface {
 	// Session is the one long-lived stream of a node: it says hello and reports load; the control
 	// plane answers with a snapshot and then pushes every change of ring, policies and purges.
+	//
+	// An id has one session at a time. While a session for an id is open, a hello for the same id
+	// from another process (another Hello.instance) is refused with ALREADY_EXISTS; once that
+	// stream has ended, a new session takes the member over at once. A session whose member
+	// record is deleted or replaced ends with FAILED_PRECONDITION: the node registers again.
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
 }
 
@@ -62,6 +67,11 @@ type NodeService_SessionClient = grpc.BidiStreamingClient[SessionRequest, Sessio
 type NodeServiceServer interface {
 	// Session is the one long-lived stream of a node: it says hello and reports load; the control
 	// plane answers with a snapshot and then pushes every change of ring, policies and purges.
+	//
+	// An id has one session at a time. While a session for an id is open, a hello for the same id
+	// from another process (another Hello.instance) is refused with ALREADY_EXISTS; once that
+	// stream has ended, a new session takes the member over at once. A session whose member
+	// record is deleted or replaced ends with FAILED_PRECONDITION: the node registers again.
 	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
 	mustEmbedUnimplementedNodeServiceServer()
 }

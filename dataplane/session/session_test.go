@@ -1,0 +1,288 @@
+package session
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// control is a hand-written NodeService whose answer to each hello is
+// chosen by the test: session gets the stream after the hello and decides
+// how it goes on.
+type control struct {
+	pb.UnimplementedNodeServiceServer
+	hellos  chan *pb.Hello
+	session func(n int, stream pb.NodeService_SessionServer) error
+	count   atomic.Int32
+	addr    string
+	conns   connList
+}
+
+// connList is a listener that keeps the connections it accepts, so that a
+// test can cut them as a control plane's keepalive does.
+type connList struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (l *connList) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+// cut closes every accepted connection.
+func (l *connList) cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		c.Close()
+	}
+	l.conns = nil
+}
+
+func (c *control) Session(stream pb.NodeService_SessionServer) error {
+	req, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	select {
+	case c.hellos <- req.GetHello():
+	default:
+	}
+	return c.session(int(c.count.Add(1)), stream)
+}
+
+func startControl(t *testing.T, session func(n int, stream pb.NodeService_SessionServer) error) *control {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &control{hellos: make(chan *pb.Hello, 64), session: session}
+	c.conns.Listener = l
+	srv := grpc.NewServer()
+	pb.RegisterNodeServiceServer(srv, c)
+	go srv.Serve(&c.conns)
+	t.Cleanup(srv.Stop)
+	c.addr = l.Addr().String()
+	return c
+}
+
+// applier takes what a session pushes and remembers nothing else.
+type applier struct{ epochs atomic.Uint64 }
+
+func (a *applier) ApplyEpoch(e *pb.RingEpoch)                               { a.epochs.Store(e.GetEpoch()) }
+func (a *applier) ApplyPolicies(*pb.PolicySet) error                        { return nil }
+func (a *applier) PolicyRevision() int64                                    { return 0 }
+func (a *applier) ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult)) {}
+func (a *applier) PurgeRevision() int64                                     { return 0 }
+
+// runClient runs a session client against c until the test ends.
+func runClient(t *testing.T, c *control, opts ...func(*Config)) *Client {
+	t.Helper()
+	cfg := Config{Addresses: []string{c.addr}, Member: &pb.Member{Id: "node-1", PeerAddress: "127.0.0.1:9001"},
+		MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(testLog{t}, nil))}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cl, err := New(cfg, &applier{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cl.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return cl
+}
+
+func snapshot(epoch uint64, heartbeat time.Duration) *pb.SessionResponse {
+	snap := &pb.Snapshot{Epoch: &pb.RingEpoch{Epoch: epoch}}
+	if heartbeat > 0 {
+		snap.HeartbeatInterval = durationpb.New(heartbeat)
+	}
+	return &pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: snap}}
+}
+
+// waitHellos waits for n hellos, failing after a minute.
+func (c *control) waitHellos(t *testing.T, n int) []*pb.Hello {
+	t.Helper()
+	var got []*pb.Hello
+	timeout := time.After(time.Minute)
+	for len(got) < n {
+		select {
+		case h := <-c.hellos:
+			got = append(got, h)
+		case <-timeout:
+			t.Fatalf("%d hellos, want %d: the client stopped reconnecting", len(got), n)
+		}
+	}
+	return got
+}
+
+// A stream that ends while the client is sending on it (as after the node
+// was paused: the control plane's keepalive closed the connection, and the
+// first thing the node does on waking is ask for the epoch its peers name)
+// must end the session and reconnect. The client once read the status of
+// such a stream from a second goroutine while its reader held it, and
+// waited for ever.
+func TestASendOnAnEndedStreamReconnects(t *testing.T) {
+	var c *control
+	c = startControl(t, func(n int, stream pb.NodeService_SessionServer) error {
+		if err := stream.Send(snapshot(1, 0)); err != nil {
+			return err
+		}
+		if n%2 == 0 {
+			c.conns.cut() // the connection goes, as a keepalive ends it
+			return nil
+		}
+		return status.Error(codes.Unavailable, "control plane ends the stream")
+	})
+	cl := runClient(t, c)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			cl.RequestEpoch(100) // a peer names epoch 100
+			time.Sleep(100 * time.Microsecond)
+		}
+	})
+	hellos := c.waitHellos(t, 50)
+	close(stop)
+	wg.Wait()
+	if hellos[0].GetInstance() == "" || hellos[49].GetInstance() != hellos[0].GetInstance() {
+		t.Fatalf("instances %q and %q: one process says hello with one instance", hellos[0].GetInstance(), hellos[49].GetInstance())
+	}
+}
+
+// A stream that goes silent past three heartbeat intervals is taken for
+// dead and replaced, even though the connection under it looks healthy.
+func TestASilentStreamIsReplaced(t *testing.T) {
+	var firstEnded atomic.Bool
+	c := startControl(t, func(n int, stream pb.NodeService_SessionServer) error {
+		if err := stream.Send(snapshot(1, 20*time.Millisecond)); err != nil {
+			return err
+		}
+		<-stream.Context().Done() // silent: no heartbeat, no push
+		if n == 1 {
+			firstEnded.Store(true)
+		}
+		return nil
+	})
+	runClient(t, c)
+	c.waitHellos(t, 2)
+	// Only the client ends the first stream.
+	waitFor(t, firstEnded.Load)
+}
+
+func endWith(code codes.Code, end pb.SessionEnd, msg string) error {
+	st, _ := status.New(code, msg).WithDetails(&errdetails.ErrorInfo{Reason: end.String(), Domain: pb.SessionEndDomain})
+	return st.Err()
+}
+
+func TestMembershipFollowsWhatTheControlPlaneSays(t *testing.T) {
+	refusals := 3
+	admitted := make(chan struct{})
+	var events struct {
+		sync.Mutex
+		causes []string
+	}
+	c := startControl(t, func(n int, stream pb.NodeService_SessionServer) error {
+		switch {
+		case n <= refusals:
+			return endWith(codes.AlreadyExists, pb.SessionEnd_SESSION_END_DUPLICATE_ID, "node id node-1 has an open session (peer 127.0.0.1:7)")
+		case n == refusals+1:
+			if err := stream.Send(snapshot(1, 0)); err != nil {
+				return err
+			}
+			<-admitted
+			return endWith(codes.FailedPrecondition, pb.SessionEnd_SESSION_END_RECORD_DELETED, "the member record of node-1 was deleted")
+		default:
+			if err := stream.Send(snapshot(1, 0)); err != nil {
+				return err
+			}
+			<-stream.Context().Done()
+			return nil
+		}
+	})
+	cl := runClient(t, c, func(cfg *Config) {
+		cfg.OnMembership = func(member bool, cause, _ string) {
+			events.Lock()
+			defer events.Unlock()
+			if member {
+				cause = "member"
+			}
+			events.causes = append(events.causes, cause)
+		}
+	})
+	if ok, why := cl.Member(); ok || why == "" {
+		t.Fatalf("before any snapshot: member %t (%q)", ok, why)
+	}
+	c.waitHellos(t, refusals+1)
+	waitFor(t, func() bool { ok, _ := cl.Member(); return ok })
+	close(admitted)
+	c.waitHellos(t, 1)
+	waitFor(t, func() bool { ok, _ := cl.Member(); return ok && cl.Connected() })
+	events.Lock()
+	got := strings.Join(events.causes, ",")
+	events.Unlock()
+	want := "duplicate_id,duplicate_id,duplicate_id,member,record_deleted,member"
+	if got != want {
+		t.Fatalf("membership events %s, want %s", got, want)
+	}
+}
+
+// waitFor polls cond for up to a minute.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within a minute")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// testLog sends a client's log to the test's.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(b []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
