@@ -20,7 +20,7 @@ func TestDrainWaitsUntilTheKeysHaveMoved(t *testing.T) {
 	const keys = 1500
 	origin := &countingOrigin{counts: map[string]int{}}
 	c := startClusterWith(t, ctx, clusterConfig{nodes: 3, origin: origin, nodeArgs: func(int) []string {
-		return []string{"--hot-threshold", "-1", "--access-log", "off"}
+		return []string{"--hot-threshold", "-1"}
 	}})
 	paths := make([]string, keys)
 	for i := range paths {

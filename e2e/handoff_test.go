@@ -23,7 +23,7 @@ func TestFourthNodeTakesItsKeysByHandoff(t *testing.T) {
 			defer cancel()
 			cfg := clusterConfig{nodes: 3, origin: &countingOrigin{counts: map[string]int{}}}
 			cfg.nodeArgs = func(int) []string {
-				args := []string{"--hot-threshold", "-1", "--access-log", "off"}
+				args := []string{"--hot-threshold", "-1"}
 				if !handoff {
 					args = append(args, "--handoff-window", "-1s")
 				}

@@ -35,7 +35,7 @@ func TestLeaderKilled(t *testing.T) {
 	startNode := func(id string) *node {
 		nd := &node{id: id, client: freeAddr(t), peer: freeAddr(t), ops: freeAddr(t)}
 		nd.proc = startProcess(t, id, filepath.Join(binDir, "shardcache"), "node", "--id", id, "--client", nd.client,
-			"--peer", nd.peer, "--ops", nd.ops, "--control-plane", strings.Join(addrs, ","), "--origin", origin.URL)
+			"--peer", nd.peer, "--ops", nd.ops, "--control-plane", strings.Join(addrs, ","), "--origin", origin.URL, "--access-log", "off")
 		c.nodes = append(c.nodes, nd)
 		return nd
 	}

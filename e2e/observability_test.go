@@ -138,7 +138,7 @@ func TestPrometheusSeesTheTraffic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := startClusterWith(t, ctx, clusterConfig{nodes: 3, origin: newVersionOrigin(), nodeArgs: func(int) []string {
-		return []string{"--hot-threshold", "-1", "--access-log", "off"}
+		return []string{"--hot-threshold", "-1"}
 	}})
 
 	// 300 objects, each asked twice of the same node: a miss, then a hit.

@@ -22,8 +22,9 @@ import (
 	"github.com/shardcache/shardcache/sdk/loopback"
 )
 
-// process is one started binary. Its combined output is kept so that a
-// failing test can show it, and so that readiness can wait on a log line.
+// process is one started binary. Its combined output is kept so that
+// readiness can wait on a log line; a failing test shows its last
+// failureLines lines.
 type process struct {
 	name string
 	cmd  *exec.Cmd
@@ -34,6 +35,9 @@ type process struct {
 	done  chan struct{}
 	err   error
 }
+
+// failureLines is how much of each process's output a failing test prints.
+const failureLines = 200
 
 // startProcess starts bin with args; t's cleanup kills it if still running.
 func startProcess(t *testing.T, name, bin string, args ...string) *process {
@@ -65,7 +69,7 @@ func startProcess(t *testing.T, name, bin string, args ...string) *process {
 	t.Cleanup(func() {
 		p.Kill()
 		if t.Failed() {
-			t.Logf("--- output of %s ---\n%s", name, p.Output())
+			t.Logf("--- last %d lines of %s ---\n%s", failureLines, name, p.Tail(failureLines))
 		}
 	})
 	return p
@@ -76,6 +80,20 @@ func (p *process) Output() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.out.String()
+}
+
+// Tail is the last n lines the process printed.
+func (p *process) Tail(n int) string {
+	out := p.Output()
+	i := len(out)
+	for range n + 1 {
+		j := strings.LastIndexByte(out[:i], '\n')
+		if j < 0 {
+			return out
+		}
+		i = j
+	}
+	return out[i+1:]
 }
 
 // WaitLine waits until the process prints a line containing substr.

@@ -152,7 +152,7 @@ func TestPurgesAcrossTheCluster(t *testing.T) {
 	c := startClusterWith(t, ctx, clusterConfig{nodes: 3, origin: origin, nodeArgs: func(i int) []string {
 		// Hot above 100 requests a minute at a node: the hot item, not
 		// the objects fetched once each.
-		args := []string{"--hot-threshold", "100", "--access-log", "off"}
+		args := []string{"--hot-threshold", "100"}
 		if i == 1 {
 			// node-1 takes PURGE from this machine without a token.
 			args = append(args, "--purge-allow", "127.0.0.1/32", "--admin-token", "e2e-token")
@@ -312,7 +312,7 @@ func TestNodeStoppedDuringAPurgeServesNoneOfItsObjects(t *testing.T) {
 	origin := newVersionOrigin()
 	dir := t.TempDir()
 	c := startClusterWith(t, ctx, clusterConfig{nodes: 3, origin: origin, nodeArgs: func(i int) []string {
-		return []string{"--data-dir", filepath.Join(dir, strconv.Itoa(i)), "--access-log", "off", "--hot-threshold", "-1"}
+		return []string{"--data-dir", filepath.Join(dir, strconv.Itoa(i)), "--hot-threshold", "-1"}
 	}})
 	var paths []string
 	for i := range 600 {

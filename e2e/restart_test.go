@@ -23,7 +23,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	origin := &countingOrigin{counts: map[string]int{}}
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	c := startClusterWith(t, ctx, clusterConfig{nodes: 3, origin: origin, nodeArgs: func(i int) []string {
-		return []string{"--data-dir", filepath.Join(dirs[i-1], "data"), "--drain-grace", "10s", "--hot-threshold", "-1", "--access-log", "off"}
+		return []string{"--data-dir", filepath.Join(dirs[i-1], "data"), "--drain-grace", "10s", "--hot-threshold", "-1"}
 	}})
 	paths := make([]string, keys)
 	for i := range paths {
