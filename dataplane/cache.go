@@ -252,11 +252,27 @@ func (n *Node) revalidateInBackground(key string, r *http.Request, p *policy.Pol
 		return
 	}
 	bg := r.Clone(context.WithoutCancel(r.Context()))
-	n.fills.Go(func() { n.fill(discard{h: http.Header{}}, bg, key, p, nil, call, stale, sl) })
+	n.background("revalidate", func() { n.fill(discard{h: http.Header{}}, bg, key, p, nil, call, stale, sl) })
 }
 
-// discard is the ResponseWriter of a background revalidation.
+// discard is the ResponseWriter of work no client waits on: a background
+// revalidation, a pre-copy.
 type discard struct{ h http.Header }
+
+// errBrokenOff says a response broke off after its header was sent.
+var errBrokenOff = errors.New("dataplane: the body broke off after the header was sent")
+
+// breakOff ends a response whose header is sent so that whoever reads it
+// sees a broken transfer, never a short body taken for whole: a client's
+// connection is aborted (by the handler's panic that net/http recovers, and
+// inProcess for a slice); work no client waits on (discard) is told by the
+// error alone, which its caller returns.
+func breakOff(w http.ResponseWriter) error {
+	if _, ok := w.(discard); !ok {
+		panic(http.ErrAbortHandler)
+	}
+	return errBrokenOff
+}
 
 func (d discard) Header() http.Header         { return d.h }
 func (d discard) Write(b []byte) (int, error) { return len(b), nil }
@@ -697,7 +713,7 @@ func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd
 		n.cacheHeaders(h, e, status)
 		section := func(start, length int64) io.Reader { return io.NewSectionReader(body, start, length) }
 		if err := answerRanges(w, r, e, ranges, section); err != nil && !isWriteError(err) {
-			panic(http.ErrAbortHandler) // the stored body could not be read: do not end it cleanly
+			return breakOff(w) // the stored body could not be read: do not end it cleanly
 		}
 		return nil
 	}
@@ -757,13 +773,13 @@ func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd
 			decoders.Put(d)
 		}()
 		if err := d.Reset(src); err != nil {
-			panic(http.ErrAbortHandler)
+			return breakOff(w)
 		}
 		src = d
 	}
 	_, err := io.Copy(w, src)
 	if err != nil && (follow != nil && follow.err != nil || decode && !isWriteError(err)) {
-		panic(http.ErrAbortHandler) // the body broke off: do not end it cleanly
+		return breakOff(w) // the body broke off: do not end it cleanly
 	}
 	return nil
 }

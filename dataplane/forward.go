@@ -188,7 +188,7 @@ func (n *Node) invalidate(r *http.Request, h http.Header) {
 				continue
 			}
 			wg.Add(1)
-			n.fills.Go(func() {
+			n.background("invalidate", func() {
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(n.fillCtx, 5*time.Second)
 				defer cancel()

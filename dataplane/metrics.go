@@ -24,33 +24,35 @@ const (
 type metrics struct {
 	reg *prometheus.Registry
 
-	requests       *prometheus.CounterVec
-	duration       *prometheus.HistogramVec
-	responseSize   *prometheus.HistogramVec
-	originReqs     *prometheus.CounterVec
-	originBytes    prometheus.Counter
-	peerReqs       *prometheus.CounterVec
-	peerConns      *prometheus.CounterVec
-	peerBytes      *prometheus.CounterVec
-	relayFallback  prometheus.Counter
-	ringEpoch      prometheus.Gauge
-	ringMembers    prometheus.Gauge
-	session        prometheus.Gauge
-	member         prometheus.Gauge
-	memberLost     *prometheus.CounterVec
-	collapsed      prometheus.Counter
-	policyRevision prometheus.Gauge
-	hot            *prometheus.CounterVec
-	handoffs       *prometheus.CounterVec
-	store          storeCollector
-	peerCerts      *prometheus.CounterVec
-	peerCertExpiry prometheus.Gauge
-	originDuration prometheus.Histogram
-	peerDuration   prometheus.Histogram
-	purges         *prometheus.CounterVec
-	purgeRevision  prometheus.Gauge
-	bans           prometheus.Gauge
-	routeBytes     map[string]*atomic.Uint64
+	requests      *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
+	responseSize  *prometheus.HistogramVec
+	originReqs    *prometheus.CounterVec
+	originBytes   prometheus.Counter
+	peerReqs      *prometheus.CounterVec
+	peerConns     *prometheus.CounterVec
+	peerBytes     *prometheus.CounterVec
+	relayFallback prometheus.Counter
+	ringEpoch     prometheus.Gauge
+	ringMembers   prometheus.Gauge
+	session       prometheus.Gauge
+	member        prometheus.Gauge
+	// backgroundPanics counts panics recovered in background tasks.
+	backgroundPanics *prometheus.CounterVec
+	memberLost       *prometheus.CounterVec
+	collapsed        prometheus.Counter
+	policyRevision   prometheus.Gauge
+	hot              *prometheus.CounterVec
+	handoffs         *prometheus.CounterVec
+	store            storeCollector
+	peerCerts        *prometheus.CounterVec
+	peerCertExpiry   prometheus.Gauge
+	originDuration   prometheus.Histogram
+	peerDuration     prometheus.Histogram
+	purges           *prometheus.CounterVec
+	purgeRevision    prometheus.Gauge
+	bans             prometheus.Gauge
+	routeBytes       map[string]*atomic.Uint64
 }
 
 // Classic buckets reach 1 h and 100 GB, so that quantiles of long downloads
@@ -99,6 +101,10 @@ func newMetrics() *metrics {
 		ringMembers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shardcache_ring_members", Help: "Members of the current ring epoch.",
 		}),
+		backgroundPanics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_background_panics_total",
+			Help: "Panics recovered in background tasks (revalidate, precopy, invalidate), by task; each is logged with its stack.",
+		}, []string{"task"}),
 		member: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shardcache_member", Help: "1 while the control plane holds this node as a member; 0 while it is refused or registering again.",
 		}),
@@ -169,7 +175,7 @@ func newMetrics() *metrics {
 		}
 	}
 	m.reg.MustRegister(m.originDuration, m.peerDuration, m.purges, m.purgeRevision, m.bans, m.peerCerts, m.peerCertExpiry, m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
-		m.peerConns, m.peerBytes, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.member, m.memberLost, m.collapsed, m.policyRevision, m.hot, m.handoffs, &m.store,
+		m.peerConns, m.peerBytes, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.member, m.memberLost, m.backgroundPanics, m.collapsed, m.policyRevision, m.hot, m.handoffs, &m.store,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -317,7 +318,7 @@ func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
 	}
 	n.routes.Store(rt)
 	if rt.prev != nil && !again && n.hot != nil && n.cfg.HandoffWindow > 0 && n.store != nil {
-		n.fills.Go(func() { n.precopy(rt) })
+		n.background("precopy", func() { n.precopy(rt) })
 	}
 	n.metrics.ringEpoch.Set(float64(e.GetEpoch()))
 	n.metrics.ringMembers.Set(float64(len(e.GetMembers())))
@@ -509,6 +510,24 @@ func (n *Node) drain() {
 			n.log.Info("drained", "after", now.Sub(start).Round(time.Millisecond))
 			return
 		}
+	}
+}
+
+// background runs f on a goroutine of the node's, which Run waits for,
+// guarded.
+func (n *Node) background(task string, f func()) { n.fills.Go(n.guard(task, f)) }
+
+// guard wraps f, work no client waits on, so that a panic in it is logged
+// and counted, never fatal.
+func (n *Node) guard(task string, f func()) func() {
+	return func() {
+		defer func() {
+			if v := recover(); v != nil {
+				n.metrics.backgroundPanics.WithLabelValues(task).Inc()
+				n.log.Error("background task failed", "task", task, "panic", v, "stack", string(debug.Stack()))
+			}
+		}()
+		f()
 	}
 }
 

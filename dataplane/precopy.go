@@ -157,10 +157,10 @@ func (n *Node) precopy(rt *routes) {
 			continue // keyed by more than the URL, or sliced: left to handoff
 		}
 		sem <- struct{}{}
-		wg.Go(func() {
+		wg.Go(n.guard("precopy", func() {
 			defer func() { <-sem }()
 			n.serveOwned(discard{h: http.Header{}}, r, k.Key, p, nil, nil)
-		})
+		}))
 	}
 	wg.Wait()
 	n.log.Info("pre-copied hot keys gained in the ring change", "epoch", rt.epoch.GetEpoch(), "asked", len(list))

@@ -383,7 +383,7 @@ func (n *Node) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key strin
 	n.cacheHeaders(h, e, xcache)
 	if ranges != nil || errors.Is(rerr, errRangeUnsatisfiable) {
 		if err := answerRanges(w, r, e, ranges, body.section); err != nil && !isWriteError(err) {
-			panic(http.ErrAbortHandler)
+			return breakOff(w)
 		}
 		return nil
 	}
@@ -393,7 +393,7 @@ func (n *Node) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key strin
 		return nil
 	}
 	if _, err := io.Copy(w, body.section(0, total)); err != nil && !isWriteError(err) {
-		panic(http.ErrAbortHandler)
+		return breakOff(w)
 	}
 	return nil
 }
