@@ -14,27 +14,20 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/policy"
 )
 
 var (
 	validPolicyName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 	validHost       = regexp.MustCompile(`^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
 	validToken      = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-	// templateVar matches the variables a key template may use.
-	templateVar = regexp.MustCompile(`\$([a-z_]+)`)
 )
 
-// Limits a policy must stay within.
+// Limits a policy must stay within, beyond those of the grammar (sdk/policy).
 const (
-	minSliceSize   = 64 << 10
-	maxSliceSize   = 1 << 30
 	maxReplication = 5
 	maxVariants    = 1024
 )
-
-// knownTemplateVars are the nginx-style variables of a key template; $http_<name>
-// and $cookie_<name> are accepted for any name.
-var knownTemplateVars = map[string]bool{"scheme": true, "host": true, "request_uri": true, "uri": true, "args": true, "method": true}
 
 // policyViolations checks one policy on its own and returns one violation
 // per bad field, named by its proto field path.
@@ -72,14 +65,8 @@ func policyViolations(p *pb.CachePolicy) []*errdetails.BadRequest_FieldViolation
 		}
 	}
 	if t := p.GetKeyTemplate(); t != "" {
-		if !strings.Contains(t, "$") {
-			bad("key_template", "%q has no variable: every request would share one key", t)
-		}
-		for _, m := range templateVar.FindAllStringSubmatch(t, -1) {
-			name := m[1]
-			if !knownTemplateVars[name] && !strings.HasPrefix(name, "http_") && !strings.HasPrefix(name, "cookie_") {
-				bad("key_template", "unknown variable $%s (known: $scheme $host $request_uri $uri $args $method $http_<name> $cookie_<name>)", name)
-			}
+		if err := policy.CheckKeyTemplate(t); err != nil {
+			bad("key_template", "%q: %v", t, err)
 		}
 	}
 	if _, ok := pb.CacheMode_name[int32(p.GetMode())]; !ok {
@@ -110,8 +97,8 @@ func policyViolations(p *pb.CachePolicy) []*errdetails.BadRequest_FieldViolation
 		}
 	}
 	switch s := p.GetSliceSize(); {
-	case s < 0 || (s > 0 && s < minSliceSize) || s > maxSliceSize:
-		bad("slice_size", "%d: want 0 (whole objects) or %d to %d bytes", s, minSliceSize, maxSliceSize)
+	case s < 0 || (s > 0 && s < policy.MinSliceSize) || s > policy.MaxSliceSize:
+		bad("slice_size", "%d: want 0 (whole objects) or %d to %d bytes", s, policy.MinSliceSize, policy.MaxSliceSize)
 	case s > 0 && p.GetMaxObjectSize() > 0 && s > p.GetMaxObjectSize():
 		// A slice larger than the largest object stored would never be stored.
 		bad("slice_size", "%d: larger than max_object_size %d, so no slice would be stored", s, p.GetMaxObjectSize())
@@ -164,6 +151,13 @@ func policyViolations(p *pb.CachePolicy) []*errdetails.BadRequest_FieldViolation
 	}
 	if p.GetRelayTimeout() != nil && p.GetOriginTimeout() != nil && p.GetRelayTimeout().AsDuration() <= p.GetOriginTimeout().AsDuration() {
 		bad("relay_timeout", "%s must exceed origin_timeout %s: the owner may be waiting on the origin", p.GetRelayTimeout().AsDuration(), p.GetOriginTimeout().AsDuration())
+	}
+	// Last, the grammar nodes compile with: what they would refuse is
+	// refused here, before it reaches etcd.
+	if len(v) == 0 {
+		if _, err := policy.Compile(p); err != nil {
+			bad("policy", "nodes would refuse it: %v", err)
+		}
 	}
 	return v
 }

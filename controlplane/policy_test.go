@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -397,5 +398,51 @@ func TestJoiningMemberRampsUpOverEpochs(t *testing.T) {
 	}
 	if want := []string{"4,4,1", "4,4,2", "4,4,3", "0,0,0"}; !slices.Equal(got, want) {
 		t.Fatalf("weights of the epochs after node-c joined: %v, want %v", got, want)
+	}
+}
+
+// The key templates the control plane once accepted and every node then
+// refused: through the control plane they are now refused, naming the field
+// and the reason, and nothing reaches etcd.
+func TestTemplatesNodesRefuseAreRefusedBeforeEtcd(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	admin := pb.NewAdminServiceClient(dial(t, s))
+	ctx := adminCtx(context.Background(), testToken)
+	tests := []struct{ tmpl, reason string }{
+		{"$Host$request_uri", "starts no variable"},
+		{"$1$uri", "unknown variable $1"},
+		{"$host$request_uri$", "starts no variable"},
+		{"$host$http_", "names no header"},
+		{"$host$cookie_$uri", "names no header or cookie"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.tmpl, func(t *testing.T) {
+			p := &pb.CachePolicy{Name: fmt.Sprintf("t%d", i), PathPrefix: fmt.Sprintf("/t%d/", i), KeyTemplate: tt.tmpl}
+			_, err := admin.PutPolicy(ctx, &pb.PutPolicyRequest{Policy: p})
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("PutPolicy(%q): %v, want InvalidArgument", tt.tmpl, err)
+			}
+			var fields []string
+			for _, d := range status.Convert(err).Details() {
+				if br, ok := d.(*errdetails.BadRequest); ok {
+					for _, v := range br.GetFieldViolations() {
+						fields = append(fields, v.GetField())
+						if v.GetField() == "key_template" && !strings.Contains(v.GetDescription(), tt.reason) {
+							t.Errorf("key_template violation %q does not say %q", v.GetDescription(), tt.reason)
+						}
+					}
+				}
+			}
+			if !slices.Equal(fields, []string{"key_template"}) {
+				t.Fatalf("violations name %v, want key_template alone (%v)", fields, err)
+			}
+		})
+	}
+	resp, err := s.state.kv.Get(context.Background(), s.state.policiesPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 0 {
+		t.Fatalf("%d policy keys written to etcd for refused policies: %s", len(resp.Kvs), resp.Kvs[0].Key)
 	}
 }

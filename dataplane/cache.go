@@ -22,10 +22,10 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/flight"
 	"github.com/shardcache/shardcache/dataplane/freshness"
-	"github.com/shardcache/shardcache/dataplane/policy"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/policy"
 )
 
 // X-Cache values beyond HIT, MISS and BYPASS.

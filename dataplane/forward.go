@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shardcache/shardcache/dataplane/policy"
 	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/sdk/policy"
 )
 
 // forwardedFor extends the request's forwarded chain with the address it

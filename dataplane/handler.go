@@ -16,10 +16,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/shardcache/shardcache/dataplane/freshness"
-	"github.com/shardcache/shardcache/dataplane/policy"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/policy"
 )
 
 // X-Cache values.

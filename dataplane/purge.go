@@ -18,9 +18,9 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/shardcache/shardcache/dataplane/policy"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/policy"
 )
 
 // Purges reach a node from the control plane in revision order. An exact

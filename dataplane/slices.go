@@ -13,10 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shardcache/shardcache/dataplane/policy"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/policy"
 )
 
 // Slices. Under a policy with a slice size, an object is fetched from the

@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shardcache/shardcache/dataplane/policy"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/admin"
+	"github.com/shardcache/shardcache/sdk/policy"
 	"github.com/shardcache/shardcache/sdk/ring"
 )
 

@@ -1,7 +1,11 @@
-// Package policy is a node's compiled view of the cluster's cache policies:
-// which policy a request falls under (by host and longest path prefix), how
-// its cache key is built, whether it bypasses the cache, and the freshness
-// overrides of its responses. A Set is immutable; a node swaps whole sets.
+// Package policy is the one grammar of shardcache's cache policies and
+// their compiled form: which policy a request falls under (by host and
+// longest path prefix), how its cache key is built, whether it bypasses the
+// cache, and the freshness overrides of its responses. The control plane
+// refuses a policy that Compile refuses, so every policy it accepts is one
+// every node runs; nodes compile pushed sets with it, and cachectl locate
+// builds keys with it as nodes do. A Set is immutable; a node swaps whole
+// sets. It imports only the wire API (proto) and the standard library.
 package policy
 
 import (
@@ -67,21 +71,26 @@ type keyPart struct {
 	variable string // "" for a literal
 }
 
-// MinSliceSize is the smallest slice a policy may ask for.
-const MinSliceSize = 64 << 10
+// MinSliceSize and MaxSliceSize bound the slice a policy may ask for.
+const (
+	MinSliceSize = 64 << 10
+	MaxSliceSize = 1 << 30
+)
 
 // Default is the policy of requests no policy matches.
 var Default = mustCompile(&pb.CachePolicy{Name: "default"})
 
 func mustCompile(p *pb.CachePolicy) *Policy {
-	c, err := compile(p)
+	c, err := Compile(p)
 	if err != nil {
 		panic(err)
 	}
 	return c
 }
 
-func compile(p *pb.CachePolicy) (*Policy, error) {
+// Compile checks p as a node runs it and returns its compiled form. Its
+// errors name the policy and the field's problem.
+func Compile(p *pb.CachePolicy) (*Policy, error) {
 	c := &Policy{
 		Name:              p.GetName(),
 		Mode:              p.GetMode(),
@@ -109,8 +118,8 @@ func compile(p *pb.CachePolicy) (*Policy, error) {
 	if c.ReplicationFactor == 0 {
 		c.ReplicationFactor = 2
 	}
-	if c.SliceSize < 0 || c.SliceSize > 0 && c.SliceSize < MinSliceSize {
-		return nil, fmt.Errorf("policy %s: slice size %d: want 0 or at least %d bytes", c.Name, c.SliceSize, MinSliceSize)
+	if c.SliceSize < 0 || c.SliceSize > 0 && c.SliceSize < MinSliceSize || c.SliceSize > MaxSliceSize {
+		return nil, fmt.Errorf("policy %s: slice size %d: want 0 (whole objects) or %d to %d bytes", c.Name, c.SliceSize, MinSliceSize, MaxSliceSize)
 	}
 	if c.Mode == pb.CacheMode_CACHE_MODE_UNSPECIFIED {
 		c.Mode = pb.CacheMode_CACHE_MODE_SHARDED
@@ -134,7 +143,7 @@ func compile(p *pb.CachePolicy) (*Policy, error) {
 	}
 	key, err := parseTemplate(tmpl)
 	if err != nil {
-		return nil, fmt.Errorf("policy %s: %w", c.Name, err)
+		return nil, fmt.Errorf("policy %s: key template %q: %w", c.Name, tmpl, err)
 	}
 	c.key = key
 	for _, r := range c.bypass {
@@ -147,9 +156,22 @@ func compile(p *pb.CachePolicy) (*Policy, error) {
 	return c, nil
 }
 
+// TemplateVariables names what a key template may use.
+const TemplateVariables = "$scheme $host $request_uri $uri $args $method $http_<name> $cookie_<name>"
+
+// CheckKeyTemplate reports what is wrong with a key template, nil if nothing.
+func CheckKeyTemplate(t string) error {
+	_, err := parseTemplate(t)
+	return err
+}
+
 // parseTemplate splits "$scheme$host$request_uri" into parts. A variable
 // name runs over lower-case letters, digits and '_'.
 func parseTemplate(t string) ([]keyPart, error) {
+	if !strings.Contains(t, "$") {
+		return nil, errors.New("no variable: every request would share one key")
+	}
+	at := 0 // the offset of t in the whole template
 	var parts []keyPart
 	for len(t) > 0 {
 		i := strings.IndexByte(t, '$')
@@ -159,7 +181,7 @@ func parseTemplate(t string) ([]keyPart, error) {
 		}
 		if i > 0 {
 			parts = append(parts, keyPart{literal: t[:i]})
-			t = t[i:]
+			t, at = t[i:], at+i
 		}
 		j := 1
 		for j < len(t) && (t[j] == '_' || t[j] >= 'a' && t[j] <= 'z' || t[j] >= '0' && t[j] <= '9') {
@@ -169,11 +191,15 @@ func parseTemplate(t string) ([]keyPart, error) {
 		switch {
 		case name == "scheme", name == "host", name == "request_uri", name == "uri", name == "args", name == "method",
 			strings.HasPrefix(name, "http_") && len(name) > 5, strings.HasPrefix(name, "cookie_") && len(name) > 7:
+		case name == "":
+			return nil, fmt.Errorf("the '$' at byte %d starts no variable (names are lower-case: %s)", at, TemplateVariables)
+		case name == "http_" || name == "cookie_":
+			return nil, fmt.Errorf("$%s at byte %d names no header or cookie (%s)", name, at, TemplateVariables)
 		default:
-			return nil, fmt.Errorf("key template: unknown variable $%s", name)
+			return nil, fmt.Errorf("unknown variable $%s at byte %d (known: %s)", name, at, TemplateVariables)
 		}
 		parts = append(parts, keyPart{variable: name})
-		t = t[j:]
+		t, at = t[j:], at+j
 	}
 	return parts, nil
 }
@@ -348,7 +374,7 @@ func (s *Set) Apply(ps *pb.PolicySet) (*Set, error) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		c, err := compile(source[name])
+		c, err := Compile(source[name])
 		if err != nil {
 			return nil, err
 		}

@@ -50,7 +50,7 @@ func TestKeyTemplate(t *testing.T) {
 		{"$method:$host$uri?$args#$cookie_v", "GET:img.example.com/a/b?x=1&y=2#7"},
 	}
 	for _, tt := range tests {
-		p, err := compile(&pb.CachePolicy{Name: "t", KeyTemplate: tt.tmpl})
+		p, err := Compile(&pb.CachePolicy{Name: "t", KeyTemplate: tt.tmpl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +58,7 @@ func TestKeyTemplate(t *testing.T) {
 			t.Errorf("template %q: key %q, want %q", tt.tmpl, got, tt.want)
 		}
 	}
-	if _, err := compile(&pb.CachePolicy{Name: "t", KeyTemplate: "$path"}); err == nil {
+	if _, err := Compile(&pb.CachePolicy{Name: "t", KeyTemplate: "$path"}); err == nil {
 		t.Error("unknown variable accepted")
 	}
 }
