@@ -75,7 +75,7 @@ func TestBrokenBodyInAPreCopy(t *testing.T) {
 	var handoffs atomic.Int32
 	old := &http.Server{Protocols: relay.Protocols(true), Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := *path.Load()
-		if r.Header.Get(hotKeysHeader) != "" {
+		if r.Header.Get(relay.HotKeysHeader) != "" {
 			json.NewEncoder(w).Encode([]map[string]any{{"key": "http127.0.0.1" + p, "host": "127.0.0.1", "uri": p, "rate": 1000}})
 			return
 		}
@@ -85,7 +85,7 @@ func TestBrokenBodyInAPreCopy(t *testing.T) {
 		}
 		w.Header().Set("Cache-Control", "max-age=3600")
 		w.Header().Set("Content-Length", "100000")
-		w.Header().Set(purgeRevisionHeader, "0") // it has applied every purge
+		w.Header().Set(relay.PurgeRevisionHeader, "0") // it has applied every purge
 		w.WriteHeader(http.StatusOK)
 		w.Write(make([]byte, 50000))
 		w.(http.Flusher).Flush()

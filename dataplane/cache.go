@@ -28,20 +28,6 @@ import (
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
-// X-Cache values beyond HIT, MISS and BYPASS.
-const (
-	// cacheStale: served past its freshness, because the client allows it
-	// (max-stale) or the origin failed (stale-if-error).
-	cacheStale = "STALE"
-	// cacheUpdating: served stale while one request revalidates it
-	// (stale-while-revalidate).
-	cacheUpdating = "UPDATING"
-	// cacheRevalidated: the origin confirmed the stored response (304).
-	cacheRevalidated = "REVALIDATED"
-	// cacheExpired: a stored response had expired; the origin sent a new one.
-	cacheExpired = "EXPIRED"
-)
-
 // flightKey is what concurrent fills of key collapse on: the key, and for
 // a slice the version asked for, so that a request for one version never
 // waits for another's.
@@ -99,17 +85,17 @@ func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p 
 	if stale != nil {
 		switch decision {
 		case useFresh:
-			if n.answer(w, r, stale, nil, cacheHit) == nil {
+			if n.answer(w, r, stale, nil, relay.CacheHit) == nil {
 				return
 			}
 			stale = nil // the record could not be read (and was discarded)
 		case useStale:
-			if n.answer(w, r, stale, nil, cacheStale) == nil {
+			if n.answer(w, r, stale, nil, relay.CacheStale) == nil {
 				return
 			}
 			stale = nil
 		case useUpdating:
-			if n.answer(w, r, stale, nil, cacheUpdating) == nil {
+			if n.answer(w, r, stale, nil, relay.CacheUpdating) == nil {
 				n.revalidateInBackground(key, r, p, stale, sl)
 				return
 			}
@@ -162,7 +148,7 @@ func (n *Node) serveShare(w http.ResponseWriter, r *http.Request, s *fillShare) 
 	if err == nil {
 		defer rd.Close()
 		n.metrics.collapsed.Inc()
-		err = n.answer(w, r, e, rd, cacheHit)
+		err = n.answer(w, r, e, rd, relay.CacheHit)
 	}
 	if err == nil {
 		return true
@@ -334,7 +320,7 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 			resp = n.fillFromPeer(ctx, r, prev, true)
 		}
 	}
-	if resp == nil && r.Header.Get(precopyHeader) != "" {
+	if resp == nil && r.Header.Get(relay.PrecopyHeader) != "" {
 		return // a pre-copy takes what a peer has, never the origin
 	}
 	fromOrigin := resp == nil
@@ -357,8 +343,8 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 			if resp != nil {
 				resp.Body.Close()
 			}
-			settle(&fillShare{e: stale, status: cacheStale})
-			n.answer(w, r, stale, nil, cacheStale)
+			settle(&fillShare{e: stale, status: relay.CacheStale})
+			n.answer(w, r, stale, nil, relay.CacheStale)
 			return
 		}
 		if err != nil {
@@ -398,13 +384,13 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 
 	if resp.StatusCode == http.StatusNotModified && stale != nil {
 		e := n.refreshed(stale, resp, p, r, requested, now)
-		settle(&fillShare{e: e, status: cacheRevalidated})
-		n.answer(w, r, e, nil, cacheRevalidated)
+		settle(&fillShare{e: e, status: relay.CacheRevalidated})
+		n.answer(w, r, e, nil, relay.CacheRevalidated)
 		return
 	}
-	status := cacheMiss
+	status := relay.CacheMiss
 	if stale != nil {
-		status = cacheExpired
+		status = relay.CacheExpired
 	}
 	maxObject := n.cfg.MaxObjectBytes
 	if p.MaxObject > 0 {
@@ -491,7 +477,7 @@ func (n *Node) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Membe
 	h.Del("Accept-Encoding")
 	wait := n.cfg.RelayTimeout
 	if handoff {
-		h.Set(handoffHeader, "1")
+		h.Set(relay.HandoffHeader, "1")
 		h.Set("Cache-Control", "only-if-cached")
 		wait = handoffTimeout
 	}
@@ -520,17 +506,13 @@ func (n *Node) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Membe
 	return resp
 }
 
-// Handoff (see fillFromPeer). handoffHeader marks a handoff request, which
-// is never handed off again; handoffTimeout bounds the wait for its answer.
-const (
-	handoffHeader  = "X-Shardcache-Handoff"
-	handoffTimeout = 2 * time.Second
-)
+// handoffTimeout bounds the wait for a handoff's answer (see fillFromPeer).
+const handoffTimeout = 2 * time.Second
 
 // handoffFrom is the node to ask for key before the origin: its owner in
 // the previous epoch, within the handoff window of a change; nil if none.
 func (n *Node) handoffFrom(key string, r *http.Request) *pb.Member {
-	if r.Header.Get(handoffHeader) != "" {
+	if r.Header.Get(relay.HandoffHeader) != "" {
 		return nil
 	}
 	return n.routes.Load().handoffFrom(key, n.cfg.ID, n.cfg.HandoffWindow, time.Now())

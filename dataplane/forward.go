@@ -140,9 +140,6 @@ func (n *Node) logAccess(r *http.Request, rec *recorder, client, route, cache st
 	)
 }
 
-// invalidateHeader marks a peer request that invalidates its URL.
-const invalidateHeader = "X-Shardcache-Invalidate"
-
 func unsafeMethod(m string) bool {
 	switch m {
 	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
@@ -182,7 +179,7 @@ func (n *Node) invalidate(r *http.Request, h http.Header) {
 		if rt == nil {
 			continue
 		}
-		hdr := http.Header{relay.HopHeader: {n.cfg.ID}, invalidateHeader: {"1"}, relay.SchemeHeader: {"http"}}
+		hdr := http.Header{relay.HopHeader: {n.cfg.ID}, relay.InvalidateHeader: {"1"}, relay.SchemeHeader: {"http"}}
 		for _, m := range rt.epoch.GetMembers() {
 			if m.GetId() == n.cfg.ID {
 				continue

@@ -22,19 +22,12 @@ import (
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
-// X-Cache values.
-const (
-	cacheHit    = "HIT"
-	cacheMiss   = "MISS"
-	cacheBypass = "BYPASS"
-)
-
 // serveClient is the client listener's handler: every request starts here.
 func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	// The hop headers mean something only on the peer listener; a client
 	// sending them is ignored, never trusted.
-	for _, f := range internalHeaders {
+	for _, f := range relay.InternalHeaders {
 		r.Header.Del(f)
 	}
 	client := n.forwardedFor(r)
@@ -46,7 +39,7 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 			n.requests.Add(1)
 		}
 		cache := rec.Header().Get("X-Cache")
-		if cache == cacheHit {
+		if cache == relay.CacheHit {
 			n.hits.Add(1)
 		}
 		elapsed := time.Since(start)
@@ -56,7 +49,7 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 		if c := n.metrics.routeBytes[route]; c != nil {
 			c.Add(uint64(rec.bytes))
 		}
-		if rec.key != "" && cache != cacheBypass && cache != "" {
+		if rec.key != "" && cache != relay.CacheBypass && cache != "" {
 			n.shadow.observe(rec.key, rec.bytes)
 		}
 		n.logAccess(r, rec, client, route, cache, start, elapsed)
@@ -188,7 +181,7 @@ func (n *Node) serveHotCopy(w http.ResponseWriter, r *http.Request, key string) 
 		return false
 	}
 	n.metrics.hot.WithLabelValues("copy_hit").Inc()
-	n.answer(w, r, e, nil, cacheHit)
+	n.answer(w, r, e, nil, relay.CacheHit)
 	return true
 }
 
@@ -215,7 +208,7 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 		// it; meanwhile the request is served here, never relayed again.
 		n.session.RequestEpoch(seen)
 	}
-	if r.Header.Get(hotKeysHeader) != "" {
+	if r.Header.Get(relay.HotKeysHeader) != "" {
 		n.serveHotKeys(w, r)
 		return
 	}
@@ -224,7 +217,7 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "peer listener: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if r.Header.Get(invalidateHeader) != "" {
+	if r.Header.Get(relay.InvalidateHeader) != "" {
 		n.dropLocal(key)
 		w.WriteHeader(http.StatusNoContent)
 		return
@@ -233,10 +226,10 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 		annotate(r.Context(), attribute.String("shardcache.node", n.cfg.ID))
 	}
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
-	w.Header().Set(purgeRevisionHeader, strconv.FormatInt(n.bans.revision(), 10))
+	w.Header().Set(relay.PurgeRevisionHeader, strconv.FormatInt(n.bans.revision(), 10))
 	n.serveOwned(rec, r, key, p, nil, sl)
 	n.metrics.peerBytes.WithLabelValues("out").Add(float64(rec.bytes))
-	if r.Header.Get(handoffHeader) != "" && rec.status < 300 {
+	if r.Header.Get(relay.HandoffHeader) != "" && rec.status < 300 {
 		n.handoffAnswers.Add(1)
 	}
 }
@@ -256,11 +249,6 @@ func (n *Node) peerKey(r *http.Request) (string, *policy.Policy, *sliceReq, erro
 	}
 	return key, p, sl, err
 }
-
-// internalHeaders are the fields nodes use between themselves: taken
-// from no client, sent to no origin.
-var internalHeaders = []string{relay.HopHeader, relay.EpochHeader, relay.SchemeHeader, invalidateHeader,
-	sliceHeader, sliceVersionHeader, handoffHeader, hotKeysHeader, precopyHeader}
 
 // conditionalFields make a request conditional or partial: a fill, which
 // brings the whole object for every later client, sends none of a
@@ -416,7 +404,7 @@ func (n *Node) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy) 
 	n.metrics.originReqs.WithLabelValues("bypass", statusClass(resp.StatusCode)).Inc()
 	relay.RemoveHopByHop(resp.Header)
 	copyHeader(w.Header(), resp.Header)
-	w.Header().Set("X-Cache", cacheBypass)
+	w.Header().Set("X-Cache", relay.CacheBypass)
 	if unsafeMethod(r.Method) && resp.StatusCode < 400 {
 		n.invalidate(r, resp.Header)
 	}
@@ -484,7 +472,7 @@ func (n *Node) originRequest(ctx context.Context, r *http.Request, origin *url.U
 	}
 	req.Header = r.Header.Clone()
 	relay.RemoveHopByHop(req.Header)
-	for _, h := range internalHeaders {
+	for _, h := range relay.InternalHeaders {
 		req.Header.Del(h)
 	}
 	if fill {

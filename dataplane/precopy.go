@@ -25,11 +25,6 @@ import (
 // goes to the origin: a key its previous owner does not have is left for
 // the first client that asks.
 const (
-	// hotKeysHeader, on a peer request, asks for the peer's hot keys
-	// instead of a cached response: at most its value of them.
-	hotKeysHeader = "X-Shardcache-Hot-Keys"
-	// precopyHeader marks the in-process request of a pre-copy.
-	precopyHeader = "X-Shardcache-Precopy"
 	// hotListMax bounds the hot keys a node remembers; precopyMax the keys
 	// one ring change pre-copies.
 	hotListMax = 4096
@@ -91,12 +86,12 @@ func (h *hotList) pruneOld(now int64) bool {
 	return h.count.Load() < hotListMax
 }
 
-// serveHotKeys answers a peer's hotKeysHeader request: this node's hot
+// serveHotKeys answers a peer's relay.HotKeysHeader request: this node's hot
 // keys, hottest first.
 func (n *Node) serveHotKeys(w http.ResponseWriter, r *http.Request) {
-	limit, err := strconv.Atoi(r.Header.Get(hotKeysHeader))
+	limit, err := strconv.Atoi(r.Header.Get(relay.HotKeysHeader))
 	if err != nil || limit <= 0 {
-		http.Error(w, "peer listener: "+hotKeysHeader+" wants a positive count", http.StatusBadRequest)
+		http.Error(w, "peer listener: "+relay.HotKeysHeader+" wants a positive count", http.StatusBadRequest)
 		return
 	}
 	var out []*hotKey
@@ -151,7 +146,7 @@ func (n *Node) precopy(rt *routes) {
 		if err != nil {
 			continue
 		}
-		r := (&http.Request{Method: http.MethodGet, URL: u, Host: k.Host, Header: http.Header{precopyHeader: {"1"}}}).WithContext(ctx)
+		r := (&http.Request{Method: http.MethodGet, URL: u, Host: k.Host, Header: http.Header{relay.PrecopyHeader: {"1"}}}).WithContext(ctx)
 		p := n.policies.Load().Match(policy.Host(r), u.Path)
 		if p.SliceSize > 0 || p.Key("http", r) != k.Key {
 			continue // keyed by more than the URL, or sliced: left to handoff
@@ -168,7 +163,7 @@ func (n *Node) precopy(rt *routes) {
 
 // peerHotKeys asks m for its hot keys; none when it cannot answer.
 func (n *Node) peerHotKeys(ctx context.Context, m *pb.Member) []*hotKey {
-	h := http.Header{relay.HopHeader: {n.cfg.ID}, relay.SchemeHeader: {"http"}, hotKeysHeader: {strconv.Itoa(hotListMax)}}
+	h := http.Header{relay.HopHeader: {n.cfg.ID}, relay.SchemeHeader: {"http"}, relay.HotKeysHeader: {strconv.Itoa(hotListMax)}}
 	req := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/"}, Host: "shardcache", Header: h}
 	resp, err := n.forward(ctx, m, req, h, handoffTimeout)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
@@ -45,11 +46,6 @@ const purgeStateFile = "purges.json"
 // purgeAckWithin is how long a purge's result waits for the sweep to
 // finish before it is sent with the count so far and sweeping set.
 const purgeAckWithin = 2 * time.Second
-
-// purgeRevisionHeader tells a node, on a peer answer, the purge revision
-// the answering owner had applied: an answer from an owner behind this
-// node may hold what this node purged, and is not kept as a copy.
-const purgeRevisionHeader = "X-Shardcache-Purge-Revision"
 
 // ban is one installed purge.
 type ban struct {
@@ -535,8 +531,8 @@ func (n *Node) sweepBans(ctx context.Context) {
 // peerBehind reports whether a peer's answer comes from a node that had
 // applied fewer purges than this one, and removes the marker.
 func (n *Node) peerBehind(h http.Header) bool {
-	v := h.Get(purgeRevisionHeader)
-	h.Del(purgeRevisionHeader)
+	v := h.Get(relay.PurgeRevisionHeader)
+	h.Del(relay.PurgeRevisionHeader)
 	rev, err := strconv.ParseInt(v, 10, 64)
 	return err != nil || rev < n.bans.revision()
 }

@@ -36,12 +36,6 @@ import (
 const (
 	// sliceSep separates an object's key from its slice's size and index.
 	sliceSep = "\x1fslice\x1f"
-	// sliceHeader, on a peer request, names the slice asked for:
-	// "<index>/<size>".
-	sliceHeader = "X-Shardcache-Slice"
-	// sliceVersionHeader, on a peer request, is the version (strong ETag,
-	// else Last-Modified) the slice must belong to.
-	sliceVersionHeader = "X-Shardcache-Slice-Version"
 	// sliceWindow is how many slices an answer asks for ahead of the one it
 	// is sending. Memory stays bounded by the peer hop's flow control:
 	// each slice asked ahead holds at most one HTTP/2 stream window.
@@ -77,18 +71,18 @@ func (s *sliceReq) key(object string) string {
 
 // setHeader marks a peer request as asking for s.
 func (s *sliceReq) setHeader(h http.Header) {
-	h.Set(sliceHeader, strconv.FormatInt(s.index, 10)+"/"+strconv.FormatInt(s.size, 10))
+	h.Set(relay.SliceHeader, strconv.FormatInt(s.index, 10)+"/"+strconv.FormatInt(s.size, 10))
 	if s.version != "" {
-		h.Set(sliceVersionHeader, s.version)
+		h.Set(relay.SliceVersionHeader, s.version)
 	} else {
-		h.Del(sliceVersionHeader)
+		h.Del(relay.SliceVersionHeader)
 	}
 }
 
 // parseSliceHeader reads the slice a peer request asks for; nil when it
 // asks for a whole object.
 func parseSliceHeader(h http.Header) (*sliceReq, error) {
-	v := h.Get(sliceHeader)
+	v := h.Get(relay.SliceHeader)
 	if v == "" {
 		return nil, nil
 	}
@@ -96,9 +90,9 @@ func parseSliceHeader(h http.Header) (*sliceReq, error) {
 	index, err1 := strconv.ParseInt(i, 10, 64)
 	size, err2 := strconv.ParseInt(sz, 10, 64)
 	if !ok || err1 != nil || err2 != nil || index < 0 || size < policy.MinSliceSize || index > math.MaxInt64/size {
-		return nil, fmt.Errorf("bad %s %q: want <index>/<size>, size at least %d", sliceHeader, v, policy.MinSliceSize)
+		return nil, fmt.Errorf("bad %s %q: want <index>/<size>, size at least %d", relay.SliceHeader, v, policy.MinSliceSize)
 	}
-	return &sliceReq{index: index, size: size, version: h.Get(sliceVersionHeader)}, nil
+	return &sliceReq{index: index, size: size, version: h.Get(relay.SliceVersionHeader)}, nil
 }
 
 // originHeader is what a slice's origin request adds: its byte range,
@@ -271,7 +265,7 @@ func (n *Node) dropSlice(r *http.Request, key string, p *policy.Policy, s *slice
 	}
 	ctx, cancel := context.WithTimeout(n.fillCtx, 2*time.Second)
 	defer cancel()
-	h := http.Header{relay.HopHeader: {n.cfg.ID}, invalidateHeader: {"1"}, relay.SchemeHeader: {"http"}}
+	h := http.Header{relay.HopHeader: {n.cfg.ID}, relay.InvalidateHeader: {"1"}, relay.SchemeHeader: {"http"}}
 	s.setHeader(h)
 	req := &http.Request{Method: http.MethodGet, URL: r.URL, Host: r.Host, Header: h}
 	if resp, err := n.peers.Forward(ctx, owner.GetPeerAddress(), req, h); err == nil {
@@ -417,7 +411,7 @@ func wantsFirstSlice(r *http.Request, size int64) bool {
 func sliceEntry(key string, head *http.Response, total int64) *store.Entry {
 	h := head.Header.Clone()
 	relay.RemoveHopByHop(h)
-	for _, f := range []string{"Content-Range", "Content-Length", "X-Cache", "X-Cache-Node", "Age", purgeRevisionHeader} {
+	for _, f := range []string{"Content-Range", "Content-Length", "X-Cache", "X-Cache-Node", "Age", relay.PurgeRevisionHeader} {
 		h.Del(f)
 	}
 	age, _ := strconv.ParseInt(head.Header.Get("Age"), 10, 64)
@@ -429,7 +423,7 @@ func sliceEntry(key string, head *http.Response, total int64) *store.Entry {
 // object's error, redirect, or whole body.
 func (n *Node) passOn(w http.ResponseWriter, r *http.Request, resp *http.Response) {
 	relay.RemoveHopByHop(resp.Header)
-	resp.Header.Del(purgeRevisionHeader)
+	resp.Header.Del(relay.PurgeRevisionHeader)
 	copyHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	if r.Method != http.MethodHead {

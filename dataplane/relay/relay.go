@@ -20,18 +20,6 @@ import (
 	"time"
 )
 
-// Headers of the peer hop. They are honoured only on the peer listener; the
-// client listener deletes them from incoming requests.
-const (
-	// HopHeader marks a relayed request and names the node that relayed it.
-	// A request carrying it is served by the receiver, never relayed again.
-	HopHeader = "X-Shardcache-Hop"
-	// EpochHeader carries the sender's ring epoch.
-	EpochHeader = "X-Shardcache-Epoch"
-	// SchemeHeader carries the client-facing scheme, part of the cache key.
-	SchemeHeader = "X-Shardcache-Scheme"
-)
-
 // Config tunes the peer transport. Zero values mean the defaults.
 type Config struct {
 	// DialTimeout bounds connecting to a peer. Default 2s.

@@ -1,0 +1,61 @@
+package relay
+
+// The vocabulary of the peer hop, named once: the header fields nodes send
+// each other and the X-Cache values they answer with.
+
+// Header fields between nodes. They are honoured only on the peer listener:
+// the client listener deletes every one of them (InternalHeaders) from
+// incoming requests, and no origin request carries them.
+const (
+	// HopHeader marks a relayed request and names the node that relayed it.
+	// A request carrying it is served by the receiver, never relayed again.
+	HopHeader = "X-Shardcache-Hop"
+	// EpochHeader carries the sender's ring epoch.
+	EpochHeader = "X-Shardcache-Epoch"
+	// SchemeHeader carries the client-facing scheme, part of the cache key.
+	SchemeHeader = "X-Shardcache-Scheme"
+	// InvalidateHeader marks a peer request that invalidates its URL.
+	InvalidateHeader = "X-Shardcache-Invalidate"
+	// SliceHeader, on a peer request, names the slice asked for:
+	// "<index>/<size>".
+	SliceHeader = "X-Shardcache-Slice"
+	// SliceVersionHeader, on a peer request, is the version (strong ETag,
+	// else Last-Modified) the slice must belong to.
+	SliceVersionHeader = "X-Shardcache-Slice-Version"
+	// HandoffHeader marks a handoff request (a new owner asking the key's
+	// previous owner for its stored copy), which is never handed off again.
+	HandoffHeader = "X-Shardcache-Handoff"
+	// HotKeysHeader, on a peer request, asks for the peer's hot keys
+	// instead of a cached response: at most its value of them.
+	HotKeysHeader = "X-Shardcache-Hot-Keys"
+	// PrecopyHeader marks the in-process request of a pre-copy.
+	PrecopyHeader = "X-Shardcache-Precopy"
+	// PurgeRevisionHeader tells a node, on a peer answer, the purge
+	// revision the answering owner had applied: an answer from an owner
+	// behind this node may hold what this node purged, and is not kept as
+	// a copy.
+	PurgeRevisionHeader = "X-Shardcache-Purge-Revision"
+)
+
+// InternalHeaders are every header field above: taken from no client, sent
+// to no origin.
+var InternalHeaders = []string{HopHeader, EpochHeader, SchemeHeader, InvalidateHeader, SliceHeader, SliceVersionHeader,
+	HandoffHeader, HotKeysHeader, PrecopyHeader, PurgeRevisionHeader}
+
+// X-Cache values: how the node that served from its store (X-Cache-Node)
+// answered.
+const (
+	CacheHit    = "HIT"
+	CacheMiss   = "MISS"
+	CacheBypass = "BYPASS"
+	// CacheStale: served past its freshness, because the client allows it
+	// (max-stale) or the origin failed (stale-if-error).
+	CacheStale = "STALE"
+	// CacheUpdating: served stale while one request revalidates it
+	// (stale-while-revalidate).
+	CacheUpdating = "UPDATING"
+	// CacheRevalidated: the origin confirmed the stored response (304).
+	CacheRevalidated = "REVALIDATED"
+	// CacheExpired: a stored response had expired; the origin sent a new one.
+	CacheExpired = "EXPIRED"
+)
