@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -57,9 +58,14 @@ func (s *Server) term(ctx context.Context) error {
 	// Only the holder of this exact election key may write: if the session
 	// expired and another replica won, the comparison fails.
 	guard := clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())
+	// The term's compaction ends with it, before a next term can start one.
 	tctx, endTerm := context.WithCancel(ctx)
-	defer endTerm()
-	go s.compactPurges(tctx, guard)
+	var compacting sync.WaitGroup
+	compacting.Go(func() { s.compactPurges(tctx, guard) })
+	defer func() {
+		endTerm()
+		compacting.Wait()
+	}()
 	return s.writeEpochs(ctx, sess.Done(), guard)
 }
 

@@ -72,10 +72,8 @@ func (s *Server) serveOps(ctx context.Context, lis net.Listener) error {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
+	stop := context.AfterFunc(ctx, func() { srv.Close() })
+	defer stop()
 	if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serving metrics on %s: %w", lis.Addr(), err)
 	}

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/shardcache/shardcache/sdk/loopback"
 )
 
@@ -46,6 +48,11 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "stopping the dev cluster: %v\n%s", err, cluster.output())
 			code = 1
 		}
+	}
+	// Every goroutine a client starts must end when it is closed.
+	if err := goleak.Find(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
 	}
 	os.RemoveAll(dir)
 	if err != nil {
