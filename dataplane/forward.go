@@ -199,10 +199,10 @@ func (n *Node) invalidate(r *http.Request, h http.Header) {
 		}
 	}
 	done := make(chan struct{})
-	go func() {
+	n.background("invalidate", func() {
 		wg.Wait()
 		close(done)
-	}()
+	})
 	select {
 	case <-done:
 	case <-time.After(invalidateWait):

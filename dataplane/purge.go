@@ -417,7 +417,7 @@ func (n *Node) ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 	rev := n.bans.revision()
 	for _, b := range added {
 		n.metrics.purges.WithLabelValues(strings.ToLower(strings.TrimPrefix(b.p.GetKind().String(), "PURGE_KIND_"))).Inc()
-		go func() {
+		n.background("purge-report", func() {
 			t := time.NewTimer(purgeAckWithin)
 			defer t.Stop()
 			res := &pb.PurgeResult{NodeId: n.cfg.ID, PurgeId: b.p.GetId(), RevisionApplied: rev}
@@ -425,10 +425,12 @@ func (n *Node) ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 			case <-b.swept:
 			case <-t.C:
 				res.Sweeping = true
+			case <-n.fillCtx.Done():
+				return // the node stops: no session is left to carry it
 			}
 			res.ObjectsRemoved = b.removed.Load()
 			report(res)
-		}()
+		})
 	}
 }
 
