@@ -9,6 +9,37 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// The package's errors, each with its gRPC code in codeTable below.
+var (
+	// ErrEtcd marks a failure of etcd itself (unreachable, no leader, timed
+	// out): the state is unchanged and the call may be retried.
+	ErrEtcd = errors.New("controlplane: etcd unavailable")
+	// ErrEpochNotFound is returned for an epoch that is not kept.
+	ErrEpochNotFound = errors.New("controlplane: epoch not found")
+	// ErrEpochConflict: the current epoch changed under a write.
+	ErrEpochConflict = errors.New("controlplane: epoch changed concurrently")
+	// ErrSessionConflict: registrations of one id kept racing each other.
+	ErrSessionConflict = errors.New("controlplane: the node's session changed concurrently; retry")
+	// ErrPolicyNotFound is returned for a policy name that does not exist.
+	ErrPolicyNotFound = errors.New("controlplane: policy not found")
+	// ErrNodeNotFound is returned for a node id that is not registered.
+	ErrNodeNotFound = errors.New("controlplane: node not found")
+	// ErrPurgeNotFound is returned for a request id with no recorded purge.
+	ErrPurgeNotFound = errors.New("controlplane: purge not found")
+	// ErrPurgeConflict is returned when a request id is reused for a
+	// different purge.
+	ErrPurgeConflict = errors.New("controlplane: request id already used by a different purge")
+)
+
+// Errors that never leave the package.
+var (
+	// errLostLeadership ends a term; the replica campaigns again.
+	errLostLeadership = errors.New("controlplane: leadership lost")
+	// errSessionHeld is register's refusal: another process's session for
+	// the id is open (sent as ALREADY_EXISTS with SessionEnd DUPLICATE_ID).
+	errSessionHeld = errors.New("controlplane: the node id has an open session")
+)
+
 // codeTable gives each of the package's errors its gRPC code, in one place;
 // the SDK maps the codes back to its own sentinels.
 var codeTable = []struct {

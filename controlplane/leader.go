@@ -17,9 +17,6 @@ import (
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
-// errLostLeadership ends a term; the replica campaigns again.
-var errLostLeadership = errors.New("controlplane: leadership lost")
-
 // lead campaigns for leadership and, while leader, writes epochs. It returns
 // when ctx ends.
 func (s *Server) lead(ctx context.Context) error {

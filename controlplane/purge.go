@@ -52,12 +52,6 @@ const (
 // validRequestID keeps request ids usable as etcd key segments.
 var validRequestID = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._:-]{0,127}$`)
 
-// ErrPurgeNotFound is returned for a request id with no recorded purge.
-var ErrPurgeNotFound = errors.New("controlplane: purge not found")
-
-// ErrPurgeConflict is returned when a request id is reused for a different purge.
-var ErrPurgeConflict = errors.New("controlplane: request id already used by a different purge")
-
 // purgeRequest is what the three purge RPCs have in common.
 type purgeRequest struct {
 	id   string

@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,17 +11,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
-)
-
-// Errors of the state layer; errors.go gives each its gRPC code.
-var (
-	// ErrEtcd marks a failure of etcd itself (unreachable, no leader, timed
-	// out): the state is unchanged and the call may be retried.
-	ErrEtcd          = errors.New("etcd unavailable")
-	ErrEpochNotFound = errors.New("controlplane: epoch not found")
-	ErrEpochConflict = errors.New("controlplane: epoch changed concurrently")
-	// ErrSessionConflict: registrations of one id kept racing each other.
-	ErrSessionConflict = errors.New("controlplane: the node's session changed concurrently; retry")
 )
 
 // state reads and writes shardcache's records in etcd. It holds no cache of
@@ -50,10 +38,6 @@ func (s *state) sessionKey(id string) string { return s.prefix + "sessions/" + i
 // refusedKey holds the last refused hello for id (a RefusedSession).
 func (s *state) refusedKey(id string) string { return s.prefix + "refused/" + id }
 func (s *state) refusedPrefix() string       { return s.prefix + "refused/" }
-
-// errSessionHeld is register's refusal: another process's session for the id
-// is open.
-var errSessionHeld = errors.New("controlplane: the node id has an open session")
 
 // register makes instance the holder of the member's session and writes its
 // member and status records, all bound to lease, in one transaction. While
@@ -289,12 +273,6 @@ func (s *state) policyKey(name string) string { return s.prefix + "policies/" + 
 func (s *state) policyRevKey() string         { return s.prefix + "policies-revision" }
 func (s *state) drainKey(id string) string    { return s.prefix + "drain/" + id }
 func (s *state) drainPrefix() string          { return s.prefix + "drain/" }
-
-// ErrPolicyNotFound is returned for a policy name that does not exist.
-var ErrPolicyNotFound = errors.New("controlplane: policy not found")
-
-// ErrNodeNotFound is returned for a node id that is not registered.
-var ErrNodeNotFound = errors.New("controlplane: node not found")
 
 // putPolicy stores p and returns the revision of the set after the write.
 func (s *state) putPolicy(ctx context.Context, p *pb.CachePolicy) (int64, error) {

@@ -245,9 +245,6 @@ func (n *Node) revalidateInBackground(key string, r *http.Request, p *policy.Pol
 // revalidation, a pre-copy.
 type discard struct{ h http.Header }
 
-// errBrokenOff says a response broke off after its header was sent.
-var errBrokenOff = errors.New("dataplane: the body broke off after the header was sent")
-
 // breakOff ends a response whose header is sent so that whoever reads it
 // sees a broken transfer, never a short body taken for whole: a client's
 // connection is aborted (by the handler's panic that net/http recovers, and

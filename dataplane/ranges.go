@@ -27,14 +27,6 @@ func (b byteRange) contentRange(size int64) string {
 // of parts.
 const maxRanges = 64
 
-var (
-	// errRangeInvalid: the Range field does not parse, or has too many
-	// ranges; it is ignored and the whole representation sent.
-	errRangeInvalid = errors.New("invalid range")
-	// errRangeUnsatisfiable: no range overlaps the representation: 416.
-	errRangeUnsatisfiable = errors.New("no range is satisfiable")
-)
-
 // parseRange reads a Range field (RFC 9110 14.1.2) against a
 // representation of size bytes: the satisfiable ranges, in the order
 // asked; errRangeInvalid for a field to ignore; errRangeUnsatisfiable when

@@ -42,15 +42,6 @@ const (
 	sliceWindow = 4
 )
 
-var (
-	// errSliceChanged: the origin's object is no longer the version the
-	// head named.
-	errSliceChanged = errors.New("the object changed at the origin between slices")
-	// errNotSliceable: the object has no validator to keep its slices
-	// consistent; it is kept whole instead.
-	errNotSliceable = errors.New("object without validator")
-)
-
 // sliceReq names one slice of an object.
 type sliceReq struct {
 	index, size int64

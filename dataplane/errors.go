@@ -1,0 +1,22 @@
+package dataplane
+
+import "errors"
+
+// The package's errors, in one place. None reaches a client as text: each
+// decides what the client is answered (a 416, a whole body, a broken
+// transfer) where it is returned.
+var (
+	// errRangeInvalid: the Range field does not parse, or has too many
+	// ranges; it is ignored and the whole representation sent.
+	errRangeInvalid = errors.New("dataplane: invalid range")
+	// errRangeUnsatisfiable: no range overlaps the representation: 416.
+	errRangeUnsatisfiable = errors.New("dataplane: no range is satisfiable")
+	// errSliceChanged: the origin's object is no longer the version the
+	// head named.
+	errSliceChanged = errors.New("dataplane: the object changed at the origin between slices")
+	// errNotSliceable: the object has no validator to keep its slices
+	// consistent; it is kept whole instead.
+	errNotSliceable = errors.New("dataplane: object without validator")
+	// errBrokenOff says a response broke off after its header was sent.
+	errBrokenOff = errors.New("dataplane: the body broke off after the header was sent")
+)
