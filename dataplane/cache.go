@@ -616,16 +616,11 @@ func (n *Node) storeLifetime(p *policy.Policy, r *http.Request, status int, h ht
 			lifetime, policyTTL = p.DefaultTTL, true
 		}
 	}
-	understood := status >= 200 && status != http.StatusPartialContent && status != http.StatusNotModified && status < 600
-	cacheable := explicit || freshness.CacheableByDefault(status) || cc.Has("public") || policyTTL
+	// Worth storing only with a lifetime or a validator to serve it with.
 	validator := h.Get("ETag") != "" || h.Get("Last-Modified") != ""
-	ok := understood && cacheable && (lifetime > 0 || validator) &&
-		!freshness.Forbidden(h, p.StorePrivate) && !p.Excluded(status) &&
-		(p.StoreSetCookie || len(h.Values("Set-Cookie")) == 0) && maxObject > 0
-	if ok && r.Header.Get("Authorization") != "" {
-		// RFC 9111 3.5: only what the response explicitly shares.
-		ok = cc.Has("public") || cc.Has("s-maxage") || cc.Has("must-revalidate")
-	}
+	ok := freshness.Storable(status, h, r.Header.Get("Authorization") != "", freshness.Overrides{
+		TTL: policyTTL, StorePrivate: p.StorePrivate, StoreSetCookie: p.StoreSetCookie, Excluded: p.Excluded(status),
+	}) && (lifetime > 0 || validator) && maxObject > 0
 	return lifetime, ok
 }
 

@@ -124,18 +124,40 @@ func Explicit(h http.Header) bool {
 	return cc.Has("s-maxage") || cc.Has("max-age") || h.Get("Expires") != ""
 }
 
-// Storable reports whether a shared cache may store a response with this
-// status and header by RFC 9111 alone.
-func Storable(status int, h http.Header) bool {
-	if Forbidden(h, false) {
+// Overrides are what a cache policy changes of RFC 9111's storage rules.
+type Overrides struct {
+	// TTL: the policy gives the response a lifetime it does not state
+	// (a status TTL or a default TTL), which makes any status storable.
+	TTL bool
+	// StorePrivate and StoreSetCookie store what a shared cache would not.
+	StorePrivate, StoreSetCookie bool
+	// Excluded: the policy never stores this status.
+	Excluded bool
+}
+
+// Storable is the one rule of whether a shared cache may store a response
+// (RFC 9111 3) with this status and header, to a request that carried
+// Authorization when authorized, under a policy's overrides. Whether it is
+// worth storing (a lifetime or a validator to serve it with) is the
+// caller's to add.
+func Storable(status int, h http.Header, authorized bool, o Overrides) bool {
+	// A status the cache does not understand is not stored; a 206 is stored
+	// only as a slice of a whole, a 304 only merged into what it confirms.
+	if status < 200 || status >= 600 || status == http.StatusPartialContent || status == http.StatusNotModified || o.Excluded {
+		return false
+	}
+	if Forbidden(h, o.StorePrivate) || !o.StoreSetCookie && len(h.Values("Set-Cookie")) > 0 {
 		return false
 	}
 	cc := ParseCacheControl(h)
-	if heuristicStatuses[status] {
-		return true
+	// Other statuses than the heuristically cacheable ones only with
+	// explicit freshness or public (RFC 9111 3), or a policy's TTL.
+	if !heuristicStatuses[status] && !Explicit(h) && !cc.Has("public") && !o.TTL {
+		return false
 	}
-	// Other statuses only with explicit freshness (RFC 9111 3).
-	return cc.Has("s-maxage") || cc.Has("max-age") || cc.Has("public") || h.Get("Expires") != ""
+	// RFC 9111 3.5: to an authorized request, only what the response
+	// explicitly shares.
+	return !authorized || cc.Has("public") || cc.Has("s-maxage") || cc.Has("must-revalidate")
 }
 
 // Lifetime returns how long a response stays fresh in a shared cache, from

@@ -17,25 +17,39 @@ func header(kv ...string) http.Header {
 
 func TestStorable(t *testing.T) {
 	tests := []struct {
-		name   string
-		status int
-		h      http.Header
-		want   bool
+		name       string
+		status     int
+		h          http.Header
+		want       bool
+		authorized bool
+		o          Overrides
 	}{
-		{"plain 200", 200, header(), true},
-		{"no-store", 200, header("Cache-Control", "no-store"), false},
-		{"private", 200, header("Cache-Control", "max-age=60, private"), false},
-		{"no-cache is stored, revalidated on use", 200, header("Cache-Control", "no-cache"), true},
-		{"vary star among others", 200, header("Vary", "Accept, *"), false},
-		{"vary star", 200, header("Vary", "*"), false},
-		{"500 without freshness", 500, header(), false},
-		{"500 with s-maxage", 500, header("Cache-Control", "s-maxage=5"), true},
-		{"404", 404, header(), true},
-		{"directive names are case-insensitive", 200, header("Cache-Control", "No-Store"), false},
+		{"plain 200", 200, header(), true, false, Overrides{}},
+		{"no-store", 200, header("Cache-Control", "no-store"), false, false, Overrides{}},
+		{"private", 200, header("Cache-Control", "max-age=60, private"), false, false, Overrides{}},
+		{"no-cache is stored, revalidated on use", 200, header("Cache-Control", "no-cache"), true, false, Overrides{}},
+		{"vary star among others", 200, header("Vary", "Accept, *"), false, false, Overrides{}},
+		{"vary star", 200, header("Vary", "*"), false, false, Overrides{}},
+		{"500 without freshness", 500, header(), false, false, Overrides{}},
+		{"500 with s-maxage", 500, header("Cache-Control", "s-maxage=5"), true, false, Overrides{}},
+		{"404", 404, header(), true, false, Overrides{}},
+		{"directive names are case-insensitive", 200, header("Cache-Control", "No-Store"), false, false, Overrides{}},
+		{"206 is stored only as a slice", 206, header("Cache-Control", "max-age=60"), false, false, Overrides{}},
+		{"304 is not stored", 304, header("Cache-Control", "max-age=60"), false, false, Overrides{}},
+		{"1xx is not stored", 103, header("Cache-Control", "max-age=60"), false, false, Overrides{}},
+		{"500 with a policy TTL", 500, header(), true, false, Overrides{TTL: true}},
+		{"a status the policy excludes", 200, header("Cache-Control", "max-age=60"), false, false, Overrides{Excluded: true}},
+		{"private, stored when the policy says", 200, header("Cache-Control", "private"), true, false, Overrides{StorePrivate: true}},
+		{"Set-Cookie", 200, header("Cache-Control", "max-age=60", "Set-Cookie", "a=b"), false, false, Overrides{}},
+		{"Set-Cookie, stored when the policy says", 200, header("Cache-Control", "max-age=60", "Set-Cookie", "a=b"), true, false, Overrides{StoreSetCookie: true}},
+		{"authorized, max-age only", 200, header("Cache-Control", "max-age=60"), false, true, Overrides{}},
+		{"authorized, public", 200, header("Cache-Control", "public, max-age=60"), true, true, Overrides{}},
+		{"authorized, s-maxage", 200, header("Cache-Control", "s-maxage=60"), true, true, Overrides{}},
+		{"authorized, must-revalidate", 200, header("Cache-Control", "max-age=60, must-revalidate"), true, true, Overrides{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Storable(tt.status, tt.h); got != tt.want {
+			if got := Storable(tt.status, tt.h, tt.authorized, tt.o); got != tt.want {
 				t.Fatalf("Storable = %v, want %v", got, tt.want)
 			}
 		})
