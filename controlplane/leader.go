@@ -297,3 +297,53 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 		return false
 	}
 }
+
+// compactPurges deletes, while this replica leads, the purges older than
+// the retention and those past the most kept, with their acknowledgements,
+// and raises the floor to the newest deleted.
+func (s *Server) compactPurges(ctx context.Context, guard clientv3.Cmp) {
+	t := time.NewTicker(s.cfg.PurgeCompactInterval)
+	defer t.Stop()
+	for {
+		if err := s.compactPurgesOnce(ctx, guard); err != nil && ctx.Err() == nil {
+			s.log.Warn("compacting purges; retrying later", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Server) compactPurgesOnce(ctx context.Context, guard clientv3.Cmp) error {
+	ps, _, _, err := s.state.purges(ctx)
+	if err != nil {
+		return err
+	}
+	cut := time.Now().Add(-s.cfg.PurgeRetention)
+	n := 0
+	for n < len(ps) && (len(ps)-n > s.cfg.PurgeMaxRecords || ps[n].GetCreatedAt().AsTime().Before(cut)) {
+		n++
+	}
+	for len(ps[:n]) > 0 {
+		batch := ps[:min(n, 32)] // etcd caps the operations of one transaction
+		newest := batch[len(batch)-1]
+		floor, _ := proto.Marshal(&pb.Purge{Id: newest.GetId(), CreatedAt: newest.GetCreatedAt(), Revision: newest.GetRevision()})
+		ops := []clientv3.Op{clientv3.OpPut(s.state.purgeFloorKey(), string(floor))}
+		for _, p := range batch {
+			ops = append(ops, clientv3.OpDelete(s.state.purgeKey(p.GetId())),
+				clientv3.OpDelete(s.state.purgeAcksPrefix(p.GetId()), clientv3.WithPrefix()))
+		}
+		resp, err := s.etcd.Txn(ctx).If(guard).Then(ops...).Commit()
+		if err != nil {
+			return etcdErr(err, "deleting old purges")
+		}
+		if !resp.Succeeded {
+			return errLostLeadership
+		}
+		s.log.Info("deleted old purges", "count", len(batch), "floor_revision", newest.GetRevision())
+		ps, n = ps[len(batch):], n-len(batch)
+	}
+	return nil
+}

@@ -1,0 +1,88 @@
+package controlplane
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// floorPrefix starts the id of the purge a node behind the floor gets.
+const floorPrefix = "floor-"
+
+// purgeHub is this replica's view of the recorded purges, kept current by
+// an etcd watch, so that a session sends a node the purges after the
+// revision it applied.
+type purgeHub struct {
+	notify notifier
+
+	mu     sync.Mutex
+	loaded bool
+	purges []*pb.Purge // by revision
+	floor  *pb.Purge
+}
+
+func newPurgeHub() *purgeHub { return &purgeHub{notify: newNotifier()} }
+
+// since returns the purges a node that applied revision r needs, in order,
+// and whether the hub has loaded. A node behind the floor first gets a
+// purge of everything it stored before it applies it.
+func (h *purgeHub) since(r int64) ([]*pb.Purge, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*pb.Purge
+	if f := h.floor; f != nil && r < f.GetRevision() {
+		out = append(out, &pb.Purge{Id: floorPrefix + fmt.Sprint(f.GetRevision()), Kind: pb.PurgeKind_PURGE_KIND_PREFIX,
+			PathPrefix: "/", CreatedAt: f.GetCreatedAt(), Revision: f.GetRevision()})
+	}
+	i, _ := slices.BinarySearchFunc(h.purges, r+1, func(p *pb.Purge, rev int64) int { return cmp.Compare(p.GetRevision(), rev) })
+	return append(out, h.purges[i:]...), h.loaded
+}
+
+func (h *purgeHub) load(ps []*pb.Purge, floor *pb.Purge) {
+	h.mu.Lock()
+	h.purges, h.floor, h.loaded = ps, floor, true
+	h.mu.Unlock()
+	h.notify.wake()
+}
+
+// apply folds one watch response into the view.
+func (h *purgeHub) apply(s *state, events []*clientv3.Event) {
+	h.mu.Lock()
+	for _, ev := range events {
+		key := string(ev.Kv.Key)
+		switch {
+		case key == s.purgeFloorKey() && ev.Type == clientv3.EventTypePut:
+			if f, err := decodePurge(ev.Kv.Value, 0); err == nil {
+				h.floor = f
+			}
+		case !strings.HasPrefix(key, s.purgesPrefix()):
+		case ev.Type == clientv3.EventTypePut:
+			if p, err := decodePurge(ev.Kv.Value, ev.Kv.ModRevision); err == nil {
+				h.purges = append(h.purges, p) // watch events come in revision order
+			}
+		case ev.Type == clientv3.EventTypeDelete:
+			h.purges = slices.DeleteFunc(h.purges, func(p *pb.Purge) bool { return s.purgeKey(p.GetId()) == key })
+		}
+	}
+	h.mu.Unlock()
+	h.notify.wake()
+}
+
+// watchPurges keeps the purge hub current until ctx ends. purges/ and
+// purges-floor share the watched prefix "purges".
+func (s *Server) watchPurges(ctx context.Context) error {
+	return s.loadAndWatch(ctx, "purges", s.cfg.Prefix+"purges", func(ctx context.Context) (int64, error) {
+		ps, floor, at, err := s.state.purges(ctx)
+		if err == nil {
+			s.purgeHub.load(ps, floor)
+		}
+		return at, err
+	}, func(evs []*clientv3.Event) { s.purgeHub.apply(s.state, evs) })
+}
