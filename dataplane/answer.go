@@ -1,0 +1,198 @@
+package dataplane
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/shardcache/shardcache/dataplane/store"
+)
+
+// answer writes a stored entry to w, its body from memory, from its disk
+// record (by sendfile where the platform has it), or from rd, a reader
+// following the entry's fill as it streams in. The stored coding is sent
+// to a client that accepts it and decoded for one that does not. A client
+// whose conditional matches gets 304 (RFC 9111 4.3.2).
+//
+// It returns an error, having written nothing, when the body cannot be
+// read at all. A fill that breaks off after the header was sent aborts the
+// response, so the client sees a broken transfer rather than a short body.
+func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd io.Reader, status string) error {
+	h := w.Header()
+	if notModified(r, e) {
+		n.writeNotModified(w, e, status)
+		return nil
+	}
+	switch ranges, err := rangesFor(r, e, rd != nil); {
+	case ranges != nil || errors.Is(err, errRangeUnsatisfiable):
+		body, done, err := n.readerAt(e)
+		if err != nil {
+			return err
+		}
+		defer done()
+		for k, v := range e.Header {
+			h[k] = v
+		}
+		h.Del("Content-Length")
+		h.Set("Accept-Ranges", "bytes")
+		n.cacheHeaders(h, e, status)
+		section := func(start, length int64) io.Reader { return io.NewSectionReader(body, start, length) }
+		if err := answerRanges(w, r, e, ranges, section); err != nil && !isWriteError(err) {
+			return breakOff(w) // the stored body could not be read: do not end it cleanly
+		}
+		return nil
+	}
+	var src io.Reader
+	var follow *errReader
+	switch {
+	case rd != nil:
+		// Wait for the first bytes (or the end) before committing to a
+		// status: a fill that fails at once is answered 502.
+		first := make([]byte, 32<<10)
+		k, err := io.ReadAtLeast(rd, first, 1)
+		if err != nil && err != io.EOF {
+			return err
+		}
+		follow = &errReader{r: io.MultiReader(bytes.NewReader(first[:k]), rd)}
+		src = follow
+	case e.InMemory():
+		src = bytes.NewReader(e.Body)
+	default:
+		f, err := n.store.Open(e)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		src = &io.LimitedReader{R: f, N: e.Size} // what sendfile recognises
+	}
+	for k, v := range e.Header {
+		h[k] = v // entries are immutable; the slices are only read
+	}
+	length, decode := e.Length, false
+	if e.Coding != "" {
+		addVary(h, "Accept-Encoding")
+		weakenETag(h)
+		if accepts(r, e.Coding) {
+			h.Set("Content-Encoding", e.Coding)
+			length = e.Size
+		} else {
+			decode = true
+		}
+	}
+	h.Del("Content-Length")
+	if rd == nil && e.Coding == "" && e.Status == http.StatusOK && e.Length >= 0 {
+		h.Set("Accept-Ranges", "bytes")
+	}
+	if length >= 0 && bodyAllowed(e.Status) {
+		h.Set("Content-Length", strconv.FormatInt(length, 10))
+	}
+	n.cacheHeaders(h, e, status)
+	w.WriteHeader(e.Status)
+	if r.Method == http.MethodHead || !bodyAllowed(e.Status) {
+		return nil
+	}
+	if decode {
+		d := decoders.Get().(*zstd.Decoder)
+		defer func() {
+			d.Reset(nil)
+			decoders.Put(d)
+		}()
+		if err := d.Reset(src); err != nil {
+			return breakOff(w)
+		}
+		src = d
+	}
+	_, err := io.Copy(w, src)
+	if err != nil && (follow != nil && follow.err != nil || decode && !isWriteError(err)) {
+		return breakOff(w) // the body broke off: do not end it cleanly
+	}
+	return nil
+}
+
+// writeNotModified answers 304 for e (RFC 9111 4.3.2): its header
+// fields but those describing the body.
+func (n *Node) writeNotModified(w http.ResponseWriter, e *store.Entry, status string) {
+	h := w.Header()
+	for k, v := range e.Header {
+		h[k] = v
+	}
+	for _, k := range []string{"Content-Length", "Content-Type", "Content-Encoding", "Transfer-Encoding"} {
+		h.Del(k)
+	}
+	if e.Coding != "" {
+		addVary(h, "Accept-Encoding")
+		weakenETag(h)
+	}
+	n.cacheHeaders(h, e, status)
+	w.WriteHeader(http.StatusNotModified)
+}
+
+// cacheHeaders sets Age, X-Cache and X-Cache-Node.
+func (n *Node) cacheHeaders(h http.Header, e *store.Entry, status string) {
+	h.Set("Age", strconv.FormatInt(int64(e.Age(time.Now())/time.Second), 10))
+	h.Set("X-Cache", status)
+	h.Set("X-Cache-Node", n.cfg.ID)
+}
+
+// notModified evaluates a client's If-None-Match, else If-Modified-Since,
+// against a stored 200 (RFC 9110 13.1.2, 13.1.3, 13.2.2).
+func notModified(r *http.Request, e *store.Entry) bool {
+	if e.Status != http.StatusOK || r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	if inm := r.Header.Values("If-None-Match"); len(inm) > 0 {
+		etag := strings.TrimPrefix(e.Header.Get("Etag"), "W/")
+		if etag == "" {
+			return false
+		}
+		for _, v := range inm {
+			for t := range strings.SplitSeq(v, ",") {
+				t = strings.TrimSpace(t)
+				if t == "*" || strings.TrimPrefix(t, "W/") == etag {
+					return true // weak comparison
+				}
+			}
+		}
+		return false
+	}
+	ims, err := http.ParseTime(r.Header.Get("If-Modified-Since"))
+	if err != nil {
+		return false
+	}
+	lm, err := http.ParseTime(e.Header.Get("Last-Modified"))
+	return err == nil && !lm.After(ims)
+}
+
+// errReader remembers its reader's error, to tell a broken source from a
+// client that went away.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF {
+		e.err = err
+	}
+	return n, err
+}
+
+// isWriteError reports whether err came from writing to the client.
+func isWriteError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, http.ErrHandlerTimeout) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// bodyAllowed reports whether a response with status has a body.
+func bodyAllowed(status int) bool {
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
+}
