@@ -48,9 +48,9 @@ soak: build ## a cluster under full load for SOAK (default 10m): throughput, p99
 
 FUZZTIME ?= 1m
 fuzz: ## run each fuzz test for FUZZTIME (default 1m); make test runs their seed corpora
-	$(GO) test -run '^$$' -fuzz '^FuzzParseRange$$' -fuzztime $(FUZZTIME) ./dataplane/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRange$$' -fuzztime $(FUZZTIME) ./dataplane/httpcache/
 	$(GO) test -run '^$$' -fuzz '^FuzzCacheKey$$' -fuzztime $(FUZZTIME) ./sdk/policy/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseCacheControl$$' -fuzztime $(FUZZTIME) ./dataplane/freshness/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCacheControl$$' -fuzztime $(FUZZTIME) ./dataplane/httpcache/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHead$$' -fuzztime $(FUZZTIME) ./dataplane/store/
 
 bench-quick: build ## the same with short workloads, to try the harness (figures not for quoting)

@@ -3,11 +3,11 @@ package dataplane
 import (
 	"bytes"
 	"errors"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -27,12 +27,12 @@ import (
 // response, so the client sees a broken transfer rather than a short body.
 func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd io.Reader, status string) error {
 	h := w.Header()
-	if notModified(r, e) {
+	if httpcache.NotModified(r.Method, r.Header, e.Status, e.Header) {
 		n.writeNotModified(w, e, status)
 		return nil
 	}
 	switch ranges, err := rangesFor(r, e, rd != nil); {
-	case ranges != nil || errors.Is(err, errRangeUnsatisfiable):
+	case ranges != nil || errors.Is(err, httpcache.ErrRangeUnsatisfiable):
 		body, done, err := n.readerAt(e)
 		if err != nil {
 			return err
@@ -78,9 +78,9 @@ func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd
 	}
 	length, decode := e.Length, false
 	if e.Coding != "" {
-		addVary(h, "Accept-Encoding")
-		weakenETag(h)
-		if accepts(r, e.Coding) {
+		httpcache.AddVary(h, "Accept-Encoding")
+		httpcache.WeakenETag(h)
+		if httpcache.Accepts(r.Header, e.Coding) {
 			h.Set("Content-Encoding", e.Coding)
 			length = e.Size
 		} else {
@@ -128,8 +128,8 @@ func (n *Node) writeNotModified(w http.ResponseWriter, e *store.Entry, status st
 		h.Del(k)
 	}
 	if e.Coding != "" {
-		addVary(h, "Accept-Encoding")
-		weakenETag(h)
+		httpcache.AddVary(h, "Accept-Encoding")
+		httpcache.WeakenETag(h)
 	}
 	n.cacheHeaders(h, e, status)
 	w.WriteHeader(http.StatusNotModified)
@@ -140,35 +140,6 @@ func (n *Node) cacheHeaders(h http.Header, e *store.Entry, status string) {
 	h.Set("Age", strconv.FormatInt(int64(e.Age(time.Now())/time.Second), 10))
 	h.Set("X-Cache", status)
 	h.Set("X-Cache-Node", n.cfg.ID)
-}
-
-// notModified evaluates a client's If-None-Match, else If-Modified-Since,
-// against a stored 200 (RFC 9110 13.1.2, 13.1.3, 13.2.2).
-func notModified(r *http.Request, e *store.Entry) bool {
-	if e.Status != http.StatusOK || r.Method != http.MethodGet && r.Method != http.MethodHead {
-		return false
-	}
-	if inm := r.Header.Values("If-None-Match"); len(inm) > 0 {
-		etag := strings.TrimPrefix(e.Header.Get("Etag"), "W/")
-		if etag == "" {
-			return false
-		}
-		for _, v := range inm {
-			for t := range strings.SplitSeq(v, ",") {
-				t = strings.TrimSpace(t)
-				if t == "*" || strings.TrimPrefix(t, "W/") == etag {
-					return true // weak comparison
-				}
-			}
-		}
-		return false
-	}
-	ims, err := http.ParseTime(r.Header.Get("If-Modified-Since"))
-	if err != nil {
-		return false
-	}
-	lm, err := http.ParseTime(e.Header.Get("Last-Modified"))
-	return err == nil && !lm.After(ims)
 }
 
 // errReader remembers its reader's error, to tell a broken source from a

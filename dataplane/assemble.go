@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"io"
 	"math"
 	"net/http"
@@ -57,7 +58,7 @@ func (n *Node) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key strin
 		return nil
 	}
 	cr := head.Header.Get("Content-Range")
-	start, _, total, ok := parseContentRange(cr)
+	start, _, total, ok := httpcache.ParseContentRange(cr)
 	if !ok || start != 0 || total < 0 {
 		head.Body.Close()
 		return fmt.Errorf("slice 0 of the object came with range %q", cr)
@@ -69,7 +70,7 @@ func (n *Node) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key strin
 	}
 	e := sliceEntry(key, head, total)
 	xcache := head.Header.Get("X-Cache")
-	if notModified(r, e) {
+	if httpcache.NotModified(r.Method, r.Header, e.Status, e.Header) {
 		head.Body.Close()
 		n.writeNotModified(w, e, xcache)
 		return nil
@@ -81,7 +82,7 @@ func (n *Node) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key strin
 			plan = slicePlan(plan, 0, total, size)
 		}
 		for _, rg := range ranges {
-			plan = slicePlan(plan, rg.start, rg.length, size)
+			plan = slicePlan(plan, rg.Start, rg.Length, size)
 		}
 	}
 	body := &slicedBody{
@@ -117,7 +118,7 @@ func (n *Node) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key strin
 	copyHeader(h, e.Header)
 	h.Set("Accept-Ranges", "bytes")
 	n.cacheHeaders(h, e, xcache)
-	if ranges != nil || errors.Is(rerr, errRangeUnsatisfiable) {
+	if ranges != nil || errors.Is(rerr, httpcache.ErrRangeUnsatisfiable) {
 		if err := answerRanges(w, r, e, ranges, body.section); err != nil && !isWriteError(err) {
 			return breakOff(w)
 		}
@@ -144,8 +145,8 @@ func wantsFirstSlice(r *http.Request, size int64) bool {
 	if field == "" {
 		return true
 	}
-	ranges, err := parseRange(field, math.MaxInt64)
-	return err != nil || slices.ContainsFunc(ranges, func(b byteRange) bool { return b.start < size })
+	ranges, err := httpcache.ParseRange(field, math.MaxInt64)
+	return err != nil || slices.ContainsFunc(ranges, func(b httpcache.ByteRange) bool { return b.Start < size })
 }
 
 // sliceEntry is the object as the head describes it, to answer a client
@@ -182,7 +183,7 @@ func checkSlice(resp *http.Response, s *sliceReq, total int64) error {
 	if resp.StatusCode != http.StatusPartialContent {
 		return fmt.Errorf("slice %d: owner answered %d", s.index, resp.StatusCode)
 	}
-	start, end, t, ok := parseContentRange(resp.Header.Get("Content-Range"))
+	start, end, t, ok := httpcache.ParseContentRange(resp.Header.Get("Content-Range"))
 	switch {
 	case !ok || start != s.start():
 		return fmt.Errorf("slice %d: owner answered range %q", s.index, resp.Header.Get("Content-Range"))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/textproto"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -13,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/shardcache/shardcache/dataplane/freshness"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -53,7 +52,7 @@ type fillShare struct {
 // names (see slices.go).
 func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, sl *sliceReq) {
 	now := time.Now()
-	req := freshness.ForRequest(r.Header)
+	req := httpcache.ForRequest(r.Header)
 	var span trace.Span
 	if n.tracer != nil {
 		_, span = n.tracer.Start(r.Context(), "cache.lookup", trace.WithAttributes(attribute.String("shardcache.key", key)))
@@ -133,7 +132,7 @@ func (n *Node) serveShare(w http.ResponseWriter, r *http.Request, s *fillShare) 
 		return n.answer(w, r, s.e, nil, s.status) == nil
 	}
 	e := s.wr.Entry()
-	if !sameVariant(varyFields(e.Header), s.req, r.Header) {
+	if !httpcache.SameVariant(httpcache.VaryFields(e.Header), s.req, r.Header) {
 		return false
 	}
 	rd, err := s.wr.NewReader()
@@ -167,7 +166,7 @@ func (u use) String() string {
 }
 
 // decide applies RFC 9111 4.2 and 5.2 to a stored response and a request.
-func (n *Node) decide(e *store.Entry, req freshness.Directives, p *policy.Policy, now time.Time) use {
+func (n *Node) decide(e *store.Entry, req httpcache.Directives, p *policy.Policy, now time.Time) use {
 	age, life := e.Age(now), e.Lifetime
 	if age < life {
 		ok := !req.Has("no-cache")
@@ -185,7 +184,7 @@ func (n *Node) decide(e *store.Entry, req freshness.Directives, p *policy.Policy
 		return useRevalidate
 	}
 	// Only a stale response needs its own directives read.
-	resp := freshness.ParseCacheControl(e.Header)
+	resp := httpcache.ParseCacheControl(e.Header)
 	if resp.MustRevalidate() || req.Has("no-cache") {
 		return useRevalidate
 	}
@@ -208,7 +207,7 @@ func (n *Node) decide(e *store.Entry, req freshness.Directives, p *policy.Policy
 // staleOnError reports whether e may be served when the origin fails
 // (stale-if-error in the response or request, or the policy's window).
 func (n *Node) staleOnError(e *store.Entry, r *http.Request, p *policy.Policy, now time.Time) bool {
-	resp := freshness.ParseCacheControl(e.Header)
+	resp := httpcache.ParseCacheControl(e.Header)
 	if resp.MustRevalidate() {
 		return false
 	}
@@ -216,7 +215,7 @@ func (n *Node) staleOnError(e *store.Entry, r *http.Request, p *policy.Policy, n
 	if d, ok := resp.Seconds("stale-if-error"); ok {
 		window = max(window, d)
 	}
-	if d, ok := freshness.ForRequest(r.Header).Seconds("stale-if-error"); ok {
+	if d, ok := httpcache.ForRequest(r.Header).Seconds("stale-if-error"); ok {
 		window = max(window, d)
 	}
 	return e.Age(now)-e.Lifetime <= window
@@ -254,11 +253,9 @@ func (d discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d discard) WriteHeader(int)             {}
 
 // Vary (RFC 9111 4.1). A response that varies is stored under a variant
-// key: the URL's key, varySep, and the request's values of the fields it
-// names. Under the URL's key itself a marker (status 0, never served)
+// key (httpcache.VariantKey). Under the URL's key itself a marker (status 0, never served)
 // names those fields, so a lookup knows which variant to read.
 const (
-	varySep    = "\x1fvary\x1f"
 	varyMarker = 0
 	// defaultMaxVariants bounds the variants stored per URL when the
 	// policy does not.
@@ -273,12 +270,12 @@ func (n *Node) lookup(key string, r *http.Request) *store.Entry {
 		return nil
 	}
 	if e.Status != varyMarker {
-		if fields := varyFields(e.Header); len(fields) > 0 {
+		if fields := httpcache.VaryFields(e.Header); len(fields) > 0 {
 			return nil // stored before it varied; cannot tell its variant
 		}
 		return e
 	}
-	v, ok := n.store.Get(variantKey(key, varyFields(e.Header), r.Header))
+	v, ok := n.store.Get(httpcache.VariantKey(key, httpcache.VaryFields(e.Header), r.Header))
 	if !ok || !n.usable(v) {
 		return nil
 	}
@@ -289,13 +286,13 @@ func (n *Node) lookup(key string, r *http.Request) *store.Entry {
 // writes the URL's marker. It reports false when the URL has its policy's
 // number of variants already.
 func (n *Node) variant(key string, fields []string, r *http.Request, p *policy.Policy, now time.Time) (string, bool) {
-	vk := variantKey(key, fields, r.Header)
+	vk := httpcache.VariantKey(key, fields, r.Header)
 	limit := p.MaxVariants
 	if limit <= 0 {
 		limit = defaultMaxVariants
 	}
 	marker, ok := n.store.Get(key)
-	if !ok || marker.Status != varyMarker || !slices.Equal(varyFields(marker.Header), fields) {
+	if !ok || marker.Status != varyMarker || !slices.Equal(httpcache.VaryFields(marker.Header), fields) {
 		m := &store.Entry{Key: key, URL: entryURL(r), Status: varyMarker, Header: http.Header{"Vary": {strings.Join(fields, ", ")}},
 			Received: now, Lifetime: 0}
 		if err := n.store.Put(m, nil); err != nil {
@@ -312,67 +309,4 @@ func (n *Node) variant(key string, fields []string, r *http.Request, p *policy.P
 		return "", false
 	}
 	return vk, true
-}
-
-// varyFields are the lower-cased, sorted field names of h's Vary.
-func varyFields(h http.Header) []string {
-	var fields []string
-	for _, v := range h.Values("Vary") {
-		for f := range strings.SplitSeq(v, ",") {
-			if f = strings.ToLower(strings.TrimSpace(f)); f != "" && !slices.Contains(fields, f) {
-				fields = append(fields, f)
-			}
-		}
-	}
-	slices.Sort(fields)
-	return fields
-}
-
-// variantKey is key extended with the request's normalised values of the
-// fields (RFC 9111 4.1 allows normalising them).
-func variantKey(key string, fields []string, h http.Header) string {
-	var b strings.Builder
-	b.WriteString(key)
-	b.WriteString(varySep)
-	for _, f := range fields {
-		b.WriteString(f)
-		b.WriteByte('=')
-		b.WriteString(varyValue(f, h))
-		b.WriteByte('\x1e')
-	}
-	return b.String()
-}
-
-// varyValue normalises the request's value of a Vary field: lines joined,
-// spaces around commas dropped; Accept-Encoding reduced to the codings it
-// accepts, sorted.
-func varyValue(field string, h http.Header) string {
-	vals := h.Values(textproto.CanonicalMIMEHeaderKey(field))
-	if field == "accept-encoding" {
-		r := &http.Request{Header: h}
-		var acc []string
-		for _, c := range []string{"br", "deflate", "gzip", "zstd"} {
-			if accepts(r, c) {
-				acc = append(acc, c)
-			}
-		}
-		return strings.Join(acc, ",")
-	}
-	parts := make([]string, 0, len(vals))
-	for _, v := range vals {
-		for p := range strings.SplitSeq(v, ",") {
-			parts = append(parts, strings.TrimSpace(p))
-		}
-	}
-	return strings.Join(parts, ",")
-}
-
-// sameVariant reports whether two requests select the same variant.
-func sameVariant(fields []string, a, b http.Header) bool {
-	for _, f := range fields {
-		if varyValue(f, a) != varyValue(f, b) {
-			return false
-		}
-	}
-	return true
 }

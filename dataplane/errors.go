@@ -6,11 +6,6 @@ import "errors"
 // decides what the client is answered (a 416, a whole body, a broken
 // transfer) where it is returned.
 var (
-	// errRangeInvalid: the Range field does not parse, or has too many
-	// ranges; it is ignored and the whole representation sent.
-	errRangeInvalid = errors.New("dataplane: invalid range")
-	// errRangeUnsatisfiable: no range overlaps the representation: 416.
-	errRangeUnsatisfiable = errors.New("dataplane: no range is satisfiable")
 	// errSliceChanged: the origin's object is no longer the version the
 	// head named.
 	errSliceChanged = errors.New("dataplane: the object changed at the origin between slices")

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/flight"
-	"github.com/shardcache/shardcache/dataplane/freshness"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -158,7 +158,7 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	storeKey := key
 	if sl != nil {
 		storable = storable && sliceVary(resp.Header)
-	} else if fields := varyFields(resp.Header); storable && len(fields) > 0 {
+	} else if fields := httpcache.VaryFields(resp.Header); storable && len(fields) > 0 {
 		storeKey, storable = n.variant(key, fields, r, p, now)
 	}
 	if !storable {
@@ -172,7 +172,7 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 		Status:     resp.StatusCode,
 		Header:     resp.Header,
 		Received:   now,
-		InitialAge: freshness.InitialAge(resp.Header, requested, now),
+		InitialAge: httpcache.InitialAge(resp.Header, requested, now),
 		Lifetime:   lifetime,
 	}
 	compress := p.Compress && sl == nil && compressible(resp.Header, resp.ContentLength)
@@ -343,7 +343,7 @@ func (n *Node) refreshed(stale *store.Entry, resp *http.Response, p *policy.Poli
 	}
 	lifetime, _ := n.storeLifetime(p, r, stale.Status, h, now, 1<<62)
 	meta := &store.Entry{Key: stale.Key, URL: stale.URL, Status: stale.Status, Header: h, Received: now,
-		InitialAge: freshness.InitialAge(h, requested, now), Lifetime: lifetime}
+		InitialAge: httpcache.InitialAge(h, requested, now), Lifetime: lifetime}
 	e, err := n.store.Update(stale, meta)
 	if err != nil {
 		n.log.Warn("storing a revalidated response failed", "key", stale.Key, "err", err)
@@ -361,10 +361,10 @@ func (n *Node) refreshed(stale *store.Entry, resp *http.Response, p *policy.Poli
 // none). A response without freshness is stored only if it can be
 // revalidated.
 func (n *Node) storeLifetime(p *policy.Policy, r *http.Request, status int, h http.Header, received time.Time, maxObject int64) (time.Duration, bool) {
-	cc := freshness.ParseCacheControl(h)
-	lifetime := freshness.Lifetime(status, h, received)
+	cc := httpcache.ParseCacheControl(h)
+	lifetime := httpcache.Lifetime(status, h, received)
 	policyTTL := false
-	explicit := freshness.Explicit(h)
+	explicit := httpcache.Explicit(h)
 	if !explicit && !cc.Has("no-cache") {
 		if ttl, ok := p.StatusTTL(status); ok {
 			lifetime, policyTTL = ttl, true
@@ -374,7 +374,7 @@ func (n *Node) storeLifetime(p *policy.Policy, r *http.Request, status int, h ht
 	}
 	// Worth storing only with a lifetime or a validator to serve it with.
 	validator := h.Get("ETag") != "" || h.Get("Last-Modified") != ""
-	ok := freshness.Storable(status, h, r.Header.Get("Authorization") != "", freshness.Overrides{
+	ok := httpcache.Storable(status, h, r.Header.Get("Authorization") != "", httpcache.Overrides{
 		TTL: policyTTL, StorePrivate: p.StorePrivate, StoreSetCookie: p.StoreSetCookie, Excluded: p.Excluded(status),
 	}) && (lifetime > 0 || validator) && maxObject > 0
 	return lifetime, ok

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -217,7 +218,7 @@ const invalidateWait = time.Second
 // its variants, and a hot copy.
 func (n *Node) dropLocal(key string) {
 	if e, ok := n.store.Get(key); ok && e.Status == varyMarker {
-		prefix := key + varySep
+		prefix := httpcache.VariantPrefix(key)
 		n.store.Keys(func(k string) bool {
 			if strings.HasPrefix(k, prefix) {
 				n.store.Delete(k)

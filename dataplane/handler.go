@@ -15,7 +15,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/shardcache/shardcache/dataplane/freshness"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -375,7 +375,7 @@ func (n *Node) admitHotCopy(w http.ResponseWriter, r *http.Request, key string, 
 	}
 	n.countPeerIn(int64(len(body)))
 	e := &store.Entry{Key: key, URL: entryURL(r), Status: resp.StatusCode, Header: resp.Header, Body: body, Received: received,
-		InitialAge: freshness.InitialAge(resp.Header, received, received), Lifetime: lifetime, Size: int64(len(body)), Length: int64(len(body))}
+		InitialAge: httpcache.InitialAge(resp.Header, received, received), Lifetime: lifetime, Size: int64(len(body)), Length: int64(len(body))}
 	if n.hotCopies.Set(e) {
 		n.metrics.hot.WithLabelValues("copy_admitted").Inc()
 	}

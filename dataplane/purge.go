@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"net/http"
 	"net/url"
 	"os"
@@ -226,7 +227,7 @@ func (s *bans) match(e *store.Entry) *ban {
 		return b
 	}
 	if len(s.keys) > 0 {
-		k, _, _ := strings.Cut(e.Key, varySep)
+		k := httpcache.URLKey(e.Key)
 		if b := s.keys[k]; newer(b) {
 			return b
 		}

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"fmt"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -43,7 +44,7 @@ func TestBanMatching(t *testing.T) {
 		{"the URL fetched after the purge", store.Entry{URL: "shop.example/item?id=1", Received: at.Add(time.Second)}, false},
 		{"fetched after, but generated before (Age)", store.Entry{URL: "shop.example/item?id=1", Received: at.Add(time.Second), InitialAge: time.Minute}, true},
 		{"the key", store.Entry{Key: "custom-key", URL: "x/y", Received: before}, true},
-		{"a variant of the key", store.Entry{Key: "custom-key" + varySep + "accept-language=de", URL: "x/y", Received: before}, true},
+		{"a variant of the key", store.Entry{Key: httpcache.VariantPrefix("custom-key") + "accept-language=de", URL: "x/y", Received: before}, true},
 		{"a longer key", store.Entry{Key: "custom-key-2", URL: "x/y", Received: before}, false},
 		{"under the host's prefix", store.Entry{URL: "img.example/thumbs/a.png", Received: before}, true},
 		{"same prefix, other host", store.Entry{URL: "cdn.example/thumbs/a.png", Received: before}, false},

@@ -2,83 +2,15 @@ package dataplane
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strconv"
 	"testing"
 )
-
-func TestParseRange(t *testing.T) {
-	const size = 1000
-	tests := []struct {
-		field string
-		want  []byteRange
-		err   error
-	}{
-		{"bytes=0-499", []byteRange{{0, 500}}, nil},
-		{"bytes=500-", []byteRange{{500, 500}}, nil},
-		{"bytes=-200", []byteRange{{800, 200}}, nil},
-		{"bytes=-2000", []byteRange{{0, 1000}}, nil},
-		{"bytes=990-2000", []byteRange{{990, 10}}, nil},
-		{"bytes=0-0,-1", []byteRange{{0, 1}, {999, 1}}, nil},
-		{"BYTES = 1-2 , 5-6", []byteRange{{1, 2}, {5, 2}}, nil},
-		{"bytes=0-1,,4-5", []byteRange{{0, 2}, {4, 2}}, nil},
-		{"bytes=1000-", nil, errRangeUnsatisfiable},
-		{"bytes=1000-2000,2000-", nil, errRangeUnsatisfiable},
-		{"bytes=-0", nil, errRangeUnsatisfiable},
-		{"bytes=1000-1001,5-6", []byteRange{{5, 2}}, nil}, // the satisfiable one
-		{"bytes=5-4", nil, errRangeInvalid},
-		{"bytes=a-b", nil, errRangeInvalid},
-		{"bytes=-", nil, errRangeInvalid},
-		{"bytes=+1-2", nil, errRangeInvalid},
-		{"bytes=1", nil, errRangeInvalid},
-		{"bytes=", nil, errRangeInvalid},
-		{"items=0-1", nil, errRangeInvalid},
-		{"bytes=99999999999999999999-", nil, errRangeInvalid},
-	}
-	for _, tt := range tests {
-		got, err := parseRange(tt.field, size)
-		if !errors.Is(err, tt.err) || !slices.Equal(got, tt.want) {
-			t.Errorf("parseRange(%q) = %v, %v; want %v, %v", tt.field, got, err, tt.want, tt.err)
-		}
-	}
-	many := "bytes=0-0" + string(bytes.Repeat([]byte(",0-0"), maxRanges))
-	if _, err := parseRange(many, size); !errors.Is(err, errRangeInvalid) {
-		t.Errorf("%d ranges: %v, want them ignored", maxRanges+1, err)
-	}
-}
-
-func FuzzParseRange(f *testing.F) {
-	for _, s := range []string{"bytes=0-499", "bytes=-5", "bytes=5-", "bytes=1-2,3-4,-1", "bytes=,", "bytes=9-1", "x"} {
-		f.Add(s, int64(1000))
-	}
-	f.Fuzz(func(t *testing.T, field string, size int64) {
-		if size < 0 {
-			size = -size
-		}
-		ranges, err := parseRange(field, size)
-		if err != nil {
-			if ranges != nil {
-				t.Fatalf("%q: ranges %v with error %v", field, ranges, err)
-			}
-			return
-		}
-		if len(ranges) == 0 || len(ranges) > maxRanges {
-			t.Fatalf("%q: %d ranges", field, len(ranges))
-		}
-		for _, r := range ranges {
-			if r.start < 0 || r.length <= 0 || r.start+r.length > size || r.start+r.length < r.start {
-				t.Fatalf("%q on %d bytes: range %+v outside the representation", field, size, r)
-			}
-		}
-	})
-}
 
 // rangeOrigin serves /r/<size> as size deterministic bytes with a strong
 // ETag and Last-Modified.

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"fmt"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"io"
 	"math"
 	"net/http"
@@ -106,7 +107,7 @@ func (s *sliceReq) originHeader() http.Header {
 func (s *sliceReq) fromOrigin(resp *http.Response) error {
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
-		start, end, total, ok := parseContentRange(resp.Header.Get("Content-Range"))
+		start, end, total, ok := httpcache.ParseContentRange(resp.Header.Get("Content-Range"))
 		if !ok || total < 0 || start != s.start() || end != s.last(total) {
 			return fmt.Errorf("slice %d: origin answered range %q, want bytes %d-%d", s.index, resp.Header.Get("Content-Range"), s.start(), s.start()+s.size-1)
 		}
@@ -142,7 +143,7 @@ func (s *sliceReq) fromOrigin(resp *http.Response) error {
 			io.Closer
 		}{io.LimitReader(resp.Body, length), resp.Body}
 		resp.StatusCode, resp.ContentLength = http.StatusPartialContent, length
-		resp.Header.Set("Content-Range", byteRange{s.start(), length}.contentRange(total))
+		resp.Header.Set("Content-Range", httpcache.ByteRange{Start: s.start(), Length: length}.ContentRange(total))
 		resp.Header.Set("Content-Length", strconv.FormatInt(length, 10))
 		return nil
 	}
@@ -164,7 +165,7 @@ func (s *sliceReq) fromOrigin(resp *http.Response) error {
 // vary by content coding (slices are fetched unencoded, so one slice
 // serves every client) but by nothing else.
 func sliceVary(h http.Header) bool {
-	fields := varyFields(h)
+	fields := httpcache.VaryFields(h)
 	if len(fields) > 0 && !slices.Equal(fields, []string{"accept-encoding"}) {
 		return false
 	}
@@ -179,31 +180,6 @@ func objectVersion(h http.Header) string {
 		return et
 	}
 	return h.Get("Last-Modified")
-}
-
-// parseContentRange reads "bytes first-last/complete" (RFC 9110 14.4);
-// total is -1 for "*".
-func parseContentRange(v string) (start, end, total int64, ok bool) {
-	rest, found := strings.CutPrefix(v, "bytes ")
-	rng, size, found2 := strings.Cut(rest, "/")
-	first, last, found3 := strings.Cut(rng, "-")
-	if !found || !found2 || !found3 {
-		return 0, 0, 0, false
-	}
-	var err error
-	if start, err = digits(first); err != nil {
-		return 0, 0, 0, false
-	}
-	if end, err = digits(last); err != nil || end < start {
-		return 0, 0, 0, false
-	}
-	total = -1
-	if size != "*" {
-		if total, err = digits(size); err != nil || end >= total {
-			return 0, 0, 0, false
-		}
-	}
-	return start, end, total, true
 }
 
 // sliceOwner is the member to ask for slice s of the object under key;

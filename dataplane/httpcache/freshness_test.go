@@ -1,4 +1,4 @@
-package freshness
+package httpcache
 
 import (
 	"net/http"

@@ -1,6 +1,10 @@
-// Package freshness decides, by RFC 9111, whether a shared cache may store a
-// response and for how long it stays fresh.
-package freshness
+// Package httpcache holds the HTTP caching rules of RFC 9110, 9111 and 9213
+// as pure functions of header fields, with no I/O and the clock passed in:
+// whether a shared cache may store a response and for how long it stays
+// fresh, conditional requests, byte ranges, content codings and Vary keys.
+// It imports nothing of the project: the node's read path asks it, and it
+// is tested on its own.
+package httpcache
 
 import (
 	"net/http"

@@ -1,0 +1,37 @@
+package httpcache
+
+import (
+	"net/http"
+	"strings"
+)
+
+// NotModified reports whether a GET or HEAD with this header, for a stored
+// response of status with header stored, is answered 304 (RFC 9111 4.3.2):
+// If-None-Match by weak comparison, else If-Modified-Since against
+// Last-Modified.
+func NotModified(method string, req http.Header, status int, stored http.Header) bool {
+	if status != http.StatusOK || method != http.MethodGet && method != http.MethodHead {
+		return false
+	}
+	if inm := req.Values("If-None-Match"); len(inm) > 0 {
+		etag := strings.TrimPrefix(stored.Get("Etag"), "W/")
+		if etag == "" {
+			return false
+		}
+		for _, v := range inm {
+			for t := range strings.SplitSeq(v, ",") {
+				t = strings.TrimSpace(t)
+				if t == "*" || strings.TrimPrefix(t, "W/") == etag {
+					return true // weak comparison
+				}
+			}
+		}
+		return false
+	}
+	ims, err := http.ParseTime(req.Get("If-Modified-Since"))
+	if err != nil {
+		return false
+	}
+	lm, err := http.ParseTime(stored.Get("Last-Modified"))
+	return err == nil && !lm.After(ims)
+}
