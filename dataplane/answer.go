@@ -3,7 +3,6 @@ package dataplane
 import (
 	"bytes"
 	"errors"
-	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/store"
 )
 

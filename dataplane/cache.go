@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -293,7 +294,7 @@ func (n *Node) variant(key string, fields []string, r *http.Request, p *policy.P
 	}
 	marker, ok := n.store.Get(key)
 	if !ok || marker.Status != varyMarker || !slices.Equal(httpcache.VaryFields(marker.Header), fields) {
-		m := &store.Entry{Key: key, URL: entryURL(r), Status: varyMarker, Header: http.Header{"Vary": {strings.Join(fields, ", ")}},
+		m := &store.Entry{Key: key, URL: purge.EntryURL(r), Status: varyMarker, Header: http.Header{"Vary": {strings.Join(fields, ", ")}},
 			Received: now, Lifetime: 0}
 		if err := n.store.Put(m, nil); err != nil {
 			return "", false

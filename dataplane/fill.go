@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/flight"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -168,7 +169,7 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	}
 	e := &store.Entry{
 		Key:        storeKey,
-		URL:        entryURL(r),
+		URL:        purge.EntryURL(r),
 		Status:     resp.StatusCode,
 		Header:     resp.Header,
 		Received:   now,

@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"context"
-	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -13,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/sdk/policy"
 )

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -226,7 +227,7 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 		annotate(r.Context(), attribute.String("shardcache.node", n.cfg.ID))
 	}
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
-	w.Header().Set(relay.PurgeRevisionHeader, strconv.FormatInt(n.bans.revision(), 10))
+	w.Header().Set(relay.PurgeRevisionHeader, strconv.FormatInt(n.bans.Revision(), 10))
 	n.serveOwned(rec, r, key, p, nil, sl)
 	n.metrics.peerBytes.WithLabelValues("out").Add(float64(rec.bytes))
 	if r.Header.Get(relay.HandoffHeader) != "" && rec.status < 300 {
@@ -374,7 +375,7 @@ func (n *Node) admitHotCopy(w http.ResponseWriter, r *http.Request, key string, 
 		return true
 	}
 	n.countPeerIn(int64(len(body)))
-	e := &store.Entry{Key: key, URL: entryURL(r), Status: resp.StatusCode, Header: resp.Header, Body: body, Received: received,
+	e := &store.Entry{Key: key, URL: purge.EntryURL(r), Status: resp.StatusCode, Header: resp.Header, Body: body, Received: received,
 		InitialAge: httpcache.InitialAge(resp.Header, received, received), Lifetime: lifetime, Size: int64(len(body)), Length: int64(len(body))}
 	if n.hotCopies.Set(e) {
 		n.metrics.hot.WithLabelValues("copy_admitted").Inc()

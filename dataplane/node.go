@@ -24,6 +24,7 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/flight"
 	"github.com/shardcache/shardcache/dataplane/hotkey"
+	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/session"
 	"github.com/shardcache/shardcache/dataplane/store"
@@ -95,7 +96,7 @@ type Node struct {
 
 	// bans are the purges in force; purgeFile keeps them in the data
 	// directory. inflight tracks running fills for the sweep.
-	bans      *bans
+	bans      *purge.Set
 	purgeFile string
 	inflight  inflight
 	// caughtUp is set once the first session of this run brought the
@@ -140,7 +141,7 @@ func New(cfg Config) (*Node, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		ready: make(chan struct{}),
-		bans:  newBans(),
+		bans:  purge.New(),
 	}
 	n.shadow = newShadow(cfg.DiskBytes, maxTracked)
 	n.metrics.watchShadow(n.shadow)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/shardcache/shardcache/dataplane/purge"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
@@ -126,7 +127,7 @@ type purgeCall func(context.Context, pb.AdminServiceClient) (*pb.PurgeStatus, er
 func (n *Node) purgeCalls(r *http.Request) ([]purgeCall, error) {
 	id := r.Header.Get("X-Request-Id")
 	var tags []string
-	entryTags(r.Header, func(t string) bool { tags = append(tags, t); return false })
+	purge.EntryTags(r.Header, func(t string) bool { tags = append(tags, t); return false })
 	if len(tags) > 0 {
 		calls := make([]purgeCall, 0, len(tags))
 		for i, t := range tags {

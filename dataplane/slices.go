@@ -3,7 +3,6 @@ package dataplane
 import (
 	"context"
 	"fmt"
-	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"io"
 	"math"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
