@@ -6,11 +6,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
-	"net/textproto"
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/flight"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
@@ -57,7 +57,7 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 			cancel()
 		}
 	}()
-	ctx = httptrace.WithClientTrace(ctx, passInterim(w))
+	ctx = httptrace.WithClientTrace(ctx, origin.PassInterim(w))
 	// Purges wait for fills that began before them; see sweepBans.
 	endFill := n.inflight.begin()
 	defer func() {
@@ -84,7 +84,7 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 		if sl != nil {
 			extra = sl.originHeader()
 		}
-		resp, err = n.fetch(ctx, r, p, true, extra)
+		resp, err = n.origin.Fetch(ctx, r, p.Origins, true, extra)
 	}
 	now := time.Now()
 	if err != nil || resp.StatusCode >= 500 && stale != nil {
@@ -225,7 +225,7 @@ func (n *Node) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Membe
 	get := *r // Forward reads only the method, URL and host; the header is h
 	get.Method = http.MethodGet
 	h := n.relayHeader(r)
-	for _, f := range conditionalFields {
+	for _, f := range httpcache.ConditionalFields {
 		h.Del(f) // a fill brings the whole object, as the origin sent it
 	}
 	h.Del("Accept-Encoding")
@@ -393,23 +393,4 @@ func (n *Node) writeResponse(w http.ResponseWriter, r *http.Request, resp *http.
 			n.metrics.originBytes.Add(float64(nb))
 		}
 	}
-}
-
-// passInterim passes 1xx interim responses from the origin (103 Early
-// Hints, 100 Continue aside) on to the client.
-func passInterim(w http.ResponseWriter) *httptrace.ClientTrace {
-	return &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-		if code == http.StatusContinue || code == http.StatusSwitchingProtocols {
-			return nil
-		}
-		hdr := w.Header()
-		for k, v := range h {
-			hdr[k] = v
-		}
-		w.WriteHeader(code)
-		for k := range h {
-			hdr.Del(k)
-		}
-		return nil
-	}}
 }

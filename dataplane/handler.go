@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
@@ -251,11 +250,6 @@ func (n *Node) peerKey(r *http.Request) (string, *policy.Policy, *sliceReq, erro
 	return key, p, sl, err
 }
 
-// conditionalFields make a request conditional or partial: a fill, which
-// brings the whole object for every later client, sends none of a
-// client's.
-var conditionalFields = []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range"}
-
 // bypassReason says why r must not go through the cache, or "".
 func bypassReason(r *http.Request, p *policy.Policy) string {
 	switch {
@@ -293,7 +287,7 @@ func (n *Node) relayHeader(r *http.Request) http.Header {
 func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, key string, p *policy.Policy, hot bool) bool {
 	ctx, cancel := context.WithTimeout(r.Context(), n.relayTimeout(p))
 	defer cancel()
-	ctx = httptrace.WithClientTrace(ctx, passInterim(w))
+	ctx = httptrace.WithClientTrace(ctx, origin.PassInterim(w))
 	sent := time.Now()
 	resp, err := n.peers.Forward(ctx, owner.GetPeerAddress(), r, n.relayHeader(r))
 	n.metrics.peerDuration.Observe(time.Since(sent).Seconds())
@@ -395,7 +389,7 @@ func (n *Node) admitHotCopy(w http.ResponseWriter, r *http.Request, key string, 
 func (n *Node) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy) {
 	ctx, cancel := context.WithTimeout(r.Context(), n.originTimeout(p))
 	defer cancel()
-	resp, err := n.fetch(httptrace.WithClientTrace(ctx, passInterim(w)), r, p, false, nil)
+	resp, err := n.origin.Fetch(httptrace.WithClientTrace(ctx, origin.PassInterim(w)), r, p.Origins, false, nil)
 	if err != nil {
 		n.metrics.originReqs.WithLabelValues("bypass", "error").Inc()
 		http.Error(w, "shardcache: origin unreachable", http.StatusBadGateway)
@@ -411,84 +405,6 @@ func (n *Node) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy) 
 	}
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
-}
-
-// fetch sends r to the policy's origins in order (the node's default
-// origin when it names none) until one answers. A fill is a whole-object GET
-// with no body; a bypass forwards the client's method and body, and is not
-// retried on another origin once the body may have been read.
-//
-// extra fields are set on the origin request (a revalidation's validators).
-func (n *Node) fetch(ctx context.Context, r *http.Request, p *policy.Policy, fill bool, extra http.Header) (*http.Response, error) {
-	origins := p.Origins
-	if len(origins) == 0 {
-		origins = []*url.URL{n.originURL}
-	}
-	var err error
-	for i, o := range origins {
-		var req *http.Request
-		if req, err = n.originRequest(ctx, r, o, fill); err != nil {
-			return nil, err
-		}
-		for k, v := range extra {
-			req.Header[k] = v
-		}
-		if !fill {
-			req.Body, req.ContentLength = r.Body, r.ContentLength
-		}
-		var resp *http.Response
-		sent := time.Now()
-		resp, err = n.origin.Do(req)
-		n.metrics.originDuration.Observe(time.Since(sent).Seconds())
-		if err == nil {
-			return resp, nil
-		}
-		if !fill && r.ContentLength != 0 || i == len(origins)-1 {
-			break
-		}
-		n.log.Warn("origin failed; trying the next", "origin", o.Host, "err", err)
-	}
-	return nil, err
-}
-
-// originRequest builds the request to origin for r: the origin's base URL
-// with r's path and query, and r's end-to-end headers (the forwarded chain
-// among them, extended where the request arrived). A fill is always a
-// whole-object GET.
-func (n *Node) originRequest(ctx context.Context, r *http.Request, origin *url.URL, fill bool) (*http.Request, error) {
-	method := r.Method
-	if fill {
-		method = http.MethodGet // a HEAD miss fills with a GET, so the body is stored
-	}
-	u := *origin
-	u.Path = strings.TrimSuffix(u.Path, "/") + r.URL.Path
-	u.RawPath = ""
-	if r.URL.RawPath != "" {
-		u.RawPath = strings.TrimSuffix(origin.EscapedPath(), "/") + r.URL.RawPath
-	}
-	u.RawQuery = r.URL.RawQuery
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("shardcache: building origin request: %w", err)
-	}
-	req.Header = r.Header.Clone()
-	relay.RemoveHopByHop(req.Header)
-	for _, h := range relay.InternalHeaders {
-		req.Header.Del(h)
-	}
-	if fill {
-		// A fill brings the whole object for every later client, not a 304
-		// or a range for this one.
-		for _, h := range conditionalFields {
-			req.Header.Del(h)
-		}
-	}
-	via := "1.1 " + n.cfg.ID
-	if prior := r.Header.Get("Via"); prior != "" {
-		via = prior + ", " + via
-	}
-	req.Header.Set("Via", via)
-	return req, nil
 }
 
 func copyHeader(dst, src http.Header) {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/flight"
 	"github.com/shardcache/shardcache/dataplane/hotkey"
+	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/session"
@@ -71,8 +72,7 @@ type Node struct {
 	variants  sync.Map
 	routes    atomic.Pointer[routes]
 	policies  atomic.Pointer[policy.Set]
-	originURL *url.URL
-	origin    *http.Client
+	origin    *origin.Client
 	peers     *relay.Client
 	peerTLS   *tls.Config // the relay's; nil: h2c
 	serverTLS *tls.Config // the peer listener's; nil: h2c
@@ -121,35 +121,26 @@ func New(cfg Config) (*Node, error) {
 	}
 	originURL, _ := url.Parse(cfg.Origin) // checked by Validate
 	n := &Node{
-		cfg:       cfg,
-		log:       cfg.Logger.With("node", cfg.ID),
-		metrics:   newMetrics(),
-		originURL: originURL,
-		origin: &http.Client{
-			Transport: &http.Transport{
-				Proxy:               nil,
-				DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-				MaxIdleConnsPerHost: 256,
-				IdleConnTimeout:     90 * time.Second,
-				// A slow or huge response header is the origin's fault:
-				// bounded like the client's.
-				ResponseHeaderTimeout:  cfg.OriginTimeout,
-				MaxResponseHeaderBytes: 64 << 10,
-				DisableCompression:     true,
-				ForceAttemptHTTP2:      true,
-			},
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
-		ready: make(chan struct{}),
-		bans:  purge.New(),
+		cfg:     cfg,
+		log:     cfg.Logger.With("node", cfg.ID),
+		metrics: newMetrics(),
+		ready:   make(chan struct{}),
+		bans:    purge.New(),
 	}
 	n.shadow = newShadow(cfg.DiskBytes, maxTracked)
 	n.metrics.watchShadow(n.shadow)
 	n.fillCtx, n.stopFills = context.WithCancel(context.Background())
 	if cfg.TracerProvider != nil {
 		n.tracer = cfg.TracerProvider.Tracer(tracerName)
-		n.origin.Transport = n.traceTransport(n.origin.Transport, "origin")
 	}
+	n.origin = origin.New(origin.Config{
+		Default:       originURL,
+		Via:           cfg.ID,
+		HeaderTimeout: cfg.OriginTimeout,
+		Wrap:          func(rt http.RoundTripper) http.RoundTripper { return n.traceTransport(rt, "origin") },
+		Observe:       func(d time.Duration) { n.metrics.originDuration.Observe(d.Seconds()) },
+		Logger:        n.log,
+	})
 	if cfg.AccessLog != nil {
 		n.access = slog.New(slog.NewJSONHandler(cfg.AccessLog, nil))
 	}
@@ -349,7 +340,7 @@ func (n *Node) Run(ctx context.Context) error {
 		defer n.hotCopies.Close()
 	}
 	defer n.peers.CloseIdle()
-	defer n.origin.CloseIdleConnections()
+	defer n.origin.CloseIdle()
 	defer func() {
 		for _, c := range n.adminConns {
 			c.Close()

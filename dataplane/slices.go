@@ -200,7 +200,7 @@ func (n *Node) sliceOwner(key string, s *sliceReq, p *policy.Policy) *pb.Member 
 // it in process when this node owns it or the owner cannot be reached.
 func (n *Node) fetchSlice(ctx context.Context, r *http.Request, key string, p *policy.Policy, s *sliceReq, method string) *http.Response {
 	h := n.relayHeader(r)
-	for _, f := range conditionalFields {
+	for _, f := range httpcache.ConditionalFields {
 		h.Del(f) // the assembling node answers those
 	}
 	s.setHeader(h)

@@ -35,3 +35,7 @@ func NotModified(method string, req http.Header, status int, stored http.Header)
 	lm, err := http.ParseTime(stored.Get("Last-Modified"))
 	return err == nil && !lm.After(ims)
 }
+
+// ConditionalFields make a request conditional or partial: a fill, which
+// brings the whole object for every later client, sends none of a client's.
+var ConditionalFields = []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range"}

@@ -1,0 +1,172 @@
+// Package origin is a node's client of the origin: it rewrites a client's
+// request for an origin, tries a policy's origins in order, and passes 1xx
+// interim responses on. It knows nothing of the cache: what to ask for and
+// what to do with the answer are its caller's.
+package origin
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/relay"
+)
+
+// Config configures a Client.
+type Config struct {
+	// Default is the origin of requests whose policy names none. Required.
+	Default *url.URL
+	// Via names this node in the Via field it adds ("1.1 <Via>").
+	Via string
+	// HeaderTimeout bounds the wait for a response's header; zero: none.
+	HeaderTimeout time.Duration
+	// Wrap, when set, wraps the transport (tracing).
+	Wrap func(http.RoundTripper) http.RoundTripper
+	// Observe, when set, gets each request's time to its response header.
+	Observe func(time.Duration)
+	// Logger receives failovers. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Client fetches from origins.
+type Client struct {
+	cfg  Config
+	http *http.Client
+}
+
+// New returns a client with pooled connections: 256 idle per origin, a
+// 5 s dial timeout, and redirects passed back rather than followed.
+func New(cfg Config) *Client {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	var rt http.RoundTripper = &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		// A slow or huge response header is the origin's fault: bounded
+		// like the client's.
+		ResponseHeaderTimeout:  cfg.HeaderTimeout,
+		MaxResponseHeaderBytes: 64 << 10,
+		DisableCompression:     true,
+		ForceAttemptHTTP2:      true,
+	}
+	if cfg.Wrap != nil {
+		rt = cfg.Wrap(rt)
+	}
+	return &Client{cfg: cfg, http: &http.Client{
+		Transport:     rt,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
+}
+
+// CloseIdle closes the idle connections to every origin.
+func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }
+
+// Fetch sends r to origins in order (the default origin when there are
+// none) until one answers. A fill is a whole-object GET with no body; a
+// bypass forwards the client's method and body, and is not retried on
+// another origin once the body may have been read.
+//
+// extra fields are set on the origin request (a revalidation's validators).
+func (c *Client) Fetch(ctx context.Context, r *http.Request, origins []*url.URL, fill bool, extra http.Header) (*http.Response, error) {
+	if len(origins) == 0 {
+		origins = []*url.URL{c.cfg.Default}
+	}
+	var err error
+	for i, o := range origins {
+		var req *http.Request
+		if req, err = c.Request(ctx, r, o, fill); err != nil {
+			return nil, err
+		}
+		for k, v := range extra {
+			req.Header[k] = v
+		}
+		if !fill {
+			req.Body, req.ContentLength = r.Body, r.ContentLength
+		}
+		var resp *http.Response
+		sent := time.Now()
+		resp, err = c.http.Do(req)
+		if c.cfg.Observe != nil {
+			c.cfg.Observe(time.Since(sent))
+		}
+		if err == nil {
+			return resp, nil
+		}
+		if !fill && r.ContentLength != 0 || i == len(origins)-1 {
+			break
+		}
+		c.cfg.Logger.Warn("origin failed; trying the next", "origin", o.Host, "err", err)
+	}
+	return nil, err
+}
+
+// Request builds the request to origin for r: the origin's base URL with
+// r's path and query, and r's end-to-end headers (the forwarded chain among
+// them, extended where the request arrived) without the nodes' internal
+// ones. A fill is always a whole-object GET and carries none of the
+// client's conditionals.
+func (c *Client) Request(ctx context.Context, r *http.Request, origin *url.URL, fill bool) (*http.Request, error) {
+	method := r.Method
+	if fill {
+		method = http.MethodGet // a HEAD miss fills with a GET, so the body is stored
+	}
+	u := *origin
+	u.Path = strings.TrimSuffix(u.Path, "/") + r.URL.Path
+	u.RawPath = ""
+	if r.URL.RawPath != "" {
+		u.RawPath = strings.TrimSuffix(origin.EscapedPath(), "/") + r.URL.RawPath
+	}
+	u.RawQuery = r.URL.RawQuery
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("shardcache: building origin request: %w", err)
+	}
+	req.Header = r.Header.Clone()
+	relay.RemoveHopByHop(req.Header)
+	for _, h := range relay.InternalHeaders {
+		req.Header.Del(h)
+	}
+	if fill {
+		// A fill brings the whole object for every later client, not a 304
+		// or a range for this one.
+		for _, h := range httpcache.ConditionalFields {
+			req.Header.Del(h)
+		}
+	}
+	via := "1.1 " + c.cfg.Via
+	if prior := r.Header.Get("Via"); prior != "" {
+		via = prior + ", " + via
+	}
+	req.Header.Set("Via", via)
+	return req, nil
+}
+
+// PassInterim passes 1xx interim responses from the origin (103 Early
+// Hints, 100 Continue aside) on to w.
+func PassInterim(w http.ResponseWriter) *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		if code == http.StatusContinue || code == http.StatusSwitchingProtocols {
+			return nil
+		}
+		hdr := w.Header()
+		for k, v := range h {
+			hdr[k] = v
+		}
+		w.WriteHeader(code)
+		for k := range h {
+			hdr.Del(k)
+		}
+		return nil
+	}}
+}
