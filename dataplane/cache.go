@@ -15,6 +15,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
@@ -23,11 +24,11 @@ import (
 // flightKey is what concurrent fills of key collapse on: the key, and for
 // a slice the version asked for, so that a request for one version never
 // waits for another's.
-func flightKey(key string, sl *sliceReq) string {
-	if sl == nil || sl.version == "" {
+func flightKey(key string, sl *slice.Req) string {
+	if sl == nil || sl.Version == "" {
 		return key
 	}
-	return key + "\x00" + sl.version
+	return key + "\x00" + sl.Version
 }
 
 // fillShare is what a fill's leader gives the requests collapsed onto it:
@@ -51,7 +52,7 @@ type fillShare struct {
 // hot key and fills from it before going to the origin, so the origin still
 // sees one request. sl, when set, is the slice of a large object that key
 // names (see slices.go).
-func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, sl *sliceReq) {
+func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, sl *slice.Req) {
 	now := time.Now()
 	req := httpcache.ForRequest(r.Header)
 	var span trace.Span
@@ -59,7 +60,7 @@ func (n *Node) serveOwned(w http.ResponseWriter, r *http.Request, key string, p 
 		_, span = n.tracer.Start(r.Context(), "cache.lookup", trace.WithAttributes(attribute.String("shardcache.key", key)))
 	}
 	stale := n.lookup(key, r)
-	if sl != nil && stale != nil && sl.version != "" && objectVersion(stale.Header) != sl.version {
+	if sl != nil && stale != nil && sl.Version != "" && slice.Version(stale.Header) != sl.Version {
 		stale = nil // another version of the object: never served for this one
 	}
 	var decision use
@@ -224,7 +225,7 @@ func (n *Node) staleOnError(e *store.Entry, r *http.Request, p *policy.Policy, n
 
 // revalidateInBackground refreshes a stale entry with one request of its
 // own, unless a fill of the key is already running.
-func (n *Node) revalidateInBackground(key string, r *http.Request, p *policy.Policy, stale *store.Entry, sl *sliceReq) {
+func (n *Node) revalidateInBackground(key string, r *http.Request, p *policy.Policy, stale *store.Entry, sl *slice.Req) {
 	call, leader := n.flights.Join(flightKey(key, sl))
 	if !leader {
 		return

@@ -6,9 +6,6 @@ import "errors"
 // decides what the client is answered (a 416, a whole body, a broken
 // transfer) where it is returned.
 var (
-	// errSliceChanged: the origin's object is no longer the version the
-	// head named.
-	errSliceChanged = errors.New("dataplane: the object changed at the origin between slices")
 	// errNotSliceable: the object has no validator to keep its slices
 	// consistent; it is kept whole instead.
 	errNotSliceable = errors.New("dataplane: object without validator")

@@ -13,6 +13,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
@@ -30,7 +31,7 @@ import (
 //
 // A slice (sl set) is fetched with a Range request of its own bytes,
 // conditional (If-Range) on the version of the object it belongs to.
-func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, call *flight.Call[*fillShare], stale *store.Entry, sl *sliceReq) {
+func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, call *flight.Call[*fillShare], stale *store.Entry, sl *slice.Req) {
 	leader := call
 	fk := flightKey(key, sl)
 	settle := func(s *fillShare) {
@@ -82,7 +83,7 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	if fromOrigin {
 		extra := validators(stale)
 		if sl != nil {
-			extra = sl.originHeader()
+			extra = sl.OriginHeader()
 		}
 		resp, err = n.origin.Fetch(ctx, r, p.Origins, true, extra)
 	}
@@ -123,9 +124,9 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	}
 	relay.RemoveHopByHop(resp.Header)
 	if sl != nil {
-		if err := sl.fromOrigin(resp); err != nil {
+		if err := sl.FromOrigin(resp); err != nil {
 			code := http.StatusBadGateway
-			if errors.Is(err, errSliceChanged) {
+			if errors.Is(err, slice.ErrChanged) {
 				code = http.StatusPreconditionFailed
 			} else {
 				n.log.Warn("origin answer cannot be sliced", "key", key, "err", err)
@@ -158,7 +159,7 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	storable = storable && resp.ContentLength <= maxObject
 	storeKey := key
 	if sl != nil {
-		storable = storable && sliceVary(resp.Header)
+		storable = storable && slice.Storable(resp.Header)
 	} else if fields := httpcache.VaryFields(resp.Header); storable && len(fields) > 0 {
 		storeKey, storable = n.variant(key, fields, r, p, now)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -175,7 +176,7 @@ func (n *Node) invalidate(r *http.Request, h http.Header) {
 		if p.SliceSize > 0 {
 			// Without its head a sliced object is looked up anew; slices
 			// of another version are then refused.
-			n.dropLocal((&sliceReq{size: p.SliceSize}).key(key))
+			n.dropLocal((&slice.Req{Size: p.SliceSize}).Key(key))
 		}
 		if rt == nil {
 			continue

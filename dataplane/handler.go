@@ -17,6 +17,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
@@ -236,16 +237,16 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 
 // peerKey is the key and policy of a peer request: its URL's key under
 // the scheme the client used, or the key of the slice it asks for.
-func (n *Node) peerKey(r *http.Request) (string, *policy.Policy, *sliceReq, error) {
+func (n *Node) peerKey(r *http.Request) (string, *policy.Policy, *slice.Req, error) {
 	scheme := r.Header.Get(relay.SchemeHeader)
 	if scheme != "https" {
 		scheme = "http"
 	}
 	p := n.policies.Load().Match(policy.Host(r), r.URL.Path)
 	key := p.Key(scheme, r)
-	sl, err := parseSliceHeader(r.Header)
+	sl, err := slice.ParseHeader(r.Header)
 	if sl != nil {
-		key = sl.key(key)
+		key = sl.Key(key)
 	}
 	return key, p, sl, err
 }

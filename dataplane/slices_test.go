@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardcache/shardcache/dataplane/slice"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
@@ -185,7 +186,7 @@ func TestSlicedRanges(t *testing.T) {
 	for _, n := range nodes {
 		c := 0
 		n.store.Keys(func(k string) bool {
-			if strings.Contains(k, "/s/object") && strings.Contains(k, sliceSep) {
+			if strings.Contains(k, "/s/object") && strings.Contains(k, slice.Sep) {
 				c++
 			}
 			return true
@@ -382,18 +383,6 @@ func TestSlicesFromAnOriginThatIgnoresRange(t *testing.T) {
 	}
 	if count != 5 {
 		t.Errorf("origin saw %d requests, want one per slice (5)", count)
-	}
-}
-
-func TestSliceHeaders(t *testing.T) {
-	for _, v := range []string{"1", "x/65536", "-1/65536", "1/100", "9223372036854775807/65536"} {
-		if _, err := parseSliceHeader(http.Header{"X-Shardcache-Slice": {v}}); err == nil {
-			t.Errorf("slice header %q accepted", v)
-		}
-	}
-	s, err := parseSliceHeader(http.Header{"X-Shardcache-Slice": {"3/65536"}, "X-Shardcache-Slice-Version": {`"v1"`}})
-	if err != nil || s.index != 3 || s.size != 65536 || s.version != `"v1"` || s.start() != 3*65536 {
-		t.Errorf("slice header: %+v, %v", s, err)
 	}
 }
 
