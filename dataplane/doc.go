@@ -13,4 +13,11 @@
 // (package session) and keeps serving with the last epoch it had when the
 // control plane is away. Its ops listener serves /healthz, /readyz,
 // /metrics and /debug/pprof/.
+//
+// The parts with one job live in packages below it, which never import it:
+// httpcache (the pure HTTP caching rules), origin (the origin client),
+// slice (the slice format and assembler), purge (bans), relay (the peer
+// hop and its vocabulary), session, store, flight and hotkey. The root
+// package wires them, and holds the front and the owner's read path;
+// docs/architecture.md says which file does each step.
 package dataplane
