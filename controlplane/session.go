@@ -83,7 +83,9 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 		PurgeRevision: hello.GetPurgeRevision()}
 	rev, err := n.state.register(ctx, st, hello.GetInstance(), lease.ID)
 	if err != nil {
-		n.state.kv.Revoke(context.WithoutCancel(ctx), lease.ID) //nolint:errcheck // it expires anyway
+		rctx, cancel := cleanupContext(ctx)
+		n.state.kv.Revoke(rctx, lease.ID) //nolint:errcheck // it expires anyway
+		cancel()
 		if errors.Is(err, errSessionHeld) {
 			return n.refuse(ctx, m, err)
 		}
@@ -93,7 +95,7 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 	// the member record stays until the lease expires unless revoked.
 	revoke := false
 	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		rctx, cancel := cleanupContext(ctx)
 		defer cancel()
 		if rerr := n.state.release(rctx, m.GetId(), lease.ID, revoke); rerr != nil {
 			log.Warn("ending the session in etcd", "err", rerr)
@@ -291,7 +293,7 @@ func (n *nodeService) refuse(ctx context.Context, m *pb.Member, held error) erro
 	reason := held.Error()
 	n.log.Warn("refused a session: the node id has an open session from another process", "node", m.GetId(),
 		"peer", m.GetPeerAddress(), "remote", remote, "reason", reason)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	rctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	r := &pb.RefusedSession{PeerAddress: m.GetPeerAddress(), RemoteAddress: remote, At: timestamppb.Now(), Reason: reason, Replica: n.replica}
 	if err := n.state.recordRefusal(rctx, m.GetId(), r); err != nil {
@@ -318,6 +320,12 @@ func (n *nodeService) recordChanged(ctx context.Context, ev *clientv3.Event, m *
 	_ = proto.Unmarshal(ev.Kv.Value, got) // described best effort
 	return sessionEnd(codes.FailedPrecondition, pb.SessionEnd_SESSION_END_RECORD_REPLACED,
 		"the member record of %s was overwritten (peer address %q, this node's is %q)", id, got.GetPeerAddress(), m.GetPeerAddress())
+}
+
+// cleanupContext is for the etcd writes that end a session, which run
+// whether or not its stream's context has ended, for 5 s at most.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 }
 
 // sessionEnd is a status that says why a session was refused or ended, with
