@@ -21,6 +21,10 @@ const floorPrefix = "floor-"
 // revision it applied.
 type purgeHub struct {
 	notify notifier
+	// ready is closed once the view was first loaded: sessions are
+	// refused until then.
+	ready     chan struct{}
+	readyOnce sync.Once
 
 	mu     sync.Mutex
 	loaded bool
@@ -28,7 +32,7 @@ type purgeHub struct {
 	floor  *pb.Purge
 }
 
-func newPurgeHub() *purgeHub { return &purgeHub{notify: newNotifier()} }
+func newPurgeHub() *purgeHub { return &purgeHub{notify: newNotifier(), ready: make(chan struct{})} }
 
 // since returns the purges a node that applied revision r needs, in order,
 // and whether the hub has loaded. A node behind the floor first gets a
@@ -49,6 +53,7 @@ func (h *purgeHub) load(ps []*pb.Purge, floor *pb.Purge) {
 	h.mu.Lock()
 	h.purges, h.floor, h.loaded = ps, floor, true
 	h.mu.Unlock()
+	h.readyOnce.Do(func() { close(h.ready) })
 	h.notify.wake()
 }
 

@@ -198,6 +198,13 @@ func (s *Server) Run(ctx context.Context) error {
 		stopGRPC(gs, shutdownGrace)
 		return nil
 	})
+	// A replica that has not read the purges refuses sessions (a node
+	// must not miss one): it is ready, and says it serves, once it has.
+	select {
+	case <-s.purgeHub.ready:
+	case <-gctx.Done():
+		return g.Wait()
+	}
 	close(s.ready)
 	s.log.Info("control plane serving", "addr", lis.Addr().String(), "replica", s.cfg.ReplicaID)
 	return g.Wait()
