@@ -84,7 +84,7 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 	rev, err := n.state.register(ctx, st, hello.GetInstance(), lease.ID)
 	if err != nil {
 		rctx, cancel := cleanupContext(ctx)
-		n.state.kv.Revoke(rctx, lease.ID) //nolint:errcheck // it expires anyway
+		_, _ = n.state.kv.Revoke(rctx, lease.ID) // it expires anyway
 		cancel()
 		if errors.Is(err, errSessionHeld) {
 			return n.refuse(ctx, m, err)

@@ -157,6 +157,21 @@ func (e *errReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// pass copies an upstream body (the origin's or a peer's) to w. When the
+// upstream breaks off, so does w's answer: the client sees a broken
+// transfer, never a short body taken for whole, which an answer of unknown
+// length would otherwise be. It returns the bytes copied and whether the
+// upstream broke off.
+func pass(w http.ResponseWriter, body io.Reader) (int64, bool) {
+	src := &errReader{r: body}
+	nb, _ := io.Copy(w, src)
+	if src.err != nil {
+		_ = breakOff(w) // nothing more is written
+		return nb, true
+	}
+	return nb, false
+}
+
 // isWriteError reports whether err came from writing to the client.
 func isWriteError(err error) bool {
 	var op *net.OpError

@@ -167,7 +167,7 @@ func (n *Node) passOn(w http.ResponseWriter, r *http.Request, resp *http.Respons
 	copyHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	if r.Method != http.MethodHead {
-		io.Copy(w, resp.Body)
+		pass(w, resp.Body)
 	}
 }
 

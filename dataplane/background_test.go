@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -139,5 +140,72 @@ func TestPanicInABackgroundTaskIsRecovered(t *testing.T) {
 	})
 	if resp, body := do(t, "GET", "http://"+n.ClientAddr().String()+"/after"); resp.StatusCode != 200 || body == "" {
 		t.Fatalf("after a background panic: %d", resp.StatusCode)
+	}
+}
+
+// An upstream answer of unknown length that breaks off mid-body (the
+// origin, or an owner whose origin did, dropped the connection) must reach
+// the client as a broken transfer, never as a shorter body ended cleanly:
+// without a length only an aborted transfer tells the client it is
+// incomplete. Each way an upstream body is passed on is tried: relayed from
+// the owner, served unstored by the owner, and bypassed to the origin.
+func TestAnUpstreamAnswerThatBreaksOffReachesTheClientBroken(t *testing.T) {
+	// The origin sends the header and a first part, then waits until the
+	// client has them before it drops the connection: the break comes
+	// after every node on the way has sent its header.
+	var gate atomic.Pointer[chan struct{}]
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/unstored/") {
+			w.Header().Set("Cache-Control", "no-store")
+		} else {
+			w.Header().Set("Cache-Control", "max-age=60")
+		}
+		w.WriteHeader(http.StatusOK) // no Content-Length: chunked
+		w.Write(make([]byte, 16<<10))
+		w.(http.Flusher).Flush()
+		select {
+		case <-*gate.Load():
+		case <-r.Context().Done():
+		}
+		panic(http.ErrAbortHandler) // the origin drops the connection
+	}))
+	origin.Config.ErrorLog = log.New(io.Discard, "", 0)
+	defer origin.Close()
+	a, b, e := startPair(t, origin.URL, noHotKeys)
+	for _, tt := range []struct {
+		name string
+		via  *Node
+		path string
+		hdr  []string
+	}{
+		{"relayed from the owner", a, pathOwnedBy(t, e, "/relayed/", "b"), nil},
+		{"served unstored by the owner", b, pathOwnedBy(t, e, "/unstored/", "b"), nil},
+		{"relayed and unstored", a, pathOwnedBy(t, e, "/unstored/", "b"), nil},
+		{"bypassed to the origin", a, "/bypass", []string{"Authorization", "Bearer x"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			release := make(chan struct{})
+			gate.Store(&release)
+			req, _ := http.NewRequest(http.MethodGet, "http://"+tt.via.ClientAddr().String()+tt.path, nil)
+			for i := 0; i < len(tt.hdr); i += 2 {
+				req.Header.Set(tt.hdr[i], tt.hdr[i+1])
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				close(release)
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			first := make([]byte, 1024)
+			_, err = io.ReadFull(resp.Body, first)
+			close(release)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("before the break: %d, %v", resp.StatusCode, err)
+			}
+			rest, err := io.ReadAll(resp.Body)
+			if err == nil {
+				t.Fatalf("an answer that broke off after %d bytes reached the client as a complete 200 (X-Cache %s)", len(first)+len(rest), resp.Header.Get("X-Cache"))
+			}
+		})
 	}
 }

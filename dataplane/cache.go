@@ -238,17 +238,32 @@ func (n *Node) revalidateInBackground(key string, r *http.Request, p *policy.Pol
 // revalidation, a pre-copy.
 type discard struct{ h http.Header }
 
+// breaker is a ResponseWriter that can be broken off: whatever is written
+// to it after is dropped, and its owner ends the transfer as broken.
+type breaker interface{ breakOff() }
+
 // breakOff ends a response whose header is sent so that whoever reads it
-// sees a broken transfer, never a short body taken for whole: a client's
-// connection is aborted (by the handler's panic that net/http recovers, and
-// inProcess for a slice); work no client waits on (discard) is told by the
-// error alone, which its caller returns.
+// sees a broken transfer, never a short body taken for whole. The writer
+// that can tell (the handlers' recorder, whose handler then aborts the
+// client's connection; work no client waits on) is told, and the error is
+// returned for the caller to stop with. A writer of net/http's own, which
+// no handler wrapped, is aborted at once.
 func breakOff(w http.ResponseWriter) error {
-	if _, ok := w.(discard); !ok {
-		panic(http.ErrAbortHandler)
+	for {
+		if b, ok := w.(breaker); ok {
+			b.breakOff()
+			return errBrokenOff
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			panic(http.ErrAbortHandler)
+		}
+		w = u.Unwrap()
 	}
-	return errBrokenOff
 }
+
+// breakOff: nobody reads a discarded answer.
+func (discard) breakOff() {}
 
 func (d discard) Header() http.Header         { return d.h }
 func (d discard) Write(b []byte) (int, error) { return len(b), nil }

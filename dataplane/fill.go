@@ -389,7 +389,7 @@ func (n *Node) writeResponse(w http.ResponseWriter, r *http.Request, resp *http.
 	w.Header().Set("X-Cache-Node", n.cfg.ID)
 	w.WriteHeader(resp.StatusCode)
 	if r.Method != http.MethodHead {
-		nb, _ := io.Copy(w, resp.Body)
+		nb, _ := pass(w, resp.Body)
 		if fromOrigin {
 			n.metrics.originBytes.Add(float64(nb))
 		}

@@ -58,6 +58,7 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request) {
 			annotate(r.Context(), attribute.String("shardcache.node", n.cfg.ID), attribute.String("shardcache.route", route),
 				attribute.String("shardcache.cache", cache))
 		}
+		rec.abortIfBroken()
 	}()
 	if len(r.TransferEncoding) > 0 && r.ProtoMajor == 1 {
 		// The body was read by its Transfer-Encoding, any Content-Length
@@ -230,9 +231,10 @@ func (n *Node) servePeer(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(relay.PurgeRevisionHeader, strconv.FormatInt(n.bans.Revision(), 10))
 	n.serveOwned(rec, r, key, p, nil, sl)
 	n.metrics.peerBytes.WithLabelValues("out").Add(float64(rec.bytes))
-	if r.Header.Get(relay.HandoffHeader) != "" && rec.status < 300 {
+	if r.Header.Get(relay.HandoffHeader) != "" && rec.status < 300 && !rec.broken {
 		n.handoffAnswers.Add(1)
 	}
+	rec.abortIfBroken()
 }
 
 // peerKey is the key and policy of a peer request: its URL's key under
@@ -327,8 +329,11 @@ func (n *Node) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, k
 	}
 	copyHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
-	nb, _ := io.Copy(w, body)
+	nb, broken := pass(w, body)
 	n.countPeerIn(nb)
+	if broken {
+		n.metrics.peerReqs.WithLabelValues(owner.GetId(), "broken").Inc()
+	}
 	return true
 }
 
@@ -405,7 +410,7 @@ func (n *Node) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy) 
 		n.invalidate(r, resp.Header)
 	}
 	w.WriteHeader(resp.StatusCode)
-	io.Copy(w, resp.Body)
+	pass(w, resp.Body)
 }
 
 func copyHeader(dst, src http.Header) {
@@ -439,9 +444,26 @@ type recorder struct {
 	bytes  int64
 	wrote  bool
 	key    string // the cache key, once known
+	// broken is set by breakOff: the body broke off after the header was
+	// sent; nothing more is written, and the handler aborts the transfer.
+	broken bool
+}
+
+func (r *recorder) breakOff() { r.broken = true }
+
+// abortIfBroken ends a handler whose answer broke off: net/http then
+// aborts the connection (or resets the HTTP/2 stream), so the client sees
+// a broken transfer.
+func (r *recorder) abortIfBroken() {
+	if r.broken {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 func (r *recorder) WriteHeader(code int) {
+	if r.broken {
+		return
+	}
 	if !r.wrote {
 		r.status, r.wrote = code, true
 	}
@@ -449,6 +471,9 @@ func (r *recorder) WriteHeader(code int) {
 }
 
 func (r *recorder) Write(b []byte) (int, error) {
+	if r.broken {
+		return 0, errBrokenOff
+	}
 	r.wrote = true
 	n, err := r.ResponseWriter.Write(b)
 	r.bytes += int64(n)
@@ -458,6 +483,9 @@ func (r *recorder) Write(b []byte) (int, error) {
 // ReadFrom passes the real writer's ReadFrom on, so that a body read from
 // a file goes out by sendfile.
 func (r *recorder) ReadFrom(src io.Reader) (int64, error) {
+	if r.broken {
+		return 0, errBrokenOff
+	}
 	r.wrote = true
 	n, err := io.Copy(r.ResponseWriter, src)
 	r.bytes += n
