@@ -116,10 +116,6 @@ func Forbidden(h http.Header, allowPrivate bool) bool {
 	return false
 }
 
-// CacheableByDefault reports whether a status may be stored without
-// explicit freshness (RFC 9110 15.1).
-func CacheableByDefault(status int) bool { return heuristicStatuses[status] }
-
 // Explicit reports whether the response states its freshness (s-maxage,
 // max-age or Expires), which takes precedence over a policy's TTLs as
 // response headers do over nginx's proxy_cache_valid.
