@@ -321,16 +321,25 @@ func (s stream) send(req *pb.SessionRequest) error {
 	if !errors.Is(err, io.EOF) {
 		return err
 	}
+	if ended, end := s.end(); ended {
+		return end
+	}
+	return err
+}
+
+// end waits, at most goodbyeWait, for the error the stream ended with,
+// dropping any message before it; ended is false when it did not end.
+func (s stream) end() (ended bool, err error) {
 	t := time.NewTimer(goodbyeWait)
 	defer t.Stop()
 	for {
 		select {
 		case m := <-s.msgs:
 			if m.err != nil {
-				return m.err
+				return true, m.err
 			}
 		case <-t.C:
-			return err
+			return false, nil
 		}
 	}
 }
@@ -508,16 +517,8 @@ func (c *Client) goodbye(stream stream) error {
 	if err := stream.CloseSend(); err != nil {
 		return err
 	}
-	t := time.NewTimer(goodbyeWait)
-	defer t.Stop()
-	for {
-		select {
-		case m := <-stream.msgs:
-			if m.err != nil {
-				return nil
-			}
-		case <-t.C:
-			return errors.New("control plane did not acknowledge the goodbye")
-		}
+	if ended, _ := stream.end(); !ended {
+		return errors.New("control plane did not acknowledge the goodbye")
 	}
+	return nil
 }
