@@ -152,17 +152,23 @@ func (s *state) recordRefusal(ctx context.Context, id string, r *pb.RefusedSessi
 
 // refusals returns the recorded refused hellos, by id.
 func (s *state) refusals(ctx context.Context) (map[string]*pb.RefusedSession, error) {
-	resp, err := s.kv.Get(ctx, s.refusedPrefix(), clientv3.WithPrefix())
+	return byID(ctx, s, s.refusedPrefix(), "refused session", func() *pb.RefusedSession { return &pb.RefusedSession{} })
+}
+
+// byID reads every record under prefix, keyed by the id that follows it;
+// what names the records in errors.
+func byID[T proto.Message](ctx context.Context, s *state, prefix, what string, newT func() T) (map[string]T, error) {
+	resp, err := s.kv.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, etcdErr(err, "reading refused sessions")
+		return nil, etcdErr(err, "reading %s records", what)
 	}
-	out := make(map[string]*pb.RefusedSession, len(resp.Kvs))
+	out := make(map[string]T, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		r := &pb.RefusedSession{}
-		if err := proto.Unmarshal(kv.Value, r); err != nil {
-			return nil, fmt.Errorf("decoding refusal %s: %w", kv.Key, err)
+		v := newT()
+		if err := proto.Unmarshal(kv.Value, v); err != nil {
+			return nil, fmt.Errorf("decoding %s %s: %w", what, kv.Key, err)
 		}
-		out[strings.TrimPrefix(string(kv.Key), s.refusedPrefix())] = r
+		out[strings.TrimPrefix(string(kv.Key), prefix)] = v
 	}
 	return out, nil
 }
@@ -187,19 +193,7 @@ func (s *state) members(ctx context.Context) ([]*pb.Member, int64, error) {
 
 // statuses returns the stored session status of every node, by id.
 func (s *state) statuses(ctx context.Context) (map[string]*pb.Node, error) {
-	resp, err := s.kv.Get(ctx, s.statusPrefix(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, etcdErr(err, "reading node status")
-	}
-	out := make(map[string]*pb.Node, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		n := &pb.Node{}
-		if err := proto.Unmarshal(kv.Value, n); err != nil {
-			return nil, fmt.Errorf("decoding status %s: %w", kv.Key, err)
-		}
-		out[strings.TrimPrefix(string(kv.Key), s.statusPrefix())] = n
-	}
-	return out, nil
+	return byID(ctx, s, s.statusPrefix(), "node status", func() *pb.Node { return &pb.Node{} })
 }
 
 // currentEpoch returns the current epoch (nil before the first) and the mod
