@@ -40,7 +40,7 @@ bench: build bench-go ## compare with nginx and Varnish on this machine; writes 
 	$(GO) run ./bench -shardcache $(BIN)/shardcache -cachectl $(BIN)/cachectl
 
 bench-go: ## the Go benchmarks: store tiers, fills, index rebuild, ring, purge bans, local-only estimate (5 runs each; quote medians)
-	$(GO) test -run '^$$' -bench . -count 5 ./dataplane/store/ ./dataplane/purge/ ./sdk/ring/ ./dataplane/
+	$(GO) test -run '^$$' -bench . -count 5 ./dataplane/store/ ./dataplane/purge/ ./sdk/ring/ ./dataplane/metrics/
 
 SOAK ?= 10m
 soak: build ## a cluster under full load for SOAK (default 10m): throughput, p99, memory, descriptors and goroutines charted in bench/results/soak-<date>

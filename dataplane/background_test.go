@@ -105,7 +105,7 @@ func TestBrokenBodyInAPreCopy(t *testing.T) {
 	p := pathOwnedBy(t, e, "/hot/", "c")
 	path.Store(&p)
 	fc.publish(e) // c's first epoch of a running ring: it pre-copies from "old"
-	waitFor(t, "the pre-copy to end", func() bool { return handoffs.Load() >= 1 && !c.precopying.Load() })
+	waitFor(t, "the pre-copy to end", func() bool { return handoffs.Load() >= 1 && !c.owner.Precopying() })
 	if _, ok := c.store.Peek("http127.0.0.1" + p); ok {
 		t.Fatal("a pre-copy that broke off was stored")
 	}
@@ -130,7 +130,7 @@ func TestPanicInABackgroundTaskIsRecovered(t *testing.T) {
 	defer origin.Close()
 	_, n := startOne(t, origin.URL)
 	done := make(chan struct{})
-	n.background("test", func() {
+	n.tasks.Go("test", func() {
 		defer close(done)
 		panic("a bug in a background task")
 	})

@@ -155,24 +155,3 @@ func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\r\n")
 	return line
 }
-
-func TestRemoveDotSegments(t *testing.T) {
-	for _, tt := range []struct {
-		in, want string
-		ok       bool
-	}{
-		{"/a/b/c/./../../g", "/a/g", true},
-		{"/a/.", "/a/", true},
-		{"/a/..", "/", true},
-		{"/a//../b", "/a/b", true},
-		{"/./a", "/a", true},
-		{"/..", "", false},
-		{"/a/../..", "", false},
-		{"/a/.b/..c", "/a/.b/..c", true},
-	} {
-		got, ok := removeDotSegments(tt.in)
-		if got != tt.want || ok != tt.ok {
-			t.Errorf("removeDotSegments(%q) = %q, %v; want %q, %v", tt.in, got, ok, tt.want, tt.ok)
-		}
-	}
-}

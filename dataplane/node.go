@@ -12,9 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,11 +20,15 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
-	"github.com/shardcache/shardcache/dataplane/flight"
+	"github.com/shardcache/shardcache/dataplane/front"
 	"github.com/shardcache/shardcache/dataplane/hotkey"
+	"github.com/shardcache/shardcache/dataplane/internal/tasks"
+	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/origin"
+	"github.com/shardcache/shardcache/dataplane/owner"
 	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/routes"
 	"github.com/shardcache/shardcache/dataplane/session"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -41,36 +43,25 @@ const shutdownGrace = 10 * time.Second
 // ones are answered 431.
 const maxClientHeader = 64 << 10
 
-// Node is one cache node.
+// Node is one cache node: the parts below it, wired. Its own jobs are
+// the ones that span them: applying the ring epochs, policies and purges
+// the control plane pushes, and the listeners' lives.
 type Node struct {
 	cfg Config
-	// draining is set while a stopping node, out of the ring, still
-	// serves its peers' handoff requests; lastPeer is when the peer
-	// listener last got a request (UnixNano).
-	draining atomic.Bool
-	lastPeer atomic.Int64
-	// handoffAnswers counts handoff requests answered from the store.
-	handoffAnswers atomic.Uint64
-	// hotKeys are the keys seen hot here, which peers that gain them in a
-	// ring change pre-copy; precopying is set while this node pre-copies.
-	hotKeys    hotList
-	precopying atomic.Bool
 	// leave ends the session, which takes the node out of the ring; set
 	// by Run.
 	leave   atomic.Pointer[context.CancelFunc]
 	log     *slog.Logger
 	access  *slog.Logger // nil: no access log
-	metrics *metrics
+	metrics *metrics.Set
 	// store is the memory tier over the disk tier; opened by Run.
 	store *store.Store
 	// hotCopies holds copies of hot objects this node does not own, so they
 	// stop paying the relay hop; nil when hot-key handling is off.
 	hotCopies *store.Memory
 	hot       *hotkey.Sketch
-	flights   flight.Group[*fillShare]
-	// variants counts the Vary variants stored per URL key (since start).
-	variants  sync.Map
-	routes    atomic.Pointer[routes]
+	hotKeys   hotkey.List
+	routes    atomic.Pointer[routes.Table]
 	policies  atomic.Pointer[policy.Set]
 	origin    *origin.Client
 	peers     *relay.Client
@@ -79,7 +70,7 @@ type Node struct {
 	// tracer starts the node's own spans; nil when it does not trace.
 	tracer trace.Tracer
 	// certs is the peer certificate the control plane issues, when it does.
-	certs   *peerCerts
+	certs   *relay.Certs
 	session *session.Client
 	// admin calls the control plane's AdminService for PURGE requests.
 	admin      []pb.AdminServiceClient
@@ -88,29 +79,22 @@ type Node struct {
 	ready chan struct{}
 	addrs [3]atomic.Pointer[net.TCPAddr] // client, peer, ops
 
-	// fills tracks the goroutines writing responses to the store; fillCtx
-	// ends them when the node stops.
-	fills     sync.WaitGroup
-	fillCtx   context.Context
-	stopFills context.CancelFunc
+	// tasks owns the goroutines of work no client waits on; Run stops
+	// them and waits for them before the store closes.
+	tasks *tasks.Group
 
 	// bans are the purges in force; purgeFile keeps them in the data
 	// directory. inflight tracks running fills for the sweep.
 	bans      *purge.Set
 	purgeFile string
-	inflight  inflight
-	// caughtUp is set once the first session of this run brought the
-	// purges missed while the node was away; until then objects stored
-	// before started are not served.
-	caughtUp atomic.Bool
-	started  time.Time
+	inflight  purge.Inflight
 	// shadow estimates what a local-only cache would have hit.
-	shadow *shadow
+	shadow *metrics.Shadow
 
-	// waiting counts requests waiting on another request's fill.
-	waiting atomic.Int64
-	// Totals for load reports.
-	requests, hits, originFills, relayed, peerBytes atomic.Uint64
+	// owner and front are built by Run once the store is open, before
+	// anything is served or any push applied.
+	owner *owner.Owner
+	front *front.Front
 }
 
 // New checks cfg and builds a node; Run starts it.
@@ -123,13 +107,16 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:     cfg,
 		log:     cfg.Logger.With("node", cfg.ID),
-		metrics: newMetrics(),
+		metrics: metrics.New(),
 		ready:   make(chan struct{}),
 		bans:    purge.New(),
 	}
-	n.shadow = newShadow(cfg.DiskBytes, maxTracked)
-	n.metrics.watchShadow(n.shadow)
-	n.fillCtx, n.stopFills = context.WithCancel(context.Background())
+	n.shadow = metrics.NewShadow(cfg.DiskBytes, metrics.MaxTracked)
+	n.metrics.WatchShadow(n.shadow)
+	n.tasks = tasks.New(func(task string, v any, stack []byte) {
+		n.metrics.BackgroundPanics.WithLabelValues(task).Inc()
+		n.log.Error("background task failed", "task", task, "panic", v, "stack", string(stack))
+	})
 	if cfg.TracerProvider != nil {
 		n.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
@@ -138,34 +125,34 @@ func New(cfg Config) (*Node, error) {
 		Via:           cfg.ID,
 		HeaderTimeout: cfg.OriginTimeout,
 		Wrap:          func(rt http.RoundTripper) http.RoundTripper { return n.traceTransport(rt, "origin") },
-		Observe:       func(d time.Duration) { n.metrics.originDuration.Observe(d.Seconds()) },
+		Observe:       func(d time.Duration) { n.metrics.OriginDuration.Observe(d.Seconds()) },
 		Logger:        n.log,
 	})
 	if cfg.AccessLog != nil {
 		n.access = slog.New(slog.NewJSONHandler(cfg.AccessLog, nil))
 	}
-	peerTLS, err := loadPeerTLS(cfg.PeerTLS, cfg.ID)
-	if err != nil {
-		return nil, err
-	}
-	n.peerTLS = peerTLS
-	if peerTLS != nil {
-		n.serverTLS = relay.ServerTLS(peerTLS)
+	if f := cfg.PeerTLS; f.enabled() {
+		peerTLS, err := relay.LoadTLS(f.CertFile, f.KeyFile, f.CAFile, cfg.ID)
+		if err != nil {
+			return nil, err
+		}
+		n.peerTLS, n.serverTLS = peerTLS, relay.ServerTLS(peerTLS)
 	}
 	var roots func() *x509.CertPool
 	var csr []byte
 	if cfg.PeerCertsFromControlPlane {
-		if n.certs, err = newPeerCerts(cfg.ID); err != nil {
+		var err error
+		if n.certs, err = relay.NewCerts(cfg.ID); err != nil {
 			return nil, err
 		}
-		n.peerTLS, n.serverTLS, roots, csr = n.certs.clientTLS(), n.certs.serverTLS(), n.certs.roots, n.certs.csr
+		n.peerTLS, n.serverTLS, roots, csr = n.certs.ClientTLS(), n.certs.ServerTLS(), n.certs.Roots, n.certs.CSR()
 	}
 	n.peers = relay.New(relay.Config{
 		OnConn: func(reused bool) {
 			if reused {
-				n.metrics.peerConns.WithLabelValues("reused").Inc()
+				n.metrics.PeerConns.WithLabelValues("reused").Inc()
 			} else {
-				n.metrics.peerConns.WithLabelValues("opened").Inc()
+				n.metrics.PeerConns.WithLabelValues("opened").Inc()
 			}
 		},
 		TLS:    n.peerTLS,
@@ -189,9 +176,9 @@ func New(cfg Config) (*Node, error) {
 		CSR:           csr,
 		OnCertificate: n.applyCertificate,
 		OnMembership: func(member bool, cause, _ string) {
-			n.metrics.member.Set(boolGauge(member))
+			n.metrics.Member.Set(metrics.BoolGauge(member))
 			if !member {
-				n.metrics.memberLost.WithLabelValues(cause).Inc()
+				n.metrics.MemberLost.WithLabelValues(cause).Inc()
 			}
 		},
 		TracerProvider: cfg.TracerProvider,
@@ -201,7 +188,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.session = sc
-	if n.admin, n.adminConns, err = adminClients(cfg); err != nil {
+	if n.admin, n.adminConns, err = front.DialAdmin(cfg.ControlPlane, cfg.ControlPlaneTLS); err != nil {
 		return nil, err
 	}
 	n.policies.Store(policy.Empty)
@@ -220,7 +207,7 @@ func New(cfg Config) (*Node, error) {
 // peerServer is the peer listener's server: h2c, or mutual TLS when
 // configured.
 func (n *Node) peerServer() *http.Server {
-	s := &http.Server{Handler: n.traceHandler(http.HandlerFunc(n.servePeer), "shardcache.peer"), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute,
+	s := &http.Server{Handler: n.traceHandler(http.HandlerFunc(n.front.ServePeer), "shardcache.peer"), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute,
 		MaxHeaderBytes: 64 << 10, Protocols: relay.Protocols(true), HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000}}
 	if n.serverTLS != nil {
 		s.TLSConfig = n.serverTLS
@@ -235,36 +222,7 @@ func (n *Node) peerID(addr string) (string, bool) {
 	if rt == nil {
 		return "", false
 	}
-	id, ok := rt.byAddr[addr]
-	return id, ok
-}
-
-// loadPeerTLS reads the peer hop's certificate and CA; nil when not
-// configured. The certificate must name this node.
-func loadPeerTLS(f PeerTLSFiles, id string) (*tls.Config, error) {
-	if !f.enabled() {
-		return nil, nil
-	}
-	cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("peer TLS certificate: %w", err)
-	}
-	leaf, err := x509.ParseCertificate(cert.Certificate[0])
-	if err != nil {
-		return nil, fmt.Errorf("peer TLS certificate: %w", err)
-	}
-	if got := relay.Identity(leaf); got != id {
-		return nil, fmt.Errorf("peer TLS certificate %s names %q, not this node's id %q", f.CertFile, got, id)
-	}
-	pem, err := os.ReadFile(f.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("peer TLS CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("peer TLS CA %s holds no PEM certificate", f.CAFile)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool, MinVersion: tls.VersionTLS12}, nil
+	return rt.PeerID(addr)
 }
 
 // ApplyPolicies swaps in the policy set after a push, or refuses a push it
@@ -275,7 +233,7 @@ func (n *Node) ApplyPolicies(ps *pb.PolicySet) error {
 		return err
 	}
 	n.policies.Store(next)
-	n.metrics.policyRevision.Set(float64(next.Revision()))
+	n.metrics.PolicyRevision.Set(float64(next.Revision()))
 	n.log.Info("applied policies", "revision", next.Revision(), "policies", next.Len(), "incremental", ps.GetIncremental())
 	return nil
 }
@@ -285,33 +243,33 @@ func (n *Node) PolicyRevision() int64 { return n.policies.Load().Revision() }
 
 // ApplyEpoch installs a ring epoch pushed by the control plane.
 func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
-	rt, err := newRoutes(e)
+	rt, err := routes.New(e)
 	if err != nil {
 		n.log.Error("refusing ring epoch", "epoch", e.GetEpoch(), "err", err)
 		return
 	}
-	rt.applied = time.Now()
+	rt.Applied = time.Now()
 	again := false
 	switch old := n.routes.Load(); {
-	case old != nil && old.epoch.GetEpoch() == e.GetEpoch():
-		rt.prev, rt.applied, again = old.prev, old.applied, true // the same epoch again (a new session)
+	case old != nil && old.Epoch.GetEpoch() == e.GetEpoch():
+		rt.Prev, rt.Applied, again = old.Prev, old.Applied, true // the same epoch again (a new session)
 	case old != nil:
 		prev := *old
-		prev.prev = nil
-		rt.prev = &prev
+		prev.Prev = nil
+		rt.Prev = &prev
 	case e.GetEpoch() > 1:
 		// The first epoch this run sees, of a running ring. A node that
 		// has just joined (or come back) takes its keys from the others:
 		// the ring without it is where they were. (In a new ring's first
 		// epoch every node is as cold as this one.)
-		rt.prev = routesWithout(e, n.cfg.ID)
+		rt.Prev = routes.Without(e, n.cfg.ID)
 	}
 	n.routes.Store(rt)
-	if rt.prev != nil && !again && n.hot != nil && n.cfg.HandoffWindow > 0 && n.store != nil {
-		n.background("precopy", func() { n.precopy(rt) })
+	if rt.Prev != nil && !again && n.hot != nil && n.cfg.HandoffWindow > 0 && n.owner != nil {
+		n.tasks.Go("precopy", func() { n.owner.Precopy(rt) })
 	}
-	n.metrics.ringEpoch.Set(float64(e.GetEpoch()))
-	n.metrics.ringMembers.Set(float64(len(e.GetMembers())))
+	n.metrics.RingEpoch.Set(float64(e.GetEpoch()))
+	n.metrics.RingMembers.Set(float64(len(e.GetMembers())))
 	n.log.Info("applied ring epoch", "epoch", e.GetEpoch(), "members", len(e.GetMembers()), "reason", e.GetReason())
 }
 
@@ -372,11 +330,11 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	defer st.Close()
 	n.store = st
-	n.started = time.Now()
 	if err := n.restorePurges(dir); err != nil {
 		return err
 	}
-	n.metrics.watchStore(st)
+	n.build()
+	n.metrics.WatchStore(st)
 	listeners := make([]net.Listener, 0, 3)
 	defer func() {
 		for _, l := range listeners {
@@ -392,7 +350,7 @@ func (n *Node) Run(ctx context.Context) error {
 		n.addrs[i].Store(l.Addr().(*net.TCPAddr))
 	}
 	servers := []*http.Server{
-		{Handler: n.traceHandler(http.HandlerFunc(n.serveClient), "shardcache.client"), ReadHeaderTimeout: n.cfg.ClientHeaderTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: maxClientHeader},
+		{Handler: n.traceHandler(http.HandlerFunc(n.front.ServeClient), "shardcache.client"), ReadHeaderTimeout: n.cfg.ClientHeaderTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: maxClientHeader},
 		n.peerServer(),
 		{Handler: n.opsHandler(), ReadHeaderTimeout: 10 * time.Second},
 	}
@@ -435,7 +393,7 @@ func (n *Node) Run(ctx context.Context) error {
 	g.Go(func() error {
 		select {
 		case <-st.Ready():
-			n.sweepBans(gctx)
+			purge.Sweep(gctx, n.bans, n.owner.Index(), &n.inflight, n.swept)
 		case <-gctx.Done():
 		}
 		return nil
@@ -451,7 +409,7 @@ func (n *Node) Run(ctx context.Context) error {
 			case <-gctx.Done():
 				return nil
 			case <-t.C:
-				n.metrics.session.Set(boolGauge(n.session.Connected()))
+				n.metrics.Session.Set(metrics.BoolGauge(n.session.Connected()))
 			}
 		}
 	})
@@ -475,27 +433,8 @@ func (n *Node) Run(ctx context.Context) error {
 	err = g.Wait()
 	// Clients are gone; end the fills still running (nothing partial is
 	// stored) before the store closes.
-	n.stopFills()
-	n.fills.Wait()
+	n.tasks.Stop()
 	return err
-}
-
-// background runs f on a goroutine of the node's, which Run waits for,
-// guarded.
-func (n *Node) background(task string, f func()) { n.fills.Go(n.guard(task, f)) }
-
-// guard wraps f, work no client waits on, so that a panic in it is logged
-// and counted, never fatal.
-func (n *Node) guard(task string, f func()) func() {
-	return func() {
-		defer func() {
-			if v := recover(); v != nil {
-				n.metrics.backgroundPanics.WithLabelValues(task).Inc()
-				n.log.Error("background task failed", "task", task, "panic", v, "stack", string(debug.Stack()))
-			}
-		}()
-		f()
-	}
 }
 
 // ID is the node's id.
@@ -504,7 +443,7 @@ func (n *Node) ID() string { return n.cfg.ID }
 // Epoch is the ring epoch the node serves with, 0 before the first.
 func (n *Node) Epoch() uint64 {
 	if rt := n.routes.Load(); rt != nil {
-		return rt.epoch.GetEpoch()
+		return rt.Epoch.GetEpoch()
 	}
 	return 0
 }
@@ -512,7 +451,28 @@ func (n *Node) Epoch() uint64 {
 // RingMembers is the number of members in the node's current epoch.
 func (n *Node) RingMembers() int {
 	if rt := n.routes.Load(); rt != nil {
-		return len(rt.epoch.GetMembers())
+		return len(rt.Epoch.GetMembers())
 	}
 	return 0
+}
+
+// build makes the owner and the front over the open store.
+func (n *Node) build() {
+	c := n.cfg
+	n.owner = owner.New(owner.Config{
+		ID: c.ID, OriginTimeout: c.OriginTimeout, RelayTimeout: c.RelayTimeout, HandoffWindow: c.HandoffWindow,
+		MaxObjectBytes: c.MaxObjectBytes, DiskBytes: c.DiskBytes,
+		Store: n.store, Origin: n.origin, Peers: n.peers, Routes: &n.routes, Policies: &n.policies,
+		Bans: n.bans, Inflight: &n.inflight, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
+	})
+	n.front = front.New(front.Config{
+		ID: c.ID, RelayTimeout: c.RelayTimeout, OriginTimeout: c.OriginTimeout,
+		HotThreshold: c.HotThreshold, HotCopyMaxObject: c.HotCopyMaxObject, Hot: n.hot, HotKeys: &n.hotKeys, HotCopies: n.hotCopies,
+		TrustedProxies: c.TrustedProxies, PurgeAllow: c.PurgeAllow, AdminToken: c.AdminToken,
+		Admin: n.admin, ControlPlane: c.ControlPlane, AccessLog: n.access, AccessLogSample: c.AccessLogSample,
+		RequestEpoch: n.session.RequestEpoch,
+		Owner:        n.owner, Answers: n.owner, Origin: n.origin, Peers: n.peers, Routes: &n.routes, Policies: &n.policies,
+		Bans: n.bans, Shadow: n.shadow, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
+	})
+	n.owner.SetLocal(n.front.ServePeer)
 }

@@ -496,9 +496,9 @@ func TestConcurrentMissesCollapse(t *testing.T) {
 	// Release the origin only once the fill reached it and every other
 	// client waits on that fill.
 	deadline := time.Now().Add(10 * time.Second)
-	for o.count("/obj/x") != 1 || n.waiting.Load() != clients-1 {
+	for o.count("/obj/x") != 1 || n.owner.Waiting() != clients-1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("origin saw %d requests and %d clients wait; want 1 and %d", o.count("/obj/x"), n.waiting.Load(), clients-1)
+			t.Fatalf("origin saw %d requests and %d clients wait; want 1 and %d", o.count("/obj/x"), n.owner.Waiting(), clients-1)
 		}
 		time.Sleep(2 * time.Millisecond) // polling the node's own counters
 	}

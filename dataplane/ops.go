@@ -16,9 +16,9 @@ import (
 // epoch. It returns once the peer listener has been idle for drainIdle, or
 // after DrainGrace; at once when no peer could hand off from it.
 func (n *Node) drain() {
-	n.draining.Store(true)
+	n.front.Drain()
 	rt := n.routes.Load()
-	if n.cfg.DrainGrace <= 0 || n.cfg.HandoffWindow <= 0 || rt == nil || len(rt.epoch.GetMembers()) < 2 {
+	if n.cfg.DrainGrace <= 0 || n.cfg.HandoffWindow <= 0 || rt == nil || len(rt.Epoch.GetMembers()) < 2 {
 		return
 	}
 	start := time.Now()
@@ -26,7 +26,10 @@ func (n *Node) drain() {
 	t := time.NewTicker(drainIdle / 10)
 	defer t.Stop()
 	for now := range t.C {
-		last := time.Unix(0, max(n.lastPeer.Load(), start.UnixNano()))
+		last := n.front.LastPeer()
+		if last.Before(start) {
+			last = start
+		}
 		if now.Sub(last) >= drainIdle || now.Sub(start) >= n.cfg.DrainGrace {
 			n.log.Info("drained", "after", now.Sub(start).Round(time.Millisecond))
 			return
@@ -37,13 +40,6 @@ func (n *Node) drain() {
 // drainIdle is how long the peer listener of a draining node stays idle
 // before the node stops.
 const drainIdle = time.Second
-
-func boolGauge(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
 
 // opsHandler serves health, readiness, metrics and pprof.
 func (n *Node) opsHandler() http.Handler {
@@ -60,13 +56,13 @@ func (n *Node) opsHandler() http.Handler {
 		}
 		if n.certs != nil {
 			select {
-			case <-n.certs.ready:
+			case <-n.certs.Ready():
 			default:
 				http.Error(w, "not ready: no peer certificate yet from the control plane at "+n.cfg.ControlPlane, http.StatusServiceUnavailable)
 				return
 			}
 		}
-		if n.draining.Load() {
+		if n.front.Draining() {
 			http.Error(w, "not ready: draining (out of the ring, serving its peers' handoff requests before it stops)", http.StatusServiceUnavailable)
 			return
 		}
@@ -89,7 +85,7 @@ func (n *Node) opsHandler() http.Handler {
 			// control data may be stale.
 			control = "disconnected (stale control data)"
 		}
-		fmt.Fprintf(w, "ready epoch=%d members=%d policies=%d control=%s\n", rt.epoch.GetEpoch(), len(rt.epoch.GetMembers()),
+		fmt.Fprintf(w, "ready epoch=%d members=%d policies=%d control=%s\n", rt.Epoch.GetEpoch(), len(rt.Epoch.GetMembers()),
 			n.policies.Load().Revision(), control)
 	})
 	mux.HandleFunc("GET /drain", func(w http.ResponseWriter, _ *http.Request) {
@@ -101,7 +97,7 @@ func (n *Node) opsHandler() http.Handler {
 		n.drain()
 		fmt.Fprintln(w, "drained: out of the ring; safe to stop")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -113,10 +109,11 @@ func (n *Node) opsHandler() http.Handler {
 // loadReport is what the session reports to the control plane.
 func (n *Node) loadReport() *pb.LoadReport {
 	st := n.store.Stats()
-	estRequests, estHits := n.shadow.totals()
+	t := &n.metrics.Totals
+	estRequests, estHits := n.shadow.Totals()
 	var epoch uint64
 	if rt := n.routes.Load(); rt != nil {
-		epoch = rt.epoch.GetEpoch()
+		epoch = rt.Epoch.GetEpoch()
 	}
 	return &pb.LoadReport{
 		Epoch:                 epoch,
@@ -124,17 +121,17 @@ func (n *Node) loadReport() *pb.LoadReport {
 		MemoryObjects:         st.MemoryObjects,
 		DiskBytes:             st.DiskBytes,
 		DiskObjects:           st.DiskObjects,
-		RequestsTotal:         n.requests.Load(),
-		HitsTotal:             n.hits.Load(),
-		OriginRequestsTotal:   n.originFills.Load(),
-		RelayedTotal:          n.relayed.Load(),
-		PeerBytesTotal:        n.peerBytes.Load(),
-		HandoffAnswersTotal:   n.handoffAnswers.Load(),
+		RequestsTotal:         t.Requests.Load(),
+		HitsTotal:             t.Hits.Load(),
+		OriginRequestsTotal:   t.OriginFills.Load(),
+		RelayedTotal:          t.Relayed.Load(),
+		PeerBytesTotal:        t.PeerBytes.Load(),
+		HandoffAnswersTotal:   t.HandoffAnswers.Load(),
 		LocalEstimateRequests: estRequests,
 		LocalEstimateHits:     estHits,
 		ResponseBytesByRoute: func() map[string]uint64 {
-			m := make(map[string]uint64, len(n.metrics.routeBytes))
-			for r, c := range n.metrics.routeBytes {
+			m := make(map[string]uint64, len(n.metrics.RouteBytes))
+			for r, c := range n.metrics.RouteBytes {
 				m[r] = c.Load()
 			}
 			return m

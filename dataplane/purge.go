@@ -1,24 +1,19 @@
 package dataplane
 
 import (
-	"context"
 	"net/http"
 	"net/url"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/purge"
-	"github.com/shardcache/shardcache/dataplane/relay"
-	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
-// The node's side of purges (package purge keeps the bans): installing the
-// ones the control plane pushes, deleting exact ones at once, the sweep
-// that applies bans to every stored object, and each purge's result.
+// The node's side of purges (package purge keeps the bans and sweeps):
+// installing the ones the control plane pushes, deleting exact ones at
+// once, keeping the state after a sweep, and each purge's result.
 
 // purgeAckWithin is how long a purge's result waits for the sweep to
 // finish before it is sent with the count so far and sweeping set.
@@ -58,9 +53,9 @@ func (n *Node) ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 			n.log.Error("saving purge state; a restart re-applies the purges", "err", err)
 		}
 	}
-	n.caughtUp.Store(true)
-	n.metrics.purgeRevision.Set(float64(n.bans.Revision()))
-	n.metrics.bans.Set(float64(len(n.bans.Pending())))
+	n.owner.CaughtUp()
+	n.metrics.PurgeRevision.Set(float64(n.bans.Revision()))
+	n.metrics.Bans.Set(float64(len(n.bans.Pending())))
 	if len(added) == 0 {
 		return
 	}
@@ -70,8 +65,8 @@ func (n *Node) ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 	}
 	rev := n.bans.Revision()
 	for _, b := range added {
-		n.metrics.purges.WithLabelValues(strings.ToLower(strings.TrimPrefix(b.Purge().GetKind().String(), "PURGE_KIND_"))).Inc()
-		n.background("purge-report", func() {
+		n.metrics.Purges.WithLabelValues(strings.ToLower(strings.TrimPrefix(b.Purge().GetKind().String(), "PURGE_KIND_"))).Inc()
+		n.tasks.Go("purge-report", func() {
 			t := time.NewTimer(purgeAckWithin)
 			defer t.Stop()
 			res := &pb.PurgeResult{NodeId: n.cfg.ID, PurgeId: b.Purge().GetId(), RevisionApplied: rev}
@@ -79,7 +74,7 @@ func (n *Node) ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 			case <-b.Swept():
 			case <-t.C:
 				res.Sweeping = true
-			case <-n.fillCtx.Done():
+			case <-n.tasks.Context().Done():
 				return // the node stops: no session is left to carry it
 			}
 			res.ObjectsRemoved = b.Removed().Load()
@@ -110,12 +105,10 @@ func (n *Node) purgeNow(b *purge.Ban) {
 		}
 		return
 	}
+	idx := n.owner.Index()
 	for _, k := range keys {
-		if e, ok := n.store.Peek(k); ok && n.store.Delete(k) {
+		if idx.Delete(k) {
 			b.Removed().Add(1)
-			if e.Status == varyMarker {
-				n.variants.Delete(k)
-			}
 		}
 		if n.hotCopies != nil {
 			n.hotCopies.Delete(k)
@@ -123,110 +116,20 @@ func (n *Node) purgeNow(b *purge.Ban) {
 	}
 }
 
-// usable reports whether a stored entry may be served: no ban matches it,
-// and, until the first session of this run has brought the purges the
-// node missed, it was stored by this run.
-func (n *Node) usable(e *store.Entry) bool {
-	if !n.caughtUp.Load() && e.Received.Before(n.started) {
-		return false
-	}
-	return n.bans.Match(e) == nil
-}
-
-// sweepBans applies the bans to every stored object, until ctx ends.
-func (n *Node) sweepBans(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-n.bans.Wake:
-		}
-		pending := n.bans.Pending()
-		if len(pending) == 0 {
-			continue
-		}
-		// Fills that began before the newest ban store objects it matches:
-		// the sweep starts once they are done.
-		newest := pending[len(pending)-1].InstalledAt()
-		for n.inflight.startedBefore(newest) {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-		n.store.Keys(func(k string) bool {
-			if e, ok := n.store.Peek(k); ok {
-				if b := n.bans.Match(e); b != nil && n.store.Delete(k) {
-					b.Removed().Add(1)
-					if e.Status == varyMarker {
-						n.variants.Delete(k)
-					}
-				}
-			}
-			return ctx.Err() == nil
-		})
-		if ctx.Err() != nil {
-			return
-		}
-		n.bans.Drop(pending)
-		n.metrics.bans.Set(float64(len(n.bans.Pending())))
-		if n.purgeFile != "" {
-			if err := n.bans.Save(n.purgeFile); err != nil {
-				n.log.Error("saving purge state", "err", err)
-			}
-		}
-		var removed int64
-		for _, b := range pending {
-			removed += b.Removed().Load()
-		}
-		n.log.Info("purges swept", "purges", len(pending), "objects_removed", removed, "revision", n.bans.Revision())
-	}
-}
-
-// peerBehind reports whether a peer's answer comes from a node that had
-// applied fewer purges than this one, and removes the marker.
-func (n *Node) peerBehind(h http.Header) bool {
-	v := h.Get(relay.PurgeRevisionHeader)
-	h.Del(relay.PurgeRevisionHeader)
-	rev, err := strconv.ParseInt(v, 10, 64)
-	return err != nil || rev < n.bans.Revision()
-}
-
-// inflight tracks when the fills running now began.
-type inflight struct {
-	mu     sync.Mutex
-	next   uint64
-	active map[uint64]int64
-}
-
-// begin records a fill starting now; the returned function ends it.
-func (f *inflight) begin() func() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.active == nil {
-		f.active = map[uint64]int64{}
-	}
-	id := f.next
-	f.next++
-	f.active[id] = time.Now().UnixNano()
-	return func() {
-		f.mu.Lock()
-		delete(f.active, id)
-		f.mu.Unlock()
-	}
-}
-
-// startedBefore reports whether a fill that began before t still runs.
-func (f *inflight) startedBefore(t int64) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, s := range f.active {
-		if s < t {
-			return true
+// swept is told of the bans a sweep applied: it keeps the state and
+// logs the sweep.
+func (n *Node) swept(applied []*purge.Ban) {
+	n.metrics.Bans.Set(float64(len(n.bans.Pending())))
+	if n.purgeFile != "" {
+		if err := n.bans.Save(n.purgeFile); err != nil {
+			n.log.Error("saving purge state", "err", err)
 		}
 	}
-	return false
+	var removed int64
+	for _, b := range applied {
+		removed += b.Removed().Load()
+	}
+	n.log.Info("purges swept", "purges", len(applied), "objects_removed", removed, "revision", n.bans.Revision())
 }
 
 // restorePurges loads the purge state kept in dir.

@@ -178,9 +178,9 @@ func TestOriginFailureIsShared(t *testing.T) {
 		}()
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for hits.Load() != 1 || n.waiting.Load() != clients-1 {
+	for hits.Load() != 1 || n.owner.Waiting() != clients-1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("origin saw %d requests and %d clients wait; want 1 and %d", hits.Load(), n.waiting.Load(), clients-1)
+			t.Fatalf("origin saw %d requests and %d clients wait; want 1 and %d", hits.Load(), n.owner.Waiting(), clients-1)
 		}
 		time.Sleep(2 * time.Millisecond) // polling the node's own counters
 	}

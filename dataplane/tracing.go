@@ -1,11 +1,9 @@
 package dataplane
 
 import (
-	"context"
 	"net/http"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -38,21 +36,4 @@ func (n *Node) traceTransport(rt http.RoundTripper, prefix string) http.RoundTri
 		return rt
 	}
 	return otelhttp.NewTransport(rt, httpTraceOptions(n.cfg.TracerProvider, func(r *http.Request) string { return prefix + " " + r.Method })...)
-}
-
-// annotate adds attributes to the request's span, if it is traced.
-// Callers check that the node traces first, so that an untraced request
-// builds no attributes.
-func annotate(ctx context.Context, kv ...attribute.KeyValue) {
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(kv...)
-	}
-}
-
-// traceID is the request's trace id, "" when it is not traced.
-func traceID(ctx context.Context) string {
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		return sc.TraceID().String()
-	}
-	return ""
 }

@@ -16,6 +16,9 @@
 // directory, so a restarted node neither serves what a ban still covers
 // nor misses the purges issued while it was away: its hello carries the
 // revision and the control plane sends every purge after it.
+//
+// The sweep (Sweep) sees the store through the small Index interface. The
+// package imports httpcache, store, the wire types and sdk/policy.
 package purge
 
 import (

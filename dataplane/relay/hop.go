@@ -1,5 +1,10 @@
 package relay
 
+import (
+	"net/http"
+	"strconv"
+)
+
 // The vocabulary of the peer hop, named once: the header fields nodes send
 // each other and the X-Cache values they answer with.
 
@@ -59,3 +64,32 @@ const (
 	// CacheExpired: a stored response had expired; the origin sent a new one.
 	CacheExpired = "EXPIRED"
 )
+
+// RelayHeader is the header of a client request relayed to a peer by node
+// self at ring epoch (0: none yet): the client's end-to-end fields, the
+// forwarded-for chain, and the hop marker.
+func RelayHeader(r *http.Request, self string, epoch uint64) http.Header {
+	h := r.Header.Clone() // the forwarded chain was extended on arrival
+	RemoveHopByHop(h)
+	h.Set(HopHeader, self)
+	if epoch > 0 {
+		h.Set(EpochHeader, strconv.FormatUint(epoch, 10))
+	}
+	h.Set(SchemeHeader, "http")
+	return h
+}
+
+// ControlHeader is the header of a peer request node self sends of its
+// own (an invalidation, a hot-key listing): the hop marker and field=value.
+func ControlHeader(self, field, value string) http.Header {
+	return http.Header{HopHeader: {self}, SchemeHeader: {"http"}, field: {value}}
+}
+
+// PurgeRevision reads and removes the purge revision of a peer's answer;
+// false when the answer carries none.
+func PurgeRevision(h http.Header) (int64, bool) {
+	v := h.Get(PurgeRevisionHeader)
+	h.Del(PurgeRevisionHeader)
+	rev, err := strconv.ParseInt(v, 10, 64)
+	return rev, err == nil
+}

@@ -1,4 +1,4 @@
-package dataplane
+package owner
 
 import (
 	"context"
@@ -12,18 +12,19 @@ import (
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
-// serveSliced answers r from the slices of the object under key. It
+// ServeSliced answers r from the slices of the object under key. It
 // reports false, having written nothing, when the object cannot be sliced
 // consistently (no validator): the caller then serves it whole.
-func (n *Node) serveSliced(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy) bool {
+func (o *Owner) ServeSliced(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy) bool {
 	for attempt := 0; ; attempt++ {
-		err := n.serveSlicedOnce(w, r, key, p)
+		err := o.serveSlicedOnce(w, r, key, p)
 		switch {
 		case err == nil:
 			return true
@@ -39,10 +40,10 @@ func (n *Node) serveSliced(w http.ResponseWriter, r *http.Request, key string, p
 	}
 }
 
-// serveSlicedOnce is one attempt of serveSliced. It returns an error only
+// serveSlicedOnce is one attempt of ServeSliced. It returns an error only
 // before anything is written; a failure while the body is sent aborts the
 // response, so the client sees a broken transfer, never a wrong body.
-func (n *Node) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy) error {
+func (o *Owner) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy) error {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	size := p.SliceSize
@@ -51,10 +52,10 @@ func (n *Node) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key strin
 	if wantsFirstSlice(r, size) {
 		method = http.MethodGet
 	}
-	head := n.fetchSlice(ctx, r, key, p, headReq, method)
+	head := o.fetchSlice(ctx, r, key, p, headReq, method)
 	if head.StatusCode != http.StatusPartialContent {
 		defer head.Body.Close()
-		n.passOn(w, r, head)
+		o.passOn(w, r, head)
 		return nil
 	}
 	cr := head.Header.Get("Content-Range")
@@ -72,7 +73,7 @@ func (n *Node) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key strin
 	xcache := head.Header.Get("X-Cache")
 	if httpcache.NotModified(r.Method, r.Header, e.Status, e.Header) {
 		head.Body.Close()
-		n.writeNotModified(w, e, xcache)
+		o.writeNotModified(w, e, xcache)
 		return nil
 	}
 	ranges, rerr := rangesFor(r, e, false)
@@ -93,11 +94,11 @@ func (n *Node) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key strin
 	}
 	body := slice.NewBody(ctx, size, total, plan, func(ctx context.Context, i int64) (*http.Response, error) {
 		s := &slice.Req{Index: i, Size: size, Version: version}
-		resp := n.fetchSlice(ctx, r, key, p, s, http.MethodGet)
+		resp := o.fetchSlice(ctx, r, key, p, s, http.MethodGet)
 		if err := slice.Check(resp, s, total); err != nil {
 			resp.Body.Close()
 			if errors.Is(err, slice.ErrChanged) {
-				n.dropSlice(r, key, p, headReq)
+				o.dropSlice(r, key, p, headReq)
 			}
 			return nil, err
 		}
@@ -112,12 +113,12 @@ func (n *Node) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key strin
 		}
 	}
 	h := w.Header()
-	copyHeader(h, e.Header)
+	reply.CopyHeader(h, e.Header)
 	h.Set("Accept-Ranges", "bytes")
-	n.cacheHeaders(h, e, xcache)
+	o.cacheHeaders(h, e, xcache)
 	if ranges != nil || errors.Is(rerr, httpcache.ErrRangeUnsatisfiable) {
-		if err := answerRanges(w, r, e, ranges, body.Section); err != nil && !isWriteError(err) {
-			return breakOff(w)
+		if err := answerRanges(w, r, e, ranges, body.Section); err != nil && !reply.IsWriteError(err) {
+			return reply.BreakOff(w)
 		}
 		return nil
 	}
@@ -126,8 +127,8 @@ func (n *Node) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key strin
 	if r.Method == http.MethodHead {
 		return nil
 	}
-	if _, err := io.Copy(w, body.Section(0, total)); err != nil && !isWriteError(err) {
-		return breakOff(w)
+	if _, err := io.Copy(w, body.Section(0, total)); err != nil && !reply.IsWriteError(err) {
+		return reply.BreakOff(w)
 	}
 	return nil
 }
@@ -161,26 +162,26 @@ func sliceEntry(key string, head *http.Response, total int64) *store.Entry {
 
 // passOn answers r with an owner's answer that is not a slice: the
 // object's error, redirect, or whole body.
-func (n *Node) passOn(w http.ResponseWriter, r *http.Request, resp *http.Response) {
+func (o *Owner) passOn(w http.ResponseWriter, r *http.Request, resp *http.Response) {
 	relay.RemoveHopByHop(resp.Header)
 	resp.Header.Del(relay.PurgeRevisionHeader)
-	copyHeader(w.Header(), resp.Header)
+	reply.CopyHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	if r.Method != http.MethodHead {
-		pass(w, resp.Body)
+		reply.Pass(w, resp.Body)
 	}
 }
 
 // inProcess serves a peer request with this node's peer handler, without
 // the network: the answer streams through a pipe as it is written.
-func (n *Node) inProcess(req *http.Request) *http.Response {
+func (o *Owner) inProcess(req *http.Request) *http.Response {
 	pr, pw := io.Pipe()
 	w := &pipeWriter{h: http.Header{}, pw: pw, body: pr, ready: make(chan *http.Response, 1)}
-	go func() {
+	o.cfg.Tasks.Go("slice", func() {
 		defer func() {
 			if v := recover(); v != nil {
 				if v != http.ErrAbortHandler {
-					n.log.Error("slice handler failed", "panic", v)
+					o.cfg.Logger.Error("slice handler failed", "panic", v)
 				}
 				w.WriteHeader(http.StatusBadGateway) // when nothing was written
 				pw.CloseWithError(errors.New("slice answer broke off"))
@@ -189,8 +190,8 @@ func (n *Node) inProcess(req *http.Request) *http.Response {
 			w.WriteHeader(http.StatusOK) // when nothing was written
 			pw.Close()
 		}()
-		n.servePeer(w, req)
-	}()
+		o.local(w, req)
+	})
 	return <-w.ready
 }
 

@@ -1,6 +1,7 @@
-package dataplane
+package owner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/flight"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/reply"
+	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/relay"
@@ -31,16 +34,16 @@ import (
 //
 // A slice (sl set) is fetched with a Range request of its own bytes,
 // conditional (If-Range) on the version of the object it belongs to.
-func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, call *flight.Call[*fillShare], stale *store.Entry, sl *slice.Req) {
+func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, call *flight.Call[*fillShare], stale *store.Entry, sl *slice.Req) {
 	leader := call
 	fk := flightKey(key, sl)
 	settle := func(s *fillShare) {
 		if call != nil {
-			n.flights.Settle(fk, call, s, s != nil)
+			o.flights.Settle(fk, call, s, s != nil)
 			if s != nil && s.wr == nil {
 				// An answer that is not a stream is for those waiting now;
 				// later requests look at the store again.
-				n.flights.Forget(fk, call)
+				o.flights.Forget(fk, call)
 			}
 			call = nil
 		}
@@ -49,8 +52,8 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 
 	// The fill outlives a client that hangs up (others may be waiting on
 	// it), but not the node.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), n.originTimeout(p))
-	stop := context.AfterFunc(n.fillCtx, cancel)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), cmp.Or(p.OriginTimeout, o.cfg.OriginTimeout))
+	stop := context.AfterFunc(o.cfg.Tasks.Context(), cancel)
 	handed := false
 	defer func() {
 		if !handed {
@@ -59,8 +62,8 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 		}
 	}()
 	ctx = httptrace.WithClientTrace(ctx, origin.PassInterim(w))
-	// Purges wait for fills that began before them; see sweepBans.
-	endFill := n.inflight.begin()
+	// Purges wait for fills that began before them; see purge.Sweep.
+	endFill := o.cfg.Inflight.Begin()
 	defer func() {
 		if !handed {
 			endFill()
@@ -70,9 +73,9 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	var err error
 	if stale == nil {
 		if from != nil {
-			resp = n.fillFromPeer(ctx, r, from, false)
-		} else if prev := n.handoffFrom(key, r); prev != nil {
-			resp = n.fillFromPeer(ctx, r, prev, true)
+			resp = o.fillFromPeer(ctx, r, from, false)
+		} else if prev := o.handoffFrom(key, r); prev != nil {
+			resp = o.fillFromPeer(ctx, r, prev, true)
 		}
 	}
 	if resp == nil && r.Header.Get(relay.PrecopyHeader) != "" {
@@ -85,25 +88,25 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 		if sl != nil {
 			extra = sl.OriginHeader()
 		}
-		resp, err = n.origin.Fetch(ctx, r, p.Origins, true, extra)
+		resp, err = o.cfg.Origin.Fetch(ctx, r, p.Origins, true, extra)
 	}
 	now := time.Now()
 	if err != nil || resp.StatusCode >= 500 && stale != nil {
 		result := "error"
 		if err == nil {
-			result = statusClass(resp.StatusCode)
+			result = metrics.StatusClass(resp.StatusCode)
 		}
-		n.metrics.originReqs.WithLabelValues("fill", result).Inc()
-		if stale != nil && n.staleOnError(stale, r, p, now) {
+		o.cfg.Metrics.OriginReqs.WithLabelValues("fill", result).Inc()
+		if stale != nil && httpcache.StaleOnError(stale.Age(now), stale.Lifetime, stale.Header, r.Header, p.StaleIfError) {
 			if resp != nil {
 				resp.Body.Close()
 			}
 			settle(&fillShare{e: stale, status: relay.CacheStale})
-			n.answer(w, r, stale, nil, relay.CacheStale)
+			o.Answer(w, r, stale, nil, relay.CacheStale)
 			return
 		}
 		if err != nil {
-			n.log.Warn("origin request failed", "key", key, "err", err)
+			o.cfg.Logger.Warn("origin request failed", "key", key, "err", err)
 			code := http.StatusBadGateway
 			if stale != nil {
 				code = http.StatusGatewayTimeout // a stored response it may not serve
@@ -119,8 +122,8 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 		}
 	}()
 	if fromOrigin {
-		n.originFills.Add(1)
-		n.metrics.originReqs.WithLabelValues("fill", statusClass(resp.StatusCode)).Inc()
+		o.cfg.Metrics.Totals.OriginFills.Add(1)
+		o.cfg.Metrics.OriginReqs.WithLabelValues("fill", metrics.StatusClass(resp.StatusCode)).Inc()
 	}
 	relay.RemoveHopByHop(resp.Header)
 	if sl != nil {
@@ -129,7 +132,7 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 			if errors.Is(err, slice.ErrChanged) {
 				code = http.StatusPreconditionFailed
 			} else {
-				n.log.Warn("origin answer cannot be sliced", "key", key, "err", err)
+				o.cfg.Logger.Warn("origin answer cannot be sliced", "key", key, "err", err)
 			}
 			settle(&fillShare{err: err, code: code})
 			http.Error(w, "shardcache: "+err.Error(), code)
@@ -138,34 +141,34 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 	}
 
 	if resp.StatusCode == http.StatusNotModified && stale != nil {
-		e := n.refreshed(stale, resp, p, r, requested, now)
+		e := o.refreshed(stale, resp, p, r, requested, now)
 		settle(&fillShare{e: e, status: relay.CacheRevalidated})
-		n.answer(w, r, e, nil, relay.CacheRevalidated)
+		o.Answer(w, r, e, nil, relay.CacheRevalidated)
 		return
 	}
 	status := relay.CacheMiss
 	if stale != nil {
 		status = relay.CacheExpired
 	}
-	maxObject := n.cfg.MaxObjectBytes
+	maxObject := o.cfg.MaxObjectBytes
 	if p.MaxObject > 0 {
-		maxObject = min(p.MaxObject, n.cfg.DiskBytes/2)
+		maxObject = min(p.MaxObject, o.cfg.DiskBytes/2)
 	}
 	judged := resp.StatusCode
 	if sl != nil && judged == http.StatusPartialContent {
 		judged = http.StatusOK // a slice is stored as the object would be
 	}
-	lifetime, storable := n.storeLifetime(p, r, judged, resp.Header, now, maxObject)
+	lifetime, storable := StoreLifetime(p, r, judged, resp.Header, now, maxObject)
 	storable = storable && resp.ContentLength <= maxObject
 	storeKey := key
 	if sl != nil {
 		storable = storable && slice.Storable(resp.Header)
 	} else if fields := httpcache.VaryFields(resp.Header); storable && len(fields) > 0 {
-		storeKey, storable = n.variant(key, fields, r, p, now)
+		storeKey, storable = o.variant(key, fields, r, p, now)
 	}
 	if !storable {
 		settle(nil)
-		n.writeResponse(w, r, resp, fromOrigin, status)
+		o.writeResponse(w, r, resp, fromOrigin, status)
 		return
 	}
 	e := &store.Entry{
@@ -178,140 +181,43 @@ func (n *Node) fill(w http.ResponseWriter, r *http.Request, key string, p *polic
 		Lifetime:   lifetime,
 	}
 	compress := p.Compress && sl == nil && compressible(resp.Header, resp.ContentLength)
-	wr, err := n.store.Create(e, resp.ContentLength, compress, maxObject)
+	wr, err := o.cfg.Store.Create(e, resp.ContentLength, compress, maxObject)
 	if err != nil {
 		// The disk tier does not admit it (full, or failing): serve it unstored.
 		settle(nil)
-		n.writeResponse(w, r, resp, fromOrigin, status)
+		o.writeResponse(w, r, resp, fromOrigin, status)
 		return
 	}
 	// A request from the end of the fill on looks at the store again.
-	wr.OnFinish(func() { n.flights.Forget(fk, leader) })
+	wr.OnFinish(func() { o.flights.Forget(fk, leader) })
 	settle(&fillShare{wr: wr, req: r.Header})
 	handed = true
-	n.fills.Go(func() {
+	o.cfg.Tasks.Go("fill", func() {
 		defer endFill()
 		defer cancel()
 		defer stop()
 		defer resp.Body.Close()
 		nb, err := io.Copy(wr, resp.Body)
 		if fromOrigin {
-			n.metrics.originBytes.Add(float64(nb))
+			o.cfg.Metrics.OriginBytes.Add(float64(nb))
 		}
 		if err != nil {
-			n.log.Warn("response body broke off; nothing stored", "key", key, "after_bytes", nb, "err", err)
+			o.cfg.Logger.Warn("response body broke off; nothing stored", "key", key, "after_bytes", nb, "err", err)
 			wr.Abort(err)
 			return
 		}
 		if _, err := wr.Commit(); err != nil {
-			n.log.Warn("storing response failed", "key", key, "err", err)
+			o.cfg.Logger.Warn("storing response failed", "key", key, "err", err)
 		}
 	})
 	rd, err := wr.NewReader()
 	if err == nil {
 		defer rd.Close()
-		err = n.answer(w, r, wr.Entry(), rd, status)
+		err = o.Answer(w, r, wr.Entry(), rd, status)
 	}
 	if err != nil {
 		http.Error(w, "shardcache: origin response broke off", http.StatusBadGateway)
 	}
-}
-
-// fillFromPeer asks another node for key; nil when it cannot answer (the
-// caller then goes to the origin). A hot key's later owner asks the first
-// owner, which fills from the origin if it must. A handoff asks the key's
-// owner in the previous epoch for its stored copy only
-// (only-if-cached): it never sends that node to the origin.
-func (n *Node) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Member, handoff bool) *http.Response {
-	get := *r // Forward reads only the method, URL and host; the header is h
-	get.Method = http.MethodGet
-	h := n.relayHeader(r)
-	for _, f := range httpcache.ConditionalFields {
-		h.Del(f) // a fill brings the whole object, as the origin sent it
-	}
-	h.Del("Accept-Encoding")
-	wait := n.cfg.RelayTimeout
-	if handoff {
-		h.Set(relay.HandoffHeader, "1")
-		h.Set("Cache-Control", "only-if-cached")
-		wait = handoffTimeout
-	}
-	resp, err := n.forward(ctx, from, &get, h, wait)
-	if err != nil {
-		if handoff {
-			n.metrics.handoffs.WithLabelValues("error").Inc()
-		}
-		return nil
-	}
-	if n.peerBehind(resp.Header) || resp.StatusCode >= 500 {
-		resp.Body.Close()
-		if handoff {
-			n.metrics.handoffs.WithLabelValues("miss").Inc()
-		}
-		return nil
-	}
-	if handoff {
-		n.metrics.handoffs.WithLabelValues("hit").Inc()
-	} else {
-		n.metrics.hot.WithLabelValues("replica_fill").Inc()
-		resp.Header.Del("Age")
-	}
-	resp.Header.Del("X-Cache")
-	resp.Header.Del("X-Cache-Node")
-	return resp
-}
-
-// handoffTimeout bounds the wait for a handoff's answer (see fillFromPeer).
-const handoffTimeout = 2 * time.Second
-
-// handoffFrom is the node to ask for key before the origin: its owner in
-// the previous epoch, within the handoff window of a change; nil if none.
-func (n *Node) handoffFrom(key string, r *http.Request) *pb.Member {
-	if r.Header.Get(relay.HandoffHeader) != "" {
-		return nil
-	}
-	return n.routes.Load().handoffFrom(key, n.cfg.ID, n.cfg.HandoffWindow, time.Now())
-}
-
-// forward sends a peer request to m. wait bounds the wait for the answer's
-// header; its body is read at the caller's pace, within ctx.
-func (n *Node) forward(ctx context.Context, m *pb.Member, r *http.Request, h http.Header, wait time.Duration) (*http.Response, error) {
-	fctx, cancel := context.WithCancel(ctx)
-	timer := time.AfterFunc(wait, cancel)
-	resp, err := n.peers.Forward(fctx, m.GetPeerAddress(), r, h)
-	timer.Stop()
-	if err != nil {
-		cancel()
-		result := "error"
-		if errors.Is(err, relay.ErrPeerDown) {
-			result = "skipped"
-		}
-		n.metrics.peerReqs.WithLabelValues(m.GetId(), result).Inc()
-		return nil, err
-	}
-	n.metrics.peerReqs.WithLabelValues(m.GetId(), statusClass(resp.StatusCode)).Inc()
-	resp.Body = cancelOnClose{resp.Body, cancel}
-	return resp, nil
-}
-
-// cancelOnClose ends a request's context when its body is closed.
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (c cancelOnClose) Close() error {
-	err := c.ReadCloser.Close()
-	c.cancel()
-	return err
-}
-
-// originTimeout bounds one origin request under p.
-func (n *Node) originTimeout(p *policy.Policy) time.Duration {
-	if p.OriginTimeout > 0 {
-		return p.OriginTimeout
-	}
-	return n.cfg.OriginTimeout
 }
 
 // validators are the conditional request fields that revalidate e (RFC
@@ -334,7 +240,7 @@ func validators(e *store.Entry) http.Header {
 // header fields replace the stored ones, except those describing the body,
 // and freshness is computed anew. It is stored again; when that fails the
 // refreshed entry still answers this request.
-func (n *Node) refreshed(stale *store.Entry, resp *http.Response, p *policy.Policy, r *http.Request, requested, now time.Time) *store.Entry {
+func (o *Owner) refreshed(stale *store.Entry, resp *http.Response, p *policy.Policy, r *http.Request, requested, now time.Time) *store.Entry {
 	h := stale.Header.Clone()
 	for k, v := range resp.Header {
 		switch k {
@@ -343,12 +249,12 @@ func (n *Node) refreshed(stale *store.Entry, resp *http.Response, p *policy.Poli
 		}
 		h[k] = v
 	}
-	lifetime, _ := n.storeLifetime(p, r, stale.Status, h, now, 1<<62)
+	lifetime, _ := StoreLifetime(p, r, stale.Status, h, now, 1<<62)
 	meta := &store.Entry{Key: stale.Key, URL: stale.URL, Status: stale.Status, Header: h, Received: now,
 		InitialAge: httpcache.InitialAge(h, requested, now), Lifetime: lifetime}
-	e, err := n.store.Update(stale, meta)
+	e, err := o.cfg.Store.Update(stale, meta)
 	if err != nil {
-		n.log.Warn("storing a revalidated response failed", "key", stale.Key, "err", err)
+		o.cfg.Logger.Warn("storing a revalidated response failed", "key", stale.Key, "err", err)
 		m := *stale
 		m.Header, m.Received, m.InitialAge, m.Lifetime = meta.Header, meta.Received, meta.InitialAge, meta.Lifetime
 		return &m
@@ -356,13 +262,13 @@ func (n *Node) refreshed(stale *store.Entry, resp *http.Response, p *policy.Poli
 	return e
 }
 
-// storeLifetime decides by RFC 9111 3 and the policy whether a response
+// StoreLifetime decides by RFC 9111 3 and the policy whether a response
 // with status and h, to request r, may be stored, and how long it stays
 // fresh: the response's own freshness, else the policy's status or default
 // TTL (as nginx's proxy_cache_valid applies only where the response states
 // none). A response without freshness is stored only if it can be
 // revalidated.
-func (n *Node) storeLifetime(p *policy.Policy, r *http.Request, status int, h http.Header, received time.Time, maxObject int64) (time.Duration, bool) {
+func StoreLifetime(p *policy.Policy, r *http.Request, status int, h http.Header, received time.Time, maxObject int64) (time.Duration, bool) {
 	cc := httpcache.ParseCacheControl(h)
 	lifetime := httpcache.Lifetime(status, h, received)
 	policyTTL := false
@@ -383,15 +289,15 @@ func (n *Node) storeLifetime(p *policy.Policy, r *http.Request, status int, h ht
 }
 
 // writeResponse streams a response that is not stored.
-func (n *Node) writeResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, fromOrigin bool, status string) {
-	copyHeader(w.Header(), resp.Header)
+func (o *Owner) writeResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, fromOrigin bool, status string) {
+	reply.CopyHeader(w.Header(), resp.Header)
 	w.Header().Set("X-Cache", status)
-	w.Header().Set("X-Cache-Node", n.cfg.ID)
+	w.Header().Set("X-Cache-Node", o.cfg.ID)
 	w.WriteHeader(resp.StatusCode)
 	if r.Method != http.MethodHead {
-		nb, _ := pass(w, resp.Body)
+		nb, _ := reply.Pass(w, resp.Body)
 		if fromOrigin {
-			n.metrics.originBytes.Add(float64(nb))
+			o.cfg.Metrics.OriginBytes.Add(float64(nb))
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package dataplane
+package metrics
 
 import (
 	"math"
@@ -11,11 +11,11 @@ import (
 // in a finite classic bucket (below the last one), and in the native
 // histogram's sparse buckets.
 func TestLongRequestsAndLargeResponsesLandInFiniteBuckets(t *testing.T) {
-	m := newMetrics()
-	m.duration.WithLabelValues(routeRelayed).Observe(30)
-	m.responseSize.WithLabelValues(routeRelayed).Observe(5e9)
-	m.originDuration.Observe(30)
-	families, err := m.reg.Gather()
+	m := New()
+	m.Duration.WithLabelValues(RouteRelayed).Observe(30)
+	m.ResponseSize.WithLabelValues(RouteRelayed).Observe(5e9)
+	m.OriginDuration.Observe(30)
+	families, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

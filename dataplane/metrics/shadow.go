@@ -1,11 +1,11 @@
-package dataplane
+package metrics
 
 import (
 	"container/list"
 	"sync"
 )
 
-// shadow estimates, from live traffic, how a cache of the node's own size
+// Shadow estimates, from live traffic, how a cache of the node's own size
 // that kept everything its clients asked for by itself (nginx proxy_cache
 // on each node, no sharding) would have done: the requests it would have
 // served without the origin. Against the cluster's real origin requests
@@ -16,9 +16,9 @@ import (
 // when its hash falls under a threshold, the simulated capacity is scaled
 // by the sampled share, and the sample's hit ratio is applied to every
 // request. It starts by tracking every key; when more
-// than maxTracked are tracked it halves the share and forgets the keys that
+// than MaxTracked are tracked it halves the share and forgets the keys that
 // fall out, so its memory stays bounded (about 100 bytes a tracked key).
-type shadow struct {
+type Shadow struct {
 	capacity int64 // bytes, unscaled
 	max      int
 
@@ -39,19 +39,21 @@ type shadowEntry struct {
 	size int64
 }
 
-// maxTracked bounds the keys the shadow tracks.
-const maxTracked = 100_000
+// MaxTracked bounds the keys the shadow tracks.
+const MaxTracked = 100_000
 
-func newShadow(capacity int64, max int) *shadow {
-	return &shadow{capacity: capacity, max: max, lru: list.New(), entries: map[uint64]*list.Element{}}
+// NewShadow estimates for a cache of capacity bytes, tracking at most max
+// keys.
+func NewShadow(capacity int64, max int) *Shadow {
+	return &Shadow{capacity: capacity, max: max, lru: list.New(), entries: map[uint64]*list.Element{}}
 }
 
-// sampled reports whether h is in the tracked share: its top shift bits
+// tracks reports whether h is in the tracked share: its top shift bits
 // are zero.
-func (s *shadow) tracks(h uint64) bool { return s.shift == 0 || h>>(64-s.shift) == 0 }
+func (s *Shadow) tracks(h uint64) bool { return s.shift == 0 || h>>(64-s.shift) == 0 }
 
-// observe counts a cacheable request for key whose response had size bytes.
-func (s *shadow) observe(key string, size int64) {
+// Observe counts a cacheable request for key whose response had size bytes.
+func (s *Shadow) Observe(key string, size int64) {
 	h := keyHash(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -102,15 +104,15 @@ func keyHash(key string) uint64 {
 	return h ^ h>>31
 }
 
-func (s *shadow) removeLocked(el *list.Element) {
+func (s *Shadow) removeLocked(el *list.Element) {
 	e := s.lru.Remove(el).(*shadowEntry)
 	delete(s.entries, e.hash)
 	s.used -= e.size
 }
 
-// totals are the requests observed and the estimate of those the
+// Totals are the requests observed and the estimate of those the
 // local-only cache would have hit.
-func (s *shadow) totals() (requests, hits float64) {
+func (s *Shadow) Totals() (requests, hits float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sampled == 0 {

@@ -1,4 +1,4 @@
-package dataplane
+package front
 
 import (
 	"net/http"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestForwardedChain(t *testing.T) {
-	n := &Node{cfg: Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}}
+	f := New(Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
 	tests := []struct {
 		name, remote string
 		in           http.Header
@@ -29,11 +29,32 @@ func TestForwardedChain(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &http.Request{RemoteAddr: tt.remote, Header: tt.in}
-			client := n.forwardedFor(r)
+			client := f.forwardedFor(r)
 			if client != tt.client || r.Header.Get("X-Forwarded-For") != tt.xff || r.Header.Get("Forwarded") != tt.fwd || r.Header.Get("X-Real-Ip") != tt.client {
 				t.Fatalf("client %q, X-Forwarded-For %q, Forwarded %q, X-Real-IP %q; want %q, %q, %q, %q", client,
 					r.Header.Get("X-Forwarded-For"), r.Header.Get("Forwarded"), r.Header.Get("X-Real-Ip"), tt.client, tt.xff, tt.fwd, tt.client)
 			}
 		})
+	}
+}
+
+func TestRemoveDotSegments(t *testing.T) {
+	for _, tt := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"/a/b/c/./../../g", "/a/g", true},
+		{"/a/.", "/a/", true},
+		{"/a/..", "/", true},
+		{"/a//../b", "/a/b", true},
+		{"/./a", "/a", true},
+		{"/..", "", false},
+		{"/a/../..", "", false},
+		{"/a/.b/..c", "/a/.b/..c", true},
+	} {
+		got, ok := removeDotSegments(tt.in)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("removeDotSegments(%q) = %q, %v; want %q, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
 	}
 }

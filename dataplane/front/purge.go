@@ -1,7 +1,8 @@
-package dataplane
+package front
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -29,16 +30,17 @@ const routePurge = "purge"
 // wait for the nodes' acknowledgements, and some.
 const purgeCallTimeout = 15 * time.Second
 
-// adminClients connects to the control plane's AdminService, one client
-// per address; nothing is dialled until the first PURGE.
-func adminClients(cfg Config) ([]pb.AdminServiceClient, []*grpc.ClientConn, error) {
+// DialAdmin connects to the control plane's AdminService at each of
+// addrs (comma-separated), one client per address; nothing is dialled
+// until the first PURGE. A nil tlsConfig dials without TLS.
+func DialAdmin(addrs string, tlsConfig *tls.Config) ([]pb.AdminServiceClient, []*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
-	if cfg.ControlPlaneTLS != nil {
-		creds = credentials.NewTLS(cfg.ControlPlaneTLS)
+	if tlsConfig != nil {
+		creds = credentials.NewTLS(tlsConfig)
 	}
 	var rpcs []pb.AdminServiceClient
 	var conns []*grpc.ClientConn
-	for _, addr := range strings.Split(cfg.ControlPlane, ",") {
+	for _, addr := range strings.Split(addrs, ",") {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			for _, c := range conns {
@@ -64,17 +66,17 @@ func adminClients(cfg Config) ([]pb.AdminServiceClient, []*grpc.ClientConn, erro
 // control plane, or from the PurgeAllow addresses; the answer is the
 // per-node summary as JSON: 200 once every node acknowledged, 202 when some
 // are still pending (they apply it when they reconnect).
-func (n *Node) servePurge(w http.ResponseWriter, r *http.Request, client string) {
+func (f *Front) servePurge(w http.ResponseWriter, r *http.Request, client string) {
 	token, hasToken := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !hasToken {
 		a, err := netip.ParseAddr(client)
-		if err != nil || !n.purgeAllowed(a.Unmap()) {
+		if err != nil || !f.purgeAllowed(a.Unmap()) {
 			purgeError(w, http.StatusForbidden, "PURGE is allowed only with Authorization: Bearer <admin token> or from the configured purge addresses")
 			return
 		}
-		token = n.cfg.AdminToken
+		token = f.cfg.AdminToken
 	}
-	calls, err := n.purgeCalls(r)
+	calls, err := f.purgeCalls(r)
 	if err != nil {
 		purgeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -87,9 +89,9 @@ func (n *Node) servePurge(w http.ResponseWriter, r *http.Request, client string)
 		Purges   []json.RawMessage `json:"purges"`
 	}{Complete: true}
 	for _, call := range calls {
-		st, err := n.callAdmin(ctx, call)
+		st, err := f.callAdmin(ctx, call)
 		if err != nil {
-			code, msg := purgeStatusCode(err, n.cfg.ControlPlane)
+			code, msg := purgeStatusCode(err, f.cfg.ControlPlane)
 			purgeError(w, code, msg)
 			return
 		}
@@ -111,8 +113,8 @@ func (n *Node) servePurge(w http.ResponseWriter, r *http.Request, client string)
 	json.NewEncoder(w).Encode(out)
 }
 
-func (n *Node) purgeAllowed(a netip.Addr) bool {
-	for _, p := range n.cfg.PurgeAllow {
+func (f *Front) purgeAllowed(a netip.Addr) bool {
+	for _, p := range f.cfg.PurgeAllow {
 		if p.Contains(a) {
 			return true
 		}
@@ -124,7 +126,7 @@ func (n *Node) purgeAllowed(a netip.Addr) bool {
 type purgeCall func(context.Context, pb.AdminServiceClient) (*pb.PurgeStatus, error)
 
 // purgeCalls reads what a PURGE request asks for.
-func (n *Node) purgeCalls(r *http.Request) ([]purgeCall, error) {
+func (f *Front) purgeCalls(r *http.Request) ([]purgeCall, error) {
 	id := r.Header.Get("X-Request-Id")
 	var tags []string
 	purge.EntryTags(r.Header, func(t string) bool { tags = append(tags, t); return false })
@@ -165,9 +167,9 @@ func (n *Node) purgeCalls(r *http.Request) ([]purgeCall, error) {
 
 // callAdmin makes call on each control-plane address in turn until one is
 // reachable.
-func (n *Node) callAdmin(ctx context.Context, call purgeCall) (*pb.PurgeStatus, error) {
+func (f *Front) callAdmin(ctx context.Context, call purgeCall) (*pb.PurgeStatus, error) {
 	var err error
-	for _, c := range n.admin {
+	for _, c := range f.cfg.Admin {
 		var st *pb.PurgeStatus
 		if st, err = call(ctx, c); status.Code(err) != codes.Unavailable {
 			return st, err

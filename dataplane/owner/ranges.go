@@ -1,4 +1,4 @@
-package dataplane
+package owner
 
 import (
 	"bytes"
@@ -106,11 +106,11 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 // readerAt is e's body as a ReaderAt: in memory, or its disk record.
-func (n *Node) readerAt(e *store.Entry) (io.ReaderAt, func(), error) {
+func (o *Owner) readerAt(e *store.Entry) (io.ReaderAt, func(), error) {
 	if e.InMemory() {
 		return bytes.NewReader(e.Body), func() {}, nil
 	}
-	f, err := n.store.Open(e)
+	f, err := o.cfg.Store.Open(e)
 	if err != nil {
 		return nil, nil, err
 	}

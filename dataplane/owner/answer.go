@@ -1,22 +1,21 @@
-package dataplane
+package owner
 
 import (
 	"bytes"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/store"
 )
 
-// answer writes a stored entry to w, its body from memory, from its disk
+// Answer writes a stored entry to w, its body from memory, from its disk
 // record (by sendfile where the platform has it), or from rd, a reader
 // following the entry's fill as it streams in. The stored coding is sent
 // to a client that accepts it and decoded for one that does not. A client
@@ -25,15 +24,15 @@ import (
 // It returns an error, having written nothing, when the body cannot be
 // read at all. A fill that breaks off after the header was sent aborts the
 // response, so the client sees a broken transfer rather than a short body.
-func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd io.Reader, status string) error {
+func (o *Owner) Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd io.Reader, status string) error {
 	h := w.Header()
 	if httpcache.NotModified(r.Method, r.Header, e.Status, e.Header) {
-		n.writeNotModified(w, e, status)
+		o.writeNotModified(w, e, status)
 		return nil
 	}
 	switch ranges, err := rangesFor(r, e, rd != nil); {
 	case ranges != nil || errors.Is(err, httpcache.ErrRangeUnsatisfiable):
-		body, done, err := n.readerAt(e)
+		body, done, err := o.readerAt(e)
 		if err != nil {
 			return err
 		}
@@ -43,15 +42,15 @@ func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd
 		}
 		h.Del("Content-Length")
 		h.Set("Accept-Ranges", "bytes")
-		n.cacheHeaders(h, e, status)
+		o.cacheHeaders(h, e, status)
 		section := func(start, length int64) io.Reader { return io.NewSectionReader(body, start, length) }
-		if err := answerRanges(w, r, e, ranges, section); err != nil && !isWriteError(err) {
-			return breakOff(w) // the stored body could not be read: do not end it cleanly
+		if err := answerRanges(w, r, e, ranges, section); err != nil && !reply.IsWriteError(err) {
+			return reply.BreakOff(w) // the stored body could not be read: do not end it cleanly
 		}
 		return nil
 	}
 	var src io.Reader
-	var follow *errReader
+	var follow *reply.ErrReader
 	switch {
 	case rd != nil:
 		// Wait for the first bytes (or the end) before committing to a
@@ -61,12 +60,12 @@ func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd
 		if err != nil && err != io.EOF {
 			return err
 		}
-		follow = &errReader{r: io.MultiReader(bytes.NewReader(first[:k]), rd)}
+		follow = &reply.ErrReader{R: io.MultiReader(bytes.NewReader(first[:k]), rd)}
 		src = follow
 	case e.InMemory():
 		src = bytes.NewReader(e.Body)
 	default:
-		f, err := n.store.Open(e)
+		f, err := o.cfg.Store.Open(e)
 		if err != nil {
 			return err
 		}
@@ -91,12 +90,12 @@ func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd
 	if rd == nil && e.Coding == "" && e.Status == http.StatusOK && e.Length >= 0 {
 		h.Set("Accept-Ranges", "bytes")
 	}
-	if length >= 0 && bodyAllowed(e.Status) {
+	if length >= 0 && reply.BodyAllowed(e.Status) {
 		h.Set("Content-Length", strconv.FormatInt(length, 10))
 	}
-	n.cacheHeaders(h, e, status)
+	o.cacheHeaders(h, e, status)
 	w.WriteHeader(e.Status)
-	if r.Method == http.MethodHead || !bodyAllowed(e.Status) {
+	if r.Method == http.MethodHead || !reply.BodyAllowed(e.Status) {
 		return nil
 	}
 	if decode {
@@ -106,20 +105,20 @@ func (n *Node) answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd
 			decoders.Put(d)
 		}()
 		if err := d.Reset(src); err != nil {
-			return breakOff(w)
+			return reply.BreakOff(w)
 		}
 		src = d
 	}
 	_, err := io.Copy(w, src)
-	if err != nil && (follow != nil && follow.err != nil || decode && !isWriteError(err)) {
-		return breakOff(w) // the body broke off: do not end it cleanly
+	if err != nil && (follow != nil && follow.Err != nil || decode && !reply.IsWriteError(err)) {
+		return reply.BreakOff(w) // the body broke off: do not end it cleanly
 	}
 	return nil
 }
 
 // writeNotModified answers 304 for e (RFC 9111 4.3.2): its header
 // fields but those describing the body.
-func (n *Node) writeNotModified(w http.ResponseWriter, e *store.Entry, status string) {
+func (o *Owner) writeNotModified(w http.ResponseWriter, e *store.Entry, status string) {
 	h := w.Header()
 	for k, v := range e.Header {
 		h[k] = v
@@ -131,54 +130,13 @@ func (n *Node) writeNotModified(w http.ResponseWriter, e *store.Entry, status st
 		httpcache.AddVary(h, "Accept-Encoding")
 		httpcache.WeakenETag(h)
 	}
-	n.cacheHeaders(h, e, status)
+	o.cacheHeaders(h, e, status)
 	w.WriteHeader(http.StatusNotModified)
 }
 
 // cacheHeaders sets Age, X-Cache and X-Cache-Node.
-func (n *Node) cacheHeaders(h http.Header, e *store.Entry, status string) {
+func (o *Owner) cacheHeaders(h http.Header, e *store.Entry, status string) {
 	h.Set("Age", strconv.FormatInt(int64(e.Age(time.Now())/time.Second), 10))
 	h.Set("X-Cache", status)
-	h.Set("X-Cache-Node", n.cfg.ID)
-}
-
-// errReader remembers its reader's error, to tell a broken source from a
-// client that went away.
-type errReader struct {
-	r   io.Reader
-	err error
-}
-
-func (e *errReader) Read(p []byte) (int, error) {
-	n, err := e.r.Read(p)
-	if err != nil && err != io.EOF {
-		e.err = err
-	}
-	return n, err
-}
-
-// pass copies an upstream body (the origin's or a peer's) to w. When the
-// upstream breaks off, so does w's answer: the client sees a broken
-// transfer, never a short body taken for whole, which an answer of unknown
-// length would otherwise be. It returns the bytes copied and whether the
-// upstream broke off.
-func pass(w http.ResponseWriter, body io.Reader) (int64, bool) {
-	src := &errReader{r: body}
-	nb, _ := io.Copy(w, src)
-	if src.err != nil {
-		_ = breakOff(w) // nothing more is written
-		return nb, true
-	}
-	return nb, false
-}
-
-// isWriteError reports whether err came from writing to the client.
-func isWriteError(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) || errors.Is(err, http.ErrHandlerTimeout) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
-}
-
-// bodyAllowed reports whether a response with status has a body.
-func bodyAllowed(status int) bool {
-	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
+	h.Set("X-Cache-Node", o.cfg.ID)
 }

@@ -1,6 +1,12 @@
-package dataplane
+// Package metrics holds a node's Prometheus metrics and load-report totals,
+// the route and status labels they are counted by, and the local-only
+// estimate (Shadow). Every part of the data plane counts into one Set; it
+// imports the store, for the figures it reads at scrape time, and nothing
+// else of the data plane.
+package metrics
 
 import (
+	"strconv"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,48 +17,58 @@ import (
 
 // Routes, the label that tells relayed requests from local ones.
 const (
-	routeLocal    = "local"
-	routeRelayed  = "relayed"
-	routeBypass   = "bypass"
-	routeRedirect = "redirect"
-	routeSliced   = "sliced"
-	routeRejected = "rejected" // refused before routing: a bad request
+	RouteLocal    = "local"
+	RouteRelayed  = "relayed"
+	RouteBypass   = "bypass"
+	RouteRedirect = "redirect"
+	RouteSliced   = "sliced"
+	RouteRejected = "rejected" // refused before routing: a bad request
 )
 
-// metrics are the node's Prometheus metrics, on a registry of its own (an
-// embedded etcd in the same process registers on the default one).
-type metrics struct {
-	reg *prometheus.Registry
+// Set is the node's Prometheus metrics, on a registry of its own (an
+// embedded etcd in the same process registers on the default one), and
+// the totals its load reports carry.
+type Set struct {
+	Registry *prometheus.Registry
 
-	requests      *prometheus.CounterVec
-	duration      *prometheus.HistogramVec
-	responseSize  *prometheus.HistogramVec
-	originReqs    *prometheus.CounterVec
-	originBytes   prometheus.Counter
-	peerReqs      *prometheus.CounterVec
-	peerConns     *prometheus.CounterVec
-	peerBytes     *prometheus.CounterVec
-	relayFallback prometheus.Counter
-	ringEpoch     prometheus.Gauge
-	ringMembers   prometheus.Gauge
-	session       prometheus.Gauge
-	member        prometheus.Gauge
-	// backgroundPanics counts panics recovered in background tasks.
-	backgroundPanics *prometheus.CounterVec
-	memberLost       *prometheus.CounterVec
-	collapsed        prometheus.Counter
-	policyRevision   prometheus.Gauge
-	hot              *prometheus.CounterVec
-	handoffs         *prometheus.CounterVec
-	store            storeCollector
-	peerCerts        *prometheus.CounterVec
-	peerCertExpiry   prometheus.Gauge
-	originDuration   prometheus.Histogram
-	peerDuration     prometheus.Histogram
-	purges           *prometheus.CounterVec
-	purgeRevision    prometheus.Gauge
-	bans             prometheus.Gauge
-	routeBytes       map[string]*atomic.Uint64
+	Requests      *prometheus.CounterVec
+	Duration      *prometheus.HistogramVec
+	ResponseSize  *prometheus.HistogramVec
+	OriginReqs    *prometheus.CounterVec
+	OriginBytes   prometheus.Counter
+	PeerReqs      *prometheus.CounterVec
+	PeerConns     *prometheus.CounterVec
+	PeerBytes     *prometheus.CounterVec
+	RelayFallback prometheus.Counter
+	RingEpoch     prometheus.Gauge
+	RingMembers   prometheus.Gauge
+	Session       prometheus.Gauge
+	Member        prometheus.Gauge
+	// BackgroundPanics counts panics recovered in background tasks.
+	BackgroundPanics *prometheus.CounterVec
+	MemberLost       *prometheus.CounterVec
+	Collapsed        prometheus.Counter
+	PolicyRevision   prometheus.Gauge
+	Hot              *prometheus.CounterVec
+	Handoffs         *prometheus.CounterVec
+	storeStats       storeCollector
+	PeerCerts        *prometheus.CounterVec
+	PeerCertExpiry   prometheus.Gauge
+	OriginDuration   prometheus.Histogram
+	PeerDuration     prometheus.Histogram
+	Purges           *prometheus.CounterVec
+	PurgeRevision    prometheus.Gauge
+	Bans             prometheus.Gauge
+	// RouteBytes counts response body bytes by route, for load reports.
+	RouteBytes map[string]*atomic.Uint64
+	Totals     Totals
+}
+
+// Totals are the counts a node's load reports carry since it started.
+type Totals struct {
+	Requests, Hits, OriginFills, Relayed, PeerBytes atomic.Uint64
+	// HandoffAnswers counts handoff requests answered from the store.
+	HandoffAnswers atomic.Uint64
 }
 
 // Classic buckets reach 1 h and 100 GB, so that quantiles of long downloads
@@ -63,99 +79,100 @@ var (
 	sizeBuckets     = prometheus.ExponentialBuckets(256, 4, 16) // 256 B .. 256 GiB
 )
 
-func newMetrics() *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+// New builds the metrics on a registry of their own.
+func New() *Set {
+	m := &Set{
+		Registry: prometheus.NewRegistry(),
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_requests_total", Help: "Client requests by route, cache status, method and status class.",
 		}, []string{"route", "cache", "method", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "shardcache_request_duration_seconds", Help: "Client request duration by route.",
 			Buckets: durationBuckets, NativeHistogramBucketFactor: 1.1,
 		}, []string{"route"}),
-		responseSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		ResponseSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "shardcache_response_size_bytes", Help: "Client response body size by route.",
 			Buckets: sizeBuckets, NativeHistogramBucketFactor: 1.1,
 		}, []string{"route"}),
-		originReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
+		OriginReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_origin_requests_total", Help: "Requests sent to the origin, by purpose (fill, bypass) and result.",
 		}, []string{"purpose", "result"}),
-		originBytes: prometheus.NewCounter(prometheus.CounterOpts{
+		OriginBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shardcache_origin_bytes_total", Help: "Body bytes received from the origin for cache fills.",
 		}),
-		peerReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
+		PeerReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_peer_requests_total", Help: "Requests relayed to an owner, by peer and result (2xx..5xx, error, skipped while the peer's circuit is open).",
 		}, []string{"peer", "result"}),
-		peerConns: prometheus.NewCounterVec(prometheus.CounterOpts{
+		PeerConns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_peer_connections_total", Help: "Connections used for relayed requests: opened anew or reused from the pool.",
 		}, []string{"state"}),
-		peerBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		PeerBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_peer_bytes_total", Help: "Body bytes over the peer hop: in (answers from owners), out (answers to relaying peers).",
 		}, []string{"direction"}),
-		relayFallback: prometheus.NewCounter(prometheus.CounterOpts{
+		RelayFallback: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shardcache_relay_fallbacks_total", Help: "Relays that failed before a response and were served by this node instead.",
 		}),
-		ringEpoch: prometheus.NewGauge(prometheus.GaugeOpts{
+		RingEpoch: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shardcache_ring_epoch", Help: "The ring epoch this node serves with (0: none yet).",
 		}),
-		ringMembers: prometheus.NewGauge(prometheus.GaugeOpts{
+		RingMembers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shardcache_ring_members", Help: "Members of the current ring epoch.",
 		}),
-		backgroundPanics: prometheus.NewCounterVec(prometheus.CounterOpts{
+		BackgroundPanics: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_background_panics_total",
 			Help: "Panics recovered in background tasks (revalidate, precopy, invalidate), by task; each is logged with its stack.",
 		}, []string{"task"}),
-		member: prometheus.NewGauge(prometheus.GaugeOpts{
+		Member: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shardcache_member", Help: "1 while the control plane holds this node as a member; 0 while it is refused or registering again.",
 		}),
-		memberLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+		MemberLost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_membership_lost_total",
 			Help: "Times the node found it was not a member, by cause (duplicate_id, record_deleted, record_replaced, lease_lost).",
 		}, []string{"cause"}),
-		session: prometheus.NewGauge(prometheus.GaugeOpts{
+		Session: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shardcache_session_connected", Help: "1 while the session with the control plane is established.",
 		}),
-		collapsed: prometheus.NewCounter(prometheus.CounterOpts{
+		Collapsed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shardcache_collapsed_requests_total", Help: "Cache misses served by waiting on another request's origin fetch.",
 		}),
-		policyRevision: prometheus.NewGauge(prometheus.GaugeOpts{
+		PolicyRevision: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shardcache_policy_revision", Help: "Revision of the policy set in force (0: none received).",
 		}),
-		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_handoff_requests_total",
 			Help: "Misses after a ring change asked of the key's previous owner before the origin, by result (hit, miss, error).",
 		}, []string{"result"}),
-		hot: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Hot: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_hot_key_events_total",
 			Help: "Hot-key handling: requests for hot keys, copies admitted and served by non-owners, replica fills from the first owner.",
 		}, []string{"event"}),
 	}
-	m.peerCerts = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.PeerCerts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardcache_peer_certificates_total", Help: "Peer-hop certificates from the control plane, installed or refused.",
 	}, []string{"result"})
-	m.peerCertExpiry = prometheus.NewGauge(prometheus.GaugeOpts{
+	m.PeerCertExpiry = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "shardcache_peer_certificate_expiry_timestamp_seconds", Help: "When the installed peer-hop certificate expires (Unix time).",
 	})
-	m.originDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+	m.OriginDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "shardcache_origin_request_duration_seconds", Help: "Time from sending an origin request to its response header (or failure).",
 		Buckets: durationBuckets, NativeHistogramBucketFactor: 1.1,
 	})
-	m.peerDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+	m.PeerDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "shardcache_peer_request_duration_seconds", Help: "Time from relaying a request to an owner to its response header (or failure).",
 		Buckets: durationBuckets, NativeHistogramBucketFactor: 1.1,
 	})
-	m.purges = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.Purges = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardcache_purges_total", Help: "Purges applied, by kind (url, prefix, tag).",
 	}, []string{"kind"})
-	m.purgeRevision = prometheus.NewGauge(prometheus.GaugeOpts{
+	m.PurgeRevision = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "shardcache_purge_revision", Help: "Highest purge revision applied.",
 	})
-	m.bans = prometheus.NewGauge(prometheus.GaugeOpts{
+	m.Bans = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "shardcache_purge_bans", Help: "Bans checked at lookup: purges whose background sweep has not finished.",
 	})
-	m.routeBytes = map[string]*atomic.Uint64{}
-	for _, r := range []string{routeLocal, routeRelayed, routeBypass, routeRedirect, routeSliced, routeRejected} {
-		m.routeBytes[r] = new(atomic.Uint64)
+	m.RouteBytes = map[string]*atomic.Uint64{}
+	for _, r := range []string{RouteLocal, RouteRelayed, RouteBypass, RouteRedirect, RouteSliced, RouteRejected} {
+		m.RouteBytes[r] = new(atomic.Uint64)
 	}
 	// Known label values start at zero, so that rates and dashboards see
 	// every series from the first scrape.
@@ -163,39 +180,39 @@ func newMetrics() *metrics {
 		vec    *prometheus.CounterVec
 		values []string
 	}{
-		{m.hot, []string{"hot_request", "copy_admitted", "copy_hit", "replica_fill"}},
-		{m.handoffs, []string{"hit", "miss", "error"}},
-		{m.purges, []string{"url", "prefix", "tag"}},
-		{m.peerBytes, []string{"in", "out"}},
-		{m.peerConns, []string{"opened", "reused"}},
-		{m.peerCerts, []string{"installed", "refused"}},
+		{m.Hot, []string{"hot_request", "copy_admitted", "copy_hit", "replica_fill"}},
+		{m.Handoffs, []string{"hit", "miss", "error"}},
+		{m.Purges, []string{"url", "prefix", "tag"}},
+		{m.PeerBytes, []string{"in", "out"}},
+		{m.PeerConns, []string{"opened", "reused"}},
+		{m.PeerCerts, []string{"installed", "refused"}},
 	} {
 		for _, l := range v.values {
 			v.vec.WithLabelValues(l)
 		}
 	}
-	m.reg.MustRegister(m.originDuration, m.peerDuration, m.purges, m.purgeRevision, m.bans, m.peerCerts, m.peerCertExpiry, m.requests, m.duration, m.responseSize, m.originReqs, m.originBytes, m.peerReqs,
-		m.peerConns, m.peerBytes, m.relayFallback, m.ringEpoch, m.ringMembers, m.session, m.member, m.memberLost, m.backgroundPanics, m.collapsed, m.policyRevision, m.hot, m.handoffs, &m.store,
+	m.Registry.MustRegister(m.OriginDuration, m.PeerDuration, m.Purges, m.PurgeRevision, m.Bans, m.PeerCerts, m.PeerCertExpiry, m.Requests, m.Duration, m.ResponseSize, m.OriginReqs, m.OriginBytes, m.PeerReqs,
+		m.PeerConns, m.PeerBytes, m.RelayFallback, m.RingEpoch, m.RingMembers, m.Session, m.Member, m.MemberLost, m.BackgroundPanics, m.Collapsed, m.PolicyRevision, m.Hot, m.Handoffs, &m.storeStats,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-// watchShadow exports the local-only estimate.
-func (m *metrics) watchShadow(s *shadow) {
-	m.reg.MustRegister(
+// WatchShadow exports the local-only estimate.
+func (m *Set) WatchShadow(s *Shadow) {
+	m.Registry.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "shardcache_local_estimate_requests_total",
 			Help: "Cacheable requests this node received, as counted by the estimate of a local-only cache of its size (sampled).",
-		}, func() float64 { r, _ := s.totals(); return r }),
+		}, func() float64 { r, _ := s.Totals(); return r }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "shardcache_local_estimate_hits_total",
 			Help: "Of those, the ones a cache of this node's size keeping only what its own clients asked for would have hit (sampled estimate).",
-		}, func() float64 { _, h := s.totals(); return h }),
+		}, func() float64 { _, h := s.Totals(); return h }),
 	)
 }
 
-// watchStore exports st's figures from now on.
-func (m *metrics) watchStore(st *store.Store) { m.store.st.Store(st) }
+// WatchStore exports st's figures from now on.
+func (m *Set) WatchStore(st *store.Store) { m.storeStats.st.Store(st) }
 
 // storeCollector reads the store's sizes and counts at scrape time.
 type storeCollector struct {
@@ -236,7 +253,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(storeBytesDesc, prometheus.GaugeValue, float64(s.DiskBytes), "disk")
 	ch <- prometheus.MustNewConstMetric(storeObjsDesc, prometheus.GaugeValue, float64(s.MemoryObjects), "memory")
 	ch <- prometheus.MustNewConstMetric(storeObjsDesc, prometheus.GaugeValue, float64(s.DiskObjects), "disk")
-	ch <- prometheus.MustNewConstMetric(storePausedDesc, prometheus.GaugeValue, boolGauge(s.Paused))
+	ch <- prometheus.MustNewConstMetric(storePausedDesc, prometheus.GaugeValue, BoolGauge(s.Paused))
 	for reason, v := range s.Discarded {
 		ch <- prometheus.MustNewConstMetric(storeDiscardDesc, prometheus.CounterValue, float64(v), reason)
 	}
@@ -251,4 +268,21 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.d, prometheus.CounterValue, float64(v), tier)
 		}
 	}
+}
+
+// BoolGauge is a gauge's value for b.
+func BoolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// StatusClass is a status code's label: "2xx" and so on, "other" out of
+// range.
+func StatusClass(code int) string {
+	if code < 100 || code > 599 {
+		return "other"
+	}
+	return strconv.Itoa(code/100) + "xx"
 }

@@ -1,4 +1,4 @@
-package dataplane
+package metrics
 
 import (
 	"fmt"
@@ -7,14 +7,14 @@ import (
 
 // BenchmarkShadowObserve is the per-request cost of the local-only estimate.
 func BenchmarkShadowObserve(b *testing.B) {
-	s := newShadow(1<<30, maxTracked)
+	s := NewShadow(1<<30, MaxTracked)
 	keys := make([]string, 1<<16)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("httpwww.example.com/obj/%d", i)
 	}
 	i := 0
 	for b.Loop() {
-		s.observe(keys[i&(len(keys)-1)], 4096)
+		s.Observe(keys[i&(len(keys)-1)], 4096)
 		i++
 	}
 }

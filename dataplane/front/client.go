@@ -1,0 +1,244 @@
+package front
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/shardcache/shardcache/dataplane/internal/reply"
+	"github.com/shardcache/shardcache/dataplane/metrics"
+	"github.com/shardcache/shardcache/dataplane/origin"
+	"github.com/shardcache/shardcache/dataplane/relay"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/policy"
+)
+
+// serveClient is the client listener's handler: every request starts here.
+func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	// The hop headers mean something only on the peer listener; a client
+	// sending them is ignored, never trusted.
+	for _, f := range relay.InternalHeaders {
+		r.Header.Del(f)
+	}
+	client := f.forwardedFor(r)
+	rec := reply.NewRecorder(w)
+	route := "aborted"
+	// Deferred, so that a response aborted mid-body is counted and logged.
+	defer func() {
+		if route != routePurge {
+			f.cfg.Metrics.Totals.Requests.Add(1)
+		}
+		cache := rec.Header().Get("X-Cache")
+		if cache == relay.CacheHit {
+			f.cfg.Metrics.Totals.Hits.Add(1)
+		}
+		elapsed := time.Since(start)
+		f.cfg.Metrics.Requests.WithLabelValues(route, cache, methodLabel(r.Method), metrics.StatusClass(rec.Status)).Inc()
+		f.cfg.Metrics.Duration.WithLabelValues(route).Observe(elapsed.Seconds())
+		f.cfg.Metrics.ResponseSize.WithLabelValues(route).Observe(float64(rec.Bytes))
+		if c := f.cfg.Metrics.RouteBytes[route]; c != nil {
+			c.Add(uint64(rec.Bytes))
+		}
+		if rec.Key != "" && cache != relay.CacheBypass && cache != "" {
+			f.cfg.Shadow.Observe(rec.Key, rec.Bytes)
+		}
+		f.logAccess(r, rec, client, route, cache, start, elapsed)
+		if f.cfg.Tracer != nil {
+			annotate(r.Context(), attribute.String("shardcache.node", f.cfg.ID), attribute.String("shardcache.route", route),
+				attribute.String("shardcache.cache", cache))
+		}
+		rec.AbortIfBroken()
+	}()
+	if len(r.TransferEncoding) > 0 && r.ProtoMajor == 1 {
+		// The body was read by its Transfer-Encoding, any Content-Length
+		// dropped (RFC 9112 6.1). A front proxy that read it by a
+		// Content-Length would see other request boundaries: close the
+		// connection after answering, so whatever follows on it is never
+		// taken for a request.
+		rec.Header().Set("Connection", "close")
+	}
+	if strings.Contains(r.URL.Path, "/.") {
+		p, ok := removeDotSegments(r.URL.Path)
+		if !ok {
+			route = metrics.RouteRejected
+			http.Error(rec, "shardcache: the path climbs above the root", http.StatusBadRequest)
+			return
+		}
+		r.URL.Path, r.URL.RawPath = p, ""
+	}
+	if r.Method == "PURGE" {
+		route = routePurge
+		f.servePurge(rec, r, client)
+		return
+	}
+	route = f.route(rec, r)
+}
+
+// route serves r by bypass, redirect, relay or from this node's store, as
+// its policy says, and returns the route taken.
+//
+// A hot key has the first replication-factor ring members as owners: each
+// serves it from its own store, a later owner filling from the first rather
+// than the origin. A node that owns a hot key not at all relays it once and
+// keeps a local copy for as long as the object stays fresh.
+func (f *Front) route(w http.ResponseWriter, r *http.Request) string {
+	p := f.cfg.Policies.Load().Match(policy.Host(r), r.URL.Path)
+	if p.Mode == pb.CacheMode_CACHE_MODE_BYPASS || bypassReason(r, p) != "" || p.Bypass(r) {
+		f.bypass(w, r, p)
+		return metrics.RouteBypass
+	}
+	key := p.Key("http", r)
+	if rec, ok := w.(*reply.Recorder); ok {
+		rec.Key = key
+	}
+	if p.SliceSize > 0 && f.cfg.Owner.ServeSliced(w, r, key, p) {
+		return metrics.RouteSliced
+	}
+	rt := f.cfg.Routes.Load()
+	if rt == nil || p.Mode == pb.CacheMode_CACHE_MODE_LOCAL {
+		f.cfg.Owner.Serve(w, r, key, p, nil, nil)
+		return metrics.RouteLocal
+	}
+	hot := f.isHot(key, p)
+	replicas := 1
+	if hot {
+		f.cfg.HotKeys.Note(key, r)
+		replicas = p.ReplicationFactor
+	}
+	var buf [4]*pb.Member
+	owners := rt.Owners(buf[:0], key, replicas)
+	if len(owners) == 0 {
+		f.cfg.Owner.Serve(w, r, key, p, nil, nil)
+		return metrics.RouteLocal
+	}
+	for i, o := range owners {
+		if o.GetId() == f.cfg.ID {
+			var from *pb.Member
+			if i > 0 {
+				from = owners[0] // a replica fills from the first owner
+			}
+			f.cfg.Owner.Serve(w, r, key, p, from, nil)
+			return metrics.RouteLocal
+		}
+	}
+	if hot && f.serveHotCopy(w, r, key) {
+		return metrics.RouteLocal
+	}
+	owner := owners[0]
+	if p.Mode == pb.CacheMode_CACHE_MODE_REDIRECT && owner.GetPublicUrl() != "" {
+		redirect(w, r, owner)
+		return metrics.RouteRedirect
+	}
+	if f.relay(w, r, owner, key, p, hot) {
+		f.cfg.Metrics.Totals.Relayed.Add(1)
+		return metrics.RouteRelayed
+	}
+	// The owner did not answer. The next ring member owns the key once the
+	// owner leaves the ring, so it is the one to fill; if it is this node,
+	// or it fails too, serve from here: an origin request, but the client
+	// is served until the next epoch.
+	f.cfg.Metrics.RelayFallback.Inc()
+	if next := rt.Owners(buf[:0], key, len(owners)+1); len(next) > len(owners) {
+		if alt := next[len(owners)]; alt.GetId() != f.cfg.ID && f.relay(w, r, alt, key, p, hot) {
+			f.cfg.Metrics.Totals.Relayed.Add(1)
+			return metrics.RouteRelayed
+		}
+	}
+	f.cfg.Owner.Serve(w, r, key, p, nil, nil)
+	return metrics.RouteLocal
+}
+
+// redirect answers 307 with the owner's public URL, so the body crosses the
+// network once. The owner serves the redirected request as its own.
+func redirect(w http.ResponseWriter, r *http.Request, owner *pb.Member) {
+	w.Header().Set("Location", strings.TrimSuffix(owner.GetPublicUrl(), "/")+r.URL.RequestURI())
+	w.Header().Set("X-Cache-Node", owner.GetId())
+	w.WriteHeader(http.StatusTemporaryRedirect)
+}
+
+// bypassReason says why r must not go through the cache, or "".
+func bypassReason(r *http.Request, p *policy.Policy) string {
+	switch {
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		return "method"
+	case r.Header.Get("Authorization") != "" && !p.CacheAuthorized:
+		return "authorization"
+	case r.Header.Get("Upgrade") != "":
+		return "upgrade"
+	}
+	for _, v := range r.Header.Values("Cache-Control") {
+		if strings.Contains(strings.ToLower(v), "no-store") {
+			return "no-store"
+		}
+	}
+	return ""
+}
+
+// bypass forwards a request that must not be cached straight to the origin.
+//
+// An unsafe method that succeeds invalidates what the cluster stores for
+// its target (RFC 9111 4.4).
+func (f *Front) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy) {
+	ctx, cancel := context.WithTimeout(r.Context(), cmp.Or(p.OriginTimeout, f.cfg.OriginTimeout))
+	defer cancel()
+	resp, err := f.cfg.Origin.Fetch(httptrace.WithClientTrace(ctx, origin.PassInterim(w)), r, p.Origins, false, nil)
+	if err != nil {
+		f.cfg.Metrics.OriginReqs.WithLabelValues("bypass", "error").Inc()
+		http.Error(w, "shardcache: origin unreachable", http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	f.cfg.Metrics.OriginReqs.WithLabelValues("bypass", metrics.StatusClass(resp.StatusCode)).Inc()
+	relay.RemoveHopByHop(resp.Header)
+	reply.CopyHeader(w.Header(), resp.Header)
+	w.Header().Set("X-Cache", relay.CacheBypass)
+	if unsafeMethod(r.Method) && resp.StatusCode < 400 {
+		f.invalidate(r, resp.Header)
+	}
+	w.WriteHeader(resp.StatusCode)
+	reply.Pass(w, resp.Body)
+}
+
+// methodLabel keeps the method label's values few: the standard methods
+// and PURGE, "other" for the rest.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch,
+		http.MethodOptions, "PURGE":
+		return m
+	}
+	return "other"
+}
+
+// logAccess writes the request's access-log line, one JSON object, when
+// the access log is on and the request is sampled; 5xx answers are always
+// logged.
+func (f *Front) logAccess(r *http.Request, rec *reply.Recorder, client, route, cache string, start time.Time, elapsed time.Duration) {
+	if f.cfg.AccessLog == nil || rec.Status < 500 && f.cfg.AccessLogSample < 1 && rand.Float64() >= f.cfg.AccessLogSample {
+		return
+	}
+	f.cfg.AccessLog.LogAttrs(context.Background(), slog.LevelInfo, "request",
+		slog.Time("start", start),
+		slog.String("client", client),
+		slog.String("forwarded_for", r.Header.Get("X-Forwarded-For")),
+		slog.String("method", r.Method),
+		slog.String("host", r.Host),
+		slog.String("path", r.URL.RequestURI()),
+		slog.Int("status", rec.Status),
+		slog.Int64("bytes", rec.Bytes),
+		slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+		slog.String("cache", cache),
+		slog.String("route", route),
+		slog.String("served_by", rec.Header().Get("X-Cache-Node")),
+		slog.String("node", f.cfg.ID),
+		slog.String("trace_id", traceID(r.Context())),
+	)
+}

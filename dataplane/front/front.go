@@ -1,0 +1,135 @@
+// Package front holds a node's two request handlers, and is the one place
+// that decides what a request is trusted with. The client listener's
+// handler (ServeClient) takes requests from anyone: it strips every
+// internal header, believes forwarded fields only from trusted proxies,
+// normalises the path, and routes the request by its policy: bypass to the
+// origin, redirect or relay to the key's owner, a hot copy, or this node's
+// owner (package owner). It also answers PURGE and invalidates what an
+// unsafe method changed. The peer listener's handler (ServePeer) takes
+// requests relayed by other nodes and hands them to the owner, never
+// relaying them again.
+//
+// It imports the owner package for its exported rule (StoreLifetime) and
+// seams (Origin, Peers), and calls the owner through Owner and Answerer.
+package front
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardcache/shardcache/dataplane/hotkey"
+	"github.com/shardcache/shardcache/dataplane/internal/tasks"
+	"github.com/shardcache/shardcache/dataplane/metrics"
+	"github.com/shardcache/shardcache/dataplane/owner"
+	"github.com/shardcache/shardcache/dataplane/purge"
+	"github.com/shardcache/shardcache/dataplane/routes"
+	"github.com/shardcache/shardcache/dataplane/slice"
+	"github.com/shardcache/shardcache/dataplane/store"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/policy"
+)
+
+// Owner is the owner's read path, for the keys this node owns.
+type Owner interface {
+	// Serve answers key from the store or fills it; from is a hot key's
+	// first owner to fill from, sl the slice asked for.
+	Serve(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, sl *slice.Req)
+	// ServeSliced answers from the object's slices; false, having written
+	// nothing, when it cannot be sliced.
+	ServeSliced(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy) bool
+	// Drop removes what the store holds under key.
+	Drop(key string)
+}
+
+// Answerer answers from an entry held outside the store (a hot copy) as
+// the owner answers from its own.
+type Answerer interface {
+	Usable(e *store.Entry) bool
+	Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd io.Reader, status string) error
+}
+
+// Config is what a Front is built from.
+type Config struct {
+	ID string
+	// RelayTimeout and OriginTimeout bound the wait for a peer's or the
+	// origin's answer where the policy does not.
+	RelayTimeout, OriginTimeout time.Duration
+	// HotThreshold is the node's hot-key rate (per minute); Hot, HotKeys
+	// and HotCopies are nil when hot-key handling is off.
+	HotThreshold     int
+	HotCopyMaxObject int64
+	Hot              *hotkey.Sketch
+	HotKeys          *hotkey.List
+	HotCopies        *store.Memory
+	// TrustedProxies may send forwarded fields; PurgeAllow may PURGE
+	// without a token, as AdminToken.
+	TrustedProxies, PurgeAllow []netip.Prefix
+	AdminToken                 string
+	// Admin calls the control plane (at ControlPlane, for messages) for
+	// PURGE requests.
+	Admin        []pb.AdminServiceClient
+	ControlPlane string
+	// AccessLog, when set, gets a line for AccessLogSample of requests.
+	AccessLog       *slog.Logger
+	AccessLogSample float64
+	// RequestEpoch asks the control plane for an epoch a peer has seen.
+	RequestEpoch func(epoch uint64)
+
+	Owner    Owner
+	Answers  Answerer
+	Origin   owner.Origin
+	Peers    owner.Peers
+	Routes   *atomic.Pointer[routes.Table]
+	Policies *atomic.Pointer[policy.Set]
+	Bans     *purge.Set
+	Shadow   *metrics.Shadow
+	Metrics  *metrics.Set
+	Tasks    *tasks.Group
+	Tracer   trace.Tracer // nil: the node does not trace
+	Logger   *slog.Logger
+}
+
+// Front serves the client and peer listeners.
+type Front struct {
+	cfg Config
+	// draining is set while a stopping node, out of the ring, still
+	// serves its peers' handoff requests; lastPeer is when the peer
+	// listener last got a request (UnixNano).
+	draining atomic.Bool
+	lastPeer atomic.Int64
+}
+
+// New builds the front.
+func New(cfg Config) *Front {
+	return &Front{cfg: cfg}
+}
+
+// ServeClient is the client listener's handler.
+func (f *Front) ServeClient(w http.ResponseWriter, r *http.Request) { f.serveClient(w, r) }
+
+// ServePeer is the peer listener's handler.
+func (f *Front) ServePeer(w http.ResponseWriter, r *http.Request) { f.servePeer(w, r) }
+
+// Drain marks the node draining: out of the ring, it serves its peers'
+// handoff requests until it stops.
+func (f *Front) Drain() { f.draining.Store(true) }
+
+// Draining reports whether Drain was called.
+func (f *Front) Draining() bool { return f.draining.Load() }
+
+// LastPeer is when the peer listener last got a request while draining.
+func (f *Front) LastPeer() time.Time { return time.Unix(0, f.lastPeer.Load()) }
+
+// epoch is the ring epoch the node serves with, 0 before the first.
+func (f *Front) epoch() uint64 {
+	if rt := f.cfg.Routes.Load(); rt != nil {
+		return rt.Epoch.GetEpoch()
+	}
+	return 0
+}

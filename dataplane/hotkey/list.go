@@ -1,0 +1,82 @@
+package hotkey
+
+import (
+	"cmp"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ListMax bounds the hot keys a List remembers.
+const ListMax = 4096
+
+// List remembers the keys a node has seen hot, with what rebuilds a
+// request for each (for pre-copy): safe for concurrent use, and cheap for a
+// key already in it. It holds at most ListMax keys; at the bound a key not
+// seen hot for a minute makes room, and a new key is dropped until one does.
+type List struct {
+	keys  sync.Map // key -> *Key
+	count atomic.Int64
+	prune atomic.Int64 // UnixNano of the last prune
+}
+
+// Key is what rebuilds a request for a hot key.
+type Key struct {
+	Key  string  `json:"key"`
+	Host string  `json:"host"`
+	URI  string  `json:"uri"`
+	Rate float64 `json:"rate"` // when listed: requests per minute, estimated
+	seen atomic.Int64
+}
+
+// Note records that key, asked for by r, is hot.
+func (h *List) Note(key string, r *http.Request) {
+	now := time.Now().UnixNano()
+	if v, ok := h.keys.Load(key); ok {
+		if k := v.(*Key); now-k.seen.Load() > int64(time.Second) {
+			k.seen.Store(now)
+		}
+		return
+	}
+	if h.count.Load() >= ListMax {
+		if !h.pruneOld(now) {
+			return
+		}
+	}
+	k := &Key{Key: key, Host: r.Host, URI: r.URL.RequestURI()}
+	k.seen.Store(now)
+	if _, loaded := h.keys.LoadOrStore(key, k); !loaded {
+		h.count.Add(1)
+	}
+}
+
+// pruneOld drops the keys not seen hot for a minute, at most every ten
+// seconds; it reports whether there is room now.
+func (h *List) pruneOld(now int64) bool {
+	last := h.prune.Load()
+	if now-last < int64(10*time.Second) || !h.prune.CompareAndSwap(last, now) {
+		return false
+	}
+	h.keys.Range(func(key, v any) bool {
+		if now-v.(*Key).seen.Load() > int64(time.Minute) {
+			h.keys.Delete(key)
+			h.count.Add(-1)
+		}
+		return true
+	})
+	return h.count.Load() < ListMax
+}
+
+// Hottest lists up to limit of the keys, hottest first by s's estimate.
+func (h *List) Hottest(s *Sketch, limit int) []*Key {
+	var out []*Key
+	h.keys.Range(func(_, v any) bool {
+		k := v.(*Key)
+		out = append(out, &Key{Key: k.Key, Host: k.Host, URI: k.URI, Rate: float64(s.Estimate(k.Key))})
+		return true
+	})
+	slices.SortFunc(out, func(a, b *Key) int { return cmp.Compare(b.Rate, a.Rate) })
+	return out[:min(limit, len(out))]
+}

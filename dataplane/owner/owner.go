@@ -1,0 +1,163 @@
+// Package owner is a key owner's read path: lookup, decide, collapse,
+// fetch (the origin, the previous owner, the first owner of a hot key),
+// stream into the store, answer. It also keeps the Vary index, assembles
+// sliced objects from their slices' owners, and pre-copies the hot keys a
+// ring change gives this node.
+//
+// The owner is called by the front (package front) for the keys this node
+// owns, and never calls it back but through Config.Local, the in-process
+// peer hop of a slice it owns. It imports the parts below it: httpcache
+// for the rules, store, flight, purge, relay, routes, origin and slice.
+package owner
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardcache/shardcache/dataplane/flight"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/tasks"
+	"github.com/shardcache/shardcache/dataplane/metrics"
+	"github.com/shardcache/shardcache/dataplane/purge"
+	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/routes"
+	"github.com/shardcache/shardcache/dataplane/store"
+	"github.com/shardcache/shardcache/sdk/policy"
+)
+
+// Origin fetches from a policy's origins (origin.Client).
+type Origin interface {
+	Fetch(ctx context.Context, r *http.Request, origins []*url.URL, fill bool, extra http.Header) (*http.Response, error)
+}
+
+// Peers sends requests over the peer hop (relay.Client).
+type Peers interface {
+	Forward(ctx context.Context, peerAddr string, r *http.Request, header http.Header) (*http.Response, error)
+}
+
+// Config is what an Owner is built from.
+type Config struct {
+	ID string
+	// OriginTimeout and RelayTimeout bound the wait for an origin's or a
+	// peer's answer where the policy does not; HandoffWindow is how long
+	// after a ring change the previous owner is asked first.
+	OriginTimeout, RelayTimeout, HandoffWindow time.Duration
+	// MaxObjectBytes bounds a stored object; DiskBytes bounds a policy's.
+	MaxObjectBytes, DiskBytes int64
+
+	Store  *store.Store
+	Origin Origin
+	Peers  Peers
+	// Routes and Policies are the node's, swapped whole on every push.
+	Routes   *atomic.Pointer[routes.Table]
+	Policies *atomic.Pointer[policy.Set]
+	// Bans are the purges in force; Inflight the fills running, which a
+	// purge's sweep waits for.
+	Bans     *purge.Set
+	Inflight *purge.Inflight
+	Metrics  *metrics.Set
+	Tasks    *tasks.Group
+	Tracer   trace.Tracer // nil: no spans of the owner's own
+	Logger   *slog.Logger
+}
+
+// Owner serves the keys this node owns.
+type Owner struct {
+	cfg     Config
+	flights flight.Group[*fillShare]
+	// variants counts the Vary variants stored per URL key (since start).
+	variants sync.Map
+	// local serves a peer request in process; see SetLocal.
+	local http.HandlerFunc
+	// caughtUp is set once the first session of this run brought the
+	// purges missed while the node was away; until then objects stored
+	// before started are not served.
+	caughtUp   atomic.Bool
+	started    time.Time
+	precopying atomic.Bool
+	// waiting counts requests waiting on another request's fill.
+	waiting atomic.Int64
+}
+
+// New builds an owner over an open store.
+func New(cfg Config) *Owner {
+	return &Owner{cfg: cfg, started: time.Now()}
+}
+
+// SetLocal installs the peer listener's handler, which serves the slices
+// of an object this node owns (or whose owner does not answer) in process.
+// It is set once, before the node serves.
+func (o *Owner) SetLocal(h http.HandlerFunc) { o.local = h }
+
+// CaughtUp says the node has the purges issued while it was away: objects
+// it stored before this run may be served again, as far as the bans allow.
+func (o *Owner) CaughtUp() { o.caughtUp.Store(true) }
+
+// Waiting is the number of requests waiting on another request's fill.
+func (o *Owner) Waiting() int64 { return o.waiting.Load() }
+
+// Usable reports whether a stored entry may be served: no ban matches it,
+// and, until the first session of this run has brought the purges the
+// node missed, it was stored by this run.
+func (o *Owner) Usable(e *store.Entry) bool {
+	if !o.caughtUp.Load() && e.Received.Before(o.started) {
+		return false
+	}
+	return o.cfg.Bans.Match(e) == nil
+}
+
+// Drop removes what this node stores under key: the response or its
+// variants.
+func (o *Owner) Drop(key string) {
+	if e, ok := o.cfg.Store.Get(key); ok && e.Status == varyMarker {
+		prefix := httpcache.VariantPrefix(key)
+		o.cfg.Store.Keys(func(k string) bool {
+			if strings.HasPrefix(k, prefix) {
+				o.cfg.Store.Delete(k)
+			}
+			return true
+		})
+		o.variants.Delete(key)
+	}
+	o.cfg.Store.Delete(key)
+}
+
+// Index is the store as purges see it: deleting a Vary marker forgets its
+// count of variants.
+func (o *Owner) Index() purge.Index { return index{o} }
+
+type index struct{ o *Owner }
+
+func (x index) Keys(fn func(key string) bool)        { x.o.cfg.Store.Keys(fn) }
+func (x index) Peek(key string) (*store.Entry, bool) { return x.o.cfg.Store.Peek(key) }
+
+func (x index) Delete(key string) bool {
+	e, ok := x.o.cfg.Store.Peek(key)
+	if !ok || !x.o.cfg.Store.Delete(key) {
+		return false
+	}
+	if e.Status == varyMarker {
+		x.o.variants.Delete(key)
+	}
+	return true
+}
+
+// relayHeader is the header of a peer request this node sends for r.
+func (o *Owner) relayHeader(r *http.Request) http.Header {
+	var epoch uint64
+	if rt := o.cfg.Routes.Load(); rt != nil {
+		epoch = rt.Epoch.GetEpoch()
+	}
+	return relay.RelayHeader(r, o.cfg.ID, epoch)
+}
+
+// Precopying reports whether a pre-copy runs.
+func (o *Owner) Precopying() bool { return o.precopying.Load() }

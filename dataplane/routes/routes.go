@@ -1,0 +1,97 @@
+// Package routes makes ring epochs ready for lookups: who owns a key, its
+// first owners for replication, who owned it before the last change (for
+// handoff), and which member listens at a peer address. It imports the
+// ring's hash (sdk/ring) and the wire types only.
+package routes
+
+import (
+	"fmt"
+	"time"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/ring"
+)
+
+// Table is one epoch made ready for lookups. It is immutable once
+// installed and swapped whole, so a request sees one consistent epoch from
+// start to end.
+type Table struct {
+	Epoch  *pb.RingEpoch
+	ring   *ring.Ring
+	peers  map[string]*pb.Member
+	byAddr map[string]string // peer address -> member id
+	// Prev is the epoch this one replaced (its own Prev dropped), and
+	// Applied when this one took over: handoff asks Prev's owners.
+	Prev    *Table
+	Applied time.Time
+}
+
+// Without is epoch e without member id; nil when id is not a member or
+// the only one.
+func Without(e *pb.RingEpoch, id string) *Table {
+	others := &pb.RingEpoch{Epoch: e.GetEpoch()}
+	for _, m := range e.GetMembers() {
+		if m.GetId() != id {
+			others.Members = append(others.Members, m)
+		}
+	}
+	if len(others.Members) == len(e.GetMembers()) || len(others.Members) == 0 {
+		return nil
+	}
+	rt, err := New(others)
+	if err != nil {
+		return nil
+	}
+	return rt
+}
+
+// HandoffFrom is the member that owned key in the previous epoch, when it
+// was another node and the change is younger than window; else nil. A nil
+// table has none.
+func (rt *Table) HandoffFrom(key, self string, window time.Duration, now time.Time) *pb.Member {
+	if rt == nil || rt.Prev == nil || window <= 0 || now.Sub(rt.Applied) > window {
+		return nil
+	}
+	if m := rt.Prev.Owner(key); m != nil && m.GetId() != self {
+		return m
+	}
+	return nil
+}
+
+// New makes epoch e ready for lookups; an epoch the ring refuses (no
+// members, a duplicate id) is an error.
+func New(e *pb.RingEpoch) (*Table, error) {
+	members := make([]ring.Member, 0, len(e.GetMembers()))
+	peers := make(map[string]*pb.Member, len(e.GetMembers()))
+	byAddr := make(map[string]string, len(e.GetMembers()))
+	for _, m := range e.GetMembers() {
+		members = append(members, ring.Member{ID: m.GetId(), Weight: m.GetWeight()})
+		peers[m.GetId()] = m
+		byAddr[m.GetPeerAddress()] = m.GetId()
+	}
+	r, err := ring.New(e.GetEpoch(), members)
+	if err != nil {
+		return nil, fmt.Errorf("epoch %d: %w", e.GetEpoch(), err)
+	}
+	return &Table{Epoch: e, ring: r, peers: peers, byAddr: byAddr}, nil
+}
+
+// Owner returns the member that owns key.
+func (rt *Table) Owner(key string) *pb.Member {
+	return rt.peers[rt.ring.Owner(key).ID]
+}
+
+// Owners returns key's first n owners in ring order, appended to dst.
+func (rt *Table) Owners(dst []*pb.Member, key string, n int) []*pb.Member {
+	var buf [4]ring.Member
+	for _, m := range rt.ring.AppendOwners(buf[:0], key, n) {
+		dst = append(dst, rt.peers[m.ID])
+	}
+	return dst
+}
+
+// PeerID names the member listening at a peer address.
+func (rt *Table) PeerID(addr string) (string, bool) {
+	id, ok := rt.byAddr[addr]
+	return id, ok
+}
