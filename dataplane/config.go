@@ -60,6 +60,12 @@ type Config struct {
 	// session, from a key that never leaves the node) and renews before it
 	// expires. Not with PeerTLS files.
 	PeerCertsFromControlPlane bool
+	// InsecurePeerHop accepts unauthenticated peers (h2c, anyone who can
+	// reach the peer listener may send the hop marker) on a peer listener
+	// that is not on a loopback address. Without it such a node refuses to
+	// start. With it the node warns at start and says so in /readyz and to
+	// the control plane (cachectl nodes).
+	InsecurePeerHop bool
 
 	// MemoryBytes is the node's memory budget for cached objects: the memory
 	// tier and, out of it, HotCopyBytes for copies of hot objects owned
@@ -144,6 +150,38 @@ type PeerTLSFiles struct {
 	CertFile, KeyFile string
 	// CAFile is the cluster CA that signs every node's certificate.
 	CAFile string
+}
+
+// peerHopAuthenticated reports whether peers prove who they are (mutual
+// TLS).
+func (c *Config) peerHopAuthenticated() bool {
+	return c.PeerTLS.enabled() || c.PeerCertsFromControlPlane
+}
+
+// peerHop names how the peer hop authenticates peers, as the node reports
+// it: "mtls", "loopback" or "insecure".
+func (c *Config) peerHop() string {
+	switch {
+	case c.peerHopAuthenticated():
+		return "mtls"
+	case loopback(c.PeerAddr):
+		return "loopback"
+	}
+	return "insecure"
+}
+
+// loopback reports whether addr's host is a loopback address (or
+// "localhost"): only processes on this machine reach it.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 func (f PeerTLSFiles) enabled() bool { return f.CertFile != "" || f.KeyFile != "" || f.CAFile != "" }
@@ -272,6 +310,11 @@ func (c *Config) Validate() error {
 	}
 	if c.PeerTLS.enabled() && (c.PeerTLS.CertFile == "" || c.PeerTLS.KeyFile == "" || c.PeerTLS.CAFile == "") {
 		return errors.New("peer TLS needs a certificate, its key and the cluster CA")
+	}
+	if !c.peerHopAuthenticated() && !c.InsecurePeerHop && !loopback(c.PeerAddr) {
+		return fmt.Errorf("peer listener %s is not on a loopback address, and the peer hop has no certificates: anyone who "+
+			"can reach it could fill the cache. Set --peer-certs-from-control-plane (or --peer-cert, --peer-key and --peer-ca) "+
+			"for mutual TLS, or --insecure-peer-hop to accept unauthenticated peers", c.PeerAddr)
 	}
 	if len(c.PurgeAllow) > 0 && c.AdminToken == "" {
 		return errors.New("PURGE from allowed addresses needs the admin token to pass on to the control plane")

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/shardcache/shardcache/dataplane/relay"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
 	"github.com/shardcache/shardcache/sdk/ring"
@@ -597,9 +598,27 @@ func TestPeerListenerOnlyServesRelayedRequests(t *testing.T) {
 	origin := httptest.NewServer(&testOrigin{})
 	defer origin.Close()
 	a := startNode(t, "a", fc.addr, origin.URL)
-	resp, _ := do(t, "GET", "http://"+a.PeerAddr().String()+"/x")
+	// HTTP/1.1, even with the hop marker, is answered 505 and nothing else.
+	resp, _ := do(t, "GET", "http://"+a.PeerAddr().String()+"/x", relay.HopHeader, "b")
+	if resp.StatusCode != http.StatusHTTPVersionNotSupported {
+		t.Fatalf("HTTP/1.1 on the peer listener: %d, want 505", resp.StatusCode)
+	}
+	h2c := &http.Client{Transport: &http.Transport{Protocols: relay.Protocols(false)}}
+	resp, err := h2c.Get("http://" + a.PeerAddr().String() + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("unmarked request on the peer listener: %d, want 400", resp.StatusCode)
+	}
+	if o := origin.Config.Handler.(*testOrigin); o.count("/x") != 0 {
+		t.Fatalf("a refused peer request reached the origin %d times", o.count("/x"))
+	}
+	for reason, want := range map[string]float64{"http1": 1, "no_hop": 1} {
+		if got := metricValue(t, a, "shardcache_peer_refused_total", `reason="`+reason+`"`); got != want {
+			t.Fatalf("peer requests refused for %s: %v, want %v", reason, got, want)
+		}
 	}
 }
 
@@ -1087,9 +1106,8 @@ func TestDrainEndpointLeavesTheRingAndKeepsServing(t *testing.T) {
 	if resp, body := do(t, "GET", "http://"+b.OpsAddr().String()+"/readyz"); resp.StatusCode != 503 || !strings.Contains(body, "draining") {
 		t.Errorf("/readyz of a drained node: %d %q", resp.StatusCode, body)
 	}
-	if b.session.Connected() {
-		t.Error("a drained node still has its session")
-	}
+	// The session ends as the drain's leave is noticed by its goroutine.
+	waitFor(t, "the drained node's session to end", func() bool { return !b.session.Connected() })
 	if resp, _ := do(t, "GET", "http://"+b.ClientAddr().String()+"/x"); resp.StatusCode != 200 {
 		t.Errorf("a drained node stopped serving: %d", resp.StatusCode)
 	}

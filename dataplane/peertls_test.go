@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardcache/shardcache/dataplane/relay"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
@@ -134,5 +136,118 @@ func TestPeerCertificateMustNameTheNode(t *testing.T) {
 	_, err := New(Config{ID: "a", ControlPlane: "127.0.0.1:1", Origin: "http://127.0.0.1:1", PeerTLS: ca.issue(t, "b")})
 	if err == nil || !strings.Contains(err.Error(), `names "b"`) {
 		t.Fatalf("New with another node's certificate: %v", err)
+	}
+}
+
+// A caller with a certificate of the cluster CA that names no member of
+// the ring is refused, whatever it sends: nothing it asks for is fetched
+// or stored, nothing it invalidates is dropped. A certificate of another
+// CA fails the handshake.
+func TestPeerListenerRefusesCallersThatAreNotMembers(t *testing.T) {
+	ca := newClusterCA(t, t.TempDir())
+	fc := startFakeControl(t, "127.0.0.1:0")
+	o := &testOrigin{}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	a := startNode(t, "a", fc.addr, origin.URL, func(c *Config) { c.PeerTLS = ca.issue(t, "a"); c.HotThreshold = -1 })
+	fc.publish(epochOf(1, a))
+	waitEpoch(t, a, 1)
+	// A stored key, to try to drop.
+	if resp, _ := do(t, "GET", "http://"+a.ClientAddr().String()+"/kept"); resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+
+	tlsClient := func(f PeerTLSFiles, roots *x509.CertPool) *http.Client {
+		cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{
+			Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: "a", MinVersion: tls.VersionTLS12}}}
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	mallory := tlsClient(ca.issue(t, "mallory"), roots)
+	send := func(c *http.Client, path string, hdr ...string) (*http.Response, error) {
+		req, _ := http.NewRequest("GET", "https://"+a.PeerAddr().String()+path, nil)
+		req.Header.Set(relay.HopHeader, "mallory")
+		req.Header.Set("X-Forwarded-Host", "evil.example")
+		for i := 0; i < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := c.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	for _, attempt := range []struct {
+		path string
+		hdr  []string
+	}{{"/poisoned", nil}, {"/kept", []string{relay.InvalidateHeader, "1"}}, {"/", []string{relay.HotKeysHeader, "10"}}} {
+		resp, err := send(mallory, attempt.path, attempt.hdr...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusForbidden || resp.ProtoMajor != 2 {
+			t.Fatalf("a non-member's %s %v: %s over %s, want 403 over HTTP/2", attempt.path, attempt.hdr, resp.Status, resp.Proto)
+		}
+	}
+	if got := metricValue(t, a, "shardcache_peer_refused_total", `reason="not_a_member"`); got != 3 {
+		t.Fatalf("refused as not a member: %v, want 3", got)
+	}
+	other := newClusterCA(t, t.TempDir())
+	if _, err := send(tlsClient(other.issue(t, "a"), roots), "/poisoned"); err == nil {
+		t.Fatal("a certificate of another CA passed the handshake")
+	}
+	if n := o.count("/poisoned"); n != 0 {
+		t.Fatalf("refused peer requests reached the origin %d times", n)
+	}
+	resp, _ := do(t, "GET", "http://"+a.ClientAddr().String()+"/kept")
+	if resp.Header.Get("X-Cache") != "HIT" || o.count("/kept") != 1 {
+		t.Fatalf("after a non-member's invalidation: %s, %d origin requests; want the stored HIT", resp.Header.Get("X-Cache"), o.count("/kept"))
+	}
+}
+
+// A peer listener off loopback without certificates is refused at start,
+// naming the flags; the explicit insecure setting is accepted, and says so.
+func TestPeerHopOffLoopbackNeedsCertificatesOrTheInsecureFlag(t *testing.T) {
+	check := func(c Config) error {
+		c.setDefaults()
+		return c.Validate()
+	}
+	cfg := Config{ID: "a", ControlPlane: "127.0.0.1:1", Origin: "http://127.0.0.1:1", PeerAddr: "10.1.2.3:9080"}
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "--peer-certs-from-control-plane") || !strings.Contains(err.Error(), "--insecure-peer-hop") {
+		t.Fatalf("New with a peer listener off loopback and no certificates: %v; want an error naming the flags", err)
+	}
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0", "localhost:0", "127.0.0.2:9080"} {
+		cfg.PeerAddr = addr
+		if err := check(cfg); err != nil {
+			t.Fatalf("peer listener on loopback %s: %v", addr, err)
+		}
+		if got := cfg.peerHop(); got != "loopback" {
+			t.Fatalf("peer hop on %s: %q, want loopback", addr, got)
+		}
+	}
+	for _, addr := range []string{"0.0.0.0:9080", ":9080", "[::]:9080", "node-1.example:9080"} {
+		cfg.PeerAddr = addr
+		if err := check(cfg); err == nil {
+			t.Fatalf("peer listener on %s without certificates was accepted", addr)
+		}
+	}
+	cfg.PeerAddr, cfg.InsecurePeerHop = "10.1.2.3:9080", true
+	if err := check(cfg); err != nil {
+		t.Fatalf("with InsecurePeerHop: %v", err)
+	}
+	if got := cfg.peerHop(); got != "insecure" {
+		t.Fatalf("peer hop %q, want insecure", got)
+	}
+	cfg.InsecurePeerHop, cfg.PeerTLS = false, newClusterCA(t, t.TempDir()).issue(t, "a")
+	if err := check(cfg); err != nil {
+		t.Fatalf("off loopback with certificates: %v", err)
+	}
+	if got := cfg.peerHop(); got != "mtls" {
+		t.Fatalf("peer hop with certificates %q, want mtls", got)
 	}
 }

@@ -53,6 +53,10 @@ func nodesTable(tw *tabwriter.Writer, resp *pb.ListNodesResponse, now time.Time)
 	// Refused hellos after the table: a second process with a live
 	// node's id is an operator's mistake to see at once.
 	for _, n := range resp.GetNodes() {
+		if m := n.GetMember(); m.GetPeerHop() == "insecure" {
+			fmt.Fprintf(tw, "\nINSECURE %s: its peer hop at %s authenticates no one (--insecure-peer-hop): whoever reaches it can fill its cache\n",
+				m.GetId(), m.GetPeerAddress())
+		}
 		if r := n.GetLastRefused(); r != nil {
 			fmt.Fprintf(tw, "\nREFUSED %s: a second process (peer %s, from %s) said hello %s ago on %s: %s\n", n.GetMember().GetId(),
 				dash(r.GetPeerAddress()), dash(r.GetRemoteAddress()), now.Sub(r.GetAt().AsTime()).Round(time.Second), dash(r.GetReplica()), r.GetReason())

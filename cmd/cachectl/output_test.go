@@ -73,6 +73,7 @@ func TestNodesTable(t *testing.T) {
 			LastRefused: &pb.RefusedSession{PeerAddress: "10.0.0.9:9080", RemoteAddress: "10.0.0.9:41234", At: timestamppb.New(now.Add(-12 * time.Second)),
 				Replica: "cp-2", Reason: "controlplane: the node id has an open session (peer 10.0.0.1:9080, replica cp-1, since 2026-11-30T11:00:00Z)"}},
 		{Member: &pb.Member{Id: "node-2", State: pb.MemberState_MEMBER_STATE_DRAINING}},
+		{Member: &pb.Member{Id: "node-3", PeerAddress: "10.0.0.3:9080", PeerHop: "insecure", State: pb.MemberState_MEMBER_STATE_ACTIVE}, InRing: true},
 	}}
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)

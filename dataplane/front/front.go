@@ -32,6 +32,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/authlimit"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -60,6 +61,9 @@ type Config struct {
 	// RelayTimeout and OriginTimeout bound the wait for a peer's or the
 	// origin's answer where the policy does not.
 	RelayTimeout, OriginTimeout time.Duration
+	// PeerMTLS says the peer listener is mutual TLS: a peer request is
+	// served only when its certificate names a member of the ring.
+	PeerMTLS bool
 	// HotThreshold is the node's hot-key rate (per minute); Hot, HotKeys
 	// and HotCopies are nil when hot-key handling is off.
 	HotThreshold     int
@@ -103,11 +107,22 @@ type Front struct {
 	// listener last got a request (UnixNano).
 	draining atomic.Bool
 	lastPeer atomic.Int64
+	// purgeAuth holds the PURGE tokens the control plane refused against
+	// their clients.
+	purgeAuth *authlimit.Limiter
 }
+
+// A client may send purgeAuthBurst PURGE requests with a wrong token,
+// then one per purgeAuthEvery; purgeAuthClients are tracked at most.
+const (
+	purgeAuthBurst   = 10
+	purgeAuthEvery   = 6 * time.Second
+	purgeAuthClients = 4096
+)
 
 // New builds the front.
 func New(cfg Config) *Front {
-	return &Front{cfg: cfg}
+	return &Front{cfg: cfg, purgeAuth: authlimit.New(purgeAuthEvery, purgeAuthBurst, purgeAuthClients)}
 }
 
 // ServeClient is the client listener's handler.

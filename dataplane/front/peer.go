@@ -2,33 +2,74 @@ package front
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/shardcache/shardcache/dataplane/hotkey"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/sdk/policy"
-	"go.opentelemetry.io/otel/attribute"
 )
 
 // servePeer is the peer listener's handler: requests relayed by other nodes,
-// served from this node's store and never relayed again.
+// served from this node's store and never relayed again. It serves only
+// HTTP/2 requests that carry the hop marker and, on a mutual-TLS peer hop,
+// come with a certificate of the cluster CA naming a member of the ring;
+// the rest are refused, logged and counted.
 func (f *Front) servePeer(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get(relay.HopHeader) == "" {
-		http.Error(w, "peer listener: only requests relayed by shardcache nodes are served here", http.StatusBadRequest)
+	if r.ProtoMajor != 2 {
+		w.Header().Set("Connection", "close")
+		f.refusePeer(w, r, "http1", http.StatusHTTPVersionNotSupported, "peer listener: HTTP/2 only; nodes speak it to each other")
 		return
 	}
+	if r.Header.Get(relay.HopHeader) == "" {
+		f.refusePeer(w, r, "no_hop", http.StatusBadRequest, "peer listener: only requests relayed by shardcache nodes are served here")
+		return
+	}
+	if f.cfg.PeerMTLS {
+		// The handshake checked the certificate against the cluster CA;
+		// it must also name a member of the ring.
+		id := ""
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			id = relay.Identity(r.TLS.PeerCertificates[0])
+		}
+		if id == "" || !f.cfg.Routes.Load().Member(id) {
+			// A node that has just joined relays before this node has
+			// the epoch naming it: ask for the epoch it has seen.
+			f.epochHint(r)
+			f.refusePeer(w, r, "not_a_member", http.StatusForbidden,
+				fmt.Sprintf("peer listener: the certificate names %q, not a member of the ring", id))
+			return
+		}
+	}
+	f.serveLocal(w, r)
+}
+
+// ServeLocal serves a peer request made in process (a slice this node
+// serves itself): it has no transport to check.
+func (f *Front) ServeLocal(w http.ResponseWriter, r *http.Request) { f.serveLocal(w, r) }
+
+// epochHint asks the control plane for the epoch a peer request says its
+// sender serves, when it is newer than this node's: this node's push is
+// late.
+func (f *Front) epochHint(r *http.Request) {
+	if seen, err := strconv.ParseUint(r.Header.Get(relay.EpochHeader), 10, 64); err == nil && seen > f.epoch() {
+		f.cfg.RequestEpoch(seen)
+	}
+}
+
+// serveLocal serves a peer request that passed servePeer's checks.
+func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request) {
 	if f.draining.Load() {
 		f.lastPeer.Store(time.Now().UnixNano())
 	}
-	if seen, err := strconv.ParseUint(r.Header.Get(relay.EpochHeader), 10, 64); err == nil && seen > f.epoch() {
-		// A peer serves a newer epoch: this node's push is late. Ask for
-		// it; meanwhile the request is served here, never relayed again.
-		f.cfg.RequestEpoch(seen)
-	}
+	// Meanwhile the request is served here, never relayed again.
+	f.epochHint(r)
 	if r.Header.Get(relay.HotKeysHeader) != "" {
 		f.serveHotKeys(w, r)
 		return
@@ -89,3 +130,11 @@ func (f *Front) serveHotKeys(w http.ResponseWriter, r *http.Request) {
 }
 
 // precopy takes the hottest keys this node gained in rt from their previous
+
+// refusePeer answers a peer request that is not served, logs why and
+// counts it by reason.
+func (f *Front) refusePeer(w http.ResponseWriter, r *http.Request, reason string, code int, msg string) {
+	f.cfg.Metrics.PeerRefused.WithLabelValues(reason).Inc()
+	f.cfg.Logger.Warn("refused a peer request", "reason", reason, "remote", r.RemoteAddr, "detail", msg)
+	http.Error(w, msg, code)
+}

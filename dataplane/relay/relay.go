@@ -107,7 +107,7 @@ func New(cfg Config) *Client {
 				conf.RootCAs = cfg.Roots()
 			}
 			conf.ServerName = id // the certificate must name the member we mean to reach
-			conf.NextProtos = []string{"h2"}
+			conf.NextProtos = []string{"h2", "http/1.1"}
 			return (&tls.Dialer{NetDialer: dialer, Config: conf}).DialContext(ctx, network, addr)
 		}
 	}
@@ -132,8 +132,9 @@ func (c *Client) breaker(peer string) *breaker {
 	return b.(*breaker)
 }
 
-// Protocols returns the protocols of the peer hop: h2c only for the client,
-// h2c plus HTTP/1.1 for the peer listener (so curl can probe it).
+// Protocols returns the protocols of the peer hop without TLS: h2c only
+// for the client; for the peer listener also HTTP/1.1, on which it serves
+// nothing but the refusal (505) that tells a probe why.
 func Protocols(server bool) *http.Protocols {
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
@@ -193,7 +194,8 @@ func ServerTLS(base *tls.Config) *tls.Config {
 	return conf
 }
 
-// ServerProtocols are the peer listener's protocols over TLS.
+// ServerProtocols are the peer listener's protocols over TLS: HTTP/2, and
+// HTTP/1.1 for the refusal only (see Protocols).
 func ServerProtocols() *http.Protocols {
 	p := new(http.Protocols)
 	p.SetHTTP1(true)

@@ -95,3 +95,20 @@ func (rt *Table) PeerID(addr string) (string, bool) {
 	id, ok := rt.byAddr[addr]
 	return id, ok
 }
+
+// Member reports whether id is a member of this epoch or of the one it
+// replaced (a node that has just left still answers handoff requests, and
+// one that has just joined may relay before this node has its epoch).
+func (rt *Table) Member(id string) bool {
+	if rt == nil {
+		return false
+	}
+	if _, ok := rt.peers[id]; ok {
+		return true
+	}
+	if rt.Prev != nil {
+		_, ok := rt.Prev.peers[id]
+		return ok
+	}
+	return false
+}

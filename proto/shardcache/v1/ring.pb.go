@@ -97,7 +97,11 @@ type Member struct {
 	// When this member registered (start of its current lease).
 	JoinedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=joined_at,json=joinedAt,proto3" json:"joined_at,omitempty"`
 	// Software version the node reported.
-	Version       string `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
+	Version string `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
+	// How the node's peer hop authenticates peers: "mtls", "loopback" (h2c on a loopback address,
+	// reachable from the node's machine only) or "insecure" (h2c elsewhere, by the node's
+	// --insecure-peer-hop: anyone who reaches the port may fill its cache).
+	PeerHop       string `protobuf:"bytes,10,opt,name=peer_hop,json=peerHop,proto3" json:"peer_hop,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -195,6 +199,13 @@ func (x *Member) GetVersion() string {
 	return ""
 }
 
+func (x *Member) GetPeerHop() string {
+	if x != nil {
+		return x.PeerHop
+	}
+	return ""
+}
+
 // RingEpoch is one immutable version of the ring: every node computes owners from the same epoch.
 type RingEpoch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -280,7 +291,7 @@ var File_shardcache_v1_ring_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_ring_proto_rawDesc = "" +
 	"\n" +
-	"\x18shardcache/v1/ring.proto\x12\rshardcache.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x02\n" +
+	"\x18shardcache/v1/ring.proto\x12\rshardcache.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcd\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fpeer_address\x18\x02 \x01(\tR\vpeerAddress\x12\x1d\n" +
@@ -291,7 +302,9 @@ const file_shardcache_v1_ring_proto_rawDesc = "" +
 	"\x04zone\x18\x06 \x01(\tR\x04zone\x12%\n" +
 	"\x0ecapacity_bytes\x18\a \x01(\x03R\rcapacityBytes\x127\n" +
 	"\tjoined_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bjoinedAt\x12\x18\n" +
-	"\aversion\x18\t \x01(\tR\aversion\"\xcc\x01\n" +
+	"\aversion\x18\t \x01(\tR\aversion\x12\x19\n" +
+	"\bpeer_hop\x18\n" +
+	" \x01(\tR\apeerHop\"\xcc\x01\n" +
 	"\tRingEpoch\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12/\n" +
 	"\amembers\x18\x02 \x03(\v2\x15.shardcache.v1.MemberR\amembers\x129\n" +
