@@ -169,6 +169,7 @@ func New(cfg Config) (*Node, error) {
 			Weight:        cfg.Weight,
 			Zone:          cfg.Zone,
 			CapacityBytes: cfg.MemoryBytes,
+			PeerHop:       cfg.peerHop(),
 		},
 		Load:          n.loadReport,
 		JoinToken:     cfg.JoinToken,
@@ -188,6 +189,10 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.session = sc
+	if cfg.peerHop() == "insecure" {
+		n.log.Warn("the peer hop authenticates no one (--insecure-peer-hop): whoever reaches the peer listener can fill this node's cache",
+			"peer", cfg.PeerAddr)
+	}
 	if n.admin, n.adminConns, err = front.DialAdmin(cfg.ControlPlane, cfg.ControlPlaneTLS); err != nil {
 		return nil, err
 	}
@@ -467,12 +472,12 @@ func (n *Node) build() {
 	})
 	n.front = front.New(front.Config{
 		ID: c.ID, RelayTimeout: c.RelayTimeout, OriginTimeout: c.OriginTimeout,
-		HotThreshold: c.HotThreshold, HotCopyMaxObject: c.HotCopyMaxObject, Hot: n.hot, HotKeys: &n.hotKeys, HotCopies: n.hotCopies,
+		PeerMTLS: n.serverTLS != nil, HotThreshold: c.HotThreshold, HotCopyMaxObject: c.HotCopyMaxObject, Hot: n.hot, HotKeys: &n.hotKeys, HotCopies: n.hotCopies,
 		TrustedProxies: c.TrustedProxies, PurgeAllow: c.PurgeAllow, AdminToken: c.AdminToken,
 		Admin: n.admin, ControlPlane: c.ControlPlane, AccessLog: n.access, AccessLogSample: c.AccessLogSample,
 		RequestEpoch: n.session.RequestEpoch,
 		Owner:        n.owner, Answers: n.owner, Origin: n.origin, Peers: n.peers, Routes: &n.routes, Policies: &n.policies,
 		Bans: n.bans, Shadow: n.shadow, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
 	})
-	n.owner.SetLocal(n.front.ServePeer)
+	n.owner.SetLocal(n.front.ServeLocal)
 }

@@ -1,9 +1,14 @@
 package dataplane
 
 import (
+	"crypto/subtle"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -85,10 +90,10 @@ func (n *Node) opsHandler() http.Handler {
 			// control data may be stale.
 			control = "disconnected (stale control data)"
 		}
-		fmt.Fprintf(w, "ready epoch=%d members=%d policies=%d control=%s\n", rt.Epoch.GetEpoch(), len(rt.Epoch.GetMembers()),
-			n.policies.Load().Revision(), control)
+		fmt.Fprintf(w, "ready epoch=%d members=%d policies=%d control=%s peer_hop=%s\n", rt.Epoch.GetEpoch(), len(rt.Epoch.GetMembers()),
+			n.policies.Load().Revision(), control, n.cfg.peerHop())
 	})
-	mux.HandleFunc("GET /drain", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /drain", n.opsGuard(func(w http.ResponseWriter, _ *http.Request) {
 		// A pod's preStop hook: leave the ring, hand the keys off, then
 		// answer; the node keeps running until it is told to stop.
 		if leave := n.leave.Load(); leave != nil {
@@ -96,14 +101,82 @@ func (n *Node) opsHandler() http.Handler {
 		}
 		n.drain()
 		fmt.Fprintln(w, "drained: out of the ring; safe to stop")
-	})
+	}))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/", n.opsGuard(pprof.Index))
+	mux.HandleFunc("/debug/pprof/cmdline", n.opsGuard(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprint(w, strings.Join(redactArgs(os.Args), "\x00"))
+	}))
+	mux.HandleFunc("/debug/pprof/profile", n.opsGuard(pprof.Profile))
+	mux.HandleFunc("/debug/pprof/symbol", n.opsGuard(pprof.Symbol))
+	mux.HandleFunc("/debug/pprof/trace", n.opsGuard(pprof.Trace))
 	return mux
+}
+
+// opsGuard lets h serve only a loopback caller, or one that sends the
+// admin token: what takes the node out of the ring or reads its insides
+// is not for anyone who can reach the ops port (the probes' and the
+// scraper's /healthz, /readyz and /metrics stay open).
+func (n *Node) opsGuard(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		if a, err := netip.ParseAddr(host); err == nil && a.Unmap().IsLoopback() {
+			h(w, r)
+			return
+		}
+		token, sent := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		switch {
+		case sent && n.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(n.cfg.AdminToken)) == 1:
+			h(w, r)
+			return
+		case sent:
+			n.metrics.OpsRefused.WithLabelValues("bad_token").Inc()
+			n.log.Warn("refused an ops request: wrong admin token", "path", r.URL.Path, "remote", r.RemoteAddr)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="shardcache ops"`)
+			http.Error(w, "ops listener: the admin token does not match", http.StatusUnauthorized)
+		default:
+			n.metrics.OpsRefused.WithLabelValues("no_token").Inc()
+			n.log.Warn("refused an ops request: not from loopback and no admin token", "path", r.URL.Path, "remote", r.RemoteAddr)
+			http.Error(w, "ops listener: "+r.URL.Path+" is served to loopback callers, or with Authorization: Bearer <admin token>", http.StatusForbidden)
+		}
+	}
+}
+
+// redactArgs is the command line with the value of every flag that names
+// a secret (a token, password or secret) replaced; file paths are kept.
+func redactArgs(args []string) []string {
+	out := make([]string, len(args))
+	secret := func(flag string) bool {
+		flag = strings.ToLower(strings.TrimLeft(flag, "-"))
+		if strings.HasSuffix(flag, "-file") {
+			return false // a path, not the secret
+		}
+		for _, w := range []string{"token", "password", "secret"} {
+			if strings.Contains(flag, w) {
+				return true
+			}
+		}
+		return false
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		out[i] = a
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		if name, _, ok := strings.Cut(a, "="); ok {
+			if secret(name) {
+				out[i] = name + "=REDACTED"
+			}
+			continue
+		}
+		if secret(a) && i+1 < len(args) {
+			i++
+			out[i] = "REDACTED"
+		}
+	}
+	return out
 }
 
 // loadReport is what the session reports to the control plane.

@@ -40,10 +40,16 @@ type Set struct {
 	PeerConns     *prometheus.CounterVec
 	PeerBytes     *prometheus.CounterVec
 	RelayFallback prometheus.Counter
-	RingEpoch     prometheus.Gauge
-	RingMembers   prometheus.Gauge
-	Session       prometheus.Gauge
-	Member        prometheus.Gauge
+	// PeerRefused counts peer requests refused, by reason; OpsRefused
+	// the ops requests that needed the admin token.
+	PeerRefused *prometheus.CounterVec
+	OpsRefused  *prometheus.CounterVec
+	// PurgeAuthRefused counts PURGE tokens refused, by reason.
+	PurgeAuthRefused *prometheus.CounterVec
+	RingEpoch        prometheus.Gauge
+	RingMembers      prometheus.Gauge
+	Session          prometheus.Gauge
+	Member           prometheus.Gauge
 	// BackgroundPanics counts panics recovered in background tasks.
 	BackgroundPanics *prometheus.CounterVec
 	MemberLost       *prometheus.CounterVec
@@ -109,6 +115,15 @@ func New() *Set {
 		PeerBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_peer_bytes_total", Help: "Body bytes over the peer hop: in (answers from owners), out (answers to relaying peers).",
 		}, []string{"direction"}),
+		PeerRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_peer_refused_total", Help: "Peer-listener requests refused, by reason (http1: not HTTP/2; no_hop: not a relayed request; not_a_member: the certificate names no member of the ring).",
+		}, []string{"reason"}),
+		OpsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_ops_refused_total", Help: "Ops-listener requests (/drain, /debug/pprof/) refused, by reason (no_token: not from loopback and no admin token; bad_token).",
+		}, []string{"reason"}),
+		PurgeAuthRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_purge_auth_refused_total", Help: "PURGE requests whose bearer token was refused, by reason (malformed, wrong: by the control plane, throttled: unread after too many).",
+		}, []string{"reason"}),
 		RelayFallback: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shardcache_relay_fallbacks_total", Help: "Relays that failed before a response and were served by this node instead.",
 		}),
@@ -192,7 +207,7 @@ func New() *Set {
 		}
 	}
 	m.Registry.MustRegister(m.OriginDuration, m.PeerDuration, m.Purges, m.PurgeRevision, m.Bans, m.PeerCerts, m.PeerCertExpiry, m.Requests, m.Duration, m.ResponseSize, m.OriginReqs, m.OriginBytes, m.PeerReqs,
-		m.PeerConns, m.PeerBytes, m.RelayFallback, m.RingEpoch, m.RingMembers, m.Session, m.Member, m.MemberLost, m.BackgroundPanics, m.Collapsed, m.PolicyRevision, m.Hot, m.Handoffs, &m.storeStats,
+		m.PeerConns, m.PeerBytes, m.PeerRefused, m.OpsRefused, m.PurgeAuthRefused, m.RelayFallback, m.RingEpoch, m.RingMembers, m.Session, m.Member, m.MemberLost, m.BackgroundPanics, m.Collapsed, m.PolicyRevision, m.Hot, m.Handoffs, &m.storeStats,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
