@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardcache/shardcache/cmd/internal/devtoken"
+	"github.com/shardcache/shardcache/cmd/internal/secret"
 	"github.com/shardcache/shardcache/cmd/internal/tlsfiles"
 	"github.com/shardcache/shardcache/sdk/admin"
 )
@@ -16,6 +17,7 @@ import (
 type globalOptions struct {
 	controlPlane string
 	token        string
+	tokenFile    string
 	output       string
 	timeout      time.Duration
 	ca           string
@@ -29,7 +31,8 @@ func (g *globalOptions) register(root *cobra.Command) {
 		def = "127.0.0.1:7070"
 	}
 	f.StringVar(&g.controlPlane, "control-plane", def, "control-plane address ($SHARDCACHE_CONTROL_PLANE sets the default)")
-	f.StringVar(&g.token, "token", "", "admin token (default $SHARDCACHE_TOKEN, then the dev token file)")
+	f.StringVar(&g.token, "token", "", "admin token (prefer --token-file; default $SHARDCACHE_TOKEN, then the dev token file)")
+	f.StringVar(&g.tokenFile, "token-file", "", "file holding the admin token")
 	f.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 	f.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each call")
@@ -48,9 +51,9 @@ func (g *globalOptions) client() (*admin.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	token := g.token
-	if token == "" {
-		token = os.Getenv("SHARDCACHE_TOKEN")
+	token, err := secret.Resolve("token", g.token, g.tokenFile, "SHARDCACHE_TOKEN")
+	if err != nil {
+		return nil, err
 	}
 	if token == "" && g.cert == "" {
 		t, err := devtoken.Read()

@@ -1,20 +1,21 @@
 package main
 
 import (
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardcache/shardcache/cmd/internal/secret"
 	"github.com/shardcache/shardcache/cmd/internal/telemetry"
 	"github.com/shardcache/shardcache/controlplane"
 )
 
 type controlOptions struct {
-	cfg       controlplane.Config
-	endpoints string
-	log       logOptions
+	cfg                           controlplane.Config
+	endpoints                     string
+	log                           logOptions
+	joinTokenFile, adminTokenFile string
 }
 
 func newControlCommand() *cobra.Command {
@@ -23,8 +24,9 @@ func newControlCommand() *cobra.Command {
 		Use:   "control",
 		Short: "Run a control-plane replica",
 		Long: `Run a control-plane replica. With --etcd-endpoints it uses an existing etcd
-cluster; without, it starts an embedded etcd in --etcd-dir. The admin token comes
-from --admin-token or SHARDCACHE_TOKEN.`,
+cluster; without, it starts an embedded etcd in --etcd-dir. The admin and join
+tokens come from --admin-token-file and --join-token-file (mounted secrets), or
+SHARDCACHE_TOKEN and SHARDCACHE_JOIN_TOKEN.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
@@ -39,17 +41,21 @@ from --admin-token or SHARDCACHE_TOKEN.`,
 	f.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", 0, "how long a silent node stays a member (default 10s)")
 	f.DurationVar(&o.cfg.Rampup, "rampup", 0, "how long a node joining a running ring takes to reach its full weight, in 4 epochs (0: at once)")
 	f.DurationVar(&o.cfg.EpochBatchWindow, "epoch-batch-window", 0, "membership changes within this window make one epoch (default 2s)")
-	f.StringVar(&o.cfg.AdminToken, "admin-token", "", "bearer token of admin calls (default $SHARDCACHE_TOKEN)")
+	f.StringVar(&o.cfg.AdminToken, "admin-token", "", "bearer token of admin calls (prefer --admin-token-file; default $SHARDCACHE_TOKEN)")
+	f.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the admin token (a mounted secret)")
 	f.StringVar(&o.cfg.TLS.CertFile, "tls-cert", "", "TLS certificate of the gRPC listener (PEM)")
 	f.StringVar(&o.cfg.TLS.KeyFile, "tls-key", "", "key of the TLS certificate")
 	f.StringVar(&o.cfg.TLS.ClientCAFile, "client-ca", "", "CA of admin client certificates (mTLS; such callers need no token)")
 	f.BoolVar(&o.cfg.CA.Enabled, "ca", false, "act as the certificate authority of the peer hop: issue nodes short-lived certificates for their ids")
-	f.StringVar(&o.cfg.CA.CertFile, "ca-cert", "", "CA certificate for --ca (PEM; default: a CA generated once and kept in etcd)")
+	f.StringVar(&o.cfg.CA.CertFile, "ca-cert", "", "CA certificate for --ca (PEM; default: a CA generated once and kept in etcd, its key sealed with --ca-seal-key-file)")
 	f.StringVar(&o.cfg.CA.KeyFile, "ca-key", "", "key of --ca-cert")
+	f.StringVar(&o.cfg.CA.SealKeyFile, "ca-seal-key-file", "", "secret (32+ random bytes, mounted on every replica) that seals the CA key kept in etcd; needed by --ca without --ca-cert")
 	f.DurationVar(&o.cfg.CA.CertTTL, "peer-cert-ttl", 0, "lifetime of an issued peer certificate (default 1h)")
 	f.StringVar(&o.cfg.OpsAddr, "ops", "127.0.0.1:9190", "ops listen address: /metrics (Prometheus) and /healthz; empty: none")
 	f.DurationVar(&o.cfg.PurgeRetention, "purge-retention", 24*time.Hour, "how long purges stay recorded for nodes that are away; a node away longer drops everything it stored")
-	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret nodes must present to join (default $SHARDCACHE_JOIN_TOKEN; empty: none)")
+	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret nodes must present to join (prefer --join-token-file; default $SHARDCACHE_JOIN_TOKEN)")
+	f.StringVar(&o.joinTokenFile, "join-token-file", "", "file holding the join token (a mounted secret)")
+	f.BoolVar(&o.cfg.InsecureOpenJoin, "insecure-open-join", false, "let nodes join without a join token on a listener off loopback: any process that reaches it can join the ring")
 	o.log.register(cmd)
 	return cmd
 }
@@ -63,11 +69,11 @@ func (o *controlOptions) run(cmd *cobra.Command) error {
 	if o.endpoints != "" {
 		o.cfg.EtcdEndpoints = strings.Split(o.endpoints, ",")
 	}
-	if o.cfg.AdminToken == "" {
-		o.cfg.AdminToken = os.Getenv("SHARDCACHE_TOKEN")
+	if o.cfg.AdminToken, err = secret.Resolve("admin-token", o.cfg.AdminToken, o.adminTokenFile, "SHARDCACHE_TOKEN"); err != nil {
+		return err
 	}
-	if o.cfg.JoinToken == "" {
-		o.cfg.JoinToken = os.Getenv("SHARDCACHE_JOIN_TOKEN")
+	if o.cfg.JoinToken, err = secret.Resolve("join-token", o.cfg.JoinToken, o.joinTokenFile, "SHARDCACHE_JOIN_TOKEN"); err != nil {
+		return err
 	}
 	tp, stopTracing, err := telemetry.Tracing(cmd.Context(), "shardcache-control", o.cfg.ReplicaID)
 	if err != nil {

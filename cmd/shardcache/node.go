@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardcache/shardcache/cmd/internal/secret"
 	"github.com/shardcache/shardcache/cmd/internal/telemetry"
 	"github.com/shardcache/shardcache/cmd/internal/tlsfiles"
 	"github.com/shardcache/shardcache/cmd/internal/units"
@@ -13,10 +14,11 @@ import (
 )
 
 type nodeOptions struct {
-	cfg       dataplane.Config
-	log       logOptions
-	access    accessLogOptions
-	controlCA string
+	cfg                           dataplane.Config
+	log                           logOptions
+	access                        accessLogOptions
+	controlCA                     string
+	joinTokenFile, adminTokenFile string
 }
 
 func newNodeCommand() *cobra.Command {
@@ -41,11 +43,11 @@ func newNodeCommand() *cobra.Command {
 			if o.cfg.ControlPlaneTLS, err = tlsfiles.Client(o.controlCA, "", ""); err != nil {
 				return fmt.Errorf("--control-plane-ca: %w", err)
 			}
-			if o.cfg.JoinToken == "" {
-				o.cfg.JoinToken = os.Getenv("SHARDCACHE_JOIN_TOKEN")
+			if o.cfg.JoinToken, err = secret.Resolve("join-token", o.cfg.JoinToken, o.joinTokenFile, "SHARDCACHE_JOIN_TOKEN"); err != nil {
+				return err
 			}
-			if o.cfg.AdminToken == "" {
-				o.cfg.AdminToken = os.Getenv("SHARDCACHE_TOKEN")
+			if o.cfg.AdminToken, err = secret.Resolve("admin-token", o.cfg.AdminToken, o.adminTokenFile, "SHARDCACHE_TOKEN"); err != nil {
+				return err
 			}
 			access, closeAccess, err := o.access.open()
 			if err != nil {
@@ -70,7 +72,7 @@ func newNodeCommand() *cobra.Command {
 	f.StringVar(&o.cfg.ID, "id", "", "stable node id hashed by the ring (default the host name: a StatefulSet pod's name)")
 	f.StringVar(&o.cfg.ClientAddr, "client", "127.0.0.1:8081", "client HTTP listen address")
 	f.StringVar(&o.cfg.PeerAddr, "peer", "127.0.0.1:9081", "peer listen address (relayed requests)")
-	f.StringVar(&o.cfg.OpsAddr, "ops", "127.0.0.1:9191", "ops listen address (/healthz, /readyz, /metrics, pprof)")
+	f.StringVar(&o.cfg.OpsAddr, "ops", "127.0.0.1:9191", "ops listen address (/healthz, /readyz, /metrics open; /drain and pprof for loopback or the admin token)")
 	f.StringVar(&o.cfg.AdvertisePeerAddr, "advertise-peer", "", "peer address other nodes dial (default --peer)")
 	f.StringVar(&o.cfg.PublicURL, "public-url", "", "client-facing base URL (default http://<client>)")
 	f.StringVar(&o.cfg.Zone, "zone", "", "failure domain of this node")
@@ -81,8 +83,10 @@ func newNodeCommand() *cobra.Command {
 	f.StringVar(&o.cfg.PeerTLS.KeyFile, "peer-key", "", "key of --peer-cert")
 	f.StringVar(&o.cfg.PeerTLS.CAFile, "peer-ca", "", "cluster CA that signs every node's peer certificate")
 	f.BoolVar(&o.cfg.PeerCertsFromControlPlane, "peer-certs-from-control-plane", false, "mutual TLS on the peer hop with certificates the control plane (--ca) issues and renews")
+	f.BoolVar(&o.cfg.InsecurePeerHop, "insecure-peer-hop", false, "accept unauthenticated peers (h2c) on a peer listener that is not on a loopback address: whoever reaches it can fill the cache")
 	f.StringVar(&o.controlCA, "control-plane-ca", "", "CA of the control plane's TLS certificate (enables TLS to it)")
-	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret the control plane requires to join (default $SHARDCACHE_JOIN_TOKEN)")
+	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret the control plane requires to join (prefer --join-token-file; default $SHARDCACHE_JOIN_TOKEN)")
+	f.StringVar(&o.joinTokenFile, "join-token-file", "", "file holding the join token (a mounted secret)")
 	f.Var(units.Value{N: &o.cfg.MemoryBytes}, "memory", "memory budget for cached objects, hot copies included (default 256MiB)")
 	f.Var(units.Value{N: &o.cfg.MemoryMaxObject}, "memory-max-object", "largest object kept in the memory tier; larger ones are served from disk (default 1MiB)")
 	f.Var(units.Value{N: &o.cfg.DiskBytes}, "disk", "disk tier budget under --data-dir (default 10GiB)")
@@ -96,7 +100,8 @@ func newNodeCommand() *cobra.Command {
 	f.StringVar(&o.cfg.DataDir, "data-dir", "", "directory of the node's persistent data, the disk tier among it (default: a temporary directory removed on exit)")
 	f.Var(prefixList{&o.cfg.TrustedProxies}, "trusted-proxies", "CIDRs of proxies whose X-Forwarded-For, Forwarded and X-Real-IP are kept, e.g. 10.0.0.0/8,192.168.1.7")
 	f.Var(prefixList{&o.cfg.PurgeAllow}, "purge-allow", "CIDRs whose PURGE requests need no token (they use --admin-token), e.g. 10.0.0.0/8")
-	f.StringVar(&o.cfg.AdminToken, "admin-token", "", "control plane's admin token, for PURGE requests from --purge-allow (default $SHARDCACHE_TOKEN)")
+	f.StringVar(&o.cfg.AdminToken, "admin-token", "", "control plane's admin token, for PURGE requests from --purge-allow and for /drain and /debug/pprof/ off loopback (prefer --admin-token-file; default $SHARDCACHE_TOKEN)")
+	f.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the admin token (a mounted secret)")
 	o.access.register(cmd, "stdout")
 	o.log.register(cmd)
 	return cmd
