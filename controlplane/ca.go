@@ -1,11 +1,15 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
 	"crypto"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -14,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"os"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -31,7 +36,9 @@ type certAuthority struct {
 }
 
 // loadCA reads the CA from files, or adopts the one the replicas share in
-// etcd, generating it if no replica has yet.
+// etcd, generating it if no replica has yet. In etcd the CA's key is
+// sealed with the key in SealKeyFile; a key a former version kept in the
+// clear is sealed on load.
 func (s *Server) loadCA(ctx context.Context) (*certAuthority, error) {
 	c := s.cfg.CA
 	if c.CertFile != "" {
@@ -41,52 +48,131 @@ func (s *Server) loadCA(ctx context.Context) (*certAuthority, error) {
 		}
 		return newCA(pair, c.CertTTL)
 	}
+	seal, err := loadSealKey(c.SealKeyFile)
+	if err != nil {
+		return nil, err
+	}
 	key := s.cfg.Prefix + "ca"
 	resp, err := s.etcd.Get(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading the shared certificate authority: %v", ErrEtcd, err)
 	}
-	if len(resp.Kvs) == 0 {
-		certPEM, keyPEM, err := generateCA()
+	if len(resp.Kvs) > 0 {
+		ca, clear, err := openShared(resp.Kvs[0].Value, seal, c.CertTTL)
 		if err != nil {
 			return nil, err
 		}
-		b, _ := json.Marshal(sharedCA{Cert: string(certPEM), Key: string(keyPEM)})
-		// Only the first replica's CA is kept; the others adopt it.
-		txn, err := s.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, string(b))).Else(clientv3.OpGet(key)).Commit()
-		if err != nil {
-			return nil, fmt.Errorf("%w: storing the shared certificate authority: %v", ErrEtcd, err)
+		if clear != nil {
+			// Kept in the clear by a former version: seal it in place,
+			// unless another replica changed it meanwhile.
+			txn, err := s.etcd.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).
+				Then(clientv3.OpPut(key, string(clear))).Commit()
+			if err != nil {
+				return nil, fmt.Errorf("%w: sealing the shared certificate authority: %v", ErrEtcd, err)
+			}
+			if txn.Succeeded {
+				s.log.Warn("sealed the cluster certificate authority's key, which etcd held in the clear", "etcd_key", key)
+			}
 		}
-		if txn.Succeeded {
-			s.log.Info("generated the cluster certificate authority", "etcd_key", key)
-			return parseShared(b, c.CertTTL)
-		}
-		kvs := txn.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
-			return nil, fmt.Errorf("%w: the shared certificate authority vanished while being stored", ErrEtcd)
-		}
-		return parseShared(kvs[0].Value, c.CertTTL)
+		return ca, nil
 	}
-	return parseShared(resp.Kvs[0].Value, c.CertTTL)
+	certPEM, keyPEM, err := generateCA()
+	if err != nil {
+		return nil, err
+	}
+	b, err := sealShared(certPEM, keyPEM, seal)
+	if err != nil {
+		return nil, err
+	}
+	// Only the first replica's CA is kept; the others adopt it.
+	txn, err := s.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(b))).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("%w: storing the shared certificate authority: %v", ErrEtcd, err)
+	}
+	if txn.Succeeded {
+		s.log.Info("generated the cluster certificate authority; its key is sealed in etcd", "etcd_key", key)
+		ca, _, err := openShared(b, seal, c.CertTTL)
+		return ca, err
+	}
+	kvs := txn.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		return nil, fmt.Errorf("%w: the shared certificate authority vanished while being stored", ErrEtcd)
+	}
+	ca, _, err := openShared(kvs[0].Value, seal, c.CertTTL)
+	return ca, err
 }
 
-// sharedCA is the CA as kept in etcd.
+// sharedCA is the CA as kept in etcd: the certificate, and the key sealed
+// (nonce and AES-256-GCM ciphertext). Key is the clear key of a former
+// version, read only to seal it.
 type sharedCA struct {
-	Cert string `json:"cert"`
-	Key  string `json:"key"`
+	Cert      string `json:"cert"`
+	SealedKey []byte `json:"sealed_key,omitempty"`
+	Key       string `json:"key,omitempty"`
 }
 
-func parseShared(b []byte, ttl time.Duration) (*certAuthority, error) {
+// loadSealKey derives the AES-256 key that seals the CA key from the
+// secret in path.
+func loadSealKey(path string) (cipher.AEAD, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("certificate authority seal key: %w", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) < 32 {
+		return nil, fmt.Errorf("certificate authority seal key %s holds %d bytes; want at least 32 random bytes", path, len(b))
+	}
+	sum := sha256.Sum256(b)
+	block, err := aes.NewCipher(sum[:])
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+// sealShared is the CA as etcd keeps it, its key sealed.
+func sealShared(certPEM, keyPEM []byte, seal cipher.AEAD) ([]byte, error) {
+	nonce := make([]byte, seal.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, err
+	}
+	return json.Marshal(sharedCA{Cert: string(certPEM), SealedKey: seal.Seal(nonce, nonce, keyPEM, certPEM)})
+}
+
+// openShared reads the CA kept in etcd. For a key kept in the clear, it
+// also returns the record sealed, to store instead.
+func openShared(b []byte, seal cipher.AEAD, ttl time.Duration) (*certAuthority, []byte, error) {
 	var sc sharedCA
 	if err := json.Unmarshal(b, &sc); err != nil {
-		return nil, fmt.Errorf("certificate authority in etcd does not parse: %w", err)
+		return nil, nil, fmt.Errorf("certificate authority in etcd does not parse: %w", err)
 	}
-	pair, err := tls.X509KeyPair([]byte(sc.Cert), []byte(sc.Key))
+	keyPEM := []byte(sc.Key)
+	var resealed []byte
+	switch {
+	case len(sc.SealedKey) > 0:
+		n := seal.NonceSize()
+		if len(sc.SealedKey) < n {
+			return nil, nil, errors.New("certificate authority in etcd: the sealed key is truncated")
+		}
+		var err error
+		if keyPEM, err = seal.Open(nil, sc.SealedKey[:n], sc.SealedKey[n:], []byte(sc.Cert)); err != nil {
+			return nil, nil, errors.New("certificate authority in etcd: the seal key does not open its key (another --ca-seal-key-file than the replica that stored it?)")
+		}
+	case sc.Key != "":
+		var err error
+		if resealed, err = sealShared([]byte(sc.Cert), keyPEM, seal); err != nil {
+			return nil, nil, err
+		}
+	default:
+		return nil, nil, errors.New("certificate authority in etcd holds no key")
+	}
+	pair, err := tls.X509KeyPair([]byte(sc.Cert), keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("certificate authority in etcd: %w", err)
+		return nil, nil, fmt.Errorf("certificate authority in etcd: %w", err)
 	}
-	return newCA(pair, ttl)
+	ca, err := newCA(pair, ttl)
+	return ca, resealed, err
 }
 
 func newCA(pair tls.Certificate, ttl time.Duration) (*certAuthority, error) {

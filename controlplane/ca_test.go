@@ -1,12 +1,16 @@
 package controlplane
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +53,8 @@ func parseIssued(t *testing.T, c *pb.Certificate) (*x509.Certificate, *x509.Cert
 // on the session gets a new one; a CSR for another id is refused.
 func TestCertificateAuthority(t *testing.T) {
 	endpoint := testEtcd(t)
-	ca := func(c *Config) { c.CA = CAConfig{Enabled: true, CertTTL: time.Minute} }
+	seal := sealKeyFile(t, "a seal key of at least thirty-two bytes")
+	ca := func(c *Config) { c.CA = CAConfig{Enabled: true, CertTTL: time.Minute, SealKeyFile: seal} }
 	s1, _, _ := startServer(t, []string{endpoint}, ca)
 	s2, _, _ := startServer(t, []string{endpoint}, ca)
 
@@ -98,4 +103,103 @@ func TestNoCertificatesWithoutCA(t *testing.T) {
 	if c := snap.GetCertificate(); len(c.GetCertificate()) != 0 || !strings.Contains(c.GetError(), "issues no certificates") {
 		t.Fatalf("without a CA: certificate %q, error %q", c.GetCertificate(), c.GetError())
 	}
+}
+
+// sealKeyFile writes a CA seal key and returns its path.
+func sealKeyFile(t *testing.T, key string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "seal.key")
+	if err := os.WriteFile(p, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The CA kept in etcd has its key sealed: etcd holds no private key, a
+// replica with another seal key cannot open it (and says so), and a key a
+// former version kept in the clear is sealed when a replica loads it.
+func TestTheCAKeyInEtcdIsSealed(t *testing.T) {
+	endpoint := testEtcd(t)
+	seal := sealKeyFile(t, "a seal key of at least thirty-two bytes")
+	s1, cfg, _ := startServer(t, []string{endpoint}, func(c *Config) { c.CA = CAConfig{Enabled: true, CertTTL: time.Minute, SealKeyFile: seal} })
+	cli := s1.etcd
+	resp, err := cli.Get(context.Background(), s1.cfg.Prefix+"ca")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the CA in etcd: %v, %d keys", err, len(resp.Kvs))
+	}
+	stored := string(resp.Kvs[0].Value)
+	if strings.Contains(stored, "PRIVATE KEY") || !strings.Contains(stored, "sealed_key") {
+		t.Fatalf("etcd holds the CA key in the clear: %.200s", stored)
+	}
+	_, snap := openSessionWith(t, dial(t, s1), &pb.Hello{Member: &pb.Member{Id: "n1", PeerAddress: "127.0.0.1:9999"}, Csr: csrFor(t, "n1")})
+	_, pool := parseIssued(t, snap.GetCertificate())
+
+	other := cfg
+	other.ListenAddr, other.OpsAddr = "127.0.0.1:0", ""
+	other.CA.SealKeyFile = sealKeyFile(t, "another seal key, also thirty-two bytes long")
+	s2, err := New(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s2.Run(ctx); err == nil || !strings.Contains(err.Error(), "seal key does not open") {
+		t.Fatalf("a replica with another seal key: %v; want it to refuse the CA", err)
+	}
+
+	// A CA in the clear, as a former version kept it, is sealed on load
+	// and keeps issuing chains to the same root.
+	var sc sharedCA
+	certPEM, keyPEM, err := generateCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Cert, sc.Key = string(certPEM), string(keyPEM)
+	clear, _ := json.Marshal(sc)
+	legacy := s1.cfg.Prefix + "legacy/"
+	if _, err := cli.Put(context.Background(), legacy+"ca", string(clear)); err != nil {
+		t.Fatal(err)
+	}
+	s3, _, _ := startServer(t, []string{endpoint}, func(c *Config) {
+		c.Prefix = legacy
+		c.CA = CAConfig{Enabled: true, CertTTL: time.Minute, SealKeyFile: seal}
+	})
+	resp, err = cli.Get(context.Background(), legacy+"ca")
+	if err != nil || strings.Contains(string(resp.Kvs[0].Value), "PRIVATE KEY") {
+		t.Fatalf("the clear CA was not sealed on load: %v", err)
+	}
+	_, snap3 := openSessionWith(t, dial(t, s3), &pb.Hello{Member: &pb.Member{Id: "n3", PeerAddress: "127.0.0.1:9997"}, Csr: csrFor(t, "n3")})
+	leaf3, pool3 := parseIssued(t, snap3.GetCertificate())
+	if _, err := leaf3.Verify(x509.VerifyOptions{Roots: pool3, DNSName: "n3", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		t.Fatalf("after sealing, the certificate does not chain to the former CA: %v", err)
+	}
+	if pool3.Equal(pool) {
+		t.Fatal("the legacy prefix shares the first CA; the test needs two")
+	}
+}
+
+// A CA kept in etcd needs the seal key; a control plane off loopback
+// needs a join token, or the insecure flag.
+func TestInsecureSetupsAreRefusedAtStart(t *testing.T) {
+	base := Config{ListenAddr: "127.0.0.1:0", EtcdEndpoints: []string{"http://127.0.0.1:2379"}, AdminToken: "t"}
+	check := func(c Config, want string) {
+		t.Helper()
+		c.setDefaults()
+		err := c.Validate()
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Fatalf("Validate: %v; want %q", err, want)
+		}
+	}
+	c := base
+	c.CA = CAConfig{Enabled: true}
+	check(c, "--ca-seal-key-file")
+	c.CA.SealKeyFile = "/run/secrets/seal"
+	check(c, "")
+	c = base
+	c.ListenAddr = "0.0.0.0:7070"
+	check(c, "--join-token-file")
+	c.InsecureOpenJoin = true
+	check(c, "")
+	c.InsecureOpenJoin, c.JoinToken = false, "j"
+	check(c, "")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -63,9 +64,13 @@ type Config struct {
 
 	// AdminToken is the bearer token AdminService calls must carry. Required.
 	AdminToken string
-	// JoinToken, when set, is the secret a node's hello must carry to join.
-	// Empty lets any node that reaches the listener join.
+	// JoinToken is the secret a node's hello must carry to join. A control
+	// plane that listens off loopback refuses to start without one, unless
+	// InsecureOpenJoin.
 	JoinToken string
+	// InsecureOpenJoin lets any process that reaches ListenAddr join the
+	// ring (and get peer certificates) without a join token.
+	InsecureOpenJoin bool
 
 	// TLS, when its certificate is set, serves gRPC over TLS; with a client
 	// CA it also accepts admin callers by client certificate (mTLS) instead
@@ -92,11 +97,15 @@ type Config struct {
 type CAConfig struct {
 	// Enabled turns issuing on.
 	Enabled bool
-	// CertFile and KeyFile are the CA's certificate and key. Empty: the
-	// replicas share a CA generated once and kept in etcd under Prefix (so
-	// whoever can read etcd can issue certificates; give files in
-	// production).
+	// CertFile and KeyFile are the CA's certificate and key, kept out of
+	// etcd. Empty: the replicas share a CA generated once and kept in etcd
+	// under Prefix, its key sealed (AES-256-GCM) with SealKeyFile.
 	CertFile, KeyFile string
+	// SealKeyFile holds the secret (at least 32 bytes, a mounted secret
+	// every replica has) that seals the CA key kept in etcd. Required for
+	// a CA kept in etcd: whoever reads etcd must not be able to issue
+	// certificates.
+	SealKeyFile string
 	// CertTTL is the lifetime of an issued certificate. Default 1h; at
 	// least 2s.
 	CertTTL time.Duration
@@ -215,6 +224,14 @@ func (c *Config) Validate() error {
 	if c.CA.Enabled && (c.CA.CertFile == "") != (c.CA.KeyFile == "") {
 		return errors.New("the certificate authority needs both its certificate and key file, or neither (a CA kept in etcd)")
 	}
+	if c.CA.Enabled && c.CA.CertFile == "" && c.CA.SealKeyFile == "" {
+		return errors.New("the certificate authority kept in etcd needs --ca-seal-key-file (a secret of at least 32 bytes every replica mounts), " +
+			"or give --ca-cert and --ca-key to keep it out of etcd")
+	}
+	if c.JoinToken == "" && !c.InsecureOpenJoin && !loopbackOnly(c.ListenAddr) {
+		return fmt.Errorf("the control plane listens on %s, off loopback, without a join token: any process that reaches it "+
+			"could join the ring. Set --join-token-file, or --insecure-open-join", c.ListenAddr)
+	}
 	if c.CA.Enabled && c.CA.CertTTL < 2*time.Second {
 		return fmt.Errorf("issued certificate lifetime %s is below the 2s minimum", c.CA.CertTTL)
 	}
@@ -236,4 +253,18 @@ func validateURL(s string) error {
 		return fmt.Errorf("host: %w", err)
 	}
 	return nil
+}
+
+// loopbackOnly reports whether addr's host is a loopback address (or
+// "localhost"), reachable from this machine only.
+func loopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }

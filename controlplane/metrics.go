@@ -29,6 +29,10 @@ type metrics struct {
 	sessions prometheus.Gauge
 	refused  prometheus.Counter
 	purges   *prometheus.CounterVec
+	// authFailures counts failed authentications (admin token, join
+	// token), authThrottled the attempts refused unread after too many.
+	authFailures  *prometheus.CounterVec
+	authThrottled *prometheus.CounterVec
 }
 
 func newMetrics(s *Server) *metrics {
@@ -46,6 +50,12 @@ func newMetrics(s *Server) *metrics {
 		purges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_control_purges_total", Help: "Purges recorded through this replica, by kind (url, prefix, tag).",
 		}, []string{"kind"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_control_auth_failures_total", Help: "Failed authentications, by credential (admin, join).",
+		}, []string{"credential"}),
+		authThrottled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_control_auth_throttled_total", Help: "Authentication attempts refused unread, their caller having failed too often, by credential.",
+		}, []string{"credential"}),
 	}
 	epochs := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "shardcache_control_epochs_written_total", Help: "Ring epochs this replica wrote as leader.",
@@ -61,7 +71,7 @@ func newMetrics(s *Server) *metrics {
 	epoch := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "shardcache_control_ring_epoch", Help: "Current ring epoch as this replica sees it.",
 	}, func() float64 { return float64(s.hub.epoch().GetEpoch()) })
-	m.reg.MustRegister(m.grpc, m.etcd, m.sessions, m.refused, m.purges, epochs, leader, epoch,
+	m.reg.MustRegister(m.grpc, m.etcd, m.sessions, m.refused, m.purges, m.authFailures, m.authThrottled, epochs, leader, epoch,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

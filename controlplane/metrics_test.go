@@ -2,10 +2,14 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
@@ -35,6 +39,43 @@ func TestMetricsCountRPCsEtcdRequestsAndSessions(t *testing.T) {
 		"shardcache_control_leader ",
 	} {
 		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// A caller that keeps failing to authenticate is refused unread after
+// its burst, and counted; the right token from elsewhere still works, and
+// so does a node's join from another credential's caller.
+func TestFailedAuthenticationsAreLimitedPerCaller(t *testing.T) {
+	s, _, _ := startServer(t, []string{testEtcd(t)}, func(c *Config) { c.OpsAddr = "127.0.0.1:0" })
+	admin := pb.NewAdminServiceClient(dial(t, s))
+	wrong := adminCtx(context.Background(), "guess")
+	for i := range authLimitBurst {
+		if _, err := admin.ListNodes(wrong, &pb.ListNodesRequest{}); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("guess %d: %v, want Unauthenticated", i, err)
+		}
+	}
+	_, err := admin.ListNodes(wrong, &pb.ListNodesRequest{})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "too many failed authentications") {
+		t.Fatalf("guess past the burst: %v, want ResourceExhausted", err)
+	}
+	// The limit holds even for the right token from that caller: the
+	// guessing caller cannot tell a hit from a miss.
+	if _, err := admin.ListNodes(adminCtx(context.Background(), testToken), &pb.ListNodesRequest{}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("the right token from the throttled caller: %v, want ResourceExhausted", err)
+	}
+	resp, err := http.Get("http://" + s.OpsAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		fmt.Sprintf(`shardcache_control_auth_failures_total{credential="admin"} %d`, authLimitBurst),
+		`shardcache_control_auth_throttled_total{credential="admin"} 2`,
+	} {
+		if !strings.Contains(string(b), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}

@@ -28,10 +28,12 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/authlimit"
 )
 
 // shutdownGrace is how long Run waits for in-flight RPCs before it stops
@@ -57,6 +59,8 @@ type Server struct {
 	epochsWritten atomic.Uint64
 	metrics       *metrics
 	opsAddr       atomic.Pointer[net.TCPAddr]
+	// authLimit holds failed authentications against their callers.
+	authLimit *authlimit.Limiter
 }
 
 // New checks cfg and returns a replica ready to Run.
@@ -66,7 +70,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, hub: newHub(), policies: newPolicyHub(), purgeHub: newPurgeHub(),
-		ready: make(chan struct{})}
+		ready: make(chan struct{}), authLimit: authlimit.New(authLimitEvery, authLimitBurst, authLimitCallers)}
 	s.metrics = newMetrics(s)
 	return s, nil
 }
@@ -231,11 +235,16 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 		if verifiedClientCert(ctx) {
 			return ctx, nil // mTLS: the handshake verified the caller against the client CA
 		}
+		if err := s.authAllowed(ctx, "admin"); err != nil {
+			return nil, err
+		}
 		got, err := auth.AuthFromMD(ctx, "bearer")
 		if err != nil {
+			s.authFailed(ctx, "admin")
 			return nil, err
 		}
 		if s.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte("Bearer "+got), token) != 1 {
+			s.authFailed(ctx, "admin")
 			return nil, status.Error(codes.Unauthenticated, "invalid admin token")
 		}
 		return ctx, nil
@@ -277,19 +286,21 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 		),
 	)...)
 	pb.RegisterNodeServiceServer(gs, &nodeService{
-		state:     s.state,
-		hub:       s.hub,
-		policies:  s.policies,
-		purges:    s.purgeHub,
-		joinToken: s.cfg.JoinToken,
-		leaseTTL:  s.cfg.LeaseTTL,
-		replica:   s.cfg.ReplicaID,
-		stopping:  stopping,
-		log:       s.log,
-		ca:        &s.ca,
-		caWanted:  s.cfg.CA.Enabled,
-		sessions:  s.metrics.sessions,
-		refused:   s.metrics.refused,
+		state:       s.state,
+		hub:         s.hub,
+		policies:    s.policies,
+		purges:      s.purgeHub,
+		joinToken:   s.cfg.JoinToken,
+		authAllowed: s.authAllowed,
+		authFailed:  s.authFailed,
+		leaseTTL:    s.cfg.LeaseTTL,
+		replica:     s.cfg.ReplicaID,
+		stopping:    stopping,
+		log:         s.log,
+		ca:          &s.ca,
+		caWanted:    s.cfg.CA.Enabled,
+		sessions:    s.metrics.sessions,
+		refused:     s.metrics.refused,
 	})
 	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub, policies: s.policies, replica: s.cfg.ReplicaID,
 		purgesRecorded: s.metrics.purges, tracer: s.tracer()})
@@ -349,4 +360,44 @@ func (s *Server) watchEpochs(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Failed authentications are limited per caller address: authLimitBurst
+// failures, then one per authLimitEvery, for at most authLimitCallers
+// addresses tracked.
+const (
+	authLimitBurst   = 10
+	authLimitEvery   = 6 * time.Second
+	authLimitCallers = 4096
+)
+
+// caller is the address an RPC came from, without its port.
+func caller(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(p.Addr.String())
+	if err != nil {
+		return p.Addr.String()
+	}
+	return host
+}
+
+// authAllowed refuses, unread, the credential of a caller that failed too
+// often (ResourceExhausted, with when to come back).
+func (s *Server) authAllowed(ctx context.Context, credential string) error {
+	if ok, wait := s.authLimit.Allow(caller(ctx), time.Now()); !ok {
+		s.metrics.authThrottled.WithLabelValues(credential).Inc()
+		return status.Errorf(codes.ResourceExhausted, "too many failed authentications from %s; retry in %s", caller(ctx), wait.Round(time.Second))
+	}
+	return nil
+}
+
+// authFailed records a failed authentication: counted, logged, and held
+// against its caller.
+func (s *Server) authFailed(ctx context.Context, credential string) {
+	s.authLimit.Fail(caller(ctx), time.Now())
+	s.metrics.authFailures.WithLabelValues(credential).Inc()
+	s.log.Warn("failed authentication", "credential", credential, "caller", caller(ctx))
 }

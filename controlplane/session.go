@@ -42,10 +42,13 @@ type nodeService struct {
 	policies  *policyHub
 	purges    *purgeHub
 	joinToken string
-	leaseTTL  time.Duration
-	replica   string
-	stopping  <-chan struct{}
-	log       *slog.Logger
+	// authAllowed and authFailed limit failed join tokens per caller.
+	authAllowed func(context.Context, string) error
+	authFailed  func(context.Context, string)
+	leaseTTL    time.Duration
+	replica     string
+	stopping    <-chan struct{}
+	log         *slog.Logger
 	// ca issues peer-hop certificates once loaded; caWanted says whether it
 	// is configured at all.
 	ca       *atomic.Pointer[certAuthority]
@@ -362,8 +365,14 @@ func (n *nodeService) recvHello(stream pb.NodeService_SessionServer) (*pb.Hello,
 	if hello == nil {
 		return nil, status.Error(codes.InvalidArgument, "the first session message must be a hello")
 	}
-	if n.joinToken != "" && subtle.ConstantTimeCompare([]byte(hello.GetJoinToken()), []byte(n.joinToken)) != 1 {
-		return nil, status.Error(codes.Unauthenticated, "node session: missing or wrong join token")
+	if n.joinToken != "" {
+		if err := n.authAllowed(stream.Context(), "join"); err != nil {
+			return nil, err
+		}
+		if subtle.ConstantTimeCompare([]byte(hello.GetJoinToken()), []byte(n.joinToken)) != 1 {
+			n.authFailed(stream.Context(), "join")
+			return nil, status.Error(codes.Unauthenticated, "node session: missing or wrong join token")
+		}
 	}
 	if err := validateMember(hello.GetMember()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())

@@ -278,7 +278,25 @@ func TestPurgesAcrossTheCluster(t *testing.T) {
 			t.Errorf("PURGE without a token: %d %s, want 403", code, body)
 		}
 		if code, body := purge(c.nodes[1], "Bearer wrong"); code != http.StatusUnauthorized {
-			t.Errorf("PURGE with a wrong token: %d %s, want 401", code, body)
+			t.Errorf("PURGE with a malformed token: %d %s, want 401", code, body)
+		}
+		// Guessing the token through a node: each wrong guess goes to the
+		// control plane (401), until the node refuses the client unread.
+		guesses := 0
+		for ; guesses < 20; guesses++ {
+			code, body := purge(c.nodes[1], "Bearer wrong-guess-"+strconv.Itoa(guesses))
+			if code == http.StatusTooManyRequests {
+				break
+			}
+			if code != http.StatusUnauthorized {
+				t.Fatalf("PURGE with a wrong token: %d %s, want 401", code, body)
+			}
+		}
+		if guesses != 9 { // the malformed one counted too: ten in all
+			t.Errorf("refused after %d wrong guesses, want 9 after the malformed one", guesses)
+		}
+		if v := metric(t, c.nodes[1], "shardcache_purge_auth_refused_total", `reason="wrong"`); v != 9 {
+			t.Errorf("wrong tokens counted: %v, want 9", v)
 		}
 		if cache, _ := fetch(t, client, c.nodes[0], path); cache != "HIT" {
 			t.Errorf("a refused purge removed the object: %s", cache)

@@ -118,6 +118,18 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The CA the control plane keeps in the dev etcd is sealed with a key
+	// kept beside it, made at the first start.
+	sealKey := filepath.Join(dataDir, "ca-seal.key")
+	if _, err := os.Stat(sealKey); os.IsNotExist(err) {
+		k, err := newToken()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(sealKey, []byte(k+"\n"), 0o600); err != nil {
+			return fmt.Errorf("CA seal key: %w", err)
+		}
+	}
 	joinToken, err := newToken()
 	if err != nil {
 		return err
@@ -146,7 +158,7 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 		EpochBatchWindow: 500 * time.Millisecond,
 		// The peer hop is mutual TLS with certificates this control plane
 		// issues and renews.
-		CA:       controlplane.CAConfig{Enabled: true, CertTTL: o.certTTL},
+		CA:       controlplane.CAConfig{Enabled: true, CertTTL: o.certTTL, SealKeyFile: sealKey},
 		LeaseTTL: 5 * time.Second,
 		Logger:   logger.With("component", "control"),
 	})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,8 +67,26 @@ func DialAdmin(addrs string, tlsConfig *tls.Config) ([]pb.AdminServiceClient, []
 // control plane, or from the PurgeAllow addresses; the answer is the
 // per-node summary as JSON: 200 once every node acknowledged, 202 when some
 // are still pending (they apply it when they reconnect).
+//
+// A token is checked here first for its shape, and a client whose tokens
+// the control plane refused too often is answered 429 unread: a node is
+// not a free oracle for guessing the admin token.
 func (f *Front) servePurge(w http.ResponseWriter, r *http.Request, client string) {
 	token, hasToken := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if hasToken {
+		if ok, wait := f.purgeAuth.Allow(client, time.Now()); !ok {
+			f.cfg.Metrics.PurgeAuthRefused.WithLabelValues("throttled").Inc()
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+			purgeError(w, http.StatusTooManyRequests, "too many PURGE requests with a wrong token from "+client)
+			return
+		}
+		if !tokenShaped(token) {
+			f.purgeAuth.Fail(client, time.Now())
+			f.cfg.Metrics.PurgeAuthRefused.WithLabelValues("malformed").Inc()
+			purgeError(w, http.StatusUnauthorized, "the bearer token is malformed (want 8 to 512 printable characters, no spaces)")
+			return
+		}
+	}
 	if !hasToken {
 		a, err := netip.ParseAddr(client)
 		if err != nil || !f.purgeAllowed(a.Unmap()) {
@@ -90,6 +109,10 @@ func (f *Front) servePurge(w http.ResponseWriter, r *http.Request, client string
 	}{Complete: true}
 	for _, call := range calls {
 		st, err := f.callAdmin(ctx, call)
+		if hasToken && status.Code(err) == codes.Unauthenticated {
+			f.purgeAuth.Fail(client, time.Now())
+			f.cfg.Metrics.PurgeAuthRefused.WithLabelValues("wrong").Inc()
+		}
 		if err != nil {
 			code, msg := purgeStatusCode(err, f.cfg.ControlPlane)
 			purgeError(w, code, msg)
@@ -202,4 +225,18 @@ func purgeError(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+// tokenShaped reports whether t could be an admin token: 8 to 512
+// printable ASCII characters, no spaces.
+func tokenShaped(t string) bool {
+	if len(t) < 8 || len(t) > 512 {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] <= ' ' || t[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
