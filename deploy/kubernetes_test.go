@@ -16,6 +16,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -33,6 +34,7 @@ type manifests struct {
 	services     []*corev1.Service
 	pdbs         []*policyv1.PodDisruptionBudget
 	monitors     []*monitoringv1.ServiceMonitor
+	netpols      []*networkingv1.NetworkPolicy
 }
 
 // workload is a StatefulSet or Deployment, as the checks see it.
@@ -79,6 +81,8 @@ func decodeDoc(doc []byte) (any, error) {
 		obj = new(policyv1.PodDisruptionBudget)
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		obj = new(monitoringv1.ServiceMonitor)
+	case "networking.k8s.io/v1 NetworkPolicy":
+		obj = new(networkingv1.NetworkPolicy)
 	default:
 		return nil, fmt.Errorf("unexpected %s %s", tm.APIVersion, tm.Kind)
 	}
@@ -116,6 +120,8 @@ func build(t *testing.T, dir string) *manifests {
 			m.pdbs = append(m.pdbs, o)
 		case *monitoringv1.ServiceMonitor:
 			m.monitors = append(m.monitors, o)
+		case *networkingv1.NetworkPolicy:
+			m.netpols = append(m.netpols, o)
 		default:
 			t.Fatalf("%s: a %T among the built objects", dir, obj)
 		}
@@ -167,6 +173,7 @@ func TestOverlaysAreWiredTogether(t *testing.T) {
 			control := find(t, ws, "Deployment/shardcache-control")
 			checkNode(t, m, node, flags["node"])
 			checkControl(t, m, control, flags["control"], strings.HasSuffix(dir, "production"))
+			checkSecurity(t, m, ws, node, control, flags)
 		})
 	}
 }
@@ -304,7 +311,7 @@ func checkMonitors(t *testing.T, m *manifests) {
 			}
 		}
 		slices.Sort(names)
-		if !slices.Equal(names, []string{"shardcache", "shardcache-control"}) {
+		if !slices.Equal(names, []string{"shardcache-control", "shardcache-metrics"}) {
 			t.Errorf("ServiceMonitor %s scrapes %v, want the node and control-plane Services", mon.Name, names)
 		}
 	}
@@ -404,9 +411,11 @@ func checkNode(t *testing.T, m *manifests, node workload, flags map[string]bool)
 	if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" {
 		t.Errorf("node: probes on %s and %s, want /readyz and /healthz", c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
 	}
-	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.HTTPGet == nil ||
-		c.Lifecycle.PreStop.HTTPGet.Path != "/drain" || c.Lifecycle.PreStop.HTTPGet.Port.StrVal != "ops" {
-		t.Error("node: no preStop GET /drain on the ops port")
+	// The drain runs inside the pod: /drain is served to loopback callers
+	// (or with the admin token), and a kubelet's httpGet comes from outside.
+	if want := []string{"/usr/local/bin/shardcache", "drain", "--ops=127.0.0.1:" + strconv.Itoa(int(containerPort(t, node, "ops")))}; c.Lifecycle == nil ||
+		c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec == nil || !slices.Equal(c.Lifecycle.PreStop.Exec.Command, want) {
+		t.Errorf("node: no preStop %v", want)
 	}
 	if !slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool {
 		return vm.MountPath == a["data-dir"] && slices.Contains(node.claims, vm.Name)
@@ -455,4 +464,102 @@ func findDeployment(m *manifests, name string) *appsv1.Deployment {
 		}
 	}
 	return nil
+}
+
+// secretFile checks that flag names a file of a mounted Secret volume.
+func secretFile(t *testing.T, w workload, a map[string]string, flag string) {
+	t.Helper()
+	path := a[flag]
+	c := w.template.Spec.Containers[0]
+	for _, vm := range c.VolumeMounts {
+		if !strings.HasPrefix(path, vm.MountPath+"/") {
+			continue
+		}
+		for _, v := range w.template.Spec.Volumes {
+			if v.Name == vm.Name && v.Secret != nil {
+				return
+			}
+		}
+	}
+	t.Errorf("%s: --%s=%q is not a file of a mounted Secret", w.name, flag, path)
+}
+
+// checkSecurity: the peer hop is mutual TLS, joins and admin calls need
+// tokens read from mounted secrets, the CA key is sealed, no address is
+// trusted by default, the ops port is not on the client Service, and
+// NetworkPolicies keep the peer and control-plane ports to their callers.
+func checkSecurity(t *testing.T, m *manifests, ws []workload, node, control workload, flags map[string]map[string]bool) {
+	na := args(t, node, flags["node"])
+	if na["peer-certs-from-control-plane"] != "true" {
+		t.Error("node: the peer hop is not mutual TLS (--peer-certs-from-control-plane=true)")
+	}
+	for _, f := range []string{"insecure-peer-hop", "trusted-proxies", "join-token", "admin-token"} {
+		if _, ok := na[f]; ok {
+			t.Errorf("node: --%s set; insecure, or a secret on the command line", f)
+		}
+	}
+	secretFile(t, node, na, "join-token-file")
+	ca := args(t, control, flags["control"])
+	if ca["ca"] != "true" || ca["ca-seal-key-file"] == "" {
+		t.Error("control plane: no certificate authority (--ca=true) with its key sealed (--ca-seal-key-file)")
+	}
+	for _, f := range []string{"insecure-open-join", "join-token", "admin-token"} {
+		if _, ok := ca[f]; ok {
+			t.Errorf("control plane: --%s set; insecure, or a secret on the command line", f)
+		}
+	}
+	for _, f := range []string{"join-token-file", "admin-token-file", "ca-seal-key-file"} {
+		secretFile(t, control, ca, f)
+	}
+	for _, s := range m.services {
+		if len(selected(t, s, []workload{node})) == 0 {
+			continue
+		}
+		for _, p := range s.Spec.Ports {
+			if s.Spec.ClusterIP != corev1.ClusterIPNone && p.TargetPort.StrVal != "client" {
+				t.Errorf("Service %s (not headless) exposes the nodes' %s port", s.Name, p.TargetPort.StrVal)
+			}
+		}
+	}
+	// policy finds the NetworkPolicy selecting w's pods and the peers its
+	// rules let reach port.
+	policy := func(w workload, port string) (found bool, from []networkingv1.NetworkPolicyPeer, open bool) {
+		for _, np := range m.netpols {
+			if !selects(t, &np.Spec.PodSelector, w.template.Labels) {
+				continue
+			}
+			found = true
+			for _, r := range np.Spec.Ingress {
+				if !slices.ContainsFunc(r.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port != nil && p.Port.StrVal == port }) {
+					continue
+				}
+				if len(r.From) == 0 {
+					open = true
+				}
+				from = append(from, r.From...)
+			}
+		}
+		return found, from, open
+	}
+	fromOnly := func(w workload, port string, allowed ...map[string]string) {
+		t.Helper()
+		found, from, open := policy(w, port)
+		if !found || open || len(from) == 0 {
+			t.Errorf("%s: no NetworkPolicy limits who reaches its %s port", w.name, port)
+			return
+		}
+		for _, f := range from {
+			if f.PodSelector == nil || f.NamespaceSelector != nil || f.IPBlock != nil ||
+				!slices.ContainsFunc(allowed, func(l map[string]string) bool { return selects(t, f.PodSelector, l) }) {
+				t.Errorf("%s: its %s port admits %+v, beyond %v", w.name, port, f, allowed)
+			}
+		}
+	}
+	fromOnly(node, "peer", node.template.Labels)
+	fromOnly(control, "grpc", node.template.Labels, map[string]string{"shardcache.io/operator": "true"})
+	for _, np := range m.netpols {
+		if !slices.ContainsFunc(ws, func(w workload) bool { return selects(t, &np.Spec.PodSelector, w.template.Labels) }) {
+			t.Errorf("NetworkPolicy %s selects no workload's pods", np.Name)
+		}
+	}
 }
