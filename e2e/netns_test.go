@@ -116,12 +116,55 @@ func TestNetworkFaults(t *testing.T) {
 			"--drain-grace", "-1s", "--hot-threshold", "-1", "--access-log", "off",
 			// An origin cut off mid-request is given up on at the origin
 			// timeout (60 s by default, as nginx's proxy_read_timeout).
-			"--origin-timeout", "5s"}
+			"--origin-timeout", "5s",
+			// The lab's addresses are not loopback: without certificates
+			// a node starts only when told its peer hop is unauthenticated.
+			"--insecure-peer-hop"}
 		nd.proc = lab.start(10+i, nd.id, bin, nd.args...)
 		c.nodes = append(c.nodes, nd)
 	}
 	for _, nd := range c.nodes {
 		c.waitMembers(ctx, nd, 3)
+		resp, err := http.Get("http://" + nd.ops + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), "peer_hop=insecure") {
+			t.Fatalf("%s started with --insecure-peer-hop on %s; /readyz says %q, want peer_hop=insecure", nd.id, nd.peer, b)
+		}
+		// From another host (the test's, on the bridge), what changes or
+		// reads the node's insides needs the admin token.
+		for _, path := range []string{"/drain", "/debug/pprof/", "/debug/pprof/cmdline"} {
+			resp, err := http.Get("http://" + nd.ops + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden {
+				t.Fatalf("%s %s from off the node's host without a token: %d, want 403", nd.id, path, resp.StatusCode)
+			}
+		}
+	}
+	var nodes struct {
+		Nodes []struct {
+			Member struct {
+				ID      string `json:"id"`
+				PeerHop string `json:"peerHop"`
+			} `json:"member"`
+		} `json:"nodes"`
+	}
+	if err := c.cachectl(ctx, &nodes, "nodes"); err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Nodes) != 3 {
+		t.Fatalf("cachectl nodes lists %d nodes, want 3", len(nodes.Nodes))
+	}
+	for _, n := range nodes.Nodes {
+		if n.Member.PeerHop != "insecure" {
+			t.Fatalf("cachectl nodes: %s's peer hop %q, want insecure", n.Member.ID, n.Member.PeerHop)
+		}
 	}
 	originRequests := func() int64 {
 		resp, err := http.Get("http://" + labAddr(origin) + ":8090/_stats")
