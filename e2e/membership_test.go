@@ -187,4 +187,17 @@ func TestASecondProcessWithALiveNodesIDIsRefused(t *testing.T) {
 	if strings.Contains(live.proc.Output(), "membership lost") {
 		t.Fatal("the live node lost its membership")
 	}
+
+	// The real node restarted (the same process identity: its id, its
+	// addresses) rejoins.
+	if err := live.proc.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	live.proc = startProcess(t, live.id, filepath.Join(binDir, "shardcache"), live.args...)
+	for _, nd := range c.nodes {
+		c.waitMembers(ctx, nd, 3)
+	}
+	if got := peerOf(ctx, t, cli, live.id); got != live.peer {
+		t.Fatalf("after its restart %s's member record names %q, want %s", live.id, got, live.peer)
+	}
 }
