@@ -113,9 +113,12 @@ type Front struct {
 }
 
 // A client may send purgeAuthBurst PURGE requests with a wrong token,
-// then one per purgeAuthEvery; purgeAuthClients are tracked at most.
+// then one per purgeAuthEvery; purgeAuthClients are tracked at most. The
+// burst is half the control plane's, which sees the node's address for
+// every PURGE it relays: one client guessing through a node does not use
+// up that node's allowance there.
 const (
-	purgeAuthBurst   = 10
+	purgeAuthBurst   = 5
 	purgeAuthEvery   = 6 * time.Second
 	purgeAuthClients = 4096
 )

@@ -211,6 +211,8 @@ func purgeStatusCode(err error, controlPlane string) (int, string) {
 		return http.StatusUnauthorized, "the control plane refused the token: " + st.Message()
 	case codes.AlreadyExists:
 		return http.StatusConflict, st.Message()
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests, "the control plane refuses: " + st.Message()
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 		return http.StatusServiceUnavailable, fmt.Sprintf("control plane at %s cannot be reached; nothing was purged: %s", controlPlane, st.Message())
 	}
