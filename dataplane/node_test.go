@@ -1197,3 +1197,46 @@ func TestPeerWithANewerEpochMakesANodeFetchIt(t *testing.T) {
 		t.Errorf("origin saw %d requests, want 1", n)
 	}
 }
+
+// A hot key's relayed requests are shared by its owners: a non-owner that
+// keeps no copy (the answer varies) relays to both, and the origin still
+// sees one request, the second owner filling from the first.
+func TestHotKeyRelaysReachBothOwners(t *testing.T) {
+	fc := startFakeControl(t, "127.0.0.1:0")
+	o := &testOrigin{header: http.Header{"Vary": {"X-Test"}}}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	nodes := map[string]*Node{}
+	var all []*Node
+	for _, id := range []string{"a", "b", "c"} {
+		n := startNode(t, id, fc.addr, origin.URL)
+		nodes[id] = n
+		all = append(all, n)
+	}
+	e := epochOf(1, all...)
+	fc.publish(e)
+	set := &pb.PolicySet{Revision: 1, Policies: []*pb.CachePolicy{{Name: "all", PathPrefix: "/", HotThreshold: 1}}}
+	for _, n := range all {
+		waitEpoch(t, n, 1)
+		if err := n.ApplyPolicies(set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := "/hot/shared"
+	owners := ownersOf(t, e, "http127.0.0.1"+path, 3)
+	other := nodes[owners[2]]
+	servedBy := map[string]int{}
+	for range 40 {
+		resp, body := do(t, "GET", "http://"+other.ClientAddr().String()+path)
+		if resp.StatusCode != 200 || body != "body of "+path {
+			t.Fatalf("via %s: %d %q", other.ID(), resp.StatusCode, body)
+		}
+		servedBy[resp.Header.Get("X-Cache-Node")]++
+	}
+	if servedBy[owners[0]] == 0 || servedBy[owners[1]] == 0 {
+		t.Fatalf("40 requests for a hot key via non-owner %s were served by %v; want both owners %s and %s", other.ID(), servedBy, owners[0], owners[1])
+	}
+	if n := o.count(path); n != 1 {
+		t.Fatalf("the origin saw %d requests, want 1", n)
+	}
+}

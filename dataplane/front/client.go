@@ -87,8 +87,9 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 //
 // A hot key has the first replication-factor ring members as owners: each
 // serves it from its own store, a later owner filling from the first rather
-// than the origin. A node that owns a hot key not at all relays it once and
-// keeps a local copy for as long as the object stays fresh.
+// than the origin. A node that owns a hot key not at all relays it to one
+// of its owners, picked per request, and keeps a local copy for as long as
+// the object stays fresh.
 func (f *Front) route(w http.ResponseWriter, r *http.Request) string {
 	p := f.cfg.Policies.Load().Match(policy.Host(r), r.URL.Path)
 	if p.Mode == pb.CacheMode_CACHE_MODE_BYPASS || bypassReason(r, p) != "" || p.Bypass(r) {
@@ -132,16 +133,24 @@ func (f *Front) route(w http.ResponseWriter, r *http.Request) string {
 	if hot && f.serveHotCopy(w, r, key) {
 		return metrics.RouteLocal
 	}
-	owner := owners[0]
-	if p.Mode == pb.CacheMode_CACHE_MODE_REDIRECT && owner.GetPublicUrl() != "" {
+	// A hot key's owners share the requests relayed to it: each one goes
+	// to an owner picked at random, the others tried after it. (A later
+	// owner that lacks the object fills from the first, not the origin.)
+	start := 0
+	if len(owners) > 1 {
+		start = rand.IntN(len(owners))
+	}
+	if owner := owners[start]; p.Mode == pb.CacheMode_CACHE_MODE_REDIRECT && owner.GetPublicUrl() != "" {
 		redirect(w, r, owner)
 		return metrics.RouteRedirect
 	}
-	if f.relay(w, r, owner, key, p, hot) {
-		f.cfg.Metrics.Totals.Relayed.Add(1)
-		return metrics.RouteRelayed
+	for i := range owners {
+		if f.relay(w, r, owners[(start+i)%len(owners)], key, p, hot) {
+			f.cfg.Metrics.Totals.Relayed.Add(1)
+			return metrics.RouteRelayed
+		}
 	}
-	// The owner did not answer. The next ring member owns the key once the
+	// No owner answered. The next ring member owns the key once the
 	// owner leaves the ring, so it is the one to fill; if it is this node,
 	// or it fails too, serve from here: an origin request, but the client
 	// is served until the next epoch.

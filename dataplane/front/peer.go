@@ -13,6 +13,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/slice"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -89,7 +90,7 @@ func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := reply.NewRecorder(w)
 	w.Header().Set(relay.PurgeRevisionHeader, strconv.FormatInt(f.cfg.Bans.Revision(), 10))
-	f.cfg.Owner.Serve(rec, r, key, p, nil, sl)
+	f.cfg.Owner.Serve(rec, r, key, p, f.replicaOf(r, key, p, sl), sl)
 	f.cfg.Metrics.PeerBytes.WithLabelValues("out").Add(float64(rec.Bytes))
 	if r.Header.Get(relay.HandoffHeader) != "" && rec.Status < 300 && !rec.Broken {
 		f.cfg.Metrics.Totals.HandoffAnswers.Add(1)
@@ -137,4 +138,22 @@ func (f *Front) refusePeer(w http.ResponseWriter, r *http.Request, reason string
 	f.cfg.Metrics.PeerRefused.WithLabelValues(reason).Inc()
 	f.cfg.Logger.Warn("refused a peer request", "reason", reason, "remote", r.RemoteAddr, "detail", msg)
 	http.Error(w, msg, code)
+}
+
+// replicaOf is a hot key's first owner when this node is one of its later
+// owners (a request relayed here to share the key's load): the owner to
+// fill from before the origin. Nil otherwise.
+func (f *Front) replicaOf(r *http.Request, key string, p *policy.Policy, sl *slice.Req) *pb.Member {
+	rt := f.cfg.Routes.Load()
+	if rt == nil || sl != nil || p.ReplicationFactor < 2 || r.Header.Get(relay.HandoffHeader) != "" {
+		return nil
+	}
+	var buf [4]*pb.Member
+	owners := rt.Owners(buf[:0], key, p.ReplicationFactor)
+	for i, o := range owners {
+		if i > 0 && o.GetId() == f.cfg.ID {
+			return owners[0]
+		}
+	}
+	return nil
 }

@@ -246,7 +246,7 @@ var (
 	storeEvictDesc = prometheus.NewDesc("shardcache_store_evictions_total",
 		"Objects evicted from each tier (memory, disk) to make room.", []string{"tier"}, nil)
 	storeRejectDesc = prometheus.NewDesc("shardcache_store_rejections_total",
-		"Objects the memory tier's admission refused as less popular than what they would evict.", []string{"tier"}, nil)
+		"Objects a tier's admission refused as asked for less often than what they would evict (memory: ristretto's TinyLFU; disk: TinyLFU over sampled LRU).", []string{"tier"}, nil)
 	storeErrorsDesc = prometheus.NewDesc("shardcache_disk_errors_total",
 		"Disk tier I/O errors by operation (create, write, commit, read, remove, load).", []string{"op"}, nil)
 )

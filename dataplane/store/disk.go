@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -25,6 +26,10 @@ const evictionSamples = 8
 
 // ErrNoSpace is returned when the disk tier does not admit new objects:
 // the file system is nearly full, or the object is larger than the budget.
+// ErrNotAdmitted: the disk tier is full and the new object is asked for
+// less often than the one it would evict (TinyLFU admission).
+var ErrNotAdmitted = errors.New("store: disk tier full, and the object is asked for less often than what it would evict")
+
 var ErrNoSpace = errors.New("store: disk tier not admitting: free space below the guard or object over budget")
 
 // diskEntry is the index's record of one file.
@@ -60,13 +65,18 @@ type disk struct {
 	paused atomic.Bool
 	logged sync.Map // op → last log time, to keep error logs from flooding
 	counts counters
-	// admitted and evicted count records committed and evicted.
-	admitted, evicted atomic.Uint64
-	mkdirs            [4096]atomic.Bool
-	ready             chan struct{}
-	loaded            atomic.Int64
-	stop              chan struct{}
-	loading           sync.WaitGroup
+	// freq estimates how often a key is asked for (TinyLFU admission); nil
+	// admits everything.
+	freq func(key string) uint32
+	// admitted and evicted count records committed and evicted; rejected
+	// the new records admission refused, being asked for less often than
+	// what they would evict.
+	admitted, evicted, rejected atomic.Uint64
+	mkdirs                      [4096]atomic.Bool
+	ready                       chan struct{}
+	loaded                      atomic.Int64
+	stop                        chan struct{}
+	loading                     sync.WaitGroup
 }
 
 // counters are the disk tier's event counts, by label.
@@ -173,13 +183,18 @@ func (d *disk) evictLocked(need int64) []string {
 	var evicted []string
 	for d.used+need > d.budget && len(d.all) > 0 {
 		v := d.victimLocked()
-		d.removeLocked(v)
-		d.evicted.Add(1)
-		_, p := d.path(v.key)
-		d.unlink(p)
+		d.evictOneLocked(v)
 		evicted = append(evicted, v.key)
 	}
 	return evicted
+}
+
+// evictOneLocked removes record v to make room.
+func (d *disk) evictOneLocked(v *diskEntry) {
+	d.removeLocked(v)
+	d.evicted.Add(1)
+	_, p := d.path(v.key)
+	d.unlink(p)
 }
 
 // admit says whether an object of about size bytes (0 if unknown) may be
@@ -240,7 +255,18 @@ func (d *disk) commit(tmp, key string, size int64) (*diskEntry, error) {
 	if old := d.index[key]; old != nil {
 		d.removeLocked(old) // the rename replaces its file
 	}
-	evicted := d.evictLocked(size)
+	victims, ok := d.victimsLocked(key, size)
+	if !ok {
+		d.mu.Unlock()
+		d.rejected.Add(1)
+		os.Remove(tmp)
+		return nil, ErrNotAdmitted
+	}
+	var evicted []string
+	for _, v := range victims {
+		d.evictOneLocked(v)
+		evicted = append(evicted, v.key)
+	}
 	err := os.Rename(tmp, final)
 	if err == nil {
 		d.addLocked(de)
@@ -302,6 +328,38 @@ func dirIndex(hex3 string) int {
 		}
 	}
 	return n & 4095
+}
+
+// victimsLocked picks the records a new record of size bytes under key
+// evicts (sampled least recently used), and applies TinyLFU's admission
+// (Einziger et al.): it reports false, having evicted nothing, when key is
+// asked for less often than one of them. So a scan of objects asked for
+// once passes through a full tier without evicting what its clients keep
+// asking for, while a key asked for as often as the old ones replaces them
+// as LRU would.
+func (d *disk) victimsLocked(key string, size int64) ([]*diskEntry, bool) {
+	var victims []*diskEntry
+	var freed int64
+	var want uint32
+	if d.freq != nil {
+		want = d.freq(key)
+	}
+	for tries := 0; d.used-freed+size > d.budget && len(victims) < len(d.all); tries++ {
+		v := d.victimLocked()
+		if slices.Contains(victims, v) {
+			if tries < 4*len(d.all) {
+				continue
+			}
+			// Sampling keeps finding chosen ones: take the next unchosen.
+			v = d.all[slices.IndexFunc(d.all, func(e *diskEntry) bool { return !slices.Contains(victims, e) })]
+		}
+		if d.freq != nil && want < d.freq(v.key) {
+			return nil, false
+		}
+		victims = append(victims, v)
+		freed += v.size
+	}
+	return victims, true
 }
 
 // victimLocked samples records and returns the least recently used.

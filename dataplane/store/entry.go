@@ -2,7 +2,11 @@
 // tier for small objects over a persistent disk tier that holds every
 // object. Objects stream in through a Writer and become visible only when
 // complete; a record on disk carries checksums, so a crash never leaves a
-// torn object that is later served.
+// torn object that is later served. Both tiers admit by frequency
+// (TinyLFU): the disk tier counts lookups in a hotkey sketch of its own
+// and stores a new object that needs room only if it is asked for at least
+// as often as what it would evict. It imports hotkey and nothing else of
+// the data plane.
 package store
 
 import (

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -8,6 +9,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"time"
+
+	"github.com/shardcache/shardcache/dataplane/hotkey"
 )
 
 // Config sizes a Store.
@@ -24,6 +28,10 @@ type Config struct {
 	// MemoryMaxObject is the largest stored body held in memory; larger
 	// ones are served from disk.
 	MemoryMaxObject int64
+	// AdmissionPeriod is how often the disk tier's admission halves its
+	// request counts, so that they follow the recent rate. Default 1
+	// minute; negative: no admission, every object stored (sampled LRU).
+	AdmissionPeriod time.Duration
 	Logger          *slog.Logger
 }
 
@@ -34,6 +42,9 @@ type Store struct {
 	disk   *disk
 	memMax int64
 	log    *slog.Logger
+	// freq counts lookups by key, for the disk tier's admission; nil when
+	// it is off.
+	freq *hotkey.Sketch
 }
 
 // Open opens or creates the store in cfg.Dir and starts rebuilding its
@@ -55,7 +66,15 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	d.onEvict = mem.Delete // memory holds only what disk holds
-	return &Store{mem: mem, disk: d, memMax: cfg.MemoryMaxObject, log: cfg.Logger}, nil
+	s := &Store{mem: mem, disk: d, memMax: cfg.MemoryMaxObject, log: cfg.Logger}
+	if cfg.AdmissionPeriod >= 0 {
+		// Its own sketch, not the hot-key one: that one halves every few
+		// seconds to spot a burst, this one follows the slower rate at
+		// which the disk tier's contents turn over.
+		s.freq = hotkey.New(1<<16, cmp.Or(cfg.AdmissionPeriod, time.Minute), nil)
+		d.freq = s.freq.Estimate
+	}
+	return s, nil
 }
 
 // Ready is closed once the index holds every record found on disk.
@@ -75,6 +94,9 @@ func (s *Store) Close() {
 // read whole, checked and promoted to memory). A record found bad is
 // discarded and reported as a miss.
 func (s *Store) Get(key string) (*Entry, bool) {
+	if s.freq != nil {
+		s.freq.Observe(key)
+	}
 	if e, ok := s.mem.Get(key); ok {
 		e.touch()
 		return e, true
@@ -258,7 +280,7 @@ type Stats struct {
 	Discarded, Errors map[string]uint64
 	// Admitted, Evicted and Rejected count objects by tier ("memory",
 	// "disk") since start: stored, evicted to make room, refused by the
-	// memory tier's admission.
+	// tier's admission.
 	Admitted, Evicted, Rejected map[string]uint64
 }
 
@@ -268,7 +290,7 @@ func (s *Store) Stats() Stats {
 	ma, me, mr := s.mem.Counts()
 	st.Admitted = map[string]uint64{"memory": ma, "disk": s.disk.admitted.Load()}
 	st.Evicted = map[string]uint64{"memory": me, "disk": s.disk.evicted.Load()}
-	st.Rejected = map[string]uint64{"memory": mr}
+	st.Rejected = map[string]uint64{"memory": mr, "disk": s.disk.rejected.Load()}
 	st.MemoryBytes, st.MemoryObjects = s.mem.Stats()
 	st.DiskBytes, st.DiskObjects = s.disk.stats()
 	for k, v := range s.disk.counts.discarded {

@@ -52,6 +52,14 @@ func meta(key string) *Entry {
 // put stores b under key in chunks, as a fill would.
 func put(t testing.TB, s *Store, e *Entry, b []byte, compress bool) {
 	t.Helper()
+	if !offer(t, s, e, b, compress) {
+		t.Fatal("Commit = false")
+	}
+}
+
+// offer is put that reports whether the store kept the object.
+func offer(t testing.TB, s *Store, e *Entry, b []byte, compress bool) bool {
+	t.Helper()
 	w, err := s.Create(e, int64(len(b)), compress, 1<<40)
 	if err != nil {
 		t.Fatal(err)
@@ -61,9 +69,11 @@ func put(t testing.TB, s *Store, e *Entry, b []byte, compress bool) {
 			t.Fatal(err)
 		}
 	}
-	if ok, err := w.Commit(); !ok || err != nil {
-		t.Fatalf("Commit = %v, %v", ok, err)
+	ok, err := w.Commit()
+	if err != nil {
+		t.Fatalf("Commit: %v", err)
 	}
+	return ok
 }
 
 // read returns the identity body of key, or ok false.
@@ -489,5 +499,46 @@ func TestRecordKeepsTheURLAndFormatOneIsStillRead(t *testing.T) {
 	}
 	if _, ok := s.Peek("absent"); ok {
 		t.Fatal("Peek found an absent key")
+	}
+}
+
+// A scan of objects asked for once passes through a full disk tier
+// without evicting an object its clients keep asking for (TinyLFU
+// admission); with admission off, sampled LRU evicts it.
+func TestDiskAdmissionKeepsAFrequentObjectThroughAScan(t *testing.T) {
+	const budget = 256 << 10
+	for _, admission := range []bool{true, false} {
+		t.Run(fmt.Sprintf("admission=%t", admission), func(t *testing.T) {
+			s := openStore(t, t.TempDir(), func(c *Config) {
+				c.DiskBytes = budget
+				if !admission {
+					c.AdmissionPeriod = -1
+				}
+			})
+			defer s.Close()
+			s.Get("popular") // the miss that fills it
+			put(t, s, meta("popular"), body("popular", 0, 10<<10), false)
+			for range 20 {
+				if _, ok := s.Get("popular"); !ok {
+					t.Fatal("the popular object is not stored")
+				}
+			}
+			for i := range 300 { // about 3 MiB of objects asked for once
+				k := fmt.Sprintf("scan-%d", i)
+				s.Get(k)
+				offer(t, s, meta(k), body(k, 0, 10<<10), false)
+			}
+			_, kept := s.Get("popular")
+			st := s.Stats()
+			if admission && (!kept || st.Rejected["disk"] == 0) {
+				t.Fatalf("after the scan the popular object is kept: %v, %d scan objects refused; want it kept", kept, st.Rejected["disk"])
+			}
+			if !admission && kept {
+				t.Fatal("without admission the popular object survived 3 MiB of newer ones in a 256 KiB budget")
+			}
+			if st.DiskBytes > budget || st.DiskObjects < 15 {
+				t.Fatalf("disk tier holds %d bytes in %d objects; want the budget used and held", st.DiskBytes, st.DiskObjects)
+			}
+		})
 	}
 }

@@ -187,7 +187,7 @@ func (w *Writer) Commit() (stored bool, err error) {
 	}
 	de, err := w.s.disk.commit(w.tmp, e.Key, e.off+size+footerLen)
 	if err != nil {
-		if !errors.Is(err, ErrNoSpace) {
+		if !errors.Is(err, ErrNoSpace) && !errors.Is(err, ErrNotAdmitted) {
 			w.s.disk.warn("commit", err)
 		}
 		w.finish(nil)
