@@ -406,6 +406,22 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.certs != nil {
 		g.Go(func() error { n.renewCertificates(gctx); return nil })
 	}
+	if n.hot != nil {
+		// The hot-key sketch is halved here, not inside a request.
+		n.hot.Owned()
+		g.Go(func() error {
+			t := time.NewTicker(n.hot.Period())
+			defer t.Stop()
+			for {
+				select {
+				case <-gctx.Done():
+					return nil
+				case <-t.C:
+					n.hot.Halve()
+				}
+			}
+		})
+	}
 	g.Go(func() error {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()

@@ -99,7 +99,7 @@ func (f *fakeControl) purgesAfter(rev int64) []*pb.Purge {
 	return out
 }
 
-func startFakeControl(t *testing.T, addr string) *fakeControl {
+func startFakeControl(t testing.TB, addr string) *fakeControl {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -248,7 +248,7 @@ func (o *testOrigin) count(path string) int32 {
 }
 
 // startNode runs a node on ephemeral ports until the test ends.
-func startNode(t *testing.T, id, control, origin string, opts ...func(*Config)) *Node {
+func startNode(t testing.TB, id, control, origin string, opts ...func(*Config)) *Node {
 	t.Helper()
 	n, _ := runNode(t, id, control, origin, opts...)
 	return n
@@ -256,7 +256,7 @@ func startNode(t *testing.T, id, control, origin string, opts ...func(*Config)) 
 
 // runNode is startNode that also returns a function stopping the node
 // before the test ends (it waits for Run to return).
-func runNode(t *testing.T, id, control, origin string, opts ...func(*Config)) (*Node, func()) {
+func runNode(t testing.TB, id, control, origin string, opts ...func(*Config)) (*Node, func()) {
 	t.Helper()
 	cfg := Config{
 		ID: id, ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", OpsAddr: "127.0.0.1:0",
@@ -318,7 +318,7 @@ func epochOf(num uint64, nodes ...*Node) *pb.RingEpoch {
 }
 
 // startOne starts a node "a" alone in epoch 1 of a fake control plane.
-func startOne(t *testing.T, origin string, opts ...func(*Config)) (*fakeControl, *Node) {
+func startOne(t testing.TB, origin string, opts ...func(*Config)) (*fakeControl, *Node) {
 	t.Helper()
 	fc := startFakeControl(t, "127.0.0.1:0")
 	n := startNode(t, "a", fc.addr, origin, opts...)
@@ -329,7 +329,7 @@ func startOne(t *testing.T, origin string, opts ...func(*Config)) (*fakeControl,
 
 // waitFor polls cond, the outcome of work in the background, until it
 // holds; after 30 s the test fails with what it waited for.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
@@ -340,7 +340,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func waitEpoch(t *testing.T, n *Node, want uint64) {
+func waitEpoch(t testing.TB, n *Node, want uint64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for n.Epoch() != want {

@@ -25,15 +25,12 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	// The hop headers mean something only on the peer listener; a client
 	// sending them is ignored, never trusted.
-	for _, f := range relay.InternalHeaders {
-		r.Header.Del(f)
-	}
 	client := f.forwardedFor(r)
 	rec := reply.NewRecorder(w)
-	route := "aborted"
+	route := metrics.RouteAborted
 	// Deferred, so that a response aborted mid-body is counted and logged.
 	defer func() {
-		if route != routePurge {
+		if route != metrics.RoutePurge {
 			f.cfg.Metrics.Totals.Requests.Add(1)
 		}
 		cache := rec.Header().Get("X-Cache")
@@ -42,8 +39,7 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 		}
 		elapsed := time.Since(start)
 		f.cfg.Metrics.Requests.WithLabelValues(route, cache, methodLabel(r.Method), metrics.StatusClass(rec.Status)).Inc()
-		f.cfg.Metrics.Duration.WithLabelValues(route).Observe(elapsed.Seconds())
-		f.cfg.Metrics.ResponseSize.WithLabelValues(route).Observe(float64(rec.Bytes))
+		f.cfg.Metrics.ObserveRoute(route, elapsed, rec.Bytes)
 		if c := f.cfg.Metrics.RouteBytes[route]; c != nil {
 			c.Add(uint64(rec.Bytes))
 		}
@@ -75,7 +71,7 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 		r.URL.Path, r.URL.RawPath = p, ""
 	}
 	if r.Method == "PURGE" {
-		route = routePurge
+		route = metrics.RoutePurge
 		f.servePurge(rec, r, client)
 		return
 	}

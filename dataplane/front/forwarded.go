@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/shardcache/shardcache/dataplane/relay"
 )
 
 // forwardedFor extends the request's forwarded chain with the address it
@@ -21,32 +23,35 @@ func (f *Front) forwardedFor(r *http.Request) string {
 	}
 	peer, _ := netip.ParseAddr(host)
 	peer = peer.Unmap()
+	// The hop headers mean something only on the peer listener: a client
+	// sending them is ignored, never trusted. The forwarded chain and the
+	// rewrite fields are kept from trusted proxies only. One pass over the
+	// header's keys does both.
+	var drop func(string) bool
 	if !f.trusted(peer) {
-		h.Del("X-Forwarded-For")
-		h.Del("Forwarded")
-		h.Del("X-Real-Ip")
-		for _, f := range rewriteHeaders {
-			h.Del(f)
-		}
+		drop = untrustedField
 	}
+	relay.StripInternal(h, drop)
 	var chain []string
-	for _, v := range h.Values("X-Forwarded-For") {
+	// The keys are canonical: the fields are read and set without
+	// Header's canonicalisation, which every request would pay.
+	for _, v := range h["X-Forwarded-For"] {
 		for a := range strings.SplitSeq(v, ",") {
 			if a = strings.TrimSpace(a); a != "" {
 				chain = append(chain, a)
 			}
 		}
 	}
-	chain = append(chain, peer.String())
-	h.Set("X-Forwarded-For", strings.Join(chain, ", "))
 	node := peer.String()
+	chain = append(chain, node)
+	h["X-Forwarded-For"] = []string{strings.Join(chain, ", ")}
 	if peer.Is6() {
 		node = `"[` + node + `]"`
 	}
-	if prior := strings.Join(h.Values("Forwarded"), ", "); prior != "" {
-		h.Set("Forwarded", prior+", for="+node)
+	if prior := strings.Join(h["Forwarded"], ", "); prior != "" {
+		h["Forwarded"] = []string{prior + ", for=" + node}
 	} else {
-		h.Set("Forwarded", "for="+node)
+		h["Forwarded"] = []string{"for=" + node}
 	}
 	client := chain[0]
 	for i := len(chain) - 1; i >= 0; i-- {
@@ -56,18 +61,23 @@ func (f *Front) forwardedFor(r *http.Request) string {
 			break
 		}
 	}
-	h.Set("X-Real-Ip", client)
+	h["X-Real-Ip"] = []string{client}
 	return client
 }
 
-// rewriteHeaders are request fields that origins and their frameworks
-// read as the request's real host, scheme, port, path or method. None is
-// part of a cache key, so a client could use one to have a poisoned answer
-// stored under a key other clients read: they are taken only from trusted
-// proxies.
-var rewriteHeaders = []string{"X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Port", "X-Forwarded-Scheme",
-	"X-Forwarded-Server", "X-Forwarded-Prefix", "X-Original-Url", "X-Rewrite-Url", "X-Original-Host", "X-Host",
-	"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+// untrustedFields are the request fields taken only from trusted proxies
+// (in canonical form): the forwarded chain, and the rewrite fields that
+// origins and their frameworks read as the request's real host, scheme,
+// port, path or method. None of those is part of a cache key, so a client
+// could use one to have a poisoned answer stored under a key other clients
+// read.
+var untrustedFields = map[string]bool{"X-Forwarded-For": true, "Forwarded": true, "X-Real-Ip": true,
+	"X-Forwarded-Host": true, "X-Forwarded-Proto": true, "X-Forwarded-Port": true, "X-Forwarded-Scheme": true,
+	"X-Forwarded-Server": true, "X-Forwarded-Prefix": true, "X-Original-Url": true, "X-Rewrite-Url": true,
+	"X-Original-Host": true, "X-Host": true, "X-Http-Method-Override": true, "X-Http-Method": true, "X-Method-Override": true}
+
+// untrustedField reports whether canonical key k is one of untrustedFields.
+func untrustedField(k string) bool { return untrustedFields[k] }
 
 // removeDotSegments resolves "." and ".." segments in an absolute path
 // (RFC 3986 5.2.4), so that one resource has one cache key; ok is false

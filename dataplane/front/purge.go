@@ -24,9 +24,6 @@ import (
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
-// routePurge labels PURGE requests in metrics and the access log.
-const routePurge = "purge"
-
 // purgeCallTimeout bounds a PURGE's call to the control plane: its default
 // wait for the nodes' acknowledgements, and some.
 const purgeCallTimeout = 15 * time.Second

@@ -117,3 +117,21 @@ func TestObserveRateFollowsSteadyRate(t *testing.T) {
 		}
 	}
 }
+
+// An owned sketch is never halved inside Observe, only by Halve.
+func TestOwnedSketchIsHalvedByItsOwnerOnly(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := New(1024, time.Second, func() time.Time { return now })
+	s.Owned()
+	for range 8 {
+		s.Observe("k")
+	}
+	now = now.Add(time.Hour) // many periods later
+	if got := s.Observe("k"); got != 9 {
+		t.Fatalf("owned sketch after a long wait: %d, want 9 (no halving in Observe)", got)
+	}
+	s.Halve()
+	if got := s.Estimate("k"); got != 4 {
+		t.Fatalf("after Halve: %d, want 4", got)
+	}
+}

@@ -28,7 +28,11 @@ func NotModified(method string, req http.Header, status int, stored http.Header)
 		}
 		return false
 	}
-	ims, err := http.ParseTime(req.Get("If-Modified-Since"))
+	v := req.Get("If-Modified-Since")
+	if v == "" {
+		return false // the usual request: no date to parse
+	}
+	ims, err := http.ParseTime(v)
 	if err != nil {
 		return false
 	}

@@ -8,6 +8,7 @@ package metrics
 import (
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -23,6 +24,8 @@ const (
 	RouteRedirect = "redirect"
 	RouteSliced   = "sliced"
 	RouteRejected = "rejected" // refused before routing: a bad request
+	RoutePurge    = "purge"    // the PURGE method
+	RouteAborted  = "aborted"  // the handler ended before it routed
 )
 
 // Set is the node's Prometheus metrics, on a registry of its own (an
@@ -67,7 +70,10 @@ type Set struct {
 	Bans             prometheus.Gauge
 	// RouteBytes counts response body bytes by route, for load reports.
 	RouteBytes map[string]*atomic.Uint64
-	Totals     Totals
+	// routes holds each known route's duration and size observers, looked
+	// up once rather than by label on every request.
+	routes map[string]routeObservers
+	Totals Totals
 }
 
 // Totals are the counts a node's load reports carry since it started.
@@ -186,8 +192,12 @@ func New() *Set {
 		Name: "shardcache_purge_bans", Help: "Bans checked at lookup: purges whose background sweep has not finished.",
 	})
 	m.RouteBytes = map[string]*atomic.Uint64{}
+	m.routes = map[string]routeObservers{}
 	for _, r := range []string{RouteLocal, RouteRelayed, RouteBypass, RouteRedirect, RouteSliced, RouteRejected} {
 		m.RouteBytes[r] = new(atomic.Uint64)
+	}
+	for _, r := range []string{RouteLocal, RouteRelayed, RouteBypass, RouteRedirect, RouteSliced, RouteRejected, RoutePurge, RouteAborted} {
+		m.routes[r] = routeObservers{m.Duration.WithLabelValues(r), m.ResponseSize.WithLabelValues(r)}
 	}
 	// Known label values start at zero, so that rates and dashboards see
 	// every series from the first scrape.
@@ -300,4 +310,17 @@ func StatusClass(code int) string {
 		return "other"
 	}
 	return strconv.Itoa(code/100) + "xx"
+}
+
+type routeObservers struct{ duration, size prometheus.Observer }
+
+// ObserveRoute records a client request's duration and response size
+// under its route.
+func (m *Set) ObserveRoute(route string, d time.Duration, bytes int64) {
+	o, ok := m.routes[route]
+	if !ok {
+		o = routeObservers{m.Duration.WithLabelValues(route), m.ResponseSize.WithLabelValues(route)}
+	}
+	o.duration.Observe(d.Seconds())
+	o.size.Observe(float64(bytes))
 }

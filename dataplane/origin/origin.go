@@ -134,9 +134,7 @@ func (c *Client) Request(ctx context.Context, r *http.Request, origin *url.URL, 
 	}
 	req.Header = r.Header.Clone()
 	relay.RemoveHopByHop(req.Header)
-	for _, h := range relay.InternalHeaders {
-		req.Header.Del(h)
-	}
+	relay.StripInternal(req.Header, nil)
 	if fill {
 		// A fill brings the whole object for every later client, not a 304
 		// or a range for this one.

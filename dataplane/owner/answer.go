@@ -134,9 +134,11 @@ func (o *Owner) writeNotModified(w http.ResponseWriter, e *store.Entry, status s
 	w.WriteHeader(http.StatusNotModified)
 }
 
-// cacheHeaders sets Age, X-Cache and X-Cache-Node.
+// cacheHeaders sets Age, X-Cache and X-Cache-Node. The names are
+// canonical already, so the fields are set without the work Header.Set
+// does to canonicalise them, on every answer.
 func (o *Owner) cacheHeaders(h http.Header, e *store.Entry, status string) {
-	h.Set("Age", strconv.FormatInt(int64(e.Age(time.Now())/time.Second), 10))
-	h.Set("X-Cache", status)
-	h.Set("X-Cache-Node", o.cfg.ID)
+	h["Age"] = []string{strconv.FormatInt(int64(e.Age(time.Now())/time.Second), 10)}
+	h["X-Cache"] = []string{status}
+	h["X-Cache-Node"] = []string{o.cfg.ID}
 }

@@ -3,6 +3,7 @@ package relay
 import (
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // The vocabulary of the peer hop, named once: the header fields nodes send
@@ -41,6 +42,10 @@ const (
 	// a copy.
 	PurgeRevisionHeader = "X-Shardcache-Purge-Revision"
 )
+
+// InternalPrefix starts every header field above; StripInternal deletes
+// the fields that start with it.
+const InternalPrefix = "X-Shardcache-"
 
 // InternalHeaders are every header field above: taken from no client, sent
 // to no origin.
@@ -92,4 +97,16 @@ func PurgeRevision(h http.Header) (int64, bool) {
 	h.Del(PurgeRevisionHeader)
 	rev, err := strconv.ParseInt(v, 10, 64)
 	return rev, err == nil
+}
+
+// StripInternal deletes every internal header field from h, in one pass
+// over its keys (canonical, as net/http parses them; a key that is not
+// canonical is one no Get of these fields finds either). It calls drop,
+// when set, for every other key, and deletes it too when drop says so.
+func StripInternal(h http.Header, drop func(key string) bool) {
+	for k := range h {
+		if strings.HasPrefix(k, InternalPrefix) || drop != nil && drop(k) {
+			delete(h, k)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -53,8 +54,30 @@ func TestInternalHeadersAreNamedOnceAndAllStripped(t *testing.T) {
 		t.Fatal("no internal header found in hop.go")
 	}
 	for _, h := range declared {
+		if h == InternalPrefix {
+			continue
+		}
 		if !slices.Contains(InternalHeaders, h) {
 			t.Errorf("%s is not in InternalHeaders: clients could send it", h)
 		}
+		if !strings.HasPrefix(h, InternalPrefix) {
+			t.Errorf("%s does not start with %s: StripInternal would let a client send it", h, InternalPrefix)
+		}
+	}
+}
+
+// StripInternal removes every internal field (in any case a client sends
+// it, as net/http canonicalises it) and the fields drop names, and keeps
+// the rest.
+func TestStripInternal(t *testing.T) {
+	h := http.Header{}
+	for _, f := range InternalHeaders {
+		h.Set(strings.ToLower(f), "x")
+	}
+	h.Set("X-Forwarded-Host", "evil.example")
+	h.Set("Accept", "*/*")
+	StripInternal(h, func(k string) bool { return k == "X-Forwarded-Host" })
+	if len(h) != 1 || h.Get("Accept") != "*/*" {
+		t.Fatalf("after StripInternal: %v; want Accept only", h)
 	}
 }
