@@ -409,30 +409,11 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.hot != nil {
 		// The hot-key sketch is halved here, not inside a request.
 		n.hot.Owned()
-		g.Go(func() error {
-			t := time.NewTicker(n.hot.Period())
-			defer t.Stop()
-			for {
-				select {
-				case <-gctx.Done():
-					return nil
-				case <-t.C:
-					n.hot.Halve()
-				}
-			}
-		})
+		g.Go(func() error { every(gctx, n.hot.Period(), n.hot.Halve); return nil })
 	}
 	g.Go(func() error {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-gctx.Done():
-				return nil
-			case <-t.C:
-				n.metrics.Session.Set(metrics.BoolGauge(n.session.Connected()))
-			}
-		}
+		every(gctx, time.Second, func() { n.metrics.Session.Set(metrics.BoolGauge(n.session.Connected())) })
+		return nil
 	})
 	g.Go(func() error {
 		<-gctx.Done()
@@ -496,4 +477,18 @@ func (n *Node) build() {
 		Bans: n.bans, Shadow: n.shadow, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
 	})
 	n.owner.SetLocal(n.front.ServeLocal)
+}
+
+// every calls f every period until ctx ends.
+func every(ctx context.Context, period time.Duration, f func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
 }
