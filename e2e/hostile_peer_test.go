@@ -9,11 +9,13 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -219,5 +221,24 @@ func TestHostilePeersAreRefused(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || strings.Contains(string(b), "e2e-join") || !strings.Contains(string(b), "REDACTED") {
 		t.Fatalf("/debug/pprof/cmdline: %d %q; want the command line with the join token redacted", resp.StatusCode, b)
+	}
+}
+
+// A node asked to listen for peers off loopback without certificates
+// refuses to start, naming the flags; it never binds anything.
+func TestANodeOffLoopbackWithoutCertificatesRefusesToStart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "shardcache"), "node", "--id", "node-x", "--client", freeAddr(t),
+		"--peer", "10.255.255.1:9080", "--ops", freeAddr(t), "--control-plane", "127.0.0.1:1", "--origin", "http://127.0.0.1:1")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+		t.Fatalf("the node started (or failed otherwise: %v): %s", err, out)
+	}
+	for _, want := range []string{"not on a loopback address", "--peer-certs-from-control-plane", "--insecure-peer-hop"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("the refusal does not say %q: %s", want, out)
+		}
 	}
 }
