@@ -213,7 +213,7 @@ func New(cfg Config) (*Node, error) {
 // configured.
 func (n *Node) peerServer() *http.Server {
 	s := &http.Server{Handler: n.traceHandler(http.HandlerFunc(n.front.ServePeer), "shardcache.peer"), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute,
-		MaxHeaderBytes: 64 << 10, Protocols: relay.Protocols(true), HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000}}
+		MaxHeaderBytes: 64 << 10, Protocols: relay.Protocols(true), HTTP2: relay.PeerServerHTTP2()}
 	if n.serverTLS != nil {
 		s.TLSConfig = n.serverTLS
 		s.Protocols = relay.ServerProtocols()

@@ -86,6 +86,11 @@ func New(cfg Config) *Client {
 			// requests queue on it.
 			SendPingTimeout: 2 * time.Second,
 			PingTimeout:     cfg.PingTimeout,
+			// Bulk bodies: frames up to 1 MiB, and a window that keeps
+			// a fast loopback or LAN link full.
+			MaxReadFrameSize:              1 << 20,
+			MaxReceiveBufferPerStream:     16 << 20,
+			MaxReceiveBufferPerConnection: 64 << 20,
 		},
 		IdleConnTimeout:    5 * time.Minute,
 		DisableCompression: true, // bodies pass through as the origin sent them
@@ -232,4 +237,11 @@ func RemoveHopByHop(h http.Header) {
 	for _, f := range hopByHop {
 		h.Del(f)
 	}
+}
+
+// PeerServerHTTP2 is the peer listener's HTTP/2 configuration: many
+// concurrent relays on one connection. (Bulk answers flow at the
+// client's frame size and windows, set in New.)
+func PeerServerHTTP2() *http.HTTP2Config {
+	return &http.HTTP2Config{MaxConcurrentStreams: 1000}
 }
