@@ -86,11 +86,12 @@ func New(cfg Config) *Client {
 			// requests queue on it.
 			SendPingTimeout: 2 * time.Second,
 			PingTimeout:     cfg.PingTimeout,
-			// Bulk bodies: frames up to 1 MiB, and a window that keeps
-			// a fast loopback or LAN link full.
+			// Bulk bodies: frames up to 1 MiB. The windows bound what a
+			// stalled reader of a relayed body holds: 4 MiB a stream,
+			// 32 MiB a connection.
 			MaxReadFrameSize:              1 << 20,
-			MaxReceiveBufferPerStream:     16 << 20,
-			MaxReceiveBufferPerConnection: 64 << 20,
+			MaxReceiveBufferPerStream:     4 << 20,
+			MaxReceiveBufferPerConnection: 32 << 20,
 		},
 		IdleConnTimeout:    5 * time.Minute,
 		DisableCompression: true, // bodies pass through as the origin sent them
