@@ -28,6 +28,7 @@ import (
 // runner holds what every scenario needs.
 type runner struct {
 	shardcache, cachectl, nginx, varnishd, self string
+	wrk                                         string // "" when not installed: cachectl bench drives the load
 	origin                                      string // base URL of the shared demo origin
 	originProc                                  *proc
 	nodeArgs                                    []string // extra flags for shardcache nodes
@@ -130,6 +131,12 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("%s is not installed (bench/install-deps.sh installs nginx and varnish)", b)
 		}
 	}
+	if w, err := exec.LookPath("wrk"); err == nil {
+		r.wrk = w
+		fmt.Fprintf(r.log, "load generator: %s (cachectl bench where hit ratios are read from answers)\n", w)
+	} else {
+		fmt.Fprintln(r.log, "load generator: cachectl bench (wrk is not installed; bench/install-deps.sh installs it)")
+	}
 	if r.self, err = os.Executable(); err != nil {
 		return err
 	}
@@ -159,7 +166,7 @@ func run(ctx context.Context, o options) error {
 	if o.soak > 0 {
 		return runSoak(ctx, r, o.soak, out)
 	}
-	report := &report{Date: time.Now().UTC(), Quick: quick}
+	report := &report{Date: time.Now().UTC(), Quick: quick, Wrk: r.wrk != ""}
 	for _, sc := range scenarios {
 		if !strings.Contains(","+only+",", ","+sc.id+",") {
 			continue

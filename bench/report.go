@@ -26,6 +26,7 @@ type scenarioResult struct {
 type report struct {
 	Date      time.Time
 	Quick     bool
+	Wrk       bool // wrk drove the timed S1 runs
 	Scenarios []scenarioResult
 }
 
@@ -80,11 +81,16 @@ func (r *report) write(out string) error {
 		b.WriteString("**Quick run: shortened workloads, for trying the harness; not figures to quote.**\n\n")
 	}
 	host, _ := os.Hostname()
-	fmt.Fprintf(&b, "One machine (%s), everything on 127.0.0.1; the load generator (`cachectl bench`) shares the CPU with the systems. "+
+	gen := "the load generator (`cachectl bench`) shares the CPU with the systems"
+	if r.Wrk {
+		gen = "S1's timed runs are driven by wrk (C, one thread per front, cheap beside the servers), the rest by `cachectl bench`, " +
+			"which shares the CPU with the systems"
+	}
+	fmt.Fprintf(&b, "One machine (%s), everything on 127.0.0.1; %s. "+
 		"Each system is started, measured and stopped in turn against the same demo origin. "+
 		"A ratio is the system's figure over shardcache's in the same run. CPU µs/req is the user+system time of the serving processes "+
-		"(nodes; nginx master and workers; varnishd and its child) over the requests served.\n\n", host)
-	b.WriteString("Reproduce with `make bench` (about 10 minutes; installs nginx and varnish from Debian's packages when missing).\n\n")
+		"(nodes; nginx master and workers; varnishd and its child) over the requests served.\n\n", host, gen)
+	b.WriteString("Reproduce with `make bench` (about 10 minutes; installs nginx, varnish and wrk from Debian's packages when missing).\n\n")
 	b.WriteString("![ratios to shardcache](" + name + ".png)\n\n")
 	for _, sc := range r.Scenarios {
 		fmt.Fprintf(&b, "## %s: %s\n\n%s.\n\n", sc.ID, sc.Title, sc.Workload)

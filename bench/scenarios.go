@@ -26,7 +26,11 @@ var scenarios = []scenario{
 	{
 		id: "S1", title: "all-hit small objects",
 		workload: func(r *runner) string {
-			return fmt.Sprintf("1,000 keys × 4 KiB, warmed through every front; uniform keys, 32 clients, %s per run, median of 3 runs; memory 64 MiB per instance", s1Duration(r))
+			gen := "cachectl bench"
+			if r.wrk != "" {
+				gen = "wrk, one process per front"
+			}
+			return fmt.Sprintf("1,000 keys × 4 KiB, warmed through every front; uniform keys, 32 connections (%s), %s per run, median of 3 runs; memory 64 MiB per instance", gen, s1Duration(r))
 		},
 		metrics: []string{"req/s", "p50 ms", "p99 ms", "CPU µs/req", "hit ratio"},
 		run:     runS1,
@@ -113,7 +117,7 @@ func runS1(ctx context.Context, r *runner) ([]measurement, error) {
 			var runs []measurement
 			for range 3 {
 				cpu0 := cpuSeconds(in.serving)
-				res, err := r.load(ctx, in.targets, "--dist", "uniform", "--keys", "1000", "--size", "4KiB", "-c", "32", "-d", s1Duration(r).String())
+				res, err := r.loadS1(ctx, in.targets)
 				if err != nil {
 					return err
 				}
@@ -129,6 +133,31 @@ func runS1(ctx context.Context, r *runner) ([]measurement, error) {
 		}
 	}
 	return out, nil
+}
+
+// loadS1 is one timed S1 run: with wrk when it is installed (its hit
+// ratio from the origin's count: all hits once warmed), else with
+// cachectl bench.
+func (r *runner) loadS1(ctx context.Context, targets []string) (*loadResult, error) {
+	if r.wrk == "" {
+		return r.load(ctx, targets, "--dist", "uniform", "--keys", "1000", "--size", "4KiB", "-c", "32", "-d", s1Duration(r).String())
+	}
+	o0, err := r.originRequests()
+	if err != nil {
+		return nil, err
+	}
+	res, err := r.loadWrk(ctx, targets, 1000, 4096, 32, s1Duration(r))
+	if err != nil {
+		return nil, err
+	}
+	o1, err := r.originRequests()
+	if err != nil {
+		return nil, err
+	}
+	if res.Requests > 0 {
+		res.HitRatio = 1 - float64(o1-o0)/float64(res.Requests)
+	}
+	return res, nil
 }
 
 func runS2(ctx context.Context, r *runner) ([]measurement, error) {
