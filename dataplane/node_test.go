@@ -638,7 +638,9 @@ func TestBypassAndUncacheable(t *testing.T) {
 		wantCache          string
 	}{
 		{"POST", "POST", "/post", nil, "BYPASS"},
-		{"Authorization", "GET", "/auth", []string{"Authorization", "Bearer x"}, "BYPASS"},
+		// RFC 9111 3.5: through the cache, but a response that is not
+		// public (nor s-maxage, must-revalidate) is not stored.
+		{"Authorization", "GET", "/auth", []string{"Authorization", "Bearer x"}, "MISS"},
 		{"request no-store", "GET", "/nostore", []string{"Cache-Control", "no-store"}, "BYPASS"},
 	}
 	for _, tt := range tests {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -76,6 +77,7 @@ func TestPolicyDrivenSemantics(t *testing.T) {
 		},
 		"/auth/public/":  answer("Cache-Control", "public, max-age=60"),
 		"/auth/plain/":   answer("Cache-Control", "max-age=60"),
+		"/auth-bypass/":  answer("Cache-Control", "public, max-age=60"),
 		"/cookie/":       answer("Cache-Control", "max-age=60", "Set-Cookie", "a=1"),
 		"/private/":      answer("Cache-Control", "private, max-age=60"),
 		"/ttl/explicit/": answer("Cache-Control", "max-age=0"),
@@ -92,7 +94,8 @@ func TestPolicyDrivenSemantics(t *testing.T) {
 	set := &pb.PolicySet{Revision: 3, Policies: []*pb.CachePolicy{
 		{Name: "swr", PathPrefix: "/swr/", StaleWhileRevalidate: hour},
 		{Name: "sie", PathPrefix: "/sie/", StaleIfError: hour},
-		{Name: "auth", PathPrefix: "/auth/", CacheAuthorized: true},
+		{Name: "auth", PathPrefix: "/auth/"},
+		{Name: "auth-bypass", PathPrefix: "/auth-bypass/", CacheAuthorized: proto.Bool(false)},
 		{Name: "cookie", PathPrefix: "/cookie/", StoreSetCookie: true},
 		{Name: "private", PathPrefix: "/private/", StorePrivate: true},
 		{Name: "ttl", PathPrefix: "/ttl/", StatusTtls: []*pb.StatusTTL{{StatusFrom: 200, StatusTo: 499, Ttl: hour}}},
@@ -118,6 +121,8 @@ func TestPolicyDrivenSemantics(t *testing.T) {
 		{"policy stale-if-error on a 502", "/sie/", []step{{origin: 1}, {cache: "STALE", origin: 2}}},
 		{"authorized request, public response, stored", "/auth/public/", []step{{hdr: []string{"Authorization", "Bearer t"}, cache: "MISS"},
 			{hdr: []string{"Authorization", "Bearer t"}, cache: "HIT", origin: 1}}},
+		{"authorized request bypassed by the policy", "/auth-bypass/", []step{{hdr: []string{"Authorization", "Bearer t"}, cache: "BYPASS"},
+			{hdr: []string{"Authorization", "Bearer t"}, cache: "BYPASS", origin: 2}}},
 		{"authorized request, response not public, not stored", "/auth/plain/", []step{{hdr: []string{"Authorization", "Bearer t"}, cache: "MISS"},
 			{hdr: []string{"Authorization", "Bearer t"}, cache: "MISS", origin: 2}}},
 		{"Set-Cookie stored when the policy says", "/cookie/", []step{{}, {cache: "HIT", origin: 1}}},

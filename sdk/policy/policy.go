@@ -46,8 +46,10 @@ type Policy struct {
 	// response may be served while revalidated in the background, or when
 	// the origin fails, where the response does not say.
 	StaleWhileRevalidate, StaleIfError time.Duration
-	// CacheAuthorized, StorePrivate and StoreSetCookie relax the default
-	// refusals: see the CachePolicy fields of the same names.
+	// CacheAuthorized (default true) lets requests with Authorization
+	// through the cache, as RFC 9111 3.5 allows; StorePrivate and
+	// StoreSetCookie relax the default refusals: see the CachePolicy
+	// fields of the same names.
 	CacheAuthorized, StorePrivate, StoreSetCookie bool
 	// MaxVariants bounds the Vary variants kept per URL; 0: the node's.
 	MaxVariants int
@@ -103,7 +105,7 @@ func Compile(p *pb.CachePolicy) (*Policy, error) {
 
 		StaleWhileRevalidate: p.GetStaleWhileRevalidate().AsDuration(),
 		StaleIfError:         p.GetStaleIfError().AsDuration(),
-		CacheAuthorized:      p.GetCacheAuthorized(),
+		CacheAuthorized:      p.CacheAuthorized == nil || p.GetCacheAuthorized(),
 		StorePrivate:         p.GetStorePrivate(),
 		StoreSetCookie:       p.GetStoreSetCookie(),
 		MaxVariants:          int(p.GetMaxVariants()),

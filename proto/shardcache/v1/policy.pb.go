@@ -324,9 +324,10 @@ type CachePolicy struct {
 	// stored compressed with zstd; clients that accept zstd get the stored bytes, others get them
 	// decoded. Unset means true.
 	Compress *bool `protobuf:"varint,22,opt,name=compress,proto3,oneof" json:"compress,omitempty"`
-	// Requests with Authorization go through the cache instead of straight to the origin; their
-	// responses are stored only when public, s-maxage or must-revalidate allows it (RFC 9111 3.5).
-	CacheAuthorized bool `protobuf:"varint,23,opt,name=cache_authorized,json=cacheAuthorized,proto3" json:"cache_authorized,omitempty"`
+	// Requests with Authorization go through the cache; their responses are stored only when
+	// public, s-maxage or must-revalidate allows it (RFC 9111 3.5). Unset means true; false sends
+	// every request with Authorization straight to the origin.
+	CacheAuthorized *bool `protobuf:"varint,23,opt,name=cache_authorized,json=cacheAuthorized,proto3,oneof" json:"cache_authorized,omitempty"`
 	// Store responses marked Cache-Control: private, as if they were not (for origins that mark
 	// shared content private).
 	StorePrivate bool `protobuf:"varint,24,opt,name=store_private,json=storePrivate,proto3" json:"store_private,omitempty"`
@@ -521,8 +522,8 @@ func (x *CachePolicy) GetCompress() bool {
 }
 
 func (x *CachePolicy) GetCacheAuthorized() bool {
-	if x != nil {
-		return x.CacheAuthorized
+	if x != nil && x.CacheAuthorized != nil {
+		return *x.CacheAuthorized
 	}
 	return false
 }
@@ -559,7 +560,7 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\amethods\x18\x01 \x03(\tR\amethods\x12\x18\n" +
 	"\aheaders\x18\x02 \x03(\tR\aheaders\x12\x18\n" +
 	"\acookies\x18\x03 \x03(\tR\acookies\x12#\n" +
-	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\x99\t\n" +
+	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\xb3\t\n" +
 	"\vCachePolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x1f\n" +
@@ -588,11 +589,12 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\x0eorigin_timeout\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\roriginTimeout\x12>\n" +
 	"\rrelay_timeout\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\frelayTimeout\x12\x1a\n" +
 	"\brevision\x18\x15 \x01(\x03R\brevision\x12\x1f\n" +
-	"\bcompress\x18\x16 \x01(\bH\x00R\bcompress\x88\x01\x01\x12)\n" +
-	"\x10cache_authorized\x18\x17 \x01(\bR\x0fcacheAuthorized\x12#\n" +
+	"\bcompress\x18\x16 \x01(\bH\x00R\bcompress\x88\x01\x01\x12.\n" +
+	"\x10cache_authorized\x18\x17 \x01(\bH\x01R\x0fcacheAuthorized\x88\x01\x01\x12#\n" +
 	"\rstore_private\x18\x18 \x01(\bR\fstorePrivate\x12(\n" +
 	"\x10store_set_cookie\x18\x19 \x01(\bR\x0estoreSetCookieB\v\n" +
-	"\t_compress*\x85\x01\n" +
+	"\t_compressB\x13\n" +
+	"\x11_cache_authorized*\x85\x01\n" +
 	"\tCacheMode\x12\x1a\n" +
 	"\x16CACHE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CACHE_MODE_SHARDED\x10\x01\x12\x14\n" +
