@@ -145,6 +145,9 @@ func pointsAtTarget(method, field, sub string, status int) func(http.ResponseWri
 	}
 }
 
+// farDate is a future HTTP-date at 09:00, for malformed variants of it.
+var farDate = time.Date(2099, 1, 1, 9, 0, 0, 0, time.UTC)
+
 func httpDate(d time.Duration) string { return time.Now().Add(d).UTC().Format(http.TimeFormat) }
 
 func sawHeader(i int, name, want string) func(*http.Response, string, []http.Header) error {
@@ -210,6 +213,24 @@ func rfcCases() []rfcCase {
 			[]rfcStep{{}, {origin: 2, body: "v2"}}},
 		{"4.2.1", "a negative max-age makes the response stale", versioned("Cache-Control", "max-age=-60", "ETag", `"x"`), []rfcStep{{}, {origin: 2}}},
 		{"5.3", "an invalid Expires is in the past", versioned("Expires", "0", "ETag", `"x"`), []rfcStep{{}, {origin: 2}}},
+		{"5.3", "an Expires with a run of spaces is invalid, so stale", versioned("Expires", strings.Replace(httpDate(time.Hour), " ", "  ", 1)),
+			[]rfcStep{{}, {origin: 2}}},
+		{"5.3", "an Expires with a one-digit hour is invalid, so stale", versioned("Expires", strings.Replace(farDate.Format(http.TimeFormat), " 09:", " 9:", 1)),
+			[]rfcStep{{}, {origin: 2}}},
+		{"5.3", "an Expires split over two field lines is invalid, so stale", versioned("Expires", farDate.Format("Mon, 02 Jan 2006"), "Expires", "09:00:00 GMT"),
+			[]rfcStep{{}, {origin: 2}}},
+		{"5.3", "two Expires field lines are invalid, so stale", versioned("Expires", httpDate(time.Hour), "Expires", httpDate(2*time.Hour)),
+			[]rfcStep{{}, {origin: 2}}},
+		{"5.3", "an rfc850 Expires is a valid date", versioned("Expires", time.Now().Add(time.Hour).UTC().Format("Monday, 02-Jan-06 15:04:05 GMT")),
+			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
+		{"5.3", "an asctime Expires is a valid date", versioned("Expires", time.Now().Add(time.Hour).UTC().Format("Mon Jan _2 15:04:05 2006")),
+			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
+		{"4.2", "a cache matches an Expires case-insensitively", versioned("Expires", strings.ToLower(httpDate(time.Hour))),
+			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
+		{"5.1", "an Age with a suffix is ignored, not read up to it", versioned("Cache-Control", "max-age=60", "Age", "100s"),
+			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
+		{"5.1", "an Age with a parameter is ignored", versioned("Cache-Control", "max-age=60", "Age", "100;x=1"),
+			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
 		{"5.3", "Expires equal to Date is stale", func(w http.ResponseWriter, r *http.Request, n int) {
 			d := httpDate(0)
 			w.Header().Set("Date", d)

@@ -32,12 +32,12 @@ func NotModified(method string, req http.Header, status int, stored http.Header)
 	if v == "" {
 		return false // the usual request: no date to parse
 	}
-	ims, err := http.ParseTime(v)
-	if err != nil {
+	ims, ok := ParseDate(v)
+	if !ok {
 		return false
 	}
-	lm, err := http.ParseTime(stored.Get("Last-Modified"))
-	return err == nil && !lm.After(ims)
+	lm, ok := ParseDate(stored.Get("Last-Modified"))
+	return ok && !lm.After(ims)
 }
 
 // ConditionalFields make a request conditional or partial: a fill, which

@@ -179,14 +179,16 @@ func Lifetime(status int, h http.Header, received time.Time) time.Duration {
 	}
 	date := received
 	if v := h.Get("Date"); v != "" {
-		if t, err := http.ParseTime(v); err == nil {
+		if t, ok := ParseDate(v); ok {
 			date = t
 		}
 	}
-	if v := h.Get("Expires"); v != "" {
-		t, err := http.ParseTime(v)
-		if err != nil {
-			return 0 // an invalid Expires means already expired (RFC 9111 5.3)
+	if v := h.Values("Expires"); len(v) > 0 {
+		// An invalid Expires, or several, means already expired (RFC 9111
+		// 5.3): the date is parsed strictly, never guessed at.
+		t, ok := ParseDate(v[0])
+		if !ok || len(v) > 1 {
+			return 0
 		}
 		return max(t.Sub(date), 0)
 	}
@@ -194,7 +196,7 @@ func Lifetime(status int, h http.Header, received time.Time) time.Duration {
 		return 0
 	}
 	if v := h.Get("Last-Modified"); v != "" {
-		if t, err := http.ParseTime(v); err == nil && t.Before(date) {
+		if t, ok := ParseDate(v); ok && t.Before(date) {
 			return date.Sub(t) / 10
 		}
 	}
@@ -213,7 +215,7 @@ func InitialAge(h http.Header, requested, received time.Time) time.Duration {
 		}
 	}
 	if v := h.Get("Date"); v != "" {
-		if t, err := http.ParseTime(v); err == nil {
+		if t, ok := ParseDate(v); ok {
 			age = max(age, received.Sub(t))
 		}
 	}

@@ -113,12 +113,12 @@ func IfRangeHolds(req, stored http.Header) bool {
 		etag := stored.Get("Etag")
 		return !strings.HasPrefix(v, "W/") && etag != "" && !strings.HasPrefix(etag, "W/") && etag == v
 	}
-	t, err := http.ParseTime(v)
-	if err != nil {
+	t, ok := ParseDate(v)
+	if !ok {
 		return false
 	}
-	lm, err := http.ParseTime(stored.Get("Last-Modified"))
-	return err == nil && lm.Equal(t) && !t.Before(time.Unix(0, 0))
+	lm, ok := ParseDate(stored.Get("Last-Modified"))
+	return ok && lm.Equal(t) && !t.Before(time.Unix(0, 0))
 }
 
 // ParseContentRange reads "bytes first-last/complete" (RFC 9110 14.4);
