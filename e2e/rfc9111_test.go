@@ -131,6 +131,20 @@ func failAfterFirst(status int, first ...string) func(http.ResponseWriter, *http
 	}
 }
 
+// dropAfterFirst answers the first request 200 "v1" with the given
+// header, and closes the connection of every later one without answering.
+func dropAfterFirst(first ...string) func(http.ResponseWriter, *http.Request, int) {
+	return func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			fixed(200, "v1", first...)(w, r, n)
+			return
+		}
+		if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			c.Close()
+		}
+	}
+}
+
 // pointsAtTarget answers method on <case>/<sub> with status and field
 // naming <case>/target, and every other request with a fresh "v<n>".
 func pointsAtTarget(method, field, sub string, status int) func(http.ResponseWriter, *http.Request, int) {
@@ -399,6 +413,20 @@ func rfcCases() []rfcCase {
 			[]rfcStep{{}, {code: 500, origin: 2}}},
 		{"RFC 5861 4", "stale-if-error in the request", failAfterFirst(500, staleAge("max-age=60")...),
 			[]rfcStep{{}, {header: []string{"Cache-Control", "stale-if-error=600"}, cache: "STALE", body: "v1", origin: 2}}},
+		// The origin closing the connection without an answer is an error
+		// like a 5xx. (The origin sees the request twice: net/http retries
+		// an idempotent request once when a reused connection closes before
+		// any answer, as an idle connection the origin has closed would.)
+		{"RFC 5861 4", "stale-if-error serves stale when the origin closes the connection without answering", dropAfterFirst(staleAge("max-age=60, stale-if-error=600")...),
+			[]rfcStep{{}, {cache: "STALE", body: "v1", origin: 3}}},
+		{"5.2.2.2", "must-revalidate: no stale when the origin closes the connection", dropAfterFirst(staleAge("max-age=60, must-revalidate, stale-if-error=600")...),
+			[]rfcStep{{}, {code: 504, origin: 3}}},
+		{"5.2.2.8", "proxy-revalidate: no stale when the origin closes the connection", dropAfterFirst(staleAge("max-age=60, proxy-revalidate, stale-if-error=600")...),
+			[]rfcStep{{}, {code: 504, origin: 3}}},
+		{"5.2.2.10", "s-maxage: no stale when the origin closes the connection", dropAfterFirst(staleAge("s-maxage=60, stale-if-error=600")...),
+			[]rfcStep{{}, {code: 504, origin: 3}}},
+		{"5.2.2.4", "no-cache: no stale when the origin closes the connection", dropAfterFirst("Cache-Control", "no-cache, stale-if-error=600", "ETag", `"e1"`),
+			[]rfcStep{{}, {code: 504, origin: 3}}},
 		{"4.2.4", "without a stale directive a stale response is not served on error", failAfterFirst(500, staleAge("max-age=60")...),
 			[]rfcStep{{}, {code: 500, origin: 2}}},
 
