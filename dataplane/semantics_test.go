@@ -77,6 +77,7 @@ func TestPolicyDrivenSemantics(t *testing.T) {
 		},
 		"/auth/public/":  answer("Cache-Control", "public, max-age=60"),
 		"/auth/plain/":   answer("Cache-Control", "max-age=60"),
+		"/targeted/":     answer("Cache-Control", "no-store", "CDN-Cache-Control", "no-store", "Shardcache-Cache-Control", "max-age=60"),
 		"/auth-bypass/":  answer("Cache-Control", "public, max-age=60"),
 		"/cookie/":       answer("Cache-Control", "max-age=60", "Set-Cookie", "a=1"),
 		"/private/":      answer("Cache-Control", "private, max-age=60"),
@@ -95,6 +96,7 @@ func TestPolicyDrivenSemantics(t *testing.T) {
 		{Name: "swr", PathPrefix: "/swr/", StaleWhileRevalidate: hour},
 		{Name: "sie", PathPrefix: "/sie/", StaleIfError: hour},
 		{Name: "auth", PathPrefix: "/auth/"},
+		{Name: "targeted", PathPrefix: "/targeted/", TargetedCacheControl: "Shardcache-Cache-Control"},
 		{Name: "auth-bypass", PathPrefix: "/auth-bypass/", CacheAuthorized: proto.Bool(false)},
 		{Name: "cookie", PathPrefix: "/cookie/", StoreSetCookie: true},
 		{Name: "private", PathPrefix: "/private/", StorePrivate: true},
@@ -112,12 +114,18 @@ func TestPolicyDrivenSemantics(t *testing.T) {
 		cache  string
 		code   int
 		origin int
+		// absent and present are header fields the answer must not and
+		// must carry.
+		absent, present string
 	}
 	cases := []struct {
 		name, prefix string
 		steps        []step
 	}{
 		{"policy stale-while-revalidate", "/swr/", []step{{origin: 1}, {cache: "UPDATING"}}},
+		{"the policy's targeted field governs this cluster and is not passed on (RFC 9213)", "/targeted/",
+			[]step{{absent: "Shardcache-Cache-Control", present: "Cdn-Cache-Control"},
+				{cache: "HIT", origin: 1, absent: "Shardcache-Cache-Control", present: "Cache-Control"}}},
 		{"policy stale-if-error on a 502", "/sie/", []step{{origin: 1}, {cache: "STALE", origin: 2}}},
 		{"authorized request, public response, stored", "/auth/public/", []step{{hdr: []string{"Authorization", "Bearer t"}, cache: "MISS"},
 			{hdr: []string{"Authorization", "Bearer t"}, cache: "HIT", origin: 1}}},
@@ -151,6 +159,9 @@ func TestPolicyDrivenSemantics(t *testing.T) {
 					}
 					if s.origin > 0 && o.count(path) != s.origin {
 						t.Fatalf("step %d: origin saw %d requests, want %d", i+1, o.count(path), s.origin)
+					}
+					if s.absent != "" && resp.Header.Get(s.absent) != "" || s.present != "" && resp.Header.Get(s.present) == "" {
+						t.Fatalf("step %d: answer's header %v; want no %s and a %s", i+1, resp.Header, s.absent, s.present)
 					}
 				}
 			})

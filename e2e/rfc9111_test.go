@@ -245,6 +245,29 @@ func rfcCases() []rfcCase {
 			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
 		{"5.1", "an Age with a parameter is ignored", versioned("Cache-Control", "max-age=60", "Age", "100;x=1"),
 			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
+
+		// RFC 9213: targeted cache control. CDN-Cache-Control governs this
+		// cache and leaves Cache-Control to the caches downstream.
+		{"RFC 9213 2.2", "CDN-Cache-Control max-age stores what Cache-Control forbids", versioned("Cache-Control", "no-store", "CDN-Cache-Control", "max-age=60"),
+			[]rfcStep{{}, {cache: "HIT", origin: 1, check: hasHeader("Cache-Control", "no-store")}}},
+		{"RFC 9213 2.2", "CDN-Cache-Control no-store is not stored", versioned("Cache-Control", "max-age=60", "CDN-Cache-Control", "no-store"),
+			[]rfcStep{{}, {cache: "MISS", origin: 2}}},
+		{"RFC 9213 2.2", "CDN-Cache-Control private is not stored", versioned("Cache-Control", "public, max-age=60", "CDN-Cache-Control", "private"),
+			[]rfcStep{{}, {cache: "MISS", origin: 2}}},
+		{"RFC 9213 2.2", "CDN-Cache-Control no-cache revalidates", conditional("Cache-Control", "max-age=60", "CDN-Cache-Control", "no-cache"),
+			[]rfcStep{{}, {cache: "REVALIDATED", origin: 2}}},
+		{"RFC 9213 2.2", "CDN-Cache-Control s-maxage sets the freshness", versioned("Cache-Control", "max-age=0", "CDN-Cache-Control", "s-maxage=60"),
+			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
+		{"RFC 9213 2.2", "Expires is ignored under CDN-Cache-Control", versioned("Expires", httpDate(time.Hour), "CDN-Cache-Control", "max-age=0"),
+			[]rfcStep{{}, {origin: 2}}},
+		{"RFC 9213 2.2", "CDN-Cache-Control must-revalidate forbids stale on error", failAfterFirst(503, "Cache-Control", "max-age=60, stale-if-error=600", "CDN-Cache-Control", "max-age=0, must-revalidate"),
+			[]rfcStep{{}, {code: 503, origin: 2}}},
+		{"RFC 9213 2.1", "an invalid CDN-Cache-Control is ignored as a whole", versioned("Cache-Control", "max-age=60", "CDN-Cache-Control", `max-age="0", no-store`),
+			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
+		{"RFC 9213 2.1", "a CDN-Cache-Control that is no Dictionary is ignored", versioned("Cache-Control", "max-age=60", "CDN-Cache-Control", "no-store;;"),
+			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
+		{"RFC 9213 2.1", "unknown CDN-Cache-Control directives are ignored", versioned("Cache-Control", "no-store", "CDN-Cache-Control", "max-age=60, x-vendor=?1"),
+			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
 		{"5.3", "Expires equal to Date is stale", func(w http.ResponseWriter, r *http.Request, n int) {
 			d := httpDate(0)
 			w.Header().Set("Date", d)

@@ -88,6 +88,9 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 // the object stays fresh.
 func (f *Front) route(w http.ResponseWriter, r *http.Request) string {
 	p := f.cfg.Policies.Load().Match(policy.Host(r), r.URL.Path)
+	if rec, ok := w.(*reply.Recorder); ok {
+		rec.Strip = p.Targeted // the cluster's own targeted field is for this cluster only
+	}
 	if p.Mode == pb.CacheMode_CACHE_MODE_BYPASS || bypassReason(r, p) != "" || p.Bypass(r) {
 		f.bypass(w, r, p)
 		return metrics.RouteBypass

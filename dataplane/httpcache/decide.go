@@ -23,7 +23,7 @@ func (u Use) String() string {
 // freshness lifetime, with header stored, and a request's directives. swr
 // is the stale-while-revalidate window the policy allows where the
 // response states none.
-func Decide(age, lifetime time.Duration, stored http.Header, req Directives, swr time.Duration) Use {
+func Decide(age, lifetime time.Duration, stored http.Header, req Directives, swr time.Duration, targeted ...string) Use {
 	if age < lifetime {
 		ok := !req.Has("no-cache")
 		if req.Has("max-age") {
@@ -40,7 +40,7 @@ func Decide(age, lifetime time.Duration, stored http.Header, req Directives, swr
 		return UseRevalidate
 	}
 	// Only a stale response needs its own directives read.
-	resp := ParseCacheControl(stored)
+	resp, _ := ResponseControl(stored, targeted...)
 	if resp.MustRevalidate() || req.Has("no-cache") {
 		return UseRevalidate
 	}
@@ -63,8 +63,8 @@ func Decide(age, lifetime time.Duration, stored http.Header, req Directives, swr
 // header stored, may be served to a request with header req when the
 // origin fails: within stale-if-error in the response or the request, or
 // the policy's window, and never when it must be revalidated.
-func StaleOnError(age, lifetime time.Duration, stored, req http.Header, window time.Duration) bool {
-	resp := ParseCacheControl(stored)
+func StaleOnError(age, lifetime time.Duration, stored, req http.Header, window time.Duration, targeted ...string) bool {
+	resp, _ := ResponseControl(stored, targeted...)
 	if resp.MustRevalidate() {
 		return false
 	}

@@ -101,8 +101,8 @@ var heuristicStatuses = map[int]bool{200: true, 203: true, 204: true, 206: true,
 // Forbidden reports whether the response forbids a shared cache to store
 // it: no-store, private (unless allowPrivate), or Vary: *. A no-cache
 // response may be stored; it is revalidated on every use.
-func Forbidden(h http.Header, allowPrivate bool) bool {
-	cc := ParseCacheControl(h)
+func Forbidden(h http.Header, allowPrivate bool, targeted ...string) bool {
+	cc, _ := ResponseControl(h, targeted...)
 	if cc.Has("no-store") || cc.Has("private") && !allowPrivate {
 		return true
 	}
@@ -117,11 +117,12 @@ func Forbidden(h http.Header, allowPrivate bool) bool {
 }
 
 // Explicit reports whether the response states its freshness (s-maxage,
-// max-age or Expires), which takes precedence over a policy's TTLs as
-// response headers do over nginx's proxy_cache_valid.
-func Explicit(h http.Header) bool {
-	cc := ParseCacheControl(h)
-	return cc.Has("s-maxage") || cc.Has("max-age") || h.Get("Expires") != ""
+// max-age or Expires; a targeted field's s-maxage or max-age, Expires
+// ignored), which takes precedence over a policy's TTLs as response
+// headers do over nginx's proxy_cache_valid.
+func Explicit(h http.Header, targeted ...string) bool {
+	cc, fromTargeted := ResponseControl(h, targeted...)
+	return cc.Has("s-maxage") || cc.Has("max-age") || !fromTargeted && h.Get("Expires") != ""
 }
 
 // Overrides are what a cache policy changes of RFC 9111's storage rules.
@@ -140,19 +141,23 @@ type Overrides struct {
 // Authorization when authorized, under a policy's overrides. Whether it is
 // worth storing (a lifetime or a validator to serve it with) is the
 // caller's to add.
-func Storable(status int, h http.Header, authorized bool, o Overrides) bool {
+//
+// targeted names the policy's own targeted fields (RFC 9213), checked
+// before CDN-Cache-Control; the first valid one replaces Cache-Control and
+// Expires here and in Lifetime, Decide and StaleOnError.
+func Storable(status int, h http.Header, authorized bool, o Overrides, targeted ...string) bool {
 	// A status the cache does not understand is not stored; a 206 is stored
 	// only as a slice of a whole, a 304 only merged into what it confirms.
 	if status < 200 || status >= 600 || status == http.StatusPartialContent || status == http.StatusNotModified || o.Excluded {
 		return false
 	}
-	if Forbidden(h, o.StorePrivate) || !o.StoreSetCookie && len(h.Values("Set-Cookie")) > 0 {
+	if Forbidden(h, o.StorePrivate, targeted...) || !o.StoreSetCookie && len(h.Values("Set-Cookie")) > 0 {
 		return false
 	}
-	cc := ParseCacheControl(h)
+	cc, _ := ResponseControl(h, targeted...)
 	// Other statuses than the heuristically cacheable ones only with
 	// explicit freshness or public (RFC 9111 3), or a policy's TTL.
-	if !heuristicStatuses[status] && !Explicit(h) && !cc.Has("public") && !o.TTL {
+	if !heuristicStatuses[status] && !Explicit(h, targeted...) && !cc.Has("public") && !o.TTL {
 		return false
 	}
 	// RFC 9111 3.5: to an authorized request, only what the response
@@ -164,8 +169,8 @@ func Storable(status int, h http.Header, authorized bool, o Overrides) bool {
 // s-maxage, max-age, Expires minus Date, or 10 % of the time since
 // Last-Modified (heuristic freshness, only for statuses that allow it and
 // when the response gives no explicit freshness).
-func Lifetime(status int, h http.Header, received time.Time) time.Duration {
-	cc := ParseCacheControl(h)
+func Lifetime(status int, h http.Header, received time.Time, targeted ...string) time.Duration {
+	cc, fromTargeted := ResponseControl(h, targeted...)
 	if cc.Has("no-cache") {
 		return 0 // stored, but revalidated on every use
 	}
@@ -183,7 +188,7 @@ func Lifetime(status int, h http.Header, received time.Time) time.Duration {
 			date = t
 		}
 	}
-	if v := h.Values("Expires"); len(v) > 0 {
+	if v := h.Values("Expires"); len(v) > 0 && !fromTargeted {
 		// An invalid Expires, or several, means already expired (RFC 9111
 		// 5.3): the date is parsed strictly, never guessed at.
 		t, ok := ParseDate(v[0])

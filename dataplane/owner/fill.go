@@ -97,7 +97,7 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 			result = metrics.StatusClass(resp.StatusCode)
 		}
 		o.cfg.Metrics.OriginReqs.WithLabelValues("fill", result).Inc()
-		if stale != nil && httpcache.StaleOnError(stale.Age(now), stale.Lifetime, stale.Header, r.Header, p.StaleIfError) {
+		if stale != nil && httpcache.StaleOnError(stale.Age(now), stale.Lifetime, stale.Header, r.Header, p.StaleIfError, p.Targeted...) {
 			if resp != nil {
 				resp.Body.Close()
 			}
@@ -269,10 +269,10 @@ func (o *Owner) refreshed(stale *store.Entry, resp *http.Response, p *policy.Pol
 // none). A response without freshness is stored only if it can be
 // revalidated.
 func StoreLifetime(p *policy.Policy, r *http.Request, status int, h http.Header, received time.Time, maxObject int64) (time.Duration, bool) {
-	cc := httpcache.ParseCacheControl(h)
-	lifetime := httpcache.Lifetime(status, h, received)
+	cc, _ := httpcache.ResponseControl(h, p.Targeted...)
+	lifetime := httpcache.Lifetime(status, h, received, p.Targeted...)
 	policyTTL := false
-	explicit := httpcache.Explicit(h)
+	explicit := httpcache.Explicit(h, p.Targeted...)
 	if !explicit && !cc.Has("no-cache") {
 		if ttl, ok := p.StatusTTL(status); ok {
 			lifetime, policyTTL = ttl, true
@@ -284,7 +284,7 @@ func StoreLifetime(p *policy.Policy, r *http.Request, status int, h http.Header,
 	validator := h.Get("ETag") != "" || h.Get("Last-Modified") != ""
 	ok := httpcache.Storable(status, h, r.Header.Get("Authorization") != "", httpcache.Overrides{
 		TTL: policyTTL, StorePrivate: p.StorePrivate, StoreSetCookie: p.StoreSetCookie, Excluded: p.Excluded(status),
-	}) && (lifetime > 0 || validator) && maxObject > 0
+	}, p.Targeted...) && (lifetime > 0 || validator) && maxObject > 0
 	return lifetime, ok
 }
 

@@ -62,7 +62,7 @@ func (o *Owner) Serve(w http.ResponseWriter, r *http.Request, key string, p *pol
 	}
 	var decision httpcache.Use
 	if stale != nil {
-		decision = httpcache.Decide(stale.Age(now), stale.Lifetime, stale.Header, req, p.StaleWhileRevalidate)
+		decision = httpcache.Decide(stale.Age(now), stale.Lifetime, stale.Header, req, p.StaleWhileRevalidate, p.Targeted...)
 	}
 	if span != nil {
 		outcome := "miss"

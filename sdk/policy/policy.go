@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"path"
 	"slices"
@@ -58,6 +59,9 @@ type Policy struct {
 	OriginTimeout, CollapseTimeout time.Duration
 	// RelayTimeout bounds a relayed request to the owner; 0: the node's.
 	RelayTimeout time.Duration
+	// Targeted are the cluster's own targeted cache-control fields (RFC
+	// 9213), canonical, obeyed before CDN-Cache-Control; none when empty.
+	Targeted []string
 
 	hosts     []string // lower-case; "*.x" wildcards; empty: every host
 	prefix    string
@@ -119,6 +123,14 @@ func Compile(p *pb.CachePolicy) (*Policy, error) {
 	}
 	if c.ReplicationFactor == 0 {
 		c.ReplicationFactor = 2
+	}
+	if f := p.GetTargetedCacheControl(); f != "" {
+		name := textproto.CanonicalMIMEHeaderKey(f)
+		if !validFieldName(f) || strings.EqualFold(f, "Cache-Control") || strings.EqualFold(f, "CDN-Cache-Control") {
+			return nil, fmt.Errorf("policy %s: targeted_cache_control %q: want a header field name of the cluster's own, "+
+				"not Cache-Control or CDN-Cache-Control (obeyed anyway)", c.Name, f)
+		}
+		c.Targeted = []string{name}
 	}
 	if c.SliceSize < 0 || c.SliceSize > 0 && c.SliceSize < MinSliceSize || c.SliceSize > MaxSliceSize {
 		return nil, fmt.Errorf("policy %s: slice size %d: want 0 (whole objects) or %d to %d bytes", c.Name, c.SliceSize, MinSliceSize, MaxSliceSize)
@@ -383,4 +395,18 @@ func (s *Set) Apply(ps *pb.PolicySet) (*Set, error) {
 		next.compiled = append(next.compiled, c)
 	}
 	return next, nil
+}
+
+// validFieldName reports whether f is an HTTP field name (a token).
+func validFieldName(f string) bool {
+	if f == "" {
+		return false
+	}
+	for i := 0; i < len(f); i++ {
+		c := f[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }

@@ -115,3 +115,18 @@ func FuzzCacheKey(f *testing.F) {
 		}
 	})
 }
+
+// A policy's own targeted field is canonicalised; Cache-Control,
+// CDN-Cache-Control and what is no field name are refused, naming the
+// field.
+func TestTargetedCacheControl(t *testing.T) {
+	p, err := Compile(&pb.CachePolicy{Name: "t", TargetedCacheControl: "shardcache-cache-control"})
+	if err != nil || len(p.Targeted) != 1 || p.Targeted[0] != "Shardcache-Cache-Control" {
+		t.Fatalf("Compile: %v, policy %+v", err, p)
+	}
+	for _, bad := range []string{"Cache-Control", "cdn-cache-control", "two words", "x:y"} {
+		if _, err := Compile(&pb.CachePolicy{Name: "t", TargetedCacheControl: bad}); err == nil || !strings.Contains(err.Error(), "targeted_cache_control") {
+			t.Errorf("targeted_cache_control %q: %v, want a refusal naming the field", bad, err)
+		}
+	}
+}

@@ -109,6 +109,9 @@ type Recorder struct {
 	Bytes  int64
 	wrote  bool
 	Key    string // the cache key, once known
+	// Strip are header fields (canonical) removed from the answer before
+	// it is sent: the cluster's own targeted cache-control field.
+	Strip []string
 	// Broken is set by BreakOff: the body broke off after the header was
 	// sent; nothing more is written, and the handler aborts the transfer.
 	Broken bool
@@ -135,8 +138,11 @@ func (r *Recorder) WriteHeader(code int) {
 	if r.Broken {
 		return
 	}
-	if !r.wrote {
+	if !r.wrote && code >= 200 {
 		r.Status, r.wrote = code, true
+		for _, f := range r.Strip {
+			delete(r.ResponseWriter.Header(), f)
+		}
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
@@ -145,7 +151,9 @@ func (r *Recorder) Write(b []byte) (int, error) {
 	if r.Broken {
 		return 0, ErrBrokenOff
 	}
-	r.wrote = true
+	if !r.wrote {
+		r.WriteHeader(http.StatusOK)
+	}
 	n, err := r.ResponseWriter.Write(b)
 	r.Bytes += int64(n)
 	return n, err
@@ -157,7 +165,9 @@ func (r *Recorder) ReadFrom(src io.Reader) (int64, error) {
 	if r.Broken {
 		return 0, ErrBrokenOff
 	}
-	r.wrote = true
+	if !r.wrote {
+		r.WriteHeader(http.StatusOK)
+	}
 	n, err := io.Copy(r.ResponseWriter, src)
 	r.Bytes += n
 	return n, err

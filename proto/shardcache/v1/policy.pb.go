@@ -333,8 +333,12 @@ type CachePolicy struct {
 	StorePrivate bool `protobuf:"varint,24,opt,name=store_private,json=storePrivate,proto3" json:"store_private,omitempty"`
 	// Store responses that carry Set-Cookie; the stored Set-Cookie is replayed to every client.
 	StoreSetCookie bool `protobuf:"varint,25,opt,name=store_set_cookie,json=storeSetCookie,proto3" json:"store_set_cookie,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A targeted cache-control field of this cluster's own (RFC 9213), e.g.
+	// "Shardcache-Cache-Control": obeyed before CDN-Cache-Control (which every node obeys), and
+	// removed from answers to clients. Empty: CDN-Cache-Control only.
+	TargetedCacheControl string `protobuf:"bytes,26,opt,name=targeted_cache_control,json=targetedCacheControl,proto3" json:"targeted_cache_control,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *CachePolicy) Reset() {
@@ -542,6 +546,13 @@ func (x *CachePolicy) GetStoreSetCookie() bool {
 	return false
 }
 
+func (x *CachePolicy) GetTargetedCacheControl() string {
+	if x != nil {
+		return x.TargetedCacheControl
+	}
+	return ""
+}
+
 var File_shardcache_v1_policy_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_policy_proto_rawDesc = "" +
@@ -560,7 +571,7 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\amethods\x18\x01 \x03(\tR\amethods\x12\x18\n" +
 	"\aheaders\x18\x02 \x03(\tR\aheaders\x12\x18\n" +
 	"\acookies\x18\x03 \x03(\tR\acookies\x12#\n" +
-	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\xb3\t\n" +
+	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\xe9\t\n" +
 	"\vCachePolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x1f\n" +
@@ -592,7 +603,8 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\bcompress\x18\x16 \x01(\bH\x00R\bcompress\x88\x01\x01\x12.\n" +
 	"\x10cache_authorized\x18\x17 \x01(\bH\x01R\x0fcacheAuthorized\x88\x01\x01\x12#\n" +
 	"\rstore_private\x18\x18 \x01(\bR\fstorePrivate\x12(\n" +
-	"\x10store_set_cookie\x18\x19 \x01(\bR\x0estoreSetCookieB\v\n" +
+	"\x10store_set_cookie\x18\x19 \x01(\bR\x0estoreSetCookie\x124\n" +
+	"\x16targeted_cache_control\x18\x1a \x01(\tR\x14targetedCacheControlB\v\n" +
 	"\t_compressB\x13\n" +
 	"\x11_cache_authorized*\x85\x01\n" +
 	"\tCacheMode\x12\x1a\n" +
