@@ -216,6 +216,11 @@ func rfcCases() []rfcCase {
 		{"5.2.1.5", "request no-store goes to the origin", versioned(ma60...),
 			[]rfcStep{{header: []string{"Cache-Control", "no-store"}, cache: "BYPASS"}, {cache: "MISS", origin: 2}}},
 		{"5.2.2.5", "no-store response is not stored", versioned("Cache-Control", "no-store, max-age=60"), []rfcStep{{}, {cache: "MISS", origin: 2}}},
+		{"5.2.2.3", "must-understand with an understood status overrides no-store", versioned("Cache-Control", "must-understand, no-store, max-age=60"),
+			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
+		{"4.3.2", "without Last-Modified, If-Modified-Since is answered by the stored Date", versioned("Cache-Control", "max-age=600", "Date", httpDate(-10*time.Second)),
+			[]rfcStep{{}, {header: []string{"If-Modified-Since", httpDate(0)}, code: 304, origin: 1},
+				{header: []string{"If-Modified-Since", httpDate(-2 * time.Hour)}, code: 200, cache: "HIT", origin: 1}}},
 		{"5.2.2.7", "private response is not stored", versioned("Cache-Control", "private, max-age=60"), []rfcStep{{}, {cache: "MISS", origin: 2}}},
 		{"4.1", "Vary: * is never stored", versioned("Cache-Control", "max-age=60", "Vary", "*"), []rfcStep{{}, {cache: "MISS", origin: 2}}},
 

@@ -36,7 +36,12 @@ func NotModified(method string, req http.Header, status int, stored http.Header)
 	if !ok {
 		return false
 	}
+	// Without Last-Modified, the stored response's Date stands in for it
+	// (RFC 9111 4.3.2).
 	lm, ok := ParseDate(stored.Get("Last-Modified"))
+	if !ok && stored.Get("Last-Modified") == "" {
+		lm, ok = ParseDate(stored.Get("Date"))
+	}
 	return ok && !lm.After(ims)
 }
 

@@ -103,7 +103,10 @@ var heuristicStatuses = map[int]bool{200: true, 203: true, 204: true, 206: true,
 // response may be stored; it is revalidated on every use.
 func Forbidden(h http.Header, allowPrivate bool, targeted ...string) bool {
 	cc, _ := ResponseControl(h, targeted...)
-	if cc.Has("no-store") || cc.Has("private") && !allowPrivate {
+	// must-understand (RFC 9111 5.2.2.3) overrides no-store for a cache
+	// that understands the status; Storable refuses the statuses it does
+	// not understand before asking.
+	if cc.Has("no-store") && !cc.Has("must-understand") || cc.Has("private") && !allowPrivate {
 		return true
 	}
 	for _, v := range h.Values("Vary") {
