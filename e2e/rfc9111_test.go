@@ -223,6 +223,9 @@ func rfcCases() []rfcCase {
 				{header: []string{"If-Modified-Since", httpDate(-2 * time.Hour)}, code: 200, cache: "HIT", origin: 1}}},
 		{"5.2.2.7", "private response is not stored", versioned("Cache-Control", "private, max-age=60"), []rfcStep{{}, {cache: "MISS", origin: 2}}},
 		{"4.1", "Vary: * is never stored", versioned("Cache-Control", "max-age=60", "Vary", "*"), []rfcStep{{}, {cache: "MISS", origin: 2}}},
+		{"4.1", "Accept-Language values that ask the same select one variant", versioned("Cache-Control", "max-age=60", "Vary", "Accept-Language"),
+			[]rfcStep{{header: []string{"Accept-Language", "en-US, fr;q=0.5"}}, {header: []string{"Accept-Language", "fr ; q=0.50,EN-us"}, cache: "HIT", origin: 1},
+				{header: []string{"Accept-Language", "fr, en-US;q=0.5"}, cache: "MISS", origin: 2}}},
 
 		// 4.2: freshness.
 		{"4.2.1", "s-maxage overrides max-age=0", versioned("Cache-Control", "max-age=0, s-maxage=60"), []rfcStep{{}, {cache: "HIT", origin: 1}}},

@@ -128,3 +128,30 @@ func FuzzParseCacheControl(f *testing.F) {
 		Forbidden(h, false)
 	})
 }
+
+// Accept-Language values that ask the same select the same variant: case,
+// spaces, the order of equal weights and the spelling of q do not matter;
+// weight 0 and malformed ranges drop out.
+func TestAcceptLanguageIsNormalised(t *testing.T) {
+	key := func(v ...string) string {
+		return VariantKey("k", []string{"accept-language"}, http.Header{"Accept-Language": v})
+	}
+	same := [][]string{
+		{"en-US, fr;q=0.5"},
+		{"fr ; q=0.50,EN-us"},
+		{"en-us", "fr;q=0.500"},
+		{"en-us, fr;q=0.5, de;q=0"},
+		{"en-us, fr;q=0.5, x y;q=0.9, it;q=2"},
+	}
+	for _, v := range same[1:] {
+		if key(v...) != key(same[0]...) {
+			t.Errorf("Accept-Language %q selects another variant than %q", v, same[0])
+		}
+	}
+	if key("de, fr") != key("fr, de") {
+		t.Error("the order of equal weights selects another variant")
+	}
+	if key("fr, de;q=0.9") == key("de, fr;q=0.9") {
+		t.Error("different preferences select the same variant")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -51,7 +52,7 @@ func URLKey(k string) string {
 
 // varyValue normalises the request's value of a Vary field: lines joined,
 // spaces around commas dropped; Accept-Encoding reduced to the codings it
-// accepts, sorted.
+// accepts, sorted; Accept-Language as normalLanguages has it.
 func varyValue(field string, h http.Header) string {
 	vals := h.Values(textproto.CanonicalMIMEHeaderKey(field))
 	if field == "accept-encoding" {
@@ -62,6 +63,9 @@ func varyValue(field string, h http.Header) string {
 			}
 		}
 		return strings.Join(acc, ",")
+	}
+	if field == "accept-language" {
+		return normalLanguages(vals)
 	}
 	parts := make([]string, 0, len(vals))
 	for _, v := range vals {
@@ -80,4 +84,79 @@ func SameVariant(fields []string, a, b http.Header) bool {
 		}
 	}
 	return true
+}
+
+// maxLanguages bounds the language ranges a variant key keeps.
+const maxLanguages = 16
+
+// normalLanguages is an Accept-Language value (RFC 9110 12.5.4) in one
+// form for every request that asks the same: ranges lower-cased, those
+// of weight 0 and malformed ones dropped, by weight (highest first) and,
+// at equal weight, in alphabetical order; at most maxLanguages of them.
+// "en-US, fr;q=0.5" and "fr ; q=0.50,EN-us" select the same variant.
+func normalLanguages(vals []string) string {
+	type lang struct {
+		tag string
+		q   int // thousandths
+	}
+	var langs []lang
+	for _, v := range vals {
+		for part := range strings.SplitSeq(v, ",") {
+			tag, params, _ := strings.Cut(part, ";")
+			tag = strings.ToLower(strings.TrimSpace(tag))
+			if tag == "" || strings.ContainsAny(tag, " \t\"=") {
+				continue
+			}
+			q, ok := 1000, true
+			for param := range strings.SplitSeq(params, ";") {
+				name, val, _ := strings.Cut(strings.TrimSpace(param), "=")
+				if strings.EqualFold(strings.TrimSpace(name), "q") {
+					q, ok = qvalue(strings.TrimSpace(val))
+				}
+			}
+			if ok && q > 0 && len(langs) < maxLanguages && !slices.ContainsFunc(langs, func(l lang) bool { return l.tag == tag }) {
+				langs = append(langs, lang{tag, q})
+			}
+		}
+	}
+	slices.SortFunc(langs, func(a, b lang) int {
+		if a.q != b.q {
+			return b.q - a.q
+		}
+		return strings.Compare(a.tag, b.tag)
+	})
+	out := make([]string, len(langs))
+	for i, l := range langs {
+		out[i] = l.tag
+		if l.q < 1000 {
+			out[i] += ";q=" + strconv.Itoa(l.q)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// qvalue parses a weight (RFC 9110 12.4.2): 0 to 1 with up to three
+// decimals, in thousandths.
+func qvalue(v string) (int, bool) {
+	whole, frac, dot := strings.Cut(v, ".")
+	if whole != "0" && whole != "1" || dot && len(frac) > 3 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < 3; i++ {
+		n *= 10
+		if i < len(frac) {
+			if frac[i] < '0' || frac[i] > '9' {
+				return 0, false
+			}
+			n += int(frac[i] - '0')
+		}
+	}
+	if whole == "1" {
+		if n != 0 {
+			return 0, false
+		}
+		return 1000, true
+	}
+	return n, true
 }
