@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
 	"net/url"
 	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardcache/shardcache/sdk/loopback"
 )
 
 // Config configures a control-plane replica. The zero value of every field
@@ -228,7 +229,7 @@ func (c *Config) Validate() error {
 		return errors.New("the certificate authority kept in etcd needs --ca-seal-key-file (a secret of at least 32 bytes every replica mounts), " +
 			"or give --ca-cert and --ca-key to keep it out of etcd")
 	}
-	if c.JoinToken == "" && !c.InsecureOpenJoin && !loopbackOnly(c.ListenAddr) {
+	if c.JoinToken == "" && !c.InsecureOpenJoin && !loopback.Only(c.ListenAddr) {
 		return fmt.Errorf("the control plane listens on %s, off loopback, without a join token: any process that reaches it "+
 			"could join the ring. Set --join-token-file, or --insecure-open-join", c.ListenAddr)
 	}
@@ -253,18 +254,4 @@ func validateURL(s string) error {
 		return fmt.Errorf("host: %w", err)
 	}
 	return nil
-}
-
-// loopbackOnly reports whether addr's host is a loopback address (or
-// "localhost"), reachable from this machine only.
-func loopbackOnly(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.Unmap().IsLoopback()
 }

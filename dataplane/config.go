@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardcache/shardcache/sdk/loopback"
 )
 
 // Config configures a cache node. Zero values mean the documented default;
@@ -164,24 +166,10 @@ func (c *Config) peerHop() string {
 	switch {
 	case c.peerHopAuthenticated():
 		return "mtls"
-	case loopback(c.PeerAddr):
+	case loopback.Only(c.PeerAddr):
 		return "loopback"
 	}
 	return "insecure"
-}
-
-// loopback reports whether addr's host is a loopback address (or
-// "localhost"): only processes on this machine reach it.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.Unmap().IsLoopback()
 }
 
 func (f PeerTLSFiles) enabled() bool { return f.CertFile != "" || f.KeyFile != "" || f.CAFile != "" }
@@ -311,7 +299,7 @@ func (c *Config) Validate() error {
 	if c.PeerTLS.enabled() && (c.PeerTLS.CertFile == "" || c.PeerTLS.KeyFile == "" || c.PeerTLS.CAFile == "") {
 		return errors.New("peer TLS needs a certificate, its key and the cluster CA")
 	}
-	if !c.peerHopAuthenticated() && !c.InsecurePeerHop && !loopback(c.PeerAddr) {
+	if !c.peerHopAuthenticated() && !c.InsecurePeerHop && !loopback.Only(c.PeerAddr) {
 		return fmt.Errorf("peer listener %s is not on a loopback address, and the peer hop has no certificates: anyone who "+
 			"can reach it could fill the cache. Set --peer-certs-from-control-plane (or --peer-cert, --peer-key and --peer-ca) "+
 			"for mutual TLS, or --insecure-peer-hop to accept unauthenticated peers", c.PeerAddr)

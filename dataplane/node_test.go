@@ -891,24 +891,9 @@ func TestHotKeyReplicasAndCopies(t *testing.T) {
 	o := &testOrigin{}
 	origin := httptest.NewServer(o)
 	defer origin.Close()
-	nodes := map[string]*Node{}
-	var all []*Node
-	for _, id := range []string{"a", "b", "c"} {
-		n := startNode(t, id, fc.addr, origin.URL)
-		nodes[id] = n
-		all = append(all, n)
-	}
-	e := epochOf(1, all...)
-	fc.publish(e)
 	// A key is hot at a node once it has seen a few requests for it within
 	// the sketch's period (each counts about 13 a minute).
-	set := &pb.PolicySet{Revision: 1, Policies: []*pb.CachePolicy{{Name: "all", PathPrefix: "/", HotThreshold: 35}}}
-	for _, n := range all {
-		waitEpoch(t, n, 1)
-		if err := n.ApplyPolicies(set); err != nil {
-			t.Fatal(err)
-		}
-	}
+	nodes, e := startHotTrio(t, fc, origin.URL, 35)
 	path := "/hot/1"
 	owners := ownersOf(t, e, "http127.0.0.1"+path, 3)
 	first, second, other := nodes[owners[0]], nodes[owners[1]], nodes[owners[2]]
@@ -1208,22 +1193,7 @@ func TestHotKeyRelaysReachBothOwners(t *testing.T) {
 	o := &testOrigin{header: http.Header{"Vary": {"X-Test"}}}
 	origin := httptest.NewServer(o)
 	defer origin.Close()
-	nodes := map[string]*Node{}
-	var all []*Node
-	for _, id := range []string{"a", "b", "c"} {
-		n := startNode(t, id, fc.addr, origin.URL)
-		nodes[id] = n
-		all = append(all, n)
-	}
-	e := epochOf(1, all...)
-	fc.publish(e)
-	set := &pb.PolicySet{Revision: 1, Policies: []*pb.CachePolicy{{Name: "all", PathPrefix: "/", HotThreshold: 1}}}
-	for _, n := range all {
-		waitEpoch(t, n, 1)
-		if err := n.ApplyPolicies(set); err != nil {
-			t.Fatal(err)
-		}
-	}
+	nodes, e := startHotTrio(t, fc, origin.URL, 1)
 	path := "/hot/shared"
 	owners := ownersOf(t, e, "http127.0.0.1"+path, 3)
 	other := nodes[owners[2]]
@@ -1241,4 +1211,27 @@ func TestHotKeyRelaysReachBothOwners(t *testing.T) {
 	if n := o.count(path); n != 1 {
 		t.Fatalf("the origin saw %d requests, want 1", n)
 	}
+}
+
+// startHotTrio starts nodes a, b and c in one epoch under a policy whose
+// keys turn hot above threshold requests a minute.
+func startHotTrio(t *testing.T, fc *fakeControl, origin string, threshold uint32) (map[string]*Node, *pb.RingEpoch) {
+	t.Helper()
+	nodes := map[string]*Node{}
+	var all []*Node
+	for _, id := range []string{"a", "b", "c"} {
+		n := startNode(t, id, fc.addr, origin)
+		nodes[id] = n
+		all = append(all, n)
+	}
+	e := epochOf(1, all...)
+	fc.publish(e)
+	set := &pb.PolicySet{Revision: 1, Policies: []*pb.CachePolicy{{Name: "all", PathPrefix: "/", HotThreshold: threshold}}}
+	for _, n := range all {
+		waitEpoch(t, n, 1)
+		if err := n.ApplyPolicies(set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return nodes, e
 }

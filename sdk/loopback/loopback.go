@@ -5,6 +5,7 @@ package loopback
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"sync/atomic"
 )
@@ -30,4 +31,19 @@ func Addr() (addr string, ok bool) {
 		return addr, true
 	}
 	return "", false
+}
+
+// Only reports whether addr (host:port) listens on a loopback address, or
+// "localhost": reachable from this machine only. An unspecified host
+// ("0.0.0.0", ":80") is every interface, not loopback.
+func Only(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }

@@ -29,3 +29,12 @@ func TestAddrIsFreeAndBelowTheEphemeralRange(t *testing.T) {
 		l.Close()
 	}
 }
+
+func TestOnly(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:80": true, "127.0.0.2:80": true, "[::1]:80": true, "localhost:80": true,
+		"0.0.0.0:80": false, ":80": false, "[::]:80": false, "10.0.0.1:80": false, "node-1:80": false, "127.0.0.1": false} {
+		if got := Only(addr); got != want {
+			t.Errorf("Only(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
