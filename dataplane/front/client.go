@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
+	"github.com/shardcache/shardcache/dataplane/internal/wait"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/relay"
@@ -195,14 +196,25 @@ func bypassReason(r *http.Request, p *policy.Policy) string {
 // An unsafe method that succeeds invalidates what the cluster stores for
 // its target (RFC 9111 4.4).
 func (f *Front) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy) {
-	ctx, cancel := context.WithTimeout(r.Context(), cmp.Or(p.OriginTimeout, f.cfg.OriginTimeout))
-	defer cancel()
+	// The origin timeout bounds waiting for the origin, never the transfer:
+	// an upload or a download takes as long as it keeps moving. For a
+	// request with a body, the origin transport's header timeout, which
+	// starts once the body is sent, bounds the wait for the answer.
+	timeout := cmp.Or(p.OriginTimeout, f.cfg.OriginTimeout)
+	first := timeout
+	if r.ContentLength != 0 {
+		first = 0
+	}
+	ctx, watch := wait.Start(r.Context(), first, timeout)
+	defer watch.Stop()
 	resp, err := f.cfg.Origin.Fetch(httptrace.WithClientTrace(ctx, origin.PassInterim(w)), r, p.Origins, false, nil)
 	if err != nil {
 		f.cfg.Metrics.OriginReqs.WithLabelValues("bypass", "error").Inc()
 		http.Error(w, "shardcache: origin unreachable", http.StatusBadGateway)
 		return
 	}
+	watch.Answered()
+	resp.Body = watch.Body(resp.Body)
 	defer resp.Body.Close()
 	f.cfg.Metrics.OriginReqs.WithLabelValues("bypass", metrics.StatusClass(resp.StatusCode)).Inc()
 	relay.RemoveHopByHop(resp.Header)

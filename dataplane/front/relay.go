@@ -3,7 +3,6 @@ package front
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
+	"github.com/shardcache/shardcache/dataplane/internal/wait"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/owner"
@@ -60,8 +60,11 @@ func (f *Front) relayHeader(r *http.Request) http.Header {
 // local copy of a small, storable answer. It reports false when the owner
 // could not be reached and nothing was written.
 func (f *Front) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, key string, p *policy.Policy, hot bool) bool {
-	ctx, cancel := context.WithTimeout(r.Context(), cmp.Or(p.RelayTimeout, f.cfg.RelayTimeout))
-	defer cancel()
+	// The relay timeout bounds the wait for the owner's header and each
+	// wait for its body, never the transfer (see package wait).
+	timeout := cmp.Or(p.RelayTimeout, f.cfg.RelayTimeout)
+	ctx, watch := wait.Start(r.Context(), timeout, timeout)
+	defer watch.Stop()
 	ctx = httptrace.WithClientTrace(ctx, origin.PassInterim(w))
 	sent := time.Now()
 	resp, err := f.cfg.Peers.Forward(ctx, owner.GetPeerAddress(), r, f.relayHeader(r))
@@ -77,6 +80,8 @@ func (f *Front) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, 
 		}
 		return false
 	}
+	watch.Answered()
+	resp.Body = watch.Body(resp.Body)
 	defer resp.Body.Close()
 	f.cfg.Metrics.PeerReqs.WithLabelValues(owner.GetId(), metrics.StatusClass(resp.StatusCode)).Inc()
 	relay.RemoveHopByHop(resp.Header)

@@ -12,6 +12,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/flight"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
+	"github.com/shardcache/shardcache/dataplane/internal/wait"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/purge"
@@ -51,8 +52,12 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 	defer settle(nil)
 
 	// The fill outlives a client that hangs up (others may be waiting on
-	// it), but not the node.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), cmp.Or(p.OriginTimeout, o.cfg.OriginTimeout))
+	// it), but not the node. The origin timeout bounds the wait for the
+	// answer's header and each wait for its body, never the transfer: an
+	// object that keeps coming is fetched and stored whole, however long.
+	timeout := cmp.Or(p.OriginTimeout, o.cfg.OriginTimeout)
+	ctx, watch := wait.Start(context.WithoutCancel(r.Context()), timeout, timeout)
+	cancel := watch.Stop
 	stop := context.AfterFunc(o.cfg.Tasks.Context(), cancel)
 	handed := false
 	defer func() {
@@ -116,6 +121,8 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 			return
 		}
 	}
+	watch.Answered()
+	resp.Body = watch.Body(resp.Body)
 	defer func() {
 		if !handed {
 			resp.Body.Close()
