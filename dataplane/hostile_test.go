@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -154,4 +155,41 @@ func TestHostileRequests(t *testing.T) {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\r\n")
 	return line
+}
+
+// The scheme is part of the key: a trusted proxy's X-Forwarded-Proto (or
+// Forwarded proto=) selects the https variant, through the owner and a
+// relaying node; from anyone else it is dropped and the request is http.
+func TestSchemeComesFromTrustedProxiesOnly(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		io.WriteString(w, "seen proto "+r.Header.Get("X-Forwarded-Proto"))
+	}))
+	defer origin.Close()
+	trust := func(c *Config) {
+		c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+		c.HotThreshold = -1
+	}
+	a, b, e := startPair(t, origin.URL, trust)
+	for _, via := range []*Node{b, a} { // b owns the path; a relays to it
+		path := pathOwnedBy(t, e, "/scheme/"+via.ID()+"/", "b")
+		url := "http://" + via.ClientAddr().String() + path
+		if _, body := do(t, "GET", url, "X-Forwarded-Proto", "https"); body != "seen proto https" {
+			t.Fatalf("via %s, https first: %q", via.ID(), body)
+		}
+		resp, body := do(t, "GET", url)
+		if body != "seen proto " || resp.Header.Get("X-Cache") != "MISS" {
+			t.Fatalf("via %s, a plain http request after the https one: %s %q; want its own MISS", via.ID(), resp.Header.Get("X-Cache"), body)
+		}
+		if resp, body := do(t, "GET", url, "Forwarded", "for=192.0.2.1;proto=https"); body != "seen proto https" || resp.Header.Get("X-Cache") != "HIT" {
+			t.Fatalf("via %s, Forwarded proto=https: %s %q; want the https variant's HIT", via.ID(), resp.Header.Get("X-Cache"), body)
+		}
+	}
+	// Without trusted proxies the field is dropped: one key for both.
+	_, n := startOne(t, origin.URL)
+	url := "http://" + n.ClientAddr().String() + "/scheme/untrusted"
+	do(t, "GET", url, "X-Forwarded-Proto", "https")
+	if resp, body := do(t, "GET", url); resp.Header.Get("X-Cache") != "HIT" || body != "seen proto " {
+		t.Fatalf("an untrusted client's X-Forwarded-Proto: %s %q; want one shared key, the field never seen", resp.Header.Get("X-Cache"), body)
+	}
 }

@@ -96,7 +96,7 @@ func (f *Front) route(w http.ResponseWriter, r *http.Request) string {
 		f.bypass(w, r, p)
 		return metrics.RouteBypass
 	}
-	key := p.Key("http", r)
+	key := p.Key(relay.Scheme(r), r)
 	if rec, ok := w.(*reply.Recorder); ok {
 		rec.Key = key
 	}

@@ -42,13 +42,7 @@ func (f *Front) invalidate(r *http.Request, h http.Header) {
 	for _, u := range targets {
 		req := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: u.Path, RawQuery: u.RawQuery}, Host: u.Host, Header: http.Header{}}
 		p := f.cfg.Policies.Load().Match(policy.Host(req), req.URL.Path)
-		key := p.Key("http", req)
-		f.drop(key)
-		if p.SliceSize > 0 {
-			// Without its head a sliced object is looked up anew; slices
-			// of another version are then refused.
-			f.drop((&slice.Req{Size: p.SliceSize}).Key(key))
-		}
+		f.dropURL(req, p)
 		if rt == nil {
 			continue
 		}
@@ -92,5 +86,20 @@ func (f *Front) drop(key string) {
 	f.cfg.Owner.Drop(key)
 	if f.cfg.HotCopies != nil {
 		f.cfg.HotCopies.Delete(key)
+	}
+}
+
+// dropURL removes what this node stores for req's URL under either
+// scheme (an unsafe method changed the resource for both), and a sliced
+// object's head.
+func (f *Front) dropURL(req *http.Request, p *policy.Policy) {
+	for _, scheme := range []string{"http", "https"} {
+		key := p.Key(scheme, req)
+		f.drop(key)
+		if p.SliceSize > 0 {
+			// Without its head a sliced object is looked up anew; slices
+			// of another version are then refused.
+			f.drop((&slice.Req{Size: p.SliceSize}).Key(key))
+		}
 	}
 }

@@ -81,7 +81,11 @@ func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Header.Get(relay.InvalidateHeader) != "" {
-		f.drop(key)
+		if sl != nil {
+			f.drop(key) // one slice's head, as the assembler asks
+		} else {
+			f.dropURL(r, p)
+		}
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
@@ -101,12 +105,8 @@ func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request) {
 // peerKey is the key and policy of a peer request: its URL's key under
 // the scheme the client used, or the key of the slice it asks for.
 func (f *Front) peerKey(r *http.Request) (string, *policy.Policy, *slice.Req, error) {
-	scheme := r.Header.Get(relay.SchemeHeader)
-	if scheme != "https" {
-		scheme = "http"
-	}
 	p := f.cfg.Policies.Load().Match(policy.Host(r), r.URL.Path)
-	key := p.Key(scheme, r)
+	key := p.Key(relay.Scheme(r), r)
 	sl, err := slice.ParseHeader(r.Header)
 	if sl != nil {
 		key = sl.Key(key)

@@ -80,8 +80,40 @@ func RelayHeader(r *http.Request, self string, epoch uint64) http.Header {
 	if epoch > 0 {
 		h.Set(EpochHeader, strconv.FormatUint(epoch, 10))
 	}
-	h.Set(SchemeHeader, "http")
+	h.Set(SchemeHeader, Scheme(r))
 	return h
+}
+
+// Scheme is the scheme a client used, part of the cache key: the one a
+// relaying node names, else "https" when a trusted proxy says so
+// (X-Forwarded-Proto, or proto= in Forwarded; the client listener keeps
+// both from trusted proxies only), else "http".
+func Scheme(r *http.Request) string {
+	if v := r.Header[SchemeHeader]; len(v) > 0 {
+		if v[0] == "https" {
+			return "https"
+		}
+		return "http"
+	}
+	if v := r.Header["X-Forwarded-Proto"]; len(v) > 0 {
+		first, _, _ := strings.Cut(v[0], ",")
+		if strings.EqualFold(strings.TrimSpace(first), "https") {
+			return "https"
+		}
+		return "http"
+	}
+	for _, v := range r.Header["Forwarded"] {
+		first, _, _ := strings.Cut(v, ",")
+		for pair := range strings.SplitSeq(first, ";") {
+			if k, val, ok := strings.Cut(strings.TrimSpace(pair), "="); ok && strings.EqualFold(k, "proto") {
+				if strings.EqualFold(strings.Trim(val, `"`), "https") {
+					return "https"
+				}
+				return "http"
+			}
+		}
+	}
+	return "http"
 }
 
 // ControlHeader is the header of a peer request node self sends of its
