@@ -29,7 +29,9 @@ func ParseBytes(s string) (int64, error) {
 		}
 	}
 	n, err := strconv.ParseFloat(t, 64)
-	if err != nil || n < 0 {
+	// ParseFloat also reads NaN, Inf, hex and exponents: a size is plain
+	// digits with an optional fraction.
+	if err != nil || n < 0 || strings.TrimLeft(t, "0123456789.") != "" || strings.Count(t, ".") > 1 {
 		return 0, fmt.Errorf("size %q: want a number with an optional unit such as 256MiB", s)
 	}
 	v := n * float64(mult)

@@ -15,6 +15,12 @@ func TestParseBytes(t *testing.T) {
 		{" 2 GiB ", 2 << 30, false},
 		{"-1", 0, true},
 		{"lots", 0, true},
+		{"NaN", 0, true},
+		{"NaNGiB", 0, true},
+		{"Inf", 0, true},
+		{"1e3", 0, true},
+		{"0x10", 0, true},
+		{"1.2.3", 0, true},
 		{"", 0, true},
 	}
 	for _, tt := range tests {
