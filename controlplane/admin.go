@@ -167,29 +167,67 @@ func (a *adminService) setDrained(ctx context.Context, id string, drained bool) 
 // PutPolicy validates a policy field by field, refuses one whose matches
 // another policy already claims, and stores it.
 func (a *adminService) PutPolicy(ctx context.Context, req *pb.PutPolicyRequest) (*pb.PutPolicyResponse, error) {
-	p := req.GetPolicy()
-	if v := policyViolations(p); len(v) > 0 {
-		return nil, invalidPolicy(p.GetName(), v)
+	resp, err := a.PutPolicies(ctx, &pb.PutPoliciesRequest{Policies: []*pb.CachePolicy{req.GetPolicy()}, ValidateOnly: req.GetValidateOnly()})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.PutPolicyResponse{Policy: resp.GetPolicies()[0]}, nil
+}
+
+// maxPoliciesPerApply bounds a PutPolicies call (etcd bounds a
+// transaction's operations at 128 by default).
+const maxPoliciesPerApply = 100
+
+// PutPolicies validates every policy (each on its own, against those it
+// does not replace, and against each other), then writes them all in one
+// transaction: a bad one leaves everything as it was.
+func (a *adminService) PutPolicies(ctx context.Context, req *pb.PutPoliciesRequest) (*pb.PutPoliciesResponse, error) {
+	ps := req.GetPolicies()
+	if len(ps) == 0 || len(ps) > maxPoliciesPerApply {
+		return nil, status.Errorf(codes.InvalidArgument, "policies: %d given; apply 1 to %d at once", len(ps), maxPoliciesPerApply)
 	}
 	existing, err := a.listPolicies(ctx)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if v := overlapViolations(p, existing.GetPolicies()); len(v) > 0 {
-		return nil, invalidPolicy(p.GetName(), v)
+	names := map[string]bool{}
+	for _, p := range ps {
+		if names[p.GetName()] {
+			return nil, status.Errorf(codes.InvalidArgument, "policy %q is given twice", p.GetName())
+		}
+		names[p.GetName()] = true
+	}
+	// Each is checked against the policies it does not replace and the
+	// other new ones.
+	var others []*pb.CachePolicy
+	for _, e := range existing.GetPolicies() {
+		if !names[e.GetName()] {
+			others = append(others, e)
+		}
+	}
+	others = append(others, ps...)
+	for _, p := range ps {
+		v := policyViolations(p)
+		v = append(v, overlapViolations(p, others)...)
+		if len(v) > 0 {
+			return nil, invalidPolicy(p.GetName(), v)
+		}
 	}
 	if req.GetValidateOnly() {
-		return &pb.PutPolicyResponse{Policy: p}, nil
+		return &pb.PutPoliciesResponse{Policies: ps}, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	rev, err := a.state.putPolicy(ctx, p)
+	rev, err := a.state.putPolicies(ctx, ps)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	stored := proto.Clone(p).(*pb.CachePolicy)
-	stored.Revision = rev
-	return &pb.PutPolicyResponse{Policy: stored}, nil
+	out := make([]*pb.CachePolicy, len(ps))
+	for i, p := range ps {
+		out[i] = proto.Clone(p).(*pb.CachePolicy)
+		out[i].Revision = rev
+	}
+	return &pb.PutPoliciesResponse{Policies: out}, nil
 }
 
 // GetPolicy returns one policy.

@@ -212,7 +212,8 @@ func invalidPolicy(name string, v []*errdetails.BadRequest_FieldViolation) error
 		msgs[i] = f.GetField() + ": " + f.GetDescription()
 	}
 	st := status.New(codes.InvalidArgument, fmt.Sprintf("policy %q is invalid: %s", name, strings.Join(msgs, "; ")))
-	if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: v}); err == nil {
+	if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: v},
+		&errdetails.ResourceInfo{ResourceType: "policy", ResourceName: name}); err == nil {
 		st = d
 	}
 	return st.Err()

@@ -446,3 +446,50 @@ func TestTemplatesNodesRefuseAreRefusedBeforeEtcd(t *testing.T) {
 		t.Fatalf("%d policy keys written to etcd for refused policies: %s", len(resp.Kvs), resp.Kvs[0].Key)
 	}
 }
+
+// PutPolicies writes all of its policies or none: one invalid among them
+// (or one that overlaps another of them) leaves the stored set as it was;
+// a batch over the bound is refused.
+func TestPutPoliciesIsAllOrNothing(t *testing.T) {
+	s, _, _ := startServer(t, []string{testEtcd(t)})
+	admin := pb.NewAdminServiceClient(dial(t, s))
+	ctx := adminCtx(context.Background(), testToken)
+	list := func() []*pb.CachePolicy {
+		resp, err := admin.ListPolicies(ctx, &pb.ListPoliciesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetPolicies()
+	}
+	good := []*pb.CachePolicy{{Name: "a", PathPrefix: "/a/"}, {Name: "b", PathPrefix: "/b/"}}
+	for name, batch := range map[string][]*pb.CachePolicy{
+		"an invalid third":        append(slices.Clone(good), &pb.CachePolicy{Name: "c", PathPrefix: "/c/", KeyTemplate: "$1$uri"}),
+		"two matching one prefix": append(slices.Clone(good), &pb.CachePolicy{Name: "c", PathPrefix: "/a/"}),
+		"a name given twice":      append(slices.Clone(good), &pb.CachePolicy{Name: "a", PathPrefix: "/z/"}),
+	} {
+		_, err := admin.PutPolicies(ctx, &pb.PutPoliciesRequest{Policies: batch})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("%s: %v, want InvalidArgument", name, err)
+		}
+		if got := list(); len(got) != 0 {
+			t.Fatalf("%s: %d policies stored after a refused batch, want none", name, len(got))
+		}
+	}
+	resp, err := admin.PutPolicies(ctx, &pb.PutPoliciesRequest{Policies: good})
+	if err != nil || len(resp.GetPolicies()) != 2 || resp.GetPolicies()[0].GetRevision() != resp.GetPolicies()[1].GetRevision() {
+		t.Fatalf("a valid batch: %v, %v; want both stored at one revision", resp, err)
+	}
+	if got := list(); len(got) != 2 {
+		t.Fatalf("%d policies stored, want 2", len(got))
+	}
+	var many []*pb.CachePolicy
+	for i := range maxPoliciesPerApply + 1 {
+		many = append(many, &pb.CachePolicy{Name: fmt.Sprintf("p%d", i), PathPrefix: fmt.Sprintf("/p%d/", i)})
+	}
+	if _, err := admin.PutPolicies(ctx, &pb.PutPoliciesRequest{Policies: many}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("%d policies at once: %v, want InvalidArgument", len(many), err)
+	}
+	if _, err := admin.PutPolicies(ctx, &pb.PutPoliciesRequest{Policies: many[:maxPoliciesPerApply]}); err != nil {
+		t.Fatalf("%d policies at once, the bound: %v", maxPoliciesPerApply, err)
+	}
+}

@@ -268,17 +268,22 @@ func (s *state) policyRevKey() string         { return s.prefix + "policies-revi
 func (s *state) drainKey(id string) string    { return s.prefix + "drain/" + id }
 func (s *state) drainPrefix() string          { return s.prefix + "drain/" }
 
-// putPolicy stores p and returns the revision of the set after the write.
-func (s *state) putPolicy(ctx context.Context, p *pb.CachePolicy) (int64, error) {
-	p = proto.Clone(p).(*pb.CachePolicy)
-	p.Revision = 0 // the record's mod revision is the truth
-	b, err := proto.Marshal(p)
-	if err != nil {
-		return 0, fmt.Errorf("encoding policy %s: %w", p.GetName(), err)
+// putPolicies writes policies and the set's revision in one transaction,
+// and returns the revision they share.
+func (s *state) putPolicies(ctx context.Context, ps []*pb.CachePolicy) (int64, error) {
+	ops := make([]clientv3.Op, 0, len(ps)+1)
+	for _, p := range ps {
+		p = proto.Clone(p).(*pb.CachePolicy)
+		p.Revision = 0 // the record's mod revision is the truth
+		b, err := proto.Marshal(p)
+		if err != nil {
+			return 0, fmt.Errorf("encoding policy %s: %w", p.GetName(), err)
+		}
+		ops = append(ops, clientv3.OpPut(s.policyKey(p.GetName()), string(b)))
 	}
-	resp, err := s.kv.Txn(ctx).Then(clientv3.OpPut(s.policyKey(p.GetName()), string(b)), clientv3.OpPut(s.policyRevKey(), "")).Commit()
+	resp, err := s.kv.Txn(ctx).Then(append(ops, clientv3.OpPut(s.policyRevKey(), ""))...).Commit()
 	if err != nil {
-		return 0, etcdErr(err, "writing policy %s", p.GetName())
+		return 0, etcdErr(err, "writing %d policies", len(ps))
 	}
 	return resp.Header.Revision, nil
 }

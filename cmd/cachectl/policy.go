@@ -140,11 +140,12 @@ func (o *policyApplyOptions) run(cmd *cobra.Command) error {
 		return fmt.Errorf("%s: %w", o.file, err)
 	}
 	return o.withClient(func(c *admin.Client) error {
-		for _, p := range policies {
-			stored, err := c.PutPolicy(cmd.Context(), p, o.dryRun)
-			if err != nil {
-				return err
-			}
+		// All the file's policies, or none: one call, one transaction.
+		stored, err := c.PutPolicies(cmd.Context(), policies, o.dryRun)
+		if err != nil {
+			return err
+		}
+		for _, stored := range stored {
 			if o.dryRun {
 				fmt.Fprintf(cmd.OutOrStdout(), "policy %s is valid (dry run, nothing changed)\n", stored.GetName())
 			} else {

@@ -40,14 +40,23 @@ func validationError(name string, err error) error {
 	if !ok {
 		return err
 	}
+	var ve *ValidationError
 	for _, d := range st.Details() {
-		if br, ok := d.(*errdetails.BadRequest); ok {
-			ve := &ValidationError{Policy: name}
-			for _, v := range br.GetFieldViolations() {
+		switch d := d.(type) {
+		case *errdetails.BadRequest:
+			ve = &ValidationError{Policy: name}
+			for _, v := range d.GetFieldViolations() {
 				ve.Fields = append(ve.Fields, FieldError{Field: v.GetField(), Description: v.GetDescription()})
 			}
-			return ve
+		case *errdetails.ResourceInfo:
+			if d.GetResourceType() == "policy" {
+				name = d.GetResourceName() // the policy of several that is refused
+			}
 		}
+	}
+	if ve != nil {
+		ve.Policy = name
+		return ve
 	}
 	return fromStatus(err)
 }
@@ -60,6 +69,17 @@ func (c *Client) PutPolicy(ctx context.Context, p *pb.CachePolicy, validateOnly 
 		return nil, validationError(p.GetName(), err)
 	}
 	return resp.GetPolicy(), nil
+}
+
+// PutPolicies creates or replaces several policies at once: all or none.
+// A refused one returns a *ValidationError naming it and every bad field,
+// and nothing is changed. With validateOnly it only checks them.
+func (c *Client) PutPolicies(ctx context.Context, ps []*pb.CachePolicy, validateOnly bool) ([]*pb.CachePolicy, error) {
+	resp, err := invoke(ctx, c, c.rpc.PutPolicies, &pb.PutPoliciesRequest{Policies: ps, ValidateOnly: validateOnly})
+	if err != nil {
+		return nil, validationError("", err)
+	}
+	return resp.GetPolicies(), nil
 }
 
 // GetPolicy returns one policy; ErrNotFound when there is none by that name.

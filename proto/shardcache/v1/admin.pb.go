@@ -652,6 +652,105 @@ func (x *PutPolicyRequest) GetValidateOnly() bool {
 	return false
 }
 
+// PutPoliciesRequest carries at most 100 policies with distinct names.
+type PutPoliciesRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Policies []*CachePolicy         `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	// Validate only; change nothing.
+	ValidateOnly  bool `protobuf:"varint,2,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutPoliciesRequest) Reset() {
+	*x = PutPoliciesRequest{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutPoliciesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutPoliciesRequest) ProtoMessage() {}
+
+func (x *PutPoliciesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutPoliciesRequest.ProtoReflect.Descriptor instead.
+func (*PutPoliciesRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PutPoliciesRequest) GetPolicies() []*CachePolicy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *PutPoliciesRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+// PutPoliciesResponse carries the policies as stored, with the revision they share.
+type PutPoliciesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policies      []*CachePolicy         `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutPoliciesResponse) Reset() {
+	*x = PutPoliciesResponse{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutPoliciesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutPoliciesResponse) ProtoMessage() {}
+
+func (x *PutPoliciesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutPoliciesResponse.ProtoReflect.Descriptor instead.
+func (*PutPoliciesResponse) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PutPoliciesResponse) GetPolicies() []*CachePolicy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
 // PutPolicyResponse carries the policy as stored, with its revision.
 type PutPolicyResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -662,7 +761,7 @@ type PutPolicyResponse struct {
 
 func (x *PutPolicyResponse) Reset() {
 	*x = PutPolicyResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[11]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +773,7 @@ func (x *PutPolicyResponse) String() string {
 func (*PutPolicyResponse) ProtoMessage() {}
 
 func (x *PutPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[11]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +786,7 @@ func (x *PutPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicyResponse.ProtoReflect.Descriptor instead.
 func (*PutPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PutPolicyResponse) GetPolicy() *CachePolicy {
@@ -707,7 +806,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[12]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +818,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[12]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +831,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -752,7 +851,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[13]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +863,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[13]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +876,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetPolicyResponse) GetPolicy() *CachePolicy {
@@ -796,7 +895,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[14]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +907,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[14]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +920,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 // ListPoliciesResponse carries every policy, sorted by name.
@@ -836,7 +935,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[15]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +947,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[15]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +960,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*CachePolicy {
@@ -888,7 +987,7 @@ type DeletePolicyRequest struct {
 
 func (x *DeletePolicyRequest) Reset() {
 	*x = DeletePolicyRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[16]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +999,7 @@ func (x *DeletePolicyRequest) String() string {
 func (*DeletePolicyRequest) ProtoMessage() {}
 
 func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[16]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1012,7 @@ func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeletePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeletePolicyRequest) GetName() string {
@@ -933,7 +1032,7 @@ type DeletePolicyResponse struct {
 
 func (x *DeletePolicyResponse) Reset() {
 	*x = DeletePolicyResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[17]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1044,7 @@ func (x *DeletePolicyResponse) String() string {
 func (*DeletePolicyResponse) ProtoMessage() {}
 
 func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[17]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1057,7 @@ func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyResponse.ProtoReflect.Descriptor instead.
 func (*DeletePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeletePolicyResponse) GetRevision() int64 {
@@ -977,7 +1076,7 @@ type PolicyStatusRequest struct {
 
 func (x *PolicyStatusRequest) Reset() {
 	*x = PolicyStatusRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[18]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1088,7 @@ func (x *PolicyStatusRequest) String() string {
 func (*PolicyStatusRequest) ProtoMessage() {}
 
 func (x *PolicyStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[18]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1101,7 @@ func (x *PolicyStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyStatusRequest.ProtoReflect.Descriptor instead.
 func (*PolicyStatusRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 // NodePolicyStatus is one node's policy state.
@@ -1020,7 +1119,7 @@ type NodePolicyStatus struct {
 
 func (x *NodePolicyStatus) Reset() {
 	*x = NodePolicyStatus{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[19]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1131,7 @@ func (x *NodePolicyStatus) String() string {
 func (*NodePolicyStatus) ProtoMessage() {}
 
 func (x *NodePolicyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[19]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1144,7 @@ func (x *NodePolicyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodePolicyStatus.ProtoReflect.Descriptor instead.
 func (*NodePolicyStatus) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NodePolicyStatus) GetNodeId() string {
@@ -1088,7 +1187,7 @@ type PolicyStatusResponse struct {
 
 func (x *PolicyStatusResponse) Reset() {
 	*x = PolicyStatusResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[20]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1199,7 @@ func (x *PolicyStatusResponse) String() string {
 func (*PolicyStatusResponse) ProtoMessage() {}
 
 func (x *PolicyStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[20]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1212,7 @@ func (x *PolicyStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyStatusResponse.ProtoReflect.Descriptor instead.
 func (*PolicyStatusResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PolicyStatusResponse) GetRevision() int64 {
@@ -1151,7 +1250,7 @@ type PurgeRequest struct {
 
 func (x *PurgeRequest) Reset() {
 	*x = PurgeRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[21]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1262,7 @@ func (x *PurgeRequest) String() string {
 func (*PurgeRequest) ProtoMessage() {}
 
 func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[21]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1275,7 @@ func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeRequest.ProtoReflect.Descriptor instead.
 func (*PurgeRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PurgeRequest) GetRequestId() string {
@@ -1226,7 +1325,7 @@ type PurgePrefixRequest struct {
 
 func (x *PurgePrefixRequest) Reset() {
 	*x = PurgePrefixRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[22]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1337,7 @@ func (x *PurgePrefixRequest) String() string {
 func (*PurgePrefixRequest) ProtoMessage() {}
 
 func (x *PurgePrefixRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[22]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1350,7 @@ func (x *PurgePrefixRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgePrefixRequest.ProtoReflect.Descriptor instead.
 func (*PurgePrefixRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PurgePrefixRequest) GetRequestId() string {
@@ -1305,7 +1404,7 @@ type PurgeTagRequest struct {
 
 func (x *PurgeTagRequest) Reset() {
 	*x = PurgeTagRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[23]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1416,7 @@ func (x *PurgeTagRequest) String() string {
 func (*PurgeTagRequest) ProtoMessage() {}
 
 func (x *PurgeTagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[23]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1429,7 @@ func (x *PurgeTagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTagRequest.ProtoReflect.Descriptor instead.
 func (*PurgeTagRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PurgeTagRequest) GetRequestId() string {
@@ -1366,7 +1465,7 @@ type GetPurgeRequest struct {
 
 func (x *GetPurgeRequest) Reset() {
 	*x = GetPurgeRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[24]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1477,7 @@ func (x *GetPurgeRequest) String() string {
 func (*GetPurgeRequest) ProtoMessage() {}
 
 func (x *GetPurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[24]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1490,7 @@ func (x *GetPurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPurgeRequest.ProtoReflect.Descriptor instead.
 func (*GetPurgeRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetPurgeRequest) GetRequestId() string {
@@ -1425,7 +1524,7 @@ type PurgeStatus struct {
 
 func (x *PurgeStatus) Reset() {
 	*x = PurgeStatus{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[25]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1536,7 @@ func (x *PurgeStatus) String() string {
 func (*PurgeStatus) ProtoMessage() {}
 
 func (x *PurgeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[25]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1549,7 @@ func (x *PurgeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeStatus.ProtoReflect.Descriptor instead.
 func (*PurgeStatus) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PurgeStatus) GetPurge() *Purge {
@@ -1491,7 +1590,7 @@ type PurgeResponse struct {
 
 func (x *PurgeResponse) Reset() {
 	*x = PurgeResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[26]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1602,7 @@ func (x *PurgeResponse) String() string {
 func (*PurgeResponse) ProtoMessage() {}
 
 func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[26]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1615,7 @@ func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResponse.ProtoReflect.Descriptor instead.
 func (*PurgeResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PurgeResponse) GetStatus() *PurgeStatus {
@@ -1536,7 +1635,7 @@ type PurgePrefixResponse struct {
 
 func (x *PurgePrefixResponse) Reset() {
 	*x = PurgePrefixResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[27]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1647,7 @@ func (x *PurgePrefixResponse) String() string {
 func (*PurgePrefixResponse) ProtoMessage() {}
 
 func (x *PurgePrefixResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[27]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1660,7 @@ func (x *PurgePrefixResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgePrefixResponse.ProtoReflect.Descriptor instead.
 func (*PurgePrefixResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PurgePrefixResponse) GetStatus() *PurgeStatus {
@@ -1581,7 +1680,7 @@ type PurgeTagResponse struct {
 
 func (x *PurgeTagResponse) Reset() {
 	*x = PurgeTagResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[28]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1692,7 @@ func (x *PurgeTagResponse) String() string {
 func (*PurgeTagResponse) ProtoMessage() {}
 
 func (x *PurgeTagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[28]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1705,7 @@ func (x *PurgeTagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTagResponse.ProtoReflect.Descriptor instead.
 func (*PurgeTagResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PurgeTagResponse) GetStatus() *PurgeStatus {
@@ -1626,7 +1725,7 @@ type GetPurgeResponse struct {
 
 func (x *GetPurgeResponse) Reset() {
 	*x = GetPurgeResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[29]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1737,7 @@ func (x *GetPurgeResponse) String() string {
 func (*GetPurgeResponse) ProtoMessage() {}
 
 func (x *GetPurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[29]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1750,7 @@ func (x *GetPurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPurgeResponse.ProtoReflect.Descriptor instead.
 func (*GetPurgeResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetPurgeResponse) GetStatus() *PurgeStatus {
@@ -1670,7 +1769,7 @@ type GetVersionRequest struct {
 
 func (x *GetVersionRequest) Reset() {
 	*x = GetVersionRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[30]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1781,7 @@ func (x *GetVersionRequest) String() string {
 func (*GetVersionRequest) ProtoMessage() {}
 
 func (x *GetVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[30]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1794,7 @@ func (x *GetVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVersionRequest.ProtoReflect.Descriptor instead.
 func (*GetVersionRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 // GetVersionResponse describes the answering control-plane replica's build.
@@ -1710,7 +1809,7 @@ type GetVersionResponse struct {
 
 func (x *GetVersionResponse) Reset() {
 	*x = GetVersionResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[31]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +1821,7 @@ func (x *GetVersionResponse) String() string {
 func (*GetVersionResponse) ProtoMessage() {}
 
 func (x *GetVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[31]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +1834,7 @@ func (x *GetVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVersionResponse.ProtoReflect.Descriptor instead.
 func (*GetVersionResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetVersionResponse) GetVersion() string {
@@ -1801,7 +1900,12 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\"k\n" +
 	"\x10PutPolicyRequest\x122\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1a.shardcache.v1.CachePolicyR\x06policy\x12#\n" +
-	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\"G\n" +
+	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\"q\n" +
+	"\x12PutPoliciesRequest\x126\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x1a.shardcache.v1.CachePolicyR\bpolicies\x12#\n" +
+	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\"M\n" +
+	"\x13PutPoliciesResponse\x126\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x1a.shardcache.v1.CachePolicyR\bpolicies\"G\n" +
 	"\x11PutPolicyResponse\x122\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1a.shardcache.v1.CachePolicyR\x06policy\"&\n" +
 	"\x10GetPolicyRequest\x12\x12\n" +
@@ -1867,13 +1971,14 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"go_version\x18\x02 \x01(\tR\tgoVersion\x12\x1d\n" +
 	"\n" +
-	"replica_id\x18\x03 \x01(\tR\treplicaId2\x80\t\n" +
+	"replica_id\x18\x03 \x01(\tR\treplicaId2\xd6\t\n" +
 	"\fAdminService\x12H\n" +
 	"\aGetRing\x12\x1d.shardcache.v1.GetRingRequest\x1a\x1e.shardcache.v1.GetRingResponse\x12N\n" +
 	"\tListNodes\x12\x1f.shardcache.v1.ListNodesRequest\x1a .shardcache.v1.ListNodesResponse\x12N\n" +
 	"\tDrainNode\x12\x1f.shardcache.v1.DrainNodeRequest\x1a .shardcache.v1.DrainNodeResponse\x12T\n" +
 	"\vUndrainNode\x12!.shardcache.v1.UndrainNodeRequest\x1a\".shardcache.v1.UndrainNodeResponse\x12N\n" +
-	"\tPutPolicy\x12\x1f.shardcache.v1.PutPolicyRequest\x1a .shardcache.v1.PutPolicyResponse\x12N\n" +
+	"\tPutPolicy\x12\x1f.shardcache.v1.PutPolicyRequest\x1a .shardcache.v1.PutPolicyResponse\x12T\n" +
+	"\vPutPolicies\x12!.shardcache.v1.PutPoliciesRequest\x1a\".shardcache.v1.PutPoliciesResponse\x12N\n" +
 	"\tGetPolicy\x12\x1f.shardcache.v1.GetPolicyRequest\x1a .shardcache.v1.GetPolicyResponse\x12W\n" +
 	"\fListPolicies\x12\".shardcache.v1.ListPoliciesRequest\x1a#.shardcache.v1.ListPoliciesResponse\x12W\n" +
 	"\fDeletePolicy\x12\".shardcache.v1.DeletePolicyRequest\x1a#.shardcache.v1.DeletePolicyResponse\x12W\n" +
@@ -1897,7 +2002,7 @@ func file_shardcache_v1_admin_proto_rawDescGZIP() []byte {
 	return file_shardcache_v1_admin_proto_rawDescData
 }
 
-var file_shardcache_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_shardcache_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_shardcache_v1_admin_proto_goTypes = []any{
 	(*GetRingRequest)(nil),        // 0: shardcache.v1.GetRingRequest
 	(*GetRingResponse)(nil),       // 1: shardcache.v1.GetRingResponse
@@ -1910,94 +2015,100 @@ var file_shardcache_v1_admin_proto_goTypes = []any{
 	(*UndrainNodeRequest)(nil),    // 8: shardcache.v1.UndrainNodeRequest
 	(*UndrainNodeResponse)(nil),   // 9: shardcache.v1.UndrainNodeResponse
 	(*PutPolicyRequest)(nil),      // 10: shardcache.v1.PutPolicyRequest
-	(*PutPolicyResponse)(nil),     // 11: shardcache.v1.PutPolicyResponse
-	(*GetPolicyRequest)(nil),      // 12: shardcache.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),     // 13: shardcache.v1.GetPolicyResponse
-	(*ListPoliciesRequest)(nil),   // 14: shardcache.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),  // 15: shardcache.v1.ListPoliciesResponse
-	(*DeletePolicyRequest)(nil),   // 16: shardcache.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),  // 17: shardcache.v1.DeletePolicyResponse
-	(*PolicyStatusRequest)(nil),   // 18: shardcache.v1.PolicyStatusRequest
-	(*NodePolicyStatus)(nil),      // 19: shardcache.v1.NodePolicyStatus
-	(*PolicyStatusResponse)(nil),  // 20: shardcache.v1.PolicyStatusResponse
-	(*PurgeRequest)(nil),          // 21: shardcache.v1.PurgeRequest
-	(*PurgePrefixRequest)(nil),    // 22: shardcache.v1.PurgePrefixRequest
-	(*PurgeTagRequest)(nil),       // 23: shardcache.v1.PurgeTagRequest
-	(*GetPurgeRequest)(nil),       // 24: shardcache.v1.GetPurgeRequest
-	(*PurgeStatus)(nil),           // 25: shardcache.v1.PurgeStatus
-	(*PurgeResponse)(nil),         // 26: shardcache.v1.PurgeResponse
-	(*PurgePrefixResponse)(nil),   // 27: shardcache.v1.PurgePrefixResponse
-	(*PurgeTagResponse)(nil),      // 28: shardcache.v1.PurgeTagResponse
-	(*GetPurgeResponse)(nil),      // 29: shardcache.v1.GetPurgeResponse
-	(*GetVersionRequest)(nil),     // 30: shardcache.v1.GetVersionRequest
-	(*GetVersionResponse)(nil),    // 31: shardcache.v1.GetVersionResponse
-	(*RingEpoch)(nil),             // 32: shardcache.v1.RingEpoch
-	(*Member)(nil),                // 33: shardcache.v1.Member
-	(*LoadReport)(nil),            // 34: shardcache.v1.LoadReport
-	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
-	(*CachePolicy)(nil),           // 36: shardcache.v1.CachePolicy
-	(*durationpb.Duration)(nil),   // 37: google.protobuf.Duration
-	(*Purge)(nil),                 // 38: shardcache.v1.Purge
-	(*PurgeResult)(nil),           // 39: shardcache.v1.PurgeResult
+	(*PutPoliciesRequest)(nil),    // 11: shardcache.v1.PutPoliciesRequest
+	(*PutPoliciesResponse)(nil),   // 12: shardcache.v1.PutPoliciesResponse
+	(*PutPolicyResponse)(nil),     // 13: shardcache.v1.PutPolicyResponse
+	(*GetPolicyRequest)(nil),      // 14: shardcache.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),     // 15: shardcache.v1.GetPolicyResponse
+	(*ListPoliciesRequest)(nil),   // 16: shardcache.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),  // 17: shardcache.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),   // 18: shardcache.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),  // 19: shardcache.v1.DeletePolicyResponse
+	(*PolicyStatusRequest)(nil),   // 20: shardcache.v1.PolicyStatusRequest
+	(*NodePolicyStatus)(nil),      // 21: shardcache.v1.NodePolicyStatus
+	(*PolicyStatusResponse)(nil),  // 22: shardcache.v1.PolicyStatusResponse
+	(*PurgeRequest)(nil),          // 23: shardcache.v1.PurgeRequest
+	(*PurgePrefixRequest)(nil),    // 24: shardcache.v1.PurgePrefixRequest
+	(*PurgeTagRequest)(nil),       // 25: shardcache.v1.PurgeTagRequest
+	(*GetPurgeRequest)(nil),       // 26: shardcache.v1.GetPurgeRequest
+	(*PurgeStatus)(nil),           // 27: shardcache.v1.PurgeStatus
+	(*PurgeResponse)(nil),         // 28: shardcache.v1.PurgeResponse
+	(*PurgePrefixResponse)(nil),   // 29: shardcache.v1.PurgePrefixResponse
+	(*PurgeTagResponse)(nil),      // 30: shardcache.v1.PurgeTagResponse
+	(*GetPurgeResponse)(nil),      // 31: shardcache.v1.GetPurgeResponse
+	(*GetVersionRequest)(nil),     // 32: shardcache.v1.GetVersionRequest
+	(*GetVersionResponse)(nil),    // 33: shardcache.v1.GetVersionResponse
+	(*RingEpoch)(nil),             // 34: shardcache.v1.RingEpoch
+	(*Member)(nil),                // 35: shardcache.v1.Member
+	(*LoadReport)(nil),            // 36: shardcache.v1.LoadReport
+	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
+	(*CachePolicy)(nil),           // 38: shardcache.v1.CachePolicy
+	(*durationpb.Duration)(nil),   // 39: google.protobuf.Duration
+	(*Purge)(nil),                 // 40: shardcache.v1.Purge
+	(*PurgeResult)(nil),           // 41: shardcache.v1.PurgeResult
 }
 var file_shardcache_v1_admin_proto_depIdxs = []int32{
-	32, // 0: shardcache.v1.GetRingResponse.epoch:type_name -> shardcache.v1.RingEpoch
-	33, // 1: shardcache.v1.Node.member:type_name -> shardcache.v1.Member
-	34, // 2: shardcache.v1.Node.load:type_name -> shardcache.v1.LoadReport
-	35, // 3: shardcache.v1.Node.last_report_at:type_name -> google.protobuf.Timestamp
+	34, // 0: shardcache.v1.GetRingResponse.epoch:type_name -> shardcache.v1.RingEpoch
+	35, // 1: shardcache.v1.Node.member:type_name -> shardcache.v1.Member
+	36, // 2: shardcache.v1.Node.load:type_name -> shardcache.v1.LoadReport
+	37, // 3: shardcache.v1.Node.last_report_at:type_name -> google.protobuf.Timestamp
 	4,  // 4: shardcache.v1.Node.last_refused:type_name -> shardcache.v1.RefusedSession
-	35, // 5: shardcache.v1.RefusedSession.at:type_name -> google.protobuf.Timestamp
+	37, // 5: shardcache.v1.RefusedSession.at:type_name -> google.protobuf.Timestamp
 	3,  // 6: shardcache.v1.ListNodesResponse.nodes:type_name -> shardcache.v1.Node
-	33, // 7: shardcache.v1.DrainNodeResponse.member:type_name -> shardcache.v1.Member
-	33, // 8: shardcache.v1.UndrainNodeResponse.member:type_name -> shardcache.v1.Member
-	36, // 9: shardcache.v1.PutPolicyRequest.policy:type_name -> shardcache.v1.CachePolicy
-	36, // 10: shardcache.v1.PutPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
-	36, // 11: shardcache.v1.GetPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
-	36, // 12: shardcache.v1.ListPoliciesResponse.policies:type_name -> shardcache.v1.CachePolicy
-	19, // 13: shardcache.v1.PolicyStatusResponse.nodes:type_name -> shardcache.v1.NodePolicyStatus
-	37, // 14: shardcache.v1.PurgeRequest.wait:type_name -> google.protobuf.Duration
-	37, // 15: shardcache.v1.PurgePrefixRequest.wait:type_name -> google.protobuf.Duration
-	37, // 16: shardcache.v1.PurgeTagRequest.wait:type_name -> google.protobuf.Duration
-	37, // 17: shardcache.v1.GetPurgeRequest.wait:type_name -> google.protobuf.Duration
-	38, // 18: shardcache.v1.PurgeStatus.purge:type_name -> shardcache.v1.Purge
-	39, // 19: shardcache.v1.PurgeStatus.results:type_name -> shardcache.v1.PurgeResult
-	25, // 20: shardcache.v1.PurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
-	25, // 21: shardcache.v1.PurgePrefixResponse.status:type_name -> shardcache.v1.PurgeStatus
-	25, // 22: shardcache.v1.PurgeTagResponse.status:type_name -> shardcache.v1.PurgeStatus
-	25, // 23: shardcache.v1.GetPurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
-	0,  // 24: shardcache.v1.AdminService.GetRing:input_type -> shardcache.v1.GetRingRequest
-	2,  // 25: shardcache.v1.AdminService.ListNodes:input_type -> shardcache.v1.ListNodesRequest
-	6,  // 26: shardcache.v1.AdminService.DrainNode:input_type -> shardcache.v1.DrainNodeRequest
-	8,  // 27: shardcache.v1.AdminService.UndrainNode:input_type -> shardcache.v1.UndrainNodeRequest
-	10, // 28: shardcache.v1.AdminService.PutPolicy:input_type -> shardcache.v1.PutPolicyRequest
-	12, // 29: shardcache.v1.AdminService.GetPolicy:input_type -> shardcache.v1.GetPolicyRequest
-	14, // 30: shardcache.v1.AdminService.ListPolicies:input_type -> shardcache.v1.ListPoliciesRequest
-	16, // 31: shardcache.v1.AdminService.DeletePolicy:input_type -> shardcache.v1.DeletePolicyRequest
-	18, // 32: shardcache.v1.AdminService.PolicyStatus:input_type -> shardcache.v1.PolicyStatusRequest
-	21, // 33: shardcache.v1.AdminService.Purge:input_type -> shardcache.v1.PurgeRequest
-	22, // 34: shardcache.v1.AdminService.PurgePrefix:input_type -> shardcache.v1.PurgePrefixRequest
-	23, // 35: shardcache.v1.AdminService.PurgeTag:input_type -> shardcache.v1.PurgeTagRequest
-	24, // 36: shardcache.v1.AdminService.GetPurge:input_type -> shardcache.v1.GetPurgeRequest
-	30, // 37: shardcache.v1.AdminService.GetVersion:input_type -> shardcache.v1.GetVersionRequest
-	1,  // 38: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
-	5,  // 39: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
-	7,  // 40: shardcache.v1.AdminService.DrainNode:output_type -> shardcache.v1.DrainNodeResponse
-	9,  // 41: shardcache.v1.AdminService.UndrainNode:output_type -> shardcache.v1.UndrainNodeResponse
-	11, // 42: shardcache.v1.AdminService.PutPolicy:output_type -> shardcache.v1.PutPolicyResponse
-	13, // 43: shardcache.v1.AdminService.GetPolicy:output_type -> shardcache.v1.GetPolicyResponse
-	15, // 44: shardcache.v1.AdminService.ListPolicies:output_type -> shardcache.v1.ListPoliciesResponse
-	17, // 45: shardcache.v1.AdminService.DeletePolicy:output_type -> shardcache.v1.DeletePolicyResponse
-	20, // 46: shardcache.v1.AdminService.PolicyStatus:output_type -> shardcache.v1.PolicyStatusResponse
-	26, // 47: shardcache.v1.AdminService.Purge:output_type -> shardcache.v1.PurgeResponse
-	27, // 48: shardcache.v1.AdminService.PurgePrefix:output_type -> shardcache.v1.PurgePrefixResponse
-	28, // 49: shardcache.v1.AdminService.PurgeTag:output_type -> shardcache.v1.PurgeTagResponse
-	29, // 50: shardcache.v1.AdminService.GetPurge:output_type -> shardcache.v1.GetPurgeResponse
-	31, // 51: shardcache.v1.AdminService.GetVersion:output_type -> shardcache.v1.GetVersionResponse
-	38, // [38:52] is the sub-list for method output_type
-	24, // [24:38] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	35, // 7: shardcache.v1.DrainNodeResponse.member:type_name -> shardcache.v1.Member
+	35, // 8: shardcache.v1.UndrainNodeResponse.member:type_name -> shardcache.v1.Member
+	38, // 9: shardcache.v1.PutPolicyRequest.policy:type_name -> shardcache.v1.CachePolicy
+	38, // 10: shardcache.v1.PutPoliciesRequest.policies:type_name -> shardcache.v1.CachePolicy
+	38, // 11: shardcache.v1.PutPoliciesResponse.policies:type_name -> shardcache.v1.CachePolicy
+	38, // 12: shardcache.v1.PutPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
+	38, // 13: shardcache.v1.GetPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
+	38, // 14: shardcache.v1.ListPoliciesResponse.policies:type_name -> shardcache.v1.CachePolicy
+	21, // 15: shardcache.v1.PolicyStatusResponse.nodes:type_name -> shardcache.v1.NodePolicyStatus
+	39, // 16: shardcache.v1.PurgeRequest.wait:type_name -> google.protobuf.Duration
+	39, // 17: shardcache.v1.PurgePrefixRequest.wait:type_name -> google.protobuf.Duration
+	39, // 18: shardcache.v1.PurgeTagRequest.wait:type_name -> google.protobuf.Duration
+	39, // 19: shardcache.v1.GetPurgeRequest.wait:type_name -> google.protobuf.Duration
+	40, // 20: shardcache.v1.PurgeStatus.purge:type_name -> shardcache.v1.Purge
+	41, // 21: shardcache.v1.PurgeStatus.results:type_name -> shardcache.v1.PurgeResult
+	27, // 22: shardcache.v1.PurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
+	27, // 23: shardcache.v1.PurgePrefixResponse.status:type_name -> shardcache.v1.PurgeStatus
+	27, // 24: shardcache.v1.PurgeTagResponse.status:type_name -> shardcache.v1.PurgeStatus
+	27, // 25: shardcache.v1.GetPurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
+	0,  // 26: shardcache.v1.AdminService.GetRing:input_type -> shardcache.v1.GetRingRequest
+	2,  // 27: shardcache.v1.AdminService.ListNodes:input_type -> shardcache.v1.ListNodesRequest
+	6,  // 28: shardcache.v1.AdminService.DrainNode:input_type -> shardcache.v1.DrainNodeRequest
+	8,  // 29: shardcache.v1.AdminService.UndrainNode:input_type -> shardcache.v1.UndrainNodeRequest
+	10, // 30: shardcache.v1.AdminService.PutPolicy:input_type -> shardcache.v1.PutPolicyRequest
+	11, // 31: shardcache.v1.AdminService.PutPolicies:input_type -> shardcache.v1.PutPoliciesRequest
+	14, // 32: shardcache.v1.AdminService.GetPolicy:input_type -> shardcache.v1.GetPolicyRequest
+	16, // 33: shardcache.v1.AdminService.ListPolicies:input_type -> shardcache.v1.ListPoliciesRequest
+	18, // 34: shardcache.v1.AdminService.DeletePolicy:input_type -> shardcache.v1.DeletePolicyRequest
+	20, // 35: shardcache.v1.AdminService.PolicyStatus:input_type -> shardcache.v1.PolicyStatusRequest
+	23, // 36: shardcache.v1.AdminService.Purge:input_type -> shardcache.v1.PurgeRequest
+	24, // 37: shardcache.v1.AdminService.PurgePrefix:input_type -> shardcache.v1.PurgePrefixRequest
+	25, // 38: shardcache.v1.AdminService.PurgeTag:input_type -> shardcache.v1.PurgeTagRequest
+	26, // 39: shardcache.v1.AdminService.GetPurge:input_type -> shardcache.v1.GetPurgeRequest
+	32, // 40: shardcache.v1.AdminService.GetVersion:input_type -> shardcache.v1.GetVersionRequest
+	1,  // 41: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
+	5,  // 42: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
+	7,  // 43: shardcache.v1.AdminService.DrainNode:output_type -> shardcache.v1.DrainNodeResponse
+	9,  // 44: shardcache.v1.AdminService.UndrainNode:output_type -> shardcache.v1.UndrainNodeResponse
+	13, // 45: shardcache.v1.AdminService.PutPolicy:output_type -> shardcache.v1.PutPolicyResponse
+	12, // 46: shardcache.v1.AdminService.PutPolicies:output_type -> shardcache.v1.PutPoliciesResponse
+	15, // 47: shardcache.v1.AdminService.GetPolicy:output_type -> shardcache.v1.GetPolicyResponse
+	17, // 48: shardcache.v1.AdminService.ListPolicies:output_type -> shardcache.v1.ListPoliciesResponse
+	19, // 49: shardcache.v1.AdminService.DeletePolicy:output_type -> shardcache.v1.DeletePolicyResponse
+	22, // 50: shardcache.v1.AdminService.PolicyStatus:output_type -> shardcache.v1.PolicyStatusResponse
+	28, // 51: shardcache.v1.AdminService.Purge:output_type -> shardcache.v1.PurgeResponse
+	29, // 52: shardcache.v1.AdminService.PurgePrefix:output_type -> shardcache.v1.PurgePrefixResponse
+	30, // 53: shardcache.v1.AdminService.PurgeTag:output_type -> shardcache.v1.PurgeTagResponse
+	31, // 54: shardcache.v1.AdminService.GetPurge:output_type -> shardcache.v1.GetPurgeResponse
+	33, // 55: shardcache.v1.AdminService.GetVersion:output_type -> shardcache.v1.GetVersionResponse
+	41, // [41:56] is the sub-list for method output_type
+	26, // [26:41] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_admin_proto_init() }
@@ -2015,7 +2126,7 @@ func file_shardcache_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_admin_proto_rawDesc), len(file_shardcache_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	AdminService_DrainNode_FullMethodName    = "/shardcache.v1.AdminService/DrainNode"
 	AdminService_UndrainNode_FullMethodName  = "/shardcache.v1.AdminService/UndrainNode"
 	AdminService_PutPolicy_FullMethodName    = "/shardcache.v1.AdminService/PutPolicy"
+	AdminService_PutPolicies_FullMethodName  = "/shardcache.v1.AdminService/PutPolicies"
 	AdminService_GetPolicy_FullMethodName    = "/shardcache.v1.AdminService/GetPolicy"
 	AdminService_ListPolicies_FullMethodName = "/shardcache.v1.AdminService/ListPolicies"
 	AdminService_DeletePolicy_FullMethodName = "/shardcache.v1.AdminService/DeletePolicy"
@@ -51,6 +52,9 @@ type AdminServiceClient interface {
 	UndrainNode(ctx context.Context, in *UndrainNodeRequest, opts ...grpc.CallOption) (*UndrainNodeResponse, error)
 	// PutPolicy creates or replaces a cache policy after validating it.
 	PutPolicy(ctx context.Context, in *PutPolicyRequest, opts ...grpc.CallOption) (*PutPolicyResponse, error)
+	// PutPolicies creates or replaces several policies at once: all are validated, then all are
+	// written in one etcd transaction, or none is.
+	PutPolicies(ctx context.Context, in *PutPoliciesRequest, opts ...grpc.CallOption) (*PutPoliciesResponse, error)
 	// GetPolicy returns one policy by name.
 	GetPolicy(ctx context.Context, in *GetPolicyRequest, opts ...grpc.CallOption) (*GetPolicyResponse, error)
 	// ListPolicies returns every policy and the revision of the set.
@@ -125,6 +129,16 @@ func (c *adminServiceClient) PutPolicy(ctx context.Context, in *PutPolicyRequest
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PutPolicyResponse)
 	err := c.cc.Invoke(ctx, AdminService_PutPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) PutPolicies(ctx context.Context, in *PutPoliciesRequest, opts ...grpc.CallOption) (*PutPoliciesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutPoliciesResponse)
+	err := c.cc.Invoke(ctx, AdminService_PutPolicies_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -237,6 +251,9 @@ type AdminServiceServer interface {
 	UndrainNode(context.Context, *UndrainNodeRequest) (*UndrainNodeResponse, error)
 	// PutPolicy creates or replaces a cache policy after validating it.
 	PutPolicy(context.Context, *PutPolicyRequest) (*PutPolicyResponse, error)
+	// PutPolicies creates or replaces several policies at once: all are validated, then all are
+	// written in one etcd transaction, or none is.
+	PutPolicies(context.Context, *PutPoliciesRequest) (*PutPoliciesResponse, error)
 	// GetPolicy returns one policy by name.
 	GetPolicy(context.Context, *GetPolicyRequest) (*GetPolicyResponse, error)
 	// ListPolicies returns every policy and the revision of the set.
@@ -281,6 +298,9 @@ func (UnimplementedAdminServiceServer) UndrainNode(context.Context, *UndrainNode
 }
 func (UnimplementedAdminServiceServer) PutPolicy(context.Context, *PutPolicyRequest) (*PutPolicyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PutPolicy not implemented")
+}
+func (UnimplementedAdminServiceServer) PutPolicies(context.Context, *PutPoliciesRequest) (*PutPoliciesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutPolicies not implemented")
 }
 func (UnimplementedAdminServiceServer) GetPolicy(context.Context, *GetPolicyRequest) (*GetPolicyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPolicy not implemented")
@@ -416,6 +436,24 @@ func _AdminService_PutPolicy_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServiceServer).PutPolicy(ctx, req.(*PutPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_PutPolicies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutPoliciesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).PutPolicies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_PutPolicies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).PutPolicies(ctx, req.(*PutPoliciesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -608,6 +646,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PutPolicy",
 			Handler:    _AdminService_PutPolicy_Handler,
+		},
+		{
+			MethodName: "PutPolicies",
+			Handler:    _AdminService_PutPolicies_Handler,
 		},
 		{
 			MethodName: "GetPolicy",
