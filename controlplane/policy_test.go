@@ -493,3 +493,51 @@ func TestPutPoliciesIsAllOrNothing(t *testing.T) {
 		t.Fatalf("%d policies at once, the bound: %v", maxPoliciesPerApply, err)
 	}
 }
+
+// A node that refuses a policy push is sent the whole set at the next
+// change, not an increment over what it never applied.
+func TestARefusedPolicyPushIsFollowedByTheWholeSet(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	conn := dial(t, s)
+	admin := pb.NewAdminServiceClient(conn)
+	ctx := adminCtx(context.Background(), testToken)
+	node := openSession(t, conn, "node-a")
+	put := func(name string) {
+		t.Helper()
+		if _, err := admin.PutPolicy(ctx, &pb.PutPolicyRequest{Policy: &pb.CachePolicy{Name: name, PathPrefix: "/" + name + "/"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ack := func(a *pb.PolicyAck) {
+		t.Helper()
+		if err := node.stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_PolicyAck{PolicyAck: a}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("one")
+	first := node.recvPolicies(t)
+	ack(&pb.PolicyAck{AppliedRevision: first.GetRevision()})
+	put("two")
+	second := node.recvPolicies(t)
+	if !second.GetIncremental() {
+		t.Fatalf("second push %v, want an increment", second)
+	}
+	// The node refuses it and keeps the first set.
+	ack(&pb.PolicyAck{AppliedRevision: first.GetRevision(), RefusedRevision: second.GetRevision(), Error: "refused for the test"})
+	// Once the status shows the refusal, the session has read the ack.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		resp, err := admin.PolicyStatus(ctx, &pb.PolicyStatusRequest{})
+		if err == nil && len(resp.GetNodes()) == 1 && resp.GetNodes()[0].GetRefusedRevision() == second.GetRevision() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the refusal is not in the policy status: %v, %v", resp, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	put("three")
+	third := node.recvPolicies(t)
+	if third.GetIncremental() || len(third.GetPolicies()) != 3 {
+		t.Fatalf("the push after a refusal: %v; want the whole set of 3", third)
+	}
+}

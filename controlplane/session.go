@@ -265,6 +265,9 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 				if ack.GetRefusedRevision() != 0 {
 					st.PolicyRefusedRevision, st.PolicyError = ack.GetRefusedRevision(), ack.GetError()
 					log.Warn("node refused a policy push", "revision", ack.GetRefusedRevision(), "reason", ack.GetError())
+					// The node kept its set: an incremental push from what was
+					// sent would have a gap. The next change goes whole.
+					sentPolicies = 0
 				}
 			default:
 				continue
