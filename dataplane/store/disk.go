@@ -252,10 +252,13 @@ func (d *disk) commit(tmp, key string, size int64) (*diskEntry, error) {
 	de.access.Store(clock())
 	de.verified.Store(true)
 	d.mu.Lock()
-	if old := d.index[key]; old != nil {
+	old := d.index[key]
+	if old != nil {
 		d.removeLocked(old) // the rename replaces its file
 	}
-	victims, ok := d.victimsLocked(key, size)
+	// A record that replaces one of its key's is not a newcomer: it is
+	// never refused admission.
+	victims, ok := d.victimsLocked(key, size, old == nil)
 	if !ok {
 		d.mu.Unlock()
 		d.rejected.Add(1)
@@ -273,6 +276,11 @@ func (d *disk) commit(tmp, key string, size int64) (*diskEntry, error) {
 		d.admitted.Add(1)
 	}
 	d.mu.Unlock()
+	if old != nil {
+		// The memory tier may hold the replaced version: drop it before
+		// the new one is offered, so no Get finds the old one after this.
+		evicted = append(evicted, key)
+	}
 	for _, k := range evicted {
 		d.onEvict(k)
 	}
@@ -331,17 +339,19 @@ func dirIndex(hex3 string) int {
 }
 
 // victimsLocked picks the records a new record of size bytes under key
-// evicts (sampled least recently used), and applies TinyLFU's admission
-// (Einziger et al.): it reports false, having evicted nothing, when key is
+// evicts (sampled least recently used), and, when admit is set, applies
+// TinyLFU's admission (Einziger et al.): it reports false, having evicted
+// nothing, when key is
 // asked for less often than one of them. So a scan of objects asked for
 // once passes through a full tier without evicting what its clients keep
 // asking for, while a key asked for as often as the old ones replaces them
 // as LRU would.
-func (d *disk) victimsLocked(key string, size int64) ([]*diskEntry, bool) {
+func (d *disk) victimsLocked(key string, size int64, admit bool) ([]*diskEntry, bool) {
 	var victims []*diskEntry
 	var freed int64
 	var want uint32
-	if d.freq != nil {
+	check := admit && d.freq != nil
+	if check {
 		want = d.freq(key)
 	}
 	for tries := 0; d.used-freed+size > d.budget && len(victims) < len(d.all); tries++ {
@@ -353,7 +363,7 @@ func (d *disk) victimsLocked(key string, size int64) ([]*diskEntry, bool) {
 			// Sampling keeps finding chosen ones: take the next unchosen.
 			v = d.all[slices.IndexFunc(d.all, func(e *diskEntry) bool { return !slices.Contains(victims, e) })]
 		}
-		if d.freq != nil && want < d.freq(v.key) {
+		if check && want < d.freq(v.key) {
 			return nil, false
 		}
 		victims = append(victims, v)

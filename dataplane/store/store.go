@@ -97,11 +97,17 @@ func (s *Store) Get(key string) (*Entry, bool) {
 	if s.freq != nil {
 		s.freq.Observe(key)
 	}
-	if e, ok := s.mem.Get(key); ok {
-		e.touch()
-		return e, true
-	}
 	de := s.disk.lookup(key)
+	if e, ok := s.mem.Get(key); ok {
+		// The memory tier applies its sets a little later: a promotion
+		// of a version an update has since replaced may land after the
+		// update. Only the disk index's current record is served.
+		if e.disk == nil || e.disk == de {
+			e.touch()
+			return e, true
+		}
+		s.mem.Delete(key)
+	}
 	if de == nil {
 		return nil, false
 	}

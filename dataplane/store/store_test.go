@@ -542,3 +542,34 @@ func TestDiskAdmissionKeepsAFrequentObjectThroughAScan(t *testing.T) {
 		})
 	}
 }
+
+// After an update, a Get finds the new version at once, never the old
+// one the memory tier held.
+func TestAnUpdateIsSeenAtOnce(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	defer s.Close()
+	for i := range 50 {
+		key := fmt.Sprintf("u%d", i)
+		put(t, s, meta(key), body(key, 0, 1000), false)
+		var old *Entry
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			e, ok := s.Get(key)
+			if ok && e.InMemory() && len(e.Body) == 1000 {
+				old = e
+				break // the memory tier holds it
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the object never reached the memory tier")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		m := meta(key)
+		m.Header.Set("X-Version", "2")
+		if _, err := s.Update(old, m); err != nil {
+			t.Fatal(err)
+		}
+		if e, ok := s.Get(key); !ok || e.Header.Get("X-Version") != "2" {
+			t.Fatalf("%s right after its update: %v, X-Version %q; want the new version", key, ok, e.Header.Get("X-Version"))
+		}
+	}
+}
