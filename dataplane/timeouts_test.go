@@ -34,12 +34,12 @@ func TestTimeoutsBoundWaitingNotTransfers(t *testing.T) {
 	const size, chunks = 2 << 20, 8
 	o := &testOrigin{}
 	mux := http.NewServeMux()
-	mux.Handle("/slow/", slowBody(size, chunks, 120*time.Millisecond)) // ~1 s in all
+	mux.Handle("/slow/", slowBody(size, chunks, 300*time.Millisecond)) // ~2.4 s in all, 0.3 s gaps
 	mux.Handle("/", o)
 	origin := httptest.NewServer(mux)
 	defer origin.Close()
 	short := func(c *Config) {
-		c.OriginTimeout, c.RelayTimeout, c.HotThreshold, c.MaxObjectBytes = 300*time.Millisecond, 400*time.Millisecond, -1, 8<<20
+		c.OriginTimeout, c.RelayTimeout, c.HotThreshold, c.MaxObjectBytes = time.Second, 1500*time.Millisecond, -1, 8<<20
 	}
 	a, b, e := startPair(t, origin.URL, short)
 	path := pathOwnedBy(t, e, "/slow/", "b")
@@ -63,14 +63,14 @@ func TestTimeoutsBoundWaitingNotTransfers(t *testing.T) {
 	if resp.Header.Get("X-Cache") != "MISS" || n != size {
 		t.Fatalf("slow origin through the owner: %s, %d bytes in %s; want a MISS of %d bytes", resp.Header.Get("X-Cache"), n, took, size)
 	}
-	t.Logf("the origin's answer took %s against a 300ms origin timeout", took)
+	t.Logf("the origin's answer took %s against a 1s origin timeout", took)
 	waitFor(t, "the slow object to be stored", func() bool {
 		resp, n, _ := get(b, all)
 		return resp.Header.Get("X-Cache") == "HIT" && n == size
 	})
 
-	// A slow reader through the non-owner: 64 KiB every 30 ms, over a
-	// second against a 400 ms relay timeout.
+	// A slow reader through the non-owner: 64 KiB every 80 ms, over two
+	// seconds against a 1.5 s relay timeout.
 	slowly := func(r io.Reader) (int64, error) {
 		var total int64
 		buf := make([]byte, 64<<10)
@@ -83,14 +83,14 @@ func TestTimeoutsBoundWaitingNotTransfers(t *testing.T) {
 			if err != nil {
 				return total, err
 			}
-			time.Sleep(30 * time.Millisecond) // the client's pace
+			time.Sleep(80 * time.Millisecond) // the client's pace
 		}
 	}
 	resp, n, took = get(a, slowly)
 	if n != size || resp.Header.Get("X-Cache-Node") != "b" {
 		t.Fatalf("slow reader through the non-owner: %d bytes from %q in %s; want %d from b", n, resp.Header.Get("X-Cache-Node"), took, size)
 	}
-	t.Logf("the slow reader took %s against a 400ms relay timeout", took)
+	t.Logf("the slow reader took %s against a 1.5s relay timeout", took)
 }
 
 // An origin that stops sending mid-body for longer than the origin
