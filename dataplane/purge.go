@@ -98,7 +98,8 @@ func (n *Node) purgeNow(b *purge.Ban) {
 			return
 		}
 		p := n.policies.Load().Match(b.URL()[:i], r.URL.Path)
-		keys = []string{p.Key("http", r), p.Key("https", r)}
+		k := p.URLKeys(r)
+		keys = k[:]
 	default:
 		if n.hotCopies != nil {
 			n.hotCopies.Clear()

@@ -93,8 +93,7 @@ func (f *Front) drop(key string) {
 // scheme (an unsafe method changed the resource for both), and a sliced
 // object's head.
 func (f *Front) dropURL(req *http.Request, p *policy.Policy) {
-	for _, scheme := range []string{"http", "https"} {
-		key := p.Key(scheme, req)
+	for _, key := range p.URLKeys(req) {
 		f.drop(key)
 		if p.SliceSize > 0 {
 			// Without its head a sliced object is looked up anew; slices

@@ -228,6 +228,12 @@ func Host(r *http.Request) string {
 	return strings.ToLower(strings.TrimRight(host, ".")) // "example.com." is example.com
 }
 
+// URLKeys are the keys r's URL is stored under, one for each scheme a
+// client may have used: what a purge or an invalidation of the URL drops.
+func (p *Policy) URLKeys(r *http.Request) [2]string {
+	return [2]string{p.Key("http", r), p.Key("https", r)}
+}
+
 // Key builds r's cache key from the policy's template.
 func (p *Policy) Key(scheme string, r *http.Request) string {
 	var b strings.Builder
