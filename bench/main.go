@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -47,6 +48,7 @@ type measurement struct {
 	CPUPerReqUs  float64
 	MBPerSec     float64
 	RSSGrowthMiB float64
+	ObjsPerNode  float64 // objects stored per instance at the end (-1: not read)
 	Errors       int64
 	Note         string
 	Runs         int
@@ -68,7 +70,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench/results", "folder of the results")
 	flag.StringVar(&o.shardcache, "shardcache", ".bin/shardcache", "shardcache binary")
 	flag.StringVar(&o.cachectl, "cachectl", ".bin/cachectl", "cachectl binary")
-	flag.StringVar(&o.scenarios, "scenarios", "S1,S2,S3,S4,S5", "scenarios to run")
+	flag.StringVar(&o.scenarios, "scenarios", "S0,S1,S2,S3,S4,S5", "scenarios to run")
 	flag.StringVar(&o.systems, "systems", "", "comma-separated systems to run (default: all; shardcache first)")
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs (for trying the harness, not for figures)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work folder (configurations and logs) after the run")
@@ -251,6 +253,7 @@ func waitBody(ctx context.Context, url, substr string) error {
 // ceiling serves 4 KiB from memory on addr until killed.
 func ceiling(addr string) {
 	body := make([]byte, 4096)
+	size := strconv.Itoa(len(body))
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -258,6 +261,7 @@ func ceiling(addr string) {
 	}
 	http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("X-Cache", "HIT")
+		w.Header().Set("Content-Length", size)
 		w.Write(body)
 	}))
 }

@@ -24,13 +24,17 @@ type scenario struct {
 
 var scenarios = []scenario{
 	{
+		id: "S0", title: "one node, one hot object",
+		workload: func(r *runner) string {
+			return fmt.Sprintf("One instance, one 4 KiB object, warmed; 32 connections (%s), %s per run, median of 3 runs: the cost of a hit with no hop", r.hitsGenerator(), s1Duration(r))
+		},
+		metrics: []string{"req/s", "p50 ms", "p99 ms", "CPU µs/req"},
+		run:     runS0,
+	},
+	{
 		id: "S1", title: "all-hit small objects",
 		workload: func(r *runner) string {
-			gen := "cachectl bench"
-			if r.wrk != "" {
-				gen = "wrk, one process per front"
-			}
-			return fmt.Sprintf("1,000 keys × 4 KiB, warmed through every front; uniform keys, 32 connections (%s), %s per run, median of 3 runs; memory 64 MiB per instance", gen, s1Duration(r))
+			return fmt.Sprintf("1,000 keys × 4 KiB, warmed through every front; uniform keys, 32 connections (%s), %s per run, median of 3 runs; memory 64 MiB per instance", r.hitsGenerator(), s1Duration(r))
 		},
 		metrics: []string{"req/s", "p50 ms", "p99 ms", "CPU µs/req", "hit ratio"},
 		run:     runS1,
@@ -40,7 +44,7 @@ var scenarios = []scenario{
 		workload: func(r *runner) string {
 			return fmt.Sprintf("Zipf s=1.0 over 100,000 keys × 16 KiB, %d requests from cold, 16 clients; total cache memory ≈ 20 %% of the key space (%s per instance)", s2Requests(r), mib(s2Memory))
 		},
-		metrics: []string{"origin requests", "hit ratio", "p99 ms", "req/s", "CPU µs/req"},
+		metrics: []string{"origin requests", "hit ratio", "objects/node", "p99 ms", "req/s", "CPU µs/req"},
 		run:     runS2,
 	},
 	{
@@ -60,6 +64,14 @@ var scenarios = []scenario{
 		run:     runS4,
 	},
 	relayScenario,
+}
+
+// hitsGenerator names what drives the timed hit runs of S0 and S1.
+func (r *runner) hitsGenerator() string {
+	if r.wrk != "" {
+		return "wrk, one process per front"
+	}
+	return "cachectl bench"
 }
 
 func s1Duration(r *runner) time.Duration {
@@ -88,8 +100,14 @@ const s2Memory = 100000 * 16 << 10 / 5 / instances
 
 func mib(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }
 
-// withSystem starts sys in a fresh folder, runs f and stops it.
+// withSystem starts sys as instances instances in a fresh folder, runs f
+// and stops it.
 func withSystem(ctx context.Context, r *runner, sys system, mem int64, f func(*instance) error) error {
+	return withSystemOf(ctx, r, sys, mem, instances, f)
+}
+
+// withSystemOf is withSystem with n instances.
+func withSystemOf(ctx context.Context, r *runner, sys system, mem int64, n int, f func(*instance) error) error {
 	dir, err := os.MkdirTemp(r.work, "run-")
 	if err != nil {
 		return err
@@ -97,7 +115,7 @@ func withSystem(ctx context.Context, r *runner, sys system, mem int64, f func(*i
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
-	in, err := sys.start(ctx, r, dir, mem)
+	in, err := sys.start(ctx, r, dir, mem, n)
 	if err != nil {
 		return fmt.Errorf("starting %s: %w\n%s", sys.name, err, logTails(dir))
 	}
@@ -105,28 +123,25 @@ func withSystem(ctx context.Context, r *runner, sys system, mem int64, f func(*i
 	return f(in)
 }
 
-func runS1(ctx context.Context, r *runner) ([]measurement, error) {
+// ceilingSystem is a plain net/http server of one 4 KiB answer from memory.
+var ceilingSystem = system{"ceiling: net/http from memory", startCeiling}
+
+func runS0(ctx context.Context, r *runner) ([]measurement, error) {
+	return runHits(ctx, r, slices.DeleteFunc(slices.Clone(systems), func(s system) bool {
+		return s.name != "shardcache" && s.name != "nginx local"
+	}), 1, 1)
+}
+
+// runHits measures timedHits over keys objects for each of systems and
+// the net/http ceiling, n instances each.
+func runHits(ctx context.Context, r *runner, systems []system, n, keys int) ([]measurement, error) {
 	var out []measurement
-	for _, sys := range append(slices.Clone(systems), system{"ceiling: net/http from memory", startCeiling}) {
+	for _, sys := range append(systems, ceilingSystem) {
 		fmt.Fprintf(r.log, "   %s\n", sys.name)
-		err := withSystem(ctx, r, sys, 64<<20, func(in *instance) error {
-			// 3,000 sequential requests reach every key through every front.
-			if _, err := r.load(ctx, in.targets, "--dist", "sequential", "--keys", "1000", "--size", "4KiB", "-n", "3000", "-d", "0", "-c", "3"); err != nil {
-				return err
-			}
-			var runs []measurement
-			for range 3 {
-				cpu0 := cpuSeconds(in.serving)
-				res, err := r.loadS1(ctx, in.targets)
-				if err != nil {
-					return err
-				}
-				cpu := cpuSeconds(in.serving) - cpu0
-				runs = append(runs, measurement{System: sys.name, ReqPerSec: res.PerSecond, P50: res.LatencyMs.P50, P99: res.LatencyMs.P99,
-					HitRatio: res.HitRatio, CPUPerReqUs: cpu / float64(res.Requests) * 1e6, Errors: sumErrors(res)})
-			}
-			out = append(out, median(runs))
-			return nil
+		err := withSystemOf(ctx, r, sys, 64<<20, n, func(in *instance) error {
+			m, err := timedHits(ctx, r, sys, in, keys)
+			out = append(out, m)
+			return err
 		})
 		if err != nil {
 			return nil, err
@@ -135,18 +150,44 @@ func runS1(ctx context.Context, r *runner) ([]measurement, error) {
 	return out, nil
 }
 
-// loadS1 is one timed S1 run: with wrk when it is installed (its hit
-// ratio from the origin's count: all hits once warmed), else with
-// cachectl bench.
-func (r *runner) loadS1(ctx context.Context, targets []string) (*loadResult, error) {
+// timedHits warms keys objects through every front, then measures three
+// timed runs of uniform hits over them and returns the median.
+func timedHits(ctx context.Context, r *runner, sys system, in *instance, keys int) (measurement, error) {
+	// Sequential requests reach every key through every front.
+	n := strconv.Itoa(max(3, keys*len(in.targets)))
+	if _, err := r.load(ctx, in.targets, "--dist", "sequential", "--keys", strconv.Itoa(keys), "--size", "4KiB", "-n", n, "-d", "0", "-c", "3"); err != nil {
+		return measurement{}, err
+	}
+	var runs []measurement
+	for range 3 {
+		cpu0 := cpuSeconds(in.serving)
+		res, err := r.loadHits(ctx, in.targets, keys)
+		if err != nil {
+			return measurement{}, err
+		}
+		cpu := cpuSeconds(in.serving) - cpu0
+		runs = append(runs, measurement{System: sys.name, ReqPerSec: res.PerSecond, P50: res.LatencyMs.P50, P99: res.LatencyMs.P99,
+			HitRatio: res.HitRatio, CPUPerReqUs: cpu / float64(res.Requests) * 1e6, Errors: sumErrors(res)})
+	}
+	return median(runs), nil
+}
+
+func runS1(ctx context.Context, r *runner) ([]measurement, error) {
+	return runHits(ctx, r, slices.Clone(systems), instances, 1000)
+}
+
+// loadHits is one timed run of uniform 4 KiB hits over keys objects: with
+// wrk when it is installed (its hit ratio from the origin's count: all hits
+// once warmed), else with cachectl bench.
+func (r *runner) loadHits(ctx context.Context, targets []string, keys int) (*loadResult, error) {
 	if r.wrk == "" {
-		return r.load(ctx, targets, "--dist", "uniform", "--keys", "1000", "--size", "4KiB", "-c", "32", "-d", s1Duration(r).String())
+		return r.load(ctx, targets, "--dist", "uniform", "--keys", strconv.Itoa(keys), "--size", "4KiB", "-c", "32", "-d", s1Duration(r).String())
 	}
 	o0, err := r.originRequests()
 	if err != nil {
 		return nil, err
 	}
-	res, err := r.loadWrk(ctx, targets, 1000, 4096, 32, s1Duration(r))
+	res, err := r.loadWrk(ctx, targets, keys, 4096, 32, s1Duration(r))
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +222,8 @@ func runS2(ctx context.Context, r *runner) ([]measurement, error) {
 				return err
 			}
 			out = append(out, measurement{System: sys.name, OriginReqs: o1 - o0, HitRatio: res.HitRatio, P50: res.LatencyMs.P50, P99: res.LatencyMs.P99,
-				ReqPerSec: res.PerSecond, CPUPerReqUs: cpu / float64(res.Requests) * 1e6, Errors: sumErrors(res), Runs: 1})
+				ReqPerSec: res.PerSecond, CPUPerReqUs: cpu / float64(res.Requests) * 1e6, Errors: sumErrors(res), Runs: 1,
+				ObjsPerNode: objectsPerNode(ctx, sys, in)})
 			return nil
 		})
 		if err != nil {

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -27,11 +30,11 @@ func (in *instance) stop() {
 	}
 }
 
-// system starts one of the compared designs with a memory budget per
-// instance, against the run's origin.
+// system starts one of the compared designs, n instances with a memory
+// budget each, against the run's origin.
 type system struct {
 	name  string
-	start func(ctx context.Context, r *runner, dir string, memBytes int64) (*instance, error)
+	start func(ctx context.Context, r *runner, dir string, memBytes int64, n int) (*instance, error)
 }
 
 var systems = []system{
@@ -41,9 +44,11 @@ var systems = []system{
 	{"varnish shard", startVarnish},
 }
 
+// instances is how many nodes (or nginx and Varnish instances) a scenario
+// runs unless it says otherwise.
 const instances = 3
 
-func startShardcache(ctx context.Context, r *runner, dir string, memBytes int64) (*instance, error) {
+func startShardcache(ctx context.Context, r *runner, dir string, memBytes int64, n int) (*instance, error) {
 	control := freePort()
 	in := &instance{dir: dir, control: control}
 	cp, err := startProc(dir, "control", r.shardcache, "control", "--listen", control, "--ops", freePort(),
@@ -55,7 +60,7 @@ func startShardcache(ctx context.Context, r *runner, dir string, memBytes int64)
 	}
 	in.all = append(in.all, cp)
 	var ops []string
-	for i := 1; i <= instances; i++ {
+	for i := 1; i <= n; i++ {
 		client, peer, op := freePort(), freePort(), freePort()
 		args := append([]string{"node", "--id", fmt.Sprintf("node-%d", i), "--client", client, "--peer", peer, "--ops", op,
 			"--control-plane", control, "--origin", r.origin, "--memory", fmt.Sprint(memBytes), "--log-level", "warn",
@@ -75,7 +80,7 @@ func startShardcache(ctx context.Context, r *runner, dir string, memBytes int64)
 	}
 	in.ops = ops
 	for _, op := range ops {
-		if err := waitBody(ctx, "http://"+op+"/readyz", fmt.Sprintf("members=%d", instances)); err != nil {
+		if err := waitBody(ctx, "http://"+op+"/readyz", fmt.Sprintf("members=%d", n)); err != nil {
 			in.stop()
 			return nil, err
 		}
@@ -146,14 +151,14 @@ http {
 	return conf, os.WriteFile(conf, []byte(b.String()), 0o644)
 }
 
-func startNginx(ctx context.Context, r *runner, dir string, memBytes int64, twoTier bool) (*instance, error) {
-	tier1 := make([]string, instances)
-	tier2 := make([]string, instances)
-	for i := range instances {
+func startNginx(ctx context.Context, r *runner, dir string, memBytes int64, n int, twoTier bool) (*instance, error) {
+	tier1 := make([]string, n)
+	tier2 := make([]string, n)
+	for i := range n {
 		tier1[i], tier2[i] = freePort(), freePort()
 	}
 	in := &instance{dir: dir, fronts: tier1, caches: tier2}
-	for i := range instances {
+	for i := range n {
 		t1 := ""
 		if twoTier {
 			t1 = tier1[i]
@@ -190,12 +195,12 @@ func startNginx(ctx context.Context, r *runner, dir string, memBytes int64, twoT
 	return in, nil
 }
 
-func startNginxTwoTier(ctx context.Context, r *runner, dir string, memBytes int64) (*instance, error) {
-	return startNginx(ctx, r, dir, memBytes, true)
+func startNginxTwoTier(ctx context.Context, r *runner, dir string, memBytes int64, n int) (*instance, error) {
+	return startNginx(ctx, r, dir, memBytes, n, true)
 }
 
-func startNginxLocal(ctx context.Context, r *runner, dir string, memBytes int64) (*instance, error) {
-	return startNginx(ctx, r, dir, memBytes, false)
+func startNginxLocal(ctx context.Context, r *runner, dir string, memBytes int64, n int) (*instance, error) {
+	return startNginx(ctx, r, dir, memBytes, n, false)
 }
 
 // varnishVCL makes each instance a tier-1 front (shard director over the
@@ -241,18 +246,18 @@ sub vcl_deliver {
 	return b.String()
 }
 
-func startVarnish(ctx context.Context, r *runner, dir string, memBytes int64) (*instance, error) {
-	in := &instance{}
-	tier1 := make([]string, instances)
-	tier2 := make([]string, instances)
-	for i := range instances {
+func startVarnish(ctx context.Context, r *runner, dir string, memBytes int64, n int) (*instance, error) {
+	in := &instance{dir: dir}
+	tier1 := make([]string, n)
+	tier2 := make([]string, n)
+	for i := range n {
 		tier1[i], tier2[i] = freePort(), freePort()
 	}
 	vcl := filepath.Join(dir, "shard.vcl")
 	if err := os.WriteFile(vcl, []byte(varnishVCL(tier2, r.origin)), 0o644); err != nil {
 		return nil, err
 	}
-	for i := range instances {
+	for i := range n {
 		work := filepath.Join(dir, fmt.Sprintf("varnish-%d", i+1))
 		p, err := startProc(dir, fmt.Sprintf("varnish-%d", i+1), r.varnishd, "-F", "-j", "none", "-n", work, "-i", fmt.Sprintf("varnish-%d", i+1),
 			"-a", "tier1="+tier1[i], "-a", "tier2="+tier2[i], "-f", vcl,
@@ -276,7 +281,7 @@ func startVarnish(ctx context.Context, r *runner, dir string, memBytes int64) (*
 
 // startCeiling runs this binary as a plain net/http server of 4 KiB from
 // memory: the most a hit can do on this machine's HTTP stack.
-func startCeiling(ctx context.Context, r *runner, dir string, _ int64) (*instance, error) {
+func startCeiling(ctx context.Context, r *runner, dir string, _ int64, _ int) (*instance, error) {
 	addr := freePort()
 	p, err := startProc(dir, "ceiling", r.self, "ceiling", addr)
 	if err != nil {
@@ -288,4 +293,46 @@ func startCeiling(ctx context.Context, r *runner, dir string, _ int64) (*instanc
 		return nil, err
 	}
 	return in, nil
+}
+
+// objectsPerNode is the mean number of objects each instance holds, read
+// the way each system counts them: shardcache's disk tier (every object
+// has a record there; memory holds copies), nginx's cache files, Varnish's
+// MAIN.n_object. -1 when it cannot be read.
+func objectsPerNode(ctx context.Context, sys system, in *instance) float64 {
+	switch sys.name {
+	case "shardcache":
+		s, err := scrape(in)
+		if err != nil || len(in.ops) == 0 {
+			return -1
+		}
+		return s.counter("shardcache_store_objects", `tier="disk"`) / float64(len(in.ops))
+	case "nginx two-tier", "nginx local":
+		var n int
+		for i := range in.caches {
+			filepath.WalkDir(filepath.Join(in.dir, fmt.Sprintf("nginx-%d", i+1), "cache"), func(_ string, d fs.DirEntry, err error) error {
+				if err == nil && d.Type().IsRegular() {
+					n++
+				}
+				return nil
+			})
+		}
+		return float64(n) / float64(max(1, len(in.caches)))
+	case "varnish shard":
+		var sum float64
+		for i := range in.serving {
+			out, err := exec.CommandContext(ctx, "varnishstat", "-n", filepath.Join(in.dir, fmt.Sprintf("varnish-%d", i+1)), "-1", "-f", "MAIN.n_object").Output()
+			f := strings.Fields(string(out))
+			if err != nil || len(f) < 2 {
+				return -1
+			}
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				return -1
+			}
+			sum += v
+		}
+		return sum / float64(max(1, len(in.serving)))
+	}
+	return -1
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/front"
 	"github.com/shardcache/shardcache/dataplane/hotkey"
+	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/origin"
@@ -351,11 +352,15 @@ func (n *Node) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s listener: %w", a.name, err)
 		}
-		listeners = append(listeners, l)
 		n.addrs[i].Store(l.Addr().(*net.TCPAddr))
+		if a.name == "client" {
+			l = coalesce.Listener{Listener: l}
+		}
+		listeners = append(listeners, l)
 	}
 	servers := []*http.Server{
-		{Handler: n.traceHandler(http.HandlerFunc(n.front.ServeClient), "shardcache.client"), ReadHeaderTimeout: n.cfg.ClientHeaderTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: maxClientHeader},
+		{Handler: n.traceHandler(http.HandlerFunc(n.front.ServeClient), "shardcache.client"), ReadHeaderTimeout: n.cfg.ClientHeaderTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: maxClientHeader,
+			ConnContext: coalesce.ConnContext}, // small answers in one write: listeners[0] is a coalesce.Listener
 		n.peerServer(),
 		{Handler: n.opsHandler(), ReadHeaderTimeout: 10 * time.Second},
 	}

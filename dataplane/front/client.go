@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/internal/wait"
 	"github.com/shardcache/shardcache/dataplane/metrics"
@@ -51,6 +52,9 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 		if f.cfg.Tracer != nil {
 			annotate(r.Context(), attribute.String("shardcache.node", f.cfg.ID), attribute.String("shardcache.route", route),
 				attribute.String("shardcache.cache", cache))
+		}
+		if !rec.Broken {
+			coalesce.Settle(rec, r) // a held answer's last bytes leave after it is counted
 		}
 		rec.AbortIfBroken()
 	}()

@@ -32,7 +32,8 @@ func (f *Front) forwardedFor(r *http.Request) string {
 		drop = untrustedField
 	}
 	relay.StripInternal(h, drop)
-	var chain []string
+	var buf [4]string
+	chain := buf[:0]
 	// The keys are canonical: the fields are read and set without
 	// Header's canonicalisation, which every request would pay.
 	for _, v := range h["X-Forwarded-For"] {
@@ -44,15 +45,22 @@ func (f *Front) forwardedFor(r *http.Request) string {
 	}
 	node := peer.String()
 	chain = append(chain, node)
-	h["X-Forwarded-For"] = []string{strings.Join(chain, ", ")}
+	// One array backs the three fields set here.
+	vals := make([]string, 3)
+	vals[0] = node
+	if len(chain) > 1 {
+		vals[0] = strings.Join(chain, ", ")
+	}
+	h["X-Forwarded-For"] = vals[0:1:1]
 	if peer.Is6() {
 		node = `"[` + node + `]"`
 	}
 	if prior := strings.Join(h["Forwarded"], ", "); prior != "" {
-		h["Forwarded"] = []string{prior + ", for=" + node}
+		vals[1] = prior + ", for=" + node
 	} else {
-		h["Forwarded"] = []string{"for=" + node}
+		vals[1] = "for=" + node
 	}
+	h["Forwarded"] = vals[1:2:2]
 	client := chain[0]
 	for i := len(chain) - 1; i >= 0; i-- {
 		a, err := netip.ParseAddr(chain[i])
@@ -61,7 +69,8 @@ func (f *Front) forwardedFor(r *http.Request) string {
 			break
 		}
 	}
-	h["X-Real-Ip"] = []string{client}
+	vals[2] = client
+	h["X-Real-Ip"] = vals[2:3:3]
 	return client
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/internal/wait"
 	"github.com/shardcache/shardcache/dataplane/metrics"
@@ -103,6 +104,7 @@ func (f *Front) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, 
 			return false
 		}
 		body = bytes.NewReader(b)
+		coalesce.Hold(r, int64(len(b))) // whole and small: one write
 	}
 	reply.CopyHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
@@ -153,6 +155,7 @@ func (f *Front) admitHotCopy(w http.ResponseWriter, r *http.Request, key string,
 	reply.CopyHeader(w.Header(), resp.Header)
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(resp.StatusCode)
+	coalesce.Hold(r, int64(len(body)))
 	w.Write(body)
 	return true
 }

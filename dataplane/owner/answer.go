@@ -11,7 +11,9 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
+	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
 )
 
@@ -63,7 +65,7 @@ func (o *Owner) Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, r
 		follow = &reply.ErrReader{R: io.MultiReader(bytes.NewReader(first[:k]), rd)}
 		src = follow
 	case e.InMemory():
-		src = bytes.NewReader(e.Body)
+		// Written below as it is.
 	default:
 		f, err := o.cfg.Store.Open(e)
 		if err != nil {
@@ -88,7 +90,7 @@ func (o *Owner) Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, r
 	}
 	h.Del("Content-Length")
 	if rd == nil && e.Coding == "" && e.Status == http.StatusOK && e.Length >= 0 {
-		h.Set("Accept-Ranges", "bytes")
+		h["Accept-Ranges"] = acceptRangesBytes
 	}
 	if length >= 0 && reply.BodyAllowed(e.Status) {
 		h.Set("Content-Length", strconv.FormatInt(length, 10))
@@ -97,6 +99,14 @@ func (o *Owner) Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, r
 	w.WriteHeader(e.Status)
 	if r.Method == http.MethodHead || !reply.BodyAllowed(e.Status) {
 		return nil
+	}
+	if e.InMemory() && rd == nil && !decode {
+		coalesce.Hold(r, int64(len(e.Body))) // a small answer from memory leaves in one write
+		w.Write(e.Body)
+		return nil
+	}
+	if src == nil {
+		src = bytes.NewReader(e.Body) // in memory, decoded for this client
 	}
 	if decode {
 		d := decoders.Get().(*zstd.Decoder)
@@ -139,6 +149,28 @@ func (o *Owner) writeNotModified(w http.ResponseWriter, e *store.Entry, status s
 // does to canonicalise them, on every answer.
 func (o *Owner) cacheHeaders(h http.Header, e *store.Entry, status string) {
 	h["Age"] = []string{strconv.FormatInt(int64(e.Age(time.Now())/time.Second), 10)}
-	h["X-Cache"] = []string{status}
-	h["X-Cache-Node"] = []string{o.cfg.ID}
+	h["X-Cache"] = statusField(status)
+	h["X-Cache-Node"] = o.nodeField
+}
+
+// acceptRangesBytes is Accept-Ranges: bytes, shared as statusFields are.
+var acceptRangesBytes = []string{"bytes"}
+
+// statusFields are the X-Cache values as header values, shared by every
+// answer: a slice whose length is its capacity is never written through
+// (an append copies it).
+var statusFields = map[string][]string{}
+
+func init() {
+	for _, s := range []string{relay.CacheHit, relay.CacheMiss, relay.CacheStale, relay.CacheBypass, relay.CacheRevalidated} {
+		statusFields[s] = []string{s}
+	}
+}
+
+// statusField returns status as a header value.
+func statusField(status string) []string {
+	if f, ok := statusFields[status]; ok {
+		return f
+	}
+	return []string{status}
 }

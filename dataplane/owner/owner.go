@@ -85,11 +85,13 @@ type Owner struct {
 	precopying atomic.Bool
 	// waiting counts requests waiting on another request's fill.
 	waiting atomic.Int64
+	// nodeField is X-Cache-Node's value, shared by every answer.
+	nodeField []string
 }
 
 // New builds an owner over an open store.
 func New(cfg Config) *Owner {
-	return &Owner{cfg: cfg, started: time.Now()}
+	return &Owner{cfg: cfg, started: time.Now(), nodeField: []string{cfg.ID}}
 }
 
 // SetLocal installs the peer listener's handler, which serves the slices

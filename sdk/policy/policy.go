@@ -66,6 +66,7 @@ type Policy struct {
 	hosts     []string // lower-case; "*.x" wildcards; empty: every host
 	prefix    string
 	key       []keyPart
+	keyLen    int // the literal parts' length, for sizing a key
 	statusTTL []*pb.StatusTTL
 	excluded  []*pb.StatusRange
 	bypass    []*pb.BypassRule
@@ -160,6 +161,9 @@ func Compile(p *pb.CachePolicy) (*Policy, error) {
 		return nil, fmt.Errorf("policy %s: key template %q: %w", c.Name, tmpl, err)
 	}
 	c.key = key
+	for _, part := range key {
+		c.keyLen += len(part.literal)
+	}
 	for _, r := range c.bypass {
 		for _, pat := range r.GetPathPatterns() {
 			if _, err := path.Match(pat, "/"); err != nil {
@@ -222,8 +226,10 @@ func parseTemplate(t string) ([]keyPart, error) {
 // trailing dot, as nginx's $host.
 func Host(r *http.Request) string {
 	host := r.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
+	if strings.IndexByte(host, ':') >= 0 { // SplitHostPort's error for a bare host costs an allocation
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
 	}
 	return strings.ToLower(strings.TrimRight(host, ".")) // "example.com." is example.com
 }
@@ -237,6 +243,7 @@ func (p *Policy) URLKeys(r *http.Request) [2]string {
 // Key builds r's cache key from the policy's template.
 func (p *Policy) Key(scheme string, r *http.Request) string {
 	var b strings.Builder
+	b.Grow(p.keyLen + len(r.Host) + len(r.URL.Path) + len(r.URL.RawQuery) + 8)
 	for _, part := range p.key {
 		switch v := part.variable; {
 		case v == "":
@@ -246,7 +253,7 @@ func (p *Policy) Key(scheme string, r *http.Request) string {
 		case v == "host":
 			b.WriteString(Host(r))
 		case v == "request_uri":
-			b.WriteString(r.URL.RequestURI())
+			writeRequestURI(&b, r.URL)
 		case v == "uri":
 			b.WriteString(r.URL.EscapedPath())
 		case v == "args":
@@ -262,6 +269,23 @@ func (p *Policy) Key(scheme string, r *http.Request) string {
 		}
 	}
 	return b.String()
+}
+
+// writeRequestURI writes u.RequestURI() without building it first.
+func writeRequestURI(b *strings.Builder, u *url.URL) {
+	if u.Opaque != "" {
+		b.WriteString(u.RequestURI())
+		return
+	}
+	if p := u.EscapedPath(); p != "" {
+		b.WriteString(p)
+	} else {
+		b.WriteByte('/')
+	}
+	if u.ForceQuery || u.RawQuery != "" {
+		b.WriteByte('?')
+		b.WriteString(u.RawQuery)
+	}
 }
 
 // Bypass reports whether a bypass rule matches r.
