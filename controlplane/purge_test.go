@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
@@ -222,5 +226,98 @@ func TestOldPurgesAreCompactedBehindAFloor(t *testing.T) {
 	}
 	if _, err := admin.GetPurge(ctx, &pb.GetPurgeRequest{RequestId: "t0"}); status.Code(err) != codes.NotFound {
 		t.Errorf("compacted purge: %v, want NotFound", err)
+	}
+}
+
+// TestANodeJoinsWithMorePurgesThanOneMessageHolds: 150,000 retained
+// purges are about 13 MiB encoded, three times gRPC's default 4 MiB
+// receive limit (the node's). They reach a joining node whole and in
+// order, ahead of its snapshot, no message over the limit.
+func TestANodeJoinsWithMorePurgesThanOneMessageHolds(t *testing.T) {
+	const n = 150000
+	s, _, _ := startServer(t, nil, func(c *Config) { c.PurgeMaxRecords = 2 * n })
+	ctx := context.Background()
+	ops := make([]clientv3.Op, 0, 100)
+	flush := func() {
+		if _, err := s.state.kv.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+		ops = ops[:0]
+	}
+	for i := range n {
+		p := &pb.Purge{Id: fmt.Sprintf("bulk-%06d", i), Kind: pb.PurgeKind_PURGE_KIND_URL,
+			Url: fmt.Sprintf("http://www.example.com/catalogue/products/%06d?colour=blue", i), CreatedAt: timestamppb.Now()}
+		b, err := proto.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops = append(ops, clientv3.OpPut(s.state.purgeKey(p.GetId()), string(b)))
+		if len(ops) == cap(ops) {
+			flush()
+		}
+	}
+	// The replica's view takes them from its watch; a session opened
+	// before it has them all would be given fewer.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ps, _ := s.purgeHub.since(0)
+		if len(ps) == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the purge view holds %d of %d purges after a minute", len(ps), n)
+		}
+		<-time.After(50 * time.Millisecond) // polling the replica's view: it signals no count
+	}
+	if size := proto.Size(&pb.Snapshot{Purges: mustSince(t, s)}); size < 3*4<<20/2 {
+		t.Fatalf("the purges encode to %d bytes; the test needs more than the 4 MiB limit", size)
+	}
+
+	conn := dial(t, s) // the default receive limit: 4 MiB
+	sess, snap := openSessionWith(t, conn, &pb.Hello{Member: &pb.Member{Id: "joiner", PeerAddress: "127.0.0.1:9999"}})
+	got := snap.GetPurges()
+	if len(got) != n {
+		t.Fatalf("the joining node got %d purges, want %d", len(got), n)
+	}
+	for i, p := range got {
+		// Written 100 to a transaction, they share revisions by the hundred.
+		if want := fmt.Sprintf("bulk-%06d", i); p.GetId() != want || i > 0 && p.GetRevision() < got[i-1].GetRevision() {
+			t.Fatalf("purge %d is %s at revision %d, want %s, not before revision %d", i, p.GetId(), p.GetRevision(), want, got[max(0, i-1)].GetRevision())
+		}
+	}
+	if sess.missedBatches < 3 {
+		t.Errorf("%d MissedPurges messages ahead of the snapshot; 13 MiB needs at least 3 of at most 1 MiB", sess.missedBatches)
+	}
+}
+
+func mustSince(t *testing.T, s *Server) []*pb.Purge {
+	ps, _ := s.purgeHub.since(0)
+	return ps
+}
+
+func TestPurgeBatchesAreBoundedAndKeepOrder(t *testing.T) {
+	var ps []*pb.Purge
+	for i := range 1000 {
+		ps = append(ps, &pb.Purge{Id: fmt.Sprintf("p%d", i), Url: strings.Repeat("u", i%300), Revision: int64(i + 1)})
+	}
+	for _, limit := range []int{1, 500, 4096, 1 << 20} {
+		batches := purgeBatches(ps, limit)
+		var all []*pb.Purge
+		for _, b := range batches {
+			size := 0
+			for _, p := range b {
+				size += proto.Size(p) + 6
+			}
+			if size > limit && len(b) > 1 {
+				t.Errorf("limit %d: a batch of %d purges encodes to %d bytes", limit, len(b), size)
+			}
+			all = append(all, b...)
+		}
+		if !slices.Equal(all, ps) {
+			t.Errorf("limit %d: the batches do not hold the purges in order", limit)
+		}
+	}
+	if b := purgeBatches(nil, 1<<20); len(b) != 1 || len(b[0]) != 0 {
+		t.Errorf("no purges: %d batches, want one empty (the snapshot's)", len(b))
 	}
 }

@@ -109,6 +109,9 @@ type nodeSession struct {
 	// snapshot is the epoch the session started with, which may already be
 	// the one a test waits for.
 	snapshot *pb.RingEpoch
+	// missedBatches is how many MissedPurges messages came ahead of the
+	// snapshot.
+	missedBatches int
 }
 
 func openSession(t *testing.T, conn *grpc.ClientConn, id string) *nodeSession {
@@ -137,17 +140,30 @@ func openSessionWith(t *testing.T, conn *grpc.ClientConn, hello *pb.Hello) (*nod
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	stream := sayHello(t, ctx, conn, hello)
-	resp, err := stream.Recv()
-	if err != nil {
-		t.Fatalf("%s: no snapshot: %v", id, err)
+	// Missed purges that do not fit in the snapshot come ahead of it: the
+	// snapshot returned carries them all, in order.
+	var missed []*pb.Purge
+	batches := 0
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("%s: no snapshot: %v", id, err)
+		}
+		if m := resp.GetMissedPurges(); m != nil {
+			missed = append(missed, m.GetPurges()...)
+			batches++
+			continue
+		}
+		snap := resp.GetSnapshot()
+		if snap == nil {
+			t.Fatalf("%s: message %T before the snapshot, want a snapshot or missed purges", id, resp.GetMsg())
+		}
+		if got := snap.GetMember().GetState(); got != pb.MemberState_MEMBER_STATE_ACTIVE {
+			t.Fatalf("%s registered as %s", id, got)
+		}
+		snap.Purges = append(missed, snap.GetPurges()...)
+		return &nodeSession{stream: stream, cancel: cancel, snapshot: snap.GetEpoch(), missedBatches: batches}, snap
 	}
-	if resp.GetSnapshot() == nil {
-		t.Fatalf("%s: first message is %T, want a snapshot", id, resp.GetMsg())
-	}
-	if got := resp.GetSnapshot().GetMember().GetState(); got != pb.MemberState_MEMBER_STATE_ACTIVE {
-		t.Fatalf("%s registered as %s", id, got)
-	}
-	return &nodeSession{stream: stream, cancel: cancel, snapshot: resp.GetSnapshot().GetEpoch()}, resp.GetSnapshot()
 }
 
 // waitEpoch reads pushes until an epoch with exactly the given members;

@@ -133,7 +133,15 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 		return status.Error(codes.Unavailable, "this control plane replica has not read the purges from etcd yet; retry")
 	}
 	heartbeat := n.leaseTTL / 4
-	snap := &pb.Snapshot{Epoch: cur, Member: m, Policies: policies, Purges: purges, HeartbeatInterval: durationpb.New(heartbeat)}
+	// However many purges were retained, no message passes the node's
+	// receive limit: all but the last batch go ahead of the snapshot.
+	batches := purgeBatches(purges, missedPurgesBytes)
+	for _, b := range batches[:len(batches)-1] {
+		if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_MissedPurges{MissedPurges: &pb.MissedPurges{Purges: b}}}); err != nil {
+			return err
+		}
+	}
+	snap := &pb.Snapshot{Epoch: cur, Member: m, Policies: policies, Purges: batches[len(batches)-1], HeartbeatInterval: durationpb.New(heartbeat)}
 	if csr := hello.GetCsr(); len(csr) > 0 {
 		snap.Certificate = n.certificate(csr, m.GetId())
 	}
@@ -286,6 +294,29 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 			return nil
 		}
 	}
+}
+
+// missedPurgesBytes bounds the purges of one session message: a quarter
+// of gRPC's default 4 MiB receive limit, leaving the snapshot room for its
+// epoch and policies.
+const missedPurgesBytes = 1 << 20
+
+// purgeBatches cuts purges, in order, into batches of at most limit bytes
+// encoded (a purge larger than limit alone in its batch). There is always
+// at least one batch, maybe empty: the snapshot's.
+func purgeBatches(purges []*pb.Purge, limit int) [][]*pb.Purge {
+	var out [][]*pb.Purge
+	start, size := 0, 0
+	for i, p := range purges {
+		// The field tag and length prefix of a repeated message: at most 6 bytes.
+		n := proto.Size(p) + 6
+		if size+n > limit && i > start {
+			out = append(out, purges[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	return append(out, purges[start:])
 }
 
 // refuse answers a hello for an id whose session another process holds,

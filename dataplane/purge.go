@@ -22,6 +22,11 @@ const purgeAckWithin = 2 * time.Second
 // PurgeRevision is the highest purge revision this node has applied.
 func (n *Node) PurgeRevision() int64 { return n.bans.Revision() }
 
+// CaughtUp says the purges missed while the node was away are applied:
+// objects stored before this run may be served again, as far as the bans
+// allow.
+func (n *Node) CaughtUp() { n.owner.CaughtUp() }
+
 // ApplyPurges applies purges pushed by the control plane, in order, and
 // reports each one's result: once the sweep has applied it to every stored
 // object, or after purgeAckWithin with the count so far. Once it returns,
@@ -53,7 +58,6 @@ func (n *Node) ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 			n.log.Error("saving purge state; a restart re-applies the purges", "err", err)
 		}
 	}
-	n.owner.CaughtUp()
 	n.metrics.PurgeRevision.Set(float64(n.bans.Revision()))
 	n.metrics.Bans.Set(float64(len(n.bans.Pending())))
 	if len(added) == 0 {

@@ -52,6 +52,9 @@ type Applier interface {
 	// later, from any goroutine. The snapshot's purges (maybe none) are
 	// applied before its epoch.
 	ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult))
+	// CaughtUp says the purges missed while the node was away are all
+	// applied: the snapshot's, after any sent ahead of it.
+	CaughtUp()
 	// PurgeRevision is the highest purge revision applied.
 	PurgeRevision() int64
 }
@@ -119,6 +122,26 @@ func (c *Client) report(r *pb.PurgeResult) {
 	select {
 	case c.resultReq <- struct{}{}:
 	default:
+	}
+}
+
+// maxCatchUpErrors bounds the errors reported for missed purges in one
+// session; the node logs every one.
+const maxCatchUpErrors = 100
+
+// catchUpReport reports, of the results of missed purges ps, the last
+// one's, which moves the node's purge revision past all of them, and
+// errors up to maxCatchUpErrors: a result for each would cost the control
+// plane two etcd writes per retained purge when a new node joins.
+func (c *Client) catchUpReport(ps []*pb.Purge, errs *atomic.Int32) func(*pb.PurgeResult) {
+	if len(ps) == 0 {
+		return c.report
+	}
+	last := ps[len(ps)-1].GetId()
+	return func(r *pb.PurgeResult) {
+		if r.GetPurgeId() == last || r.GetError() != "" && errs.Add(1) <= maxCatchUpErrors {
+			c.report(r)
+		}
 	}
 }
 
@@ -406,6 +429,7 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 
 	tick := time.NewTicker(c.cfg.LoadInterval)
 	defer tick.Stop()
+	var catchUpErrs atomic.Int32 // missed purges' errors reported in this session
 	for {
 		select {
 		case <-ctx.Done():
@@ -460,7 +484,8 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 				}
 				// Purges missed while away first: the node must not serve
 				// what they match once it has an epoch to serve with.
-				c.apply.ApplyPurges(msg.Snapshot.GetPurges(), c.report)
+				c.apply.ApplyPurges(msg.Snapshot.GetPurges(), c.catchUpReport(msg.Snapshot.GetPurges(), &catchUpErrs))
+				c.apply.CaughtUp()
 				if err := c.sendResults(stream); err != nil {
 					return established, err
 				}
@@ -477,6 +502,10 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 				}
 			case *pb.SessionResponse_Epoch:
 				c.applyEpoch(msg.Epoch)
+			case *pb.SessionResponse_MissedPurges:
+				// Ahead of the snapshot: too many missed purges for one message.
+				ps := msg.MissedPurges.GetPurges()
+				c.apply.ApplyPurges(ps, c.catchUpReport(ps, &catchUpErrs))
 			case *pb.SessionResponse_Purge:
 				c.apply.ApplyPurges([]*pb.Purge{msg.Purge}, c.report)
 			case *pb.SessionResponse_Policies:

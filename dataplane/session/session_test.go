@@ -99,6 +99,7 @@ func (a *applier) ApplyEpoch(e *pb.RingEpoch)                               { a.
 func (a *applier) ApplyPolicies(*pb.PolicySet) error                        { return nil }
 func (a *applier) PolicyRevision() int64                                    { return 0 }
 func (a *applier) ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult)) {}
+func (a *applier) CaughtUp()                                                {}
 func (a *applier) PurgeRevision() int64                                     { return 0 }
 
 // runClient runs a session client against c until the test ends.
@@ -109,7 +110,13 @@ func runClient(t *testing.T, c *control, opts ...func(*Config)) *Client {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	cl, err := New(cfg, &applier{})
+	return runClientWith(t, c, &applier{}, cfg)
+}
+
+// runClientWith runs a session client over a with cfg until the test ends.
+func runClientWith(t *testing.T, c *control, a Applier, cfg Config) *Client {
+	t.Helper()
+	cl, err := New(cfg, a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,4 +292,89 @@ type testLog struct{ t *testing.T }
 func (l testLog) Write(b []byte) (int, error) {
 	l.t.Log(strings.TrimSpace(string(b)))
 	return len(b), nil
+}
+
+// recorder is an Applier that notes the purges applied and when the node
+// was caught up, and reports each purge's result at once (p-err fails).
+type recorder struct {
+	applier
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *recorder) ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult)) {
+	r.mu.Lock()
+	for _, p := range ps {
+		r.events = append(r.events, p.GetId())
+	}
+	r.mu.Unlock()
+	for _, p := range ps {
+		res := &pb.PurgeResult{PurgeId: p.GetId(), RevisionApplied: p.GetRevision()}
+		if p.GetId() == "p-err" {
+			res.Error = "cannot read it"
+		}
+		report(res)
+	}
+}
+
+func (r *recorder) CaughtUp() {
+	r.mu.Lock()
+	r.events = append(r.events, "caught up")
+	r.mu.Unlock()
+}
+
+// Missed purges that come ahead of the snapshot are applied in order; the
+// node is caught up only once the snapshot's have been applied too; and of
+// their results only the last of each message and the errors are sent: a
+// result for each would cost the control plane two etcd writes per purge.
+func TestMissedPurgesAheadOfTheSnapshot(t *testing.T) {
+	purges := func(ids ...string) []*pb.Purge {
+		var ps []*pb.Purge
+		for _, id := range ids {
+			ps = append(ps, &pb.Purge{Id: id})
+		}
+		return ps
+	}
+	results := make(chan string, 16)
+	c := startControl(t, func(n int, stream pb.NodeService_SessionServer) error {
+		for _, b := range [][]*pb.Purge{purges("p1", "p-err", "p3"), purges("p4", "p5")} {
+			if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_MissedPurges{MissedPurges: &pb.MissedPurges{Purges: b}}}); err != nil {
+				return err
+			}
+		}
+		snap := snapshot(1, 0)
+		snap.GetSnapshot().Purges = purges("p6", "p7")
+		if err := stream.Send(snap); err != nil {
+			return err
+		}
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				return err
+			}
+			if r := req.GetPurgeResult(); r != nil {
+				results <- r.GetPurgeId()
+			}
+		}
+	})
+	rec := &recorder{}
+	runClientWith(t, c, rec, Config{Addresses: []string{c.addr}, Member: &pb.Member{Id: "node-1", PeerAddress: "127.0.0.1:9001"},
+		MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(testLog{t}, nil))})
+	var got []string
+	for len(got) < 4 {
+		select {
+		case id := <-results:
+			got = append(got, id)
+		case <-time.After(time.Minute):
+			t.Fatalf("results %v after a minute, want four", got)
+		}
+	}
+	if want := []string{"p-err", "p3", "p5", "p7"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("results sent %v, want %v: the last of each message and the error", got, want)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if want := "p1,p-err,p3,p4,p5,p6,p7,caught up"; strings.Join(rec.events, ",") != want {
+		t.Errorf("applied %v, want %s", rec.events, want)
+	}
 }

@@ -300,6 +300,7 @@ type SessionResponse struct {
 	//	*SessionResponse_Purge
 	//	*SessionResponse_Certificate
 	//	*SessionResponse_Heartbeat
+	//	*SessionResponse_MissedPurges
 	Msg           isSessionResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -396,6 +397,15 @@ func (x *SessionResponse) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *SessionResponse) GetMissedPurges() *MissedPurges {
+	if x != nil {
+		if x, ok := x.Msg.(*SessionResponse_MissedPurges); ok {
+			return x.MissedPurges
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Msg interface {
 	isSessionResponse_Msg()
 }
@@ -430,6 +440,11 @@ type SessionResponse_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,6,opt,name=heartbeat,proto3,oneof"`
 }
 
+type SessionResponse_MissedPurges struct {
+	// Purges the node missed, sent before the snapshot when they do not all fit in it.
+	MissedPurges *MissedPurges `protobuf:"bytes,7,opt,name=missed_purges,json=missedPurges,proto3,oneof"`
+}
+
 func (*SessionResponse_Snapshot) isSessionResponse_Msg() {}
 
 func (*SessionResponse_Epoch) isSessionResponse_Msg() {}
@@ -442,6 +457,56 @@ func (*SessionResponse_Certificate) isSessionResponse_Msg() {}
 
 func (*SessionResponse_Heartbeat) isSessionResponse_Msg() {}
 
+func (*SessionResponse_MissedPurges) isSessionResponse_Msg() {}
+
+// MissedPurges are purges recorded after the node's purge_revision, in order, sent ahead of
+// the snapshot in messages of a bounded size when there are too many for one message. The
+// node applies them as it does the snapshot's, which carries the last of them; it is not
+// caught up until the snapshot has come.
+type MissedPurges struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Purges        []*Purge               `protobuf:"bytes,1,rep,name=purges,proto3" json:"purges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MissedPurges) Reset() {
+	*x = MissedPurges{}
+	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MissedPurges) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MissedPurges) ProtoMessage() {}
+
+func (x *MissedPurges) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MissedPurges.ProtoReflect.Descriptor instead.
+func (*MissedPurges) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *MissedPurges) GetPurges() []*Purge {
+	if x != nil {
+		return x.Purges
+	}
+	return nil
+}
+
 // Heartbeat tells a node that its session is alive.
 type Heartbeat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -451,7 +516,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	mi := &file_shardcache_v1_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +528,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	mi := &file_shardcache_v1_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +541,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{3}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{4}
 }
 
 // Hello registers a node as a member.
@@ -506,7 +571,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[4]
+	mi := &file_shardcache_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +583,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[4]
+	mi := &file_shardcache_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +596,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Hello) GetMember() *Member {
@@ -595,7 +660,7 @@ type CertificateRequest struct {
 
 func (x *CertificateRequest) Reset() {
 	*x = CertificateRequest{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	mi := &file_shardcache_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +672,7 @@ func (x *CertificateRequest) String() string {
 func (*CertificateRequest) ProtoMessage() {}
 
 func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	mi := &file_shardcache_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +685,7 @@ func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateRequest.ProtoReflect.Descriptor instead.
 func (*CertificateRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CertificateRequest) GetCsr() []byte {
@@ -647,7 +712,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[6]
+	mi := &file_shardcache_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -659,7 +724,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[6]
+	mi := &file_shardcache_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -672,7 +737,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Certificate) GetCertificate() []byte {
@@ -734,7 +799,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[7]
+	mi := &file_shardcache_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +811,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[7]
+	mi := &file_shardcache_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +824,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LoadReport) GetEpoch() uint64 {
@@ -886,7 +951,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[8]
+	mi := &file_shardcache_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +963,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[8]
+	mi := &file_shardcache_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +976,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PolicySet) GetPolicies() []*CachePolicy {
@@ -964,7 +1029,7 @@ type PolicyAck struct {
 
 func (x *PolicyAck) Reset() {
 	*x = PolicyAck{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[9]
+	mi := &file_shardcache_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1041,7 @@ func (x *PolicyAck) String() string {
 func (*PolicyAck) ProtoMessage() {}
 
 func (x *PolicyAck) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[9]
+	mi := &file_shardcache_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1054,7 @@ func (x *PolicyAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyAck.ProtoReflect.Descriptor instead.
 func (*PolicyAck) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PolicyAck) GetAppliedRevision() int64 {
@@ -1018,7 +1083,8 @@ type Snapshot struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Epoch    *RingEpoch             `protobuf:"bytes,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Policies *PolicySet             `protobuf:"bytes,2,opt,name=policies,proto3" json:"policies,omitempty"`
-	// Purges recorded after the node's purge_revision, in order.
+	// Purges recorded after the node's purge_revision, in order: all of them, or the last of
+	// them when the others came ahead in MissedPurges messages.
 	Purges []*Purge `protobuf:"bytes,3,rep,name=purges,proto3" json:"purges,omitempty"`
 	// The member as registered (with the state the control plane gave it).
 	Member *Member `protobuf:"bytes,4,opt,name=member,proto3" json:"member,omitempty"`
@@ -1034,7 +1100,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[10]
+	mi := &file_shardcache_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1112,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[10]
+	mi := &file_shardcache_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1125,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Snapshot) GetEpoch() *RingEpoch {
@@ -1119,15 +1185,18 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\repoch_request\x18\x06 \x01(\v2\x1b.shardcache.v1.EpochRequestH\x00R\fepochRequestB\x05\n" +
 	"\x03msg\"\"\n" +
 	"\fEpochRequest\x12\x12\n" +
-	"\x04seen\x18\x01 \x01(\x04R\x04seen\"\xe1\x02\n" +
+	"\x04seen\x18\x01 \x01(\x04R\x04seen\"\xa5\x03\n" +
 	"\x0fSessionResponse\x125\n" +
 	"\bsnapshot\x18\x01 \x01(\v2\x17.shardcache.v1.SnapshotH\x00R\bsnapshot\x120\n" +
 	"\x05epoch\x18\x02 \x01(\v2\x18.shardcache.v1.RingEpochH\x00R\x05epoch\x126\n" +
 	"\bpolicies\x18\x03 \x01(\v2\x18.shardcache.v1.PolicySetH\x00R\bpolicies\x12,\n" +
 	"\x05purge\x18\x04 \x01(\v2\x14.shardcache.v1.PurgeH\x00R\x05purge\x12>\n" +
 	"\vcertificate\x18\x05 \x01(\v2\x1a.shardcache.v1.CertificateH\x00R\vcertificate\x128\n" +
-	"\theartbeat\x18\x06 \x01(\v2\x18.shardcache.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
-	"\x03msg\"\v\n" +
+	"\theartbeat\x18\x06 \x01(\v2\x18.shardcache.v1.HeartbeatH\x00R\theartbeat\x12B\n" +
+	"\rmissed_purges\x18\a \x01(\v2\x1b.shardcache.v1.MissedPurgesH\x00R\fmissedPurgesB\x05\n" +
+	"\x03msg\"<\n" +
+	"\fMissedPurges\x12,\n" +
+	"\x06purges\x18\x01 \x03(\v2\x14.shardcache.v1.PurgeR\x06purges\"\v\n" +
 	"\tHeartbeat\"\xf2\x01\n" +
 	"\x05Hello\x12-\n" +
 	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12\x1d\n" +
@@ -1210,59 +1279,62 @@ func file_shardcache_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_shardcache_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_shardcache_v1_node_proto_goTypes = []any{
 	(SessionEnd)(0),               // 0: shardcache.v1.SessionEnd
 	(*SessionRequest)(nil),        // 1: shardcache.v1.SessionRequest
 	(*EpochRequest)(nil),          // 2: shardcache.v1.EpochRequest
 	(*SessionResponse)(nil),       // 3: shardcache.v1.SessionResponse
-	(*Heartbeat)(nil),             // 4: shardcache.v1.Heartbeat
-	(*Hello)(nil),                 // 5: shardcache.v1.Hello
-	(*CertificateRequest)(nil),    // 6: shardcache.v1.CertificateRequest
-	(*Certificate)(nil),           // 7: shardcache.v1.Certificate
-	(*LoadReport)(nil),            // 8: shardcache.v1.LoadReport
-	(*PolicySet)(nil),             // 9: shardcache.v1.PolicySet
-	(*PolicyAck)(nil),             // 10: shardcache.v1.PolicyAck
-	(*Snapshot)(nil),              // 11: shardcache.v1.Snapshot
-	nil,                           // 12: shardcache.v1.LoadReport.ResponseBytesByRouteEntry
-	(*PurgeResult)(nil),           // 13: shardcache.v1.PurgeResult
-	(*RingEpoch)(nil),             // 14: shardcache.v1.RingEpoch
-	(*Purge)(nil),                 // 15: shardcache.v1.Purge
-	(*Member)(nil),                // 16: shardcache.v1.Member
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
-	(*CachePolicy)(nil),           // 18: shardcache.v1.CachePolicy
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
+	(*MissedPurges)(nil),          // 4: shardcache.v1.MissedPurges
+	(*Heartbeat)(nil),             // 5: shardcache.v1.Heartbeat
+	(*Hello)(nil),                 // 6: shardcache.v1.Hello
+	(*CertificateRequest)(nil),    // 7: shardcache.v1.CertificateRequest
+	(*Certificate)(nil),           // 8: shardcache.v1.Certificate
+	(*LoadReport)(nil),            // 9: shardcache.v1.LoadReport
+	(*PolicySet)(nil),             // 10: shardcache.v1.PolicySet
+	(*PolicyAck)(nil),             // 11: shardcache.v1.PolicyAck
+	(*Snapshot)(nil),              // 12: shardcache.v1.Snapshot
+	nil,                           // 13: shardcache.v1.LoadReport.ResponseBytesByRouteEntry
+	(*PurgeResult)(nil),           // 14: shardcache.v1.PurgeResult
+	(*RingEpoch)(nil),             // 15: shardcache.v1.RingEpoch
+	(*Purge)(nil),                 // 16: shardcache.v1.Purge
+	(*Member)(nil),                // 17: shardcache.v1.Member
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*CachePolicy)(nil),           // 19: shardcache.v1.CachePolicy
+	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
 }
 var file_shardcache_v1_node_proto_depIdxs = []int32{
-	5,  // 0: shardcache.v1.SessionRequest.hello:type_name -> shardcache.v1.Hello
-	8,  // 1: shardcache.v1.SessionRequest.load:type_name -> shardcache.v1.LoadReport
-	13, // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
-	10, // 3: shardcache.v1.SessionRequest.policy_ack:type_name -> shardcache.v1.PolicyAck
-	6,  // 4: shardcache.v1.SessionRequest.certificate_request:type_name -> shardcache.v1.CertificateRequest
+	6,  // 0: shardcache.v1.SessionRequest.hello:type_name -> shardcache.v1.Hello
+	9,  // 1: shardcache.v1.SessionRequest.load:type_name -> shardcache.v1.LoadReport
+	14, // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
+	11, // 3: shardcache.v1.SessionRequest.policy_ack:type_name -> shardcache.v1.PolicyAck
+	7,  // 4: shardcache.v1.SessionRequest.certificate_request:type_name -> shardcache.v1.CertificateRequest
 	2,  // 5: shardcache.v1.SessionRequest.epoch_request:type_name -> shardcache.v1.EpochRequest
-	11, // 6: shardcache.v1.SessionResponse.snapshot:type_name -> shardcache.v1.Snapshot
-	14, // 7: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
-	9,  // 8: shardcache.v1.SessionResponse.policies:type_name -> shardcache.v1.PolicySet
-	15, // 9: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
-	7,  // 10: shardcache.v1.SessionResponse.certificate:type_name -> shardcache.v1.Certificate
-	4,  // 11: shardcache.v1.SessionResponse.heartbeat:type_name -> shardcache.v1.Heartbeat
-	16, // 12: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
-	17, // 13: shardcache.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	12, // 14: shardcache.v1.LoadReport.response_bytes_by_route:type_name -> shardcache.v1.LoadReport.ResponseBytesByRouteEntry
-	18, // 15: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
-	14, // 16: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
-	9,  // 17: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
-	15, // 18: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
-	16, // 19: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
-	7,  // 20: shardcache.v1.Snapshot.certificate:type_name -> shardcache.v1.Certificate
-	19, // 21: shardcache.v1.Snapshot.heartbeat_interval:type_name -> google.protobuf.Duration
-	1,  // 22: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
-	3,  // 23: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
-	23, // [23:24] is the sub-list for method output_type
-	22, // [22:23] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	12, // 6: shardcache.v1.SessionResponse.snapshot:type_name -> shardcache.v1.Snapshot
+	15, // 7: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
+	10, // 8: shardcache.v1.SessionResponse.policies:type_name -> shardcache.v1.PolicySet
+	16, // 9: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
+	8,  // 10: shardcache.v1.SessionResponse.certificate:type_name -> shardcache.v1.Certificate
+	5,  // 11: shardcache.v1.SessionResponse.heartbeat:type_name -> shardcache.v1.Heartbeat
+	4,  // 12: shardcache.v1.SessionResponse.missed_purges:type_name -> shardcache.v1.MissedPurges
+	16, // 13: shardcache.v1.MissedPurges.purges:type_name -> shardcache.v1.Purge
+	17, // 14: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
+	18, // 15: shardcache.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	13, // 16: shardcache.v1.LoadReport.response_bytes_by_route:type_name -> shardcache.v1.LoadReport.ResponseBytesByRouteEntry
+	19, // 17: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
+	15, // 18: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
+	10, // 19: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
+	16, // 20: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
+	17, // 21: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
+	8,  // 22: shardcache.v1.Snapshot.certificate:type_name -> shardcache.v1.Certificate
+	20, // 23: shardcache.v1.Snapshot.heartbeat_interval:type_name -> google.protobuf.Duration
+	1,  // 24: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
+	3,  // 25: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
+	25, // [25:26] is the sub-list for method output_type
+	24, // [24:25] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_node_proto_init() }
@@ -1288,6 +1360,7 @@ func file_shardcache_v1_node_proto_init() {
 		(*SessionResponse_Purge)(nil),
 		(*SessionResponse_Certificate)(nil),
 		(*SessionResponse_Heartbeat)(nil),
+		(*SessionResponse_MissedPurges)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1295,7 +1368,7 @@ func file_shardcache_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_node_proto_rawDesc), len(file_shardcache_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
