@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -178,6 +179,15 @@ func (a *adminService) PutPolicy(ctx context.Context, req *pb.PutPolicyRequest) 
 // transaction's operations at 128 by default).
 const maxPoliciesPerApply = 100
 
+// maxPolicies and maxPolicyBytes bound the policy set, which a snapshot
+// carries whole: 500 policies of at most 4 KiB encoded are 2 MiB, half of
+// what one gRPC message may hold by default, beside the missed purges'
+// 1 MiB and the ring epoch.
+const (
+	maxPolicies    = 500
+	maxPolicyBytes = 4 << 10
+)
+
 // PutPolicies validates every policy (each on its own, against those it
 // does not replace, and against each other), then writes them all in one
 // transaction: a bad one leaves everything as it was.
@@ -206,7 +216,14 @@ func (a *adminService) PutPolicies(ctx context.Context, req *pb.PutPoliciesReque
 		}
 	}
 	others = append(others, ps...)
+	if len(others) > maxPolicies {
+		return nil, status.Errorf(codes.InvalidArgument, "policies: applying these makes %d; a cluster has at most %d", len(others), maxPolicies)
+	}
 	for _, p := range ps {
+		if n := proto.Size(p); n > maxPolicyBytes {
+			return nil, invalidPolicy(p.GetName(), []*errdetails.BadRequest_FieldViolation{{Field: "policy",
+				Description: fmt.Sprintf("it encodes to %d bytes; a policy has at most %d", n, maxPolicyBytes)}})
+		}
 		v := policyViolations(p)
 		v = append(v, overlapViolations(p, others)...)
 		if len(v) > 0 {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -491,6 +492,34 @@ func TestPutPoliciesIsAllOrNothing(t *testing.T) {
 	}
 	if _, err := admin.PutPolicies(ctx, &pb.PutPoliciesRequest{Policies: many[:maxPoliciesPerApply]}); err != nil {
 		t.Fatalf("%d policies at once, the bound: %v", maxPoliciesPerApply, err)
+	}
+
+	// The set a snapshot carries is bounded: in count and in each policy's size.
+	hosts := make([]string, 300)
+	for i := range hosts {
+		hosts[i] = fmt.Sprintf("shop-%03d.example.com", i)
+	}
+	_, err = admin.PutPolicies(ctx, &pb.PutPoliciesRequest{Policies: []*pb.CachePolicy{{Name: "big", PathPrefix: "/big/", Hosts: hosts}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "a policy has at most") {
+		t.Fatalf("a policy of %d bytes: %v, want InvalidArgument naming the size bound", proto.Size(&pb.CachePolicy{Hosts: hosts}), err)
+	}
+	have := len(list())
+	for start := have; start < maxPolicies; start += maxPoliciesPerApply {
+		var batch []*pb.CachePolicy
+		for i := start; i < min(start+maxPoliciesPerApply, maxPolicies); i++ {
+			batch = append(batch, &pb.CachePolicy{Name: fmt.Sprintf("q%d", i), PathPrefix: fmt.Sprintf("/q%d/", i)})
+		}
+		if _, err := admin.PutPolicies(ctx, &pb.PutPoliciesRequest{Policies: batch}); err != nil {
+			t.Fatalf("filling the set to %d: %v", maxPolicies, err)
+		}
+	}
+	_, err = admin.PutPolicies(ctx, &pb.PutPoliciesRequest{Policies: []*pb.CachePolicy{{Name: "one-more", PathPrefix: "/one-more/"}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "at most 500") {
+		t.Fatalf("policy %d: %v, want InvalidArgument naming the bound", maxPolicies+1, err)
+	}
+	// Replacing one at the bound still works.
+	if _, err := admin.PutPolicies(ctx, &pb.PutPoliciesRequest{Policies: []*pb.CachePolicy{{Name: fmt.Sprintf("q%d", have), PathPrefix: fmt.Sprintf("/q%d/", have), DefaultTtl: durationpb.New(time.Minute)}}}); err != nil {
+		t.Fatalf("replacing a policy at the bound: %v", err)
 	}
 }
 
