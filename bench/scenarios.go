@@ -201,9 +201,18 @@ func (r *runner) loadHits(ctx context.Context, targets []string, keys int) (*loa
 	return res, nil
 }
 
+// syncedShardcache is shardcache with every disk record fsynced before it
+// is renamed into place (--disk-sync data), for S2: what durability costs.
+var syncedShardcache = system{"shardcache, --disk-sync data", func(ctx context.Context, r *runner, dir string, memBytes int64, n int) (*instance, error) {
+	saved := r.nodeArgs
+	r.nodeArgs = append(slices.Clone(saved), "--disk-sync", "data")
+	defer func() { r.nodeArgs = saved }()
+	return startShardcache(ctx, r, dir, memBytes, n)
+}}
+
 func runS2(ctx context.Context, r *runner) ([]measurement, error) {
 	var out []measurement
-	for _, sys := range systems {
+	for _, sys := range slices.Insert(slices.Clone(systems), 1, syncedShardcache) {
 		fmt.Fprintf(r.log, "   %s\n", sys.name)
 		err := withSystem(ctx, r, sys, s2Memory, func(in *instance) error {
 			o0, err := r.originRequests()

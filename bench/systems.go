@@ -301,7 +301,7 @@ func startCeiling(ctx context.Context, r *runner, dir string, _ int64, _ int) (*
 // MAIN.n_object. -1 when it cannot be read.
 func objectsPerNode(ctx context.Context, sys system, in *instance) float64 {
 	switch sys.name {
-	case "shardcache":
+	case "shardcache", syncedShardcache.name:
 		s, err := scrape(in)
 		if err != nil || len(in.ops) == 0 {
 			return -1

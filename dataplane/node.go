@@ -329,6 +329,7 @@ func (n *Node) Run(ctx context.Context) error {
 		MinFreeBytes:    n.cfg.DiskMinFree,
 		MemoryBytes:     memory,
 		MemoryMaxObject: n.cfg.MemoryMaxObject,
+		Sync:            n.cfg.DiskSync,
 		Logger:          n.log,
 	})
 	if err != nil {

@@ -19,6 +19,7 @@ type nodeOptions struct {
 	access                        accessLogOptions
 	controlCA                     string
 	joinTokenFile, adminTokenFile string
+	diskSync                      string // --disk-sync: none or data
 }
 
 func newNodeCommand() *cobra.Command {
@@ -33,6 +34,13 @@ func newNodeCommand() *cobra.Command {
 				return err
 			}
 			o.cfg.Logger = logger
+			switch o.diskSync {
+			case "none":
+			case "data":
+				o.cfg.DiskSync = true
+			default:
+				return fmt.Errorf("--disk-sync %q: want none or data", o.diskSync)
+			}
 			if o.cfg.ID == "" {
 				// A StatefulSet pod's host name is its stable name, so a
 				// restarted pod keeps its keys.
@@ -90,6 +98,7 @@ func newNodeCommand() *cobra.Command {
 	f.Var(units.Value{N: &o.cfg.MemoryBytes}, "memory", "memory budget for cached objects, hot copies included (default 256MiB)")
 	f.Var(units.Value{N: &o.cfg.MemoryMaxObject}, "memory-max-object", "largest object kept in the memory tier; larger ones are served from disk (default 1MiB)")
 	f.Var(units.Value{N: &o.cfg.DiskBytes}, "disk", "disk tier budget under --data-dir (default 10GiB)")
+	f.StringVar(&o.diskSync, "disk-sync", "none", "none: records are renamed into place unsynced (a power failure may lose the last seconds' objects); data: each is fsynced first")
 	f.Var(units.Value{N: &o.cfg.DiskMinFree}, "disk-min-free", "free space kept on the data directory's file system; below it nothing new is stored (default 1GiB)")
 	f.Var(units.Value{N: &o.cfg.MaxObjectBytes}, "max-object", "largest response stored; larger ones are streamed unstored (default disk/4)")
 	f.DurationVar(&o.cfg.OriginTimeout, "origin-timeout", 0, "timeout of one origin request (default 60s)")

@@ -16,6 +16,9 @@ import (
 // writerEnv makes the test binary a writer that the crash test kills.
 const writerEnv = "SHARDCACHE_STORE_CRASH_WRITER"
 
+// writerSyncEnv, set, makes the writer fsync its records (--disk-sync data).
+const writerSyncEnv = "SHARDCACHE_STORE_CRASH_WRITER_SYNC"
+
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(writerEnv); dir != "" {
 		crashWriter(dir)
@@ -29,7 +32,7 @@ func TestMain(m *testing.M) {
 // each commit, until it is killed.
 func crashWriter(dir string) {
 	s, err := Open(Config{Dir: dir, DiskBytes: 16 << 20, MemoryBytes: 4 << 20, MemoryMaxObject: 32 << 10,
-		Logger: slog.New(slog.DiscardHandler)})
+		Sync: os.Getenv(writerSyncEnv) != "", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		fmt.Println("open:", err)
 		os.Exit(1)
@@ -68,6 +71,9 @@ func TestSIGKILLNeverLeavesATornObject(t *testing.T) {
 	for rounds = 0; rounds < 12; rounds++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), writerEnv+"="+dir)
+		if rounds%2 == 1 {
+			cmd.Env = append(cmd.Env, writerSyncEnv+"=1") // every other round with fsync
+		}
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)

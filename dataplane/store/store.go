@@ -32,7 +32,12 @@ type Config struct {
 	// request counts, so that they follow the recent rate. Default 1
 	// minute; negative: no admission, every object stored (sampled LRU).
 	AdmissionPeriod time.Duration
-	Logger          *slog.Logger
+	// Sync makes every record reach the disk (fsync) before it is renamed
+	// into place: a stored object then survives a power failure. Without
+	// it a crash may lose the records written in the last seconds (a torn
+	// one is never served: its checksum fails).
+	Sync   bool
+	Logger *slog.Logger
 }
 
 // Store is the two tiers together. Every object is on disk; small ones are
@@ -45,6 +50,7 @@ type Store struct {
 	// freq counts lookups by key, for the disk tier's admission; nil when
 	// it is off.
 	freq *hotkey.Sketch
+	sync bool // fsync each record before it is renamed into place
 }
 
 // Open opens or creates the store in cfg.Dir and starts rebuilding its
@@ -66,7 +72,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	d.onEvict = mem.Delete // memory holds only what disk holds
-	s := &Store{mem: mem, disk: d, memMax: cfg.MemoryMaxObject, log: cfg.Logger}
+	s := &Store{mem: mem, disk: d, memMax: cfg.MemoryMaxObject, log: cfg.Logger, sync: cfg.Sync}
 	if cfg.AdmissionPeriod >= 0 {
 		// Its own sketch, not the hot-key one: that one halves every few
 		// seconds to spot a burst, this one follows the slower rate at

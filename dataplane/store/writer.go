@@ -185,6 +185,13 @@ func (w *Writer) Commit() (stored bool, err error) {
 		w.Abort(err)
 		return false, err
 	}
+	if w.s.sync {
+		if err := w.f.Sync(); err != nil {
+			w.s.disk.warn("sync", err)
+			w.Abort(err)
+			return false, err
+		}
+	}
 	de, err := w.s.disk.commit(w.tmp, e.Key, e.off+size+footerLen)
 	if err != nil {
 		if !errors.Is(err, ErrNoSpace) && !errors.Is(err, ErrNotAdmitted) {
