@@ -22,6 +22,7 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/front"
 	"github.com/shardcache/shardcache/dataplane/hotkey"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
 	"github.com/shardcache/shardcache/dataplane/metrics"
@@ -330,6 +331,7 @@ func (n *Node) Run(ctx context.Context) error {
 		MemoryBytes:     memory,
 		MemoryMaxObject: n.cfg.MemoryMaxObject,
 		Sync:            n.cfg.DiskSync,
+		Group:           httpcache.VariantOf, // a URL's variants, counted and dropped together
 		Logger:          n.log,
 	})
 	if err != nil {

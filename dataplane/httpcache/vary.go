@@ -44,6 +44,13 @@ func VariantKey(key string, fields []string, h http.Header) string {
 // VariantPrefix starts the key of every variant stored for key.
 func VariantPrefix(key string) string { return key + varySep }
 
+// VariantOf returns the URL key that variant key k extends, and false for
+// a key that is no variant's: the store groups a URL's variants by it.
+func VariantOf(k string) (string, bool) {
+	base, _, ok := strings.Cut(k, varySep)
+	return base, ok
+}
+
 // URLKey is the key a variant key extends (a key that is none, itself).
 func URLKey(k string) string {
 	base, _, _ := strings.Cut(k, varySep)

@@ -168,12 +168,14 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 	lifetime, storable := StoreLifetime(p, r, judged, resp.Header, now, maxObject)
 	storable = storable && resp.ContentLength <= maxObject
 	storeKey := key
+	variantDone := noop
 	if sl != nil {
 		storable = storable && slice.Storable(resp.Header)
 	} else if fields := httpcache.VaryFields(resp.Header); storable && len(fields) > 0 {
-		storeKey, storable = o.variant(key, fields, r, p, now)
+		storeKey, storable, variantDone = o.variant(key, fields, r, p, now)
 	}
 	if !storable {
+		variantDone()
 		settle(nil)
 		o.writeResponse(w, r, resp, fromOrigin, status)
 		return
@@ -191,12 +193,16 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 	wr, err := o.cfg.Store.Create(e, resp.ContentLength, compress, maxObject)
 	if err != nil {
 		// The disk tier does not admit it (full, or failing): serve it unstored.
+		variantDone()
 		settle(nil)
 		o.writeResponse(w, r, resp, fromOrigin, status)
 		return
 	}
 	// A request from the end of the fill on looks at the store again.
-	wr.OnFinish(func() { o.flights.Forget(fk, leader) })
+	wr.OnFinish(func() {
+		o.flights.Forget(fk, leader)
+		variantDone() // stored (the store counts it now) or given up
+	})
 	settle(&fillShare{wr: wr, req: r.Header})
 	handed = true
 	o.cfg.Tasks.Go("fill", func() {

@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,7 +22,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardcache/shardcache/dataplane/flight"
-	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/purge"
@@ -73,8 +71,12 @@ type Config struct {
 type Owner struct {
 	cfg     Config
 	flights flight.Group[*fillShare]
-	// variants counts the Vary variants stored per URL key (since start).
-	variants sync.Map
+	// filling counts, per URL key, the fills of new Vary variants under
+	// way: with the variants stored (the store's count) they make the
+	// URL's total that max_variants bounds. An entry lives only while a
+	// fill does.
+	fillingMu sync.Mutex
+	filling   map[string]int
 	// local serves a peer request in process; see SetLocal.
 	local http.HandlerFunc
 	// caughtUp is set once the first session of this run brought the
@@ -91,7 +93,7 @@ type Owner struct {
 
 // New builds an owner over an open store.
 func New(cfg Config) *Owner {
-	return &Owner{cfg: cfg, started: time.Now(), nodeField: []string{cfg.ID}}
+	return &Owner{cfg: cfg, started: time.Now(), nodeField: []string{cfg.ID}, filling: map[string]int{}}
 }
 
 // SetLocal installs the peer listener's handler, which serves the slices
@@ -119,38 +121,14 @@ func (o *Owner) Usable(e *store.Entry) bool {
 // Drop removes what this node stores under key: the response or its
 // variants.
 func (o *Owner) Drop(key string) {
-	if e, ok := o.cfg.Store.Get(key); ok && e.Status == varyMarker {
-		prefix := httpcache.VariantPrefix(key)
-		o.cfg.Store.Keys(func(k string) bool {
-			if strings.HasPrefix(k, prefix) {
-				o.cfg.Store.Delete(k)
-			}
-			return true
-		})
-		o.variants.Delete(key)
+	for _, k := range o.cfg.Store.Members(key) { // its variants, if it varies
+		o.cfg.Store.Delete(k)
 	}
 	o.cfg.Store.Delete(key)
 }
 
-// Index is the store as purges see it: deleting a Vary marker forgets its
-// count of variants.
-func (o *Owner) Index() purge.Index { return index{o} }
-
-type index struct{ o *Owner }
-
-func (x index) Keys(fn func(key string) bool)        { x.o.cfg.Store.Keys(fn) }
-func (x index) Peek(key string) (*store.Entry, bool) { return x.o.cfg.Store.Peek(key) }
-
-func (x index) Delete(key string) bool {
-	e, ok := x.o.cfg.Store.Peek(key)
-	if !ok || !x.o.cfg.Store.Delete(key) {
-		return false
-	}
-	if e.Status == varyMarker {
-		x.o.variants.Delete(key)
-	}
-	return true
-}
+// Index is the store as purges see it.
+func (o *Owner) Index() purge.Index { return o.cfg.Store }
 
 // relayHeader is the header of a peer request this node sends for r.
 func (o *Owner) relayHeader(r *http.Request) http.Header {

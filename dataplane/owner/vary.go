@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
@@ -45,29 +44,38 @@ func (o *Owner) lookup(key string, r *http.Request) *store.Entry {
 
 // variant returns the key a varying response to r is stored under, and
 // writes the URL's marker. It reports false when the URL has its policy's
-// number of variants already.
-func (o *Owner) variant(key string, fields []string, r *http.Request, p *policy.Policy, now time.Time) (string, bool) {
-	vk := httpcache.VariantKey(key, fields, r.Header)
+// number of variants already, stored or being filled. A new variant's slot
+// is held until done is called, once its fill has stored it or given up.
+func (o *Owner) variant(key string, fields []string, r *http.Request, p *policy.Policy, now time.Time) (vk string, ok bool, done func()) {
+	vk = httpcache.VariantKey(key, fields, r.Header)
 	limit := p.MaxVariants
 	if limit <= 0 {
 		limit = defaultMaxVariants
 	}
-	marker, ok := o.cfg.Store.Get(key)
-	if !ok || marker.Status != varyMarker || !slices.Equal(httpcache.VaryFields(marker.Header), fields) {
+	marker, found := o.cfg.Store.Get(key)
+	if !found || marker.Status != varyMarker || !slices.Equal(httpcache.VaryFields(marker.Header), fields) {
 		m := &store.Entry{Key: key, URL: purge.EntryURL(r), Status: varyMarker, Header: http.Header{"Vary": {strings.Join(fields, ", ")}},
 			Received: now, Lifetime: 0}
 		if err := o.cfg.Store.Put(m, nil); err != nil {
-			return "", false
+			return "", false, noop
 		}
-		o.variants.Delete(key)
 	}
-	if _, ok := o.cfg.Store.Get(vk); ok {
-		return vk, true // a refresh of a variant already counted
+	if _, found := o.cfg.Store.Get(vk); found {
+		return vk, true, noop // a refresh of a variant already counted
 	}
-	c, _ := o.variants.LoadOrStore(key, new(atomic.Int32))
-	if c.(*atomic.Int32).Add(1) > int32(limit) {
-		c.(*atomic.Int32).Add(-1)
-		return "", false
+	o.fillingMu.Lock()
+	defer o.fillingMu.Unlock()
+	if o.cfg.Store.Count(key)+o.filling[key] >= limit {
+		return "", false, noop
 	}
-	return vk, true
+	o.filling[key]++
+	return vk, true, func() {
+		o.fillingMu.Lock()
+		defer o.fillingMu.Unlock()
+		if o.filling[key]--; o.filling[key] <= 0 {
+			delete(o.filling, key)
+		}
+	}
 }
+
+func noop() {}

@@ -59,6 +59,10 @@ type disk struct {
 	index map[string]*diskEntry
 	all   []*diskEntry // for sampling
 	used  int64
+	// group names the group a key belongs to (a URL's Vary variants), if
+	// any; groups holds each group's keys, kept with the index.
+	group  func(key string) (string, bool)
+	groups map[string]map[string]struct{}
 
 	freeAt atomic.Int64 // when free was last measured (UnixNano)
 	free   atomic.Int64
@@ -96,7 +100,7 @@ func newCounters() counters {
 	return c
 }
 
-func openDisk(dir string, budget, minFree int64, log *slog.Logger) (*disk, error) {
+func openDisk(dir string, budget, minFree int64, group func(string) (string, bool), log *slog.Logger) (*disk, error) {
 	d := &disk{
 		objects: filepath.Join(dir, "objects"),
 		tmp:     filepath.Join(dir, "tmp"),
@@ -104,6 +108,8 @@ func openDisk(dir string, budget, minFree int64, log *slog.Logger) (*disk, error
 		minFree: minFree,
 		log:     log,
 		onEvict: func(string) {},
+		group:   group,
+		groups:  map[string]map[string]struct{}{},
 		index:   make(map[string]*diskEntry),
 		counts:  newCounters(),
 		ready:   make(chan struct{}),
@@ -389,6 +395,14 @@ func (d *disk) addLocked(de *diskEntry) {
 	d.all = append(d.all, de)
 	d.index[de.key] = de
 	d.used += de.size
+	if g, ok := d.groupOf(de.key); ok {
+		m := d.groups[g]
+		if m == nil {
+			m = map[string]struct{}{}
+			d.groups[g] = m
+		}
+		m[de.key] = struct{}{}
+	}
 }
 
 func (d *disk) removeLocked(de *diskEntry) {
@@ -398,6 +412,40 @@ func (d *disk) removeLocked(de *diskEntry) {
 	d.all = d.all[:len(d.all)-1]
 	delete(d.index, de.key)
 	d.used -= de.size
+	if g, ok := d.groupOf(de.key); ok {
+		if m := d.groups[g]; m != nil {
+			delete(m, de.key)
+			if len(m) == 0 {
+				delete(d.groups, g)
+			}
+		}
+	}
+}
+
+func (d *disk) groupOf(key string) (string, bool) {
+	if d.group == nil {
+		return "", false
+	}
+	return d.group(key)
+}
+
+// members returns the keys held in group g.
+func (d *disk) members(g string) []string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	m := d.groups[g]
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// count returns how many keys group g holds.
+func (d *disk) count(g string) int {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return len(d.groups[g])
 }
 
 // remove deletes key's record.

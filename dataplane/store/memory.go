@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/dgraph-io/ristretto/v2"
 )
@@ -10,6 +11,9 @@ import (
 // TinyLFU admission so one-off objects do not push out popular ones.
 type Memory struct {
 	c *ristretto.Cache[string, *Entry]
+	// evicted counts objects evicted to make room; ristretto's KeysEvicted
+	// counts deletions too.
+	evicted *atomic.Uint64
 }
 
 // minCounters keeps the frequency sketch useful for small budgets.
@@ -20,6 +24,7 @@ func NewMemory(maxBytes int64) (*Memory, error) {
 	if maxBytes <= 0 {
 		return nil, fmt.Errorf("store: memory budget %d bytes; it must be positive", maxBytes)
 	}
+	evicted := new(atomic.Uint64)
 	c, err := ristretto.NewCache(&ristretto.Config[string, *Entry]{
 		// Ten counters per object we can hold, assuming objects of 1 KiB or
 		// more, as ristretto's documentation advises.
@@ -28,11 +33,12 @@ func NewMemory(maxBytes int64) (*Memory, error) {
 		BufferItems:        64,
 		Metrics:            true,
 		IgnoreInternalCost: true,
+		OnEvict:            func(*ristretto.Item[*Entry]) { evicted.Add(1) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: memory tier: %w", err)
 	}
-	return &Memory{c: c}, nil
+	return &Memory{c: c, evicted: evicted}, nil
 }
 
 // Get returns the entry stored under key.
@@ -61,10 +67,12 @@ func (m *Memory) Delete(key string) { m.c.Del(key) }
 // Clear removes every object.
 func (m *Memory) Clear() { m.c.Clear() }
 
-// Stats returns the bytes and objects held.
+// Stats returns the bytes and objects held. Deletions and replacements
+// are counted as ristretto's policy applies them (it counts a deletion as
+// an eviction), so the figures stay exact.
 func (m *Memory) Stats() (bytes, objects int64) {
 	s := m.c.Metrics
-	bytes = int64(s.CostAdded()) - int64(s.CostEvicted())
+	bytes = m.c.MaxCost() - m.c.RemainingCost()
 	objects = int64(s.KeysAdded()) - int64(s.KeysEvicted())
 	return max(bytes, 0), max(objects, 0)
 }
@@ -74,7 +82,7 @@ func (m *Memory) Stats() (bytes, objects int64) {
 // evict).
 func (m *Memory) Counts() (admitted, evicted, rejected uint64) {
 	s := m.c.Metrics
-	return s.KeysAdded(), s.KeysEvicted(), s.SetsRejected()
+	return s.KeysAdded(), m.evicted.Load(), s.SetsRejected()
 }
 
 // Close stops the tier's goroutines.

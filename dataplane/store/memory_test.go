@@ -73,3 +73,39 @@ func TestEntryFreshness(t *testing.T) {
 		t.Fatal("entry at 70s of a 60s lifetime is fresh")
 	}
 }
+
+// The tier's counts stay exact through deletions and replacements, and
+// only evictions to make room count as evictions.
+func TestMemoryCountsStayExact(t *testing.T) {
+	m, err := NewMemory(64 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	entry := func(i, size int) *Entry {
+		return &Entry{Key: fmt.Sprint(i), Header: http.Header{}, Body: make([]byte, size)}
+	}
+	for i := range 100 {
+		m.Set(entry(i, 1000))
+	}
+	for i := range 50 {
+		m.Delete(fmt.Sprint(i))
+	}
+	for i := 50; i < 60; i++ {
+		m.Set(entry(i, 2000)) // replaced, larger
+	}
+	m.c.Wait()
+	var want int64
+	for i := 50; i < 100; i++ {
+		if e, ok := m.Get(fmt.Sprint(i)); ok {
+			want += e.Cost()
+		}
+	}
+	bytes, objects := m.Stats()
+	if objects != 50 || bytes != want {
+		t.Errorf("after 100 sets, 50 deletes and 10 replacements: %d objects of %d bytes, want 50 of %d", objects, bytes, want)
+	}
+	if _, evicted, _ := m.Counts(); evicted != 0 {
+		t.Errorf("%d evictions counted with the tier never full", evicted)
+	}
+}

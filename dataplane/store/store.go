@@ -36,7 +36,11 @@ type Config struct {
 	// into place: a stored object then survives a power failure. Without
 	// it a crash may lose the records written in the last seconds (a torn
 	// one is never served: its checksum fails).
-	Sync   bool
+	Sync bool
+	// Group names the group a key belongs to, if any: the store keeps each
+	// group's keys (Members, Count) as exactly as its index. The owner
+	// groups a URL's Vary variants under the URL's key.
+	Group  func(key string) (string, bool)
 	Logger *slog.Logger
 }
 
@@ -66,7 +70,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := openDisk(cfg.Dir, cfg.DiskBytes, cfg.MinFreeBytes, cfg.Logger)
+	d, err := openDisk(cfg.Dir, cfg.DiskBytes, cfg.MinFreeBytes, cfg.Group, cfg.Logger)
 	if err != nil {
 		mem.Close()
 		return nil, err
@@ -276,6 +280,12 @@ func (s *Store) Delete(key string) bool {
 	s.mem.Delete(key)
 	return s.disk.remove(key)
 }
+
+// Members returns the keys stored in group g (Config.Group).
+func (s *Store) Members(g string) []string { return s.disk.members(g) }
+
+// Count returns how many keys are stored in group g (Config.Group).
+func (s *Store) Count(g string) int { return s.disk.count(g) }
 
 // Keys calls fn with every stored key until fn returns false, for purges
 // by prefix. Keys stored meanwhile may or may not be seen.

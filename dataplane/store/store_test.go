@@ -573,3 +573,50 @@ func TestAnUpdateIsSeenAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A group's keys are kept with the index: through replacement, deletion,
+// eviction and a restart.
+func TestGroupsFollowTheIndex(t *testing.T) {
+	dir := t.TempDir()
+	group := func(k string) (string, bool) {
+		g, _, ok := strings.Cut(k, "#")
+		return g, ok
+	}
+	cfg := func(c *Config) { c.Group, c.DiskBytes, c.AdmissionPeriod = group, 1<<20, -1 }
+	s := openStore(t, dir, cfg)
+	for _, k := range []string{"u1#a", "u1#b", "u1#c", "u2#a", "plain"} {
+		put(t, s, meta(k), []byte("body of "+k), false)
+	}
+	put(t, s, meta("u1#a"), []byte("a newer body"), false) // a replacement is still one key
+	if got := s.Count("u1"); got != 3 {
+		t.Fatalf("u1 counts %d, want 3", got)
+	}
+	s.Delete("u1#b")
+	if got := s.Members("u1"); len(got) != 2 || slices.Contains(got, "u1#b") {
+		t.Fatalf("u1 holds %v after u1#b was deleted", got)
+	}
+	if s.Count("plain") != 0 || s.Count("u3") != 0 {
+		t.Fatal("a key outside every group, or an unknown group, counts")
+	}
+	s.Close()
+	s = openStore(t, dir, cfg)
+	if got := s.Count("u1"); got != 2 || s.Count("u2") != 1 {
+		t.Fatalf("after a restart u1 counts %d and u2 %d, want 2 and 1", got, s.Count("u2"))
+	}
+	// Evicted to make room, a key leaves its group.
+	big := make([]byte, 300<<10)
+	for i := range 4 {
+		put(t, s, meta(fmt.Sprintf("filler-%d", i)), big, false)
+	}
+	held := 0
+	s.Keys(func(k string) bool {
+		if g, ok := group(k); ok && g == "u1" {
+			held++
+		}
+		return true
+	})
+	if got := s.Count("u1"); got != held {
+		t.Fatalf("u1 counts %d with %d of its keys held", got, held)
+	}
+	s.Close()
+}
