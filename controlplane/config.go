@@ -57,6 +57,10 @@ type Config struct {
 	// away to apply when they reconnect; a node away longer drops
 	// everything it stored before. Default 24h.
 	PurgeRetention time.Duration
+	// ForgetAbsentAfter is how long a node with no session (cut off from
+	// the control plane, or dead without leaving) is still reported by
+	// purges as unreachable and waited for. Default 1h; negative: always.
+	ForgetAbsentAfter time.Duration
 	// PurgeMaxRecords caps the purges kept, oldest deleted first. Default 100000.
 	PurgeMaxRecords int
 	// PurgeCompactInterval is how often the leader deletes purges past the
@@ -171,6 +175,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.PurgeRetention == 0 {
 		c.PurgeRetention = 24 * time.Hour
+	}
+	if c.ForgetAbsentAfter == 0 {
+		c.ForgetAbsentAfter = time.Hour
 	}
 	if c.PurgeMaxRecords == 0 {
 		c.PurgeMaxRecords = 100000

@@ -321,3 +321,65 @@ func TestPurgeBatchesAreBoundedAndKeepOrder(t *testing.T) {
 		t.Errorf("no purges: %d batches, want one empty (the snapshot's)", len(b))
 	}
 }
+
+// A node cut off from the control plane (its session gone without a
+// goodbye, its lease expired) is reported as unreachable, since when it was
+// last heard from, and a purge is not complete without it; it completes
+// when the node returns having applied it. A node that said goodbye is not
+// waited for.
+func TestAPurgeWaitsForACutOffNode(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	conn := dial(t, s)
+	admin := pb.NewAdminServiceClient(conn)
+	ctx := adminCtx(context.Background(), testToken)
+	cut := openSession(t, conn, "cut")
+	leaving := openSession(t, conn, "leaving")
+	heard := time.Now()
+
+	cut.cancel()                                       // the stream breaks: no goodbye
+	if err := leaving.stream.CloseSend(); err != nil { // goodbye
+		t.Fatal(err)
+	}
+	resp, err := admin.Purge(ctx, &pb.PurgeRequest{RequestId: "during-cut", Url: "http://example.com/a", Wait: durationpb.New(100 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := resp.GetStatus().GetPurge()
+	var st *pb.PurgeStatus
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := admin.GetPurge(ctx, &pb.GetPurgeRequest{RequestId: "during-cut"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = got.GetStatus()
+		if len(st.GetUnreachable()) > 0 && !slices.Contains(st.GetPending(), "leaving") {
+			break // both leases gone
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s: %v", st)
+		}
+		<-time.After(100 * time.Millisecond) // until the leases expire: etcd signals nothing here
+	}
+	if st.GetComplete() || !slices.Equal(st.GetPending(), []string{"cut"}) {
+		t.Fatalf("status %v: want incomplete, pending only the cut-off node", st)
+	}
+	u := st.GetUnreachable()[0]
+	if since := u.GetSince().AsTime(); u.GetNodeId() != "cut" || since.Before(heard.Add(-5*time.Second)) || since.After(time.Now()) {
+		t.Fatalf("unreachable %v: want cut, last heard from about %s", u, heard.Format(time.RFC3339))
+	}
+
+	// Back, having applied the purge from its snapshot.
+	back, snap := openSessionWith(t, conn, &pb.Hello{Member: &pb.Member{Id: "cut", PeerAddress: "127.0.0.1:9999"}})
+	if got := snap.GetPurges(); len(got) == 0 || got[len(got)-1].GetId() != "during-cut" {
+		t.Fatalf("the returning node's snapshot carries %v, want the purge it missed", got)
+	}
+	back.ack(t, p, 0)
+	got, err := admin.GetPurge(ctx, &pb.GetPurgeRequest{RequestId: "during-cut", Wait: durationpb.New(10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := got.GetStatus(); !st.GetComplete() || len(st.GetUnreachable()) != 0 {
+		t.Fatalf("after the node's return: %v, want complete", st)
+	}
+}

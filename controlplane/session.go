@@ -96,11 +96,11 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 	}
 	// However the session ends, its id is free for a new process at once;
 	// the member record stays until the lease expires unless revoked.
-	revoke := false
+	revoke, left := false, false
 	defer func() {
 		rctx, cancel := cleanupContext(ctx)
 		defer cancel()
-		if rerr := n.state.release(rctx, m.GetId(), lease.ID, revoke); rerr != nil {
+		if rerr := n.state.release(rctx, m.GetId(), lease.ID, revoke, left); rerr != nil {
 			log.Warn("ending the session in etcd", "err", rerr)
 		}
 	}()
@@ -286,7 +286,7 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
 				// The node said goodbye: leave the ring now rather than after the TTL.
-				revoke = true
+				revoke, left = true, true
 				log.Info("node left")
 				return nil
 			}

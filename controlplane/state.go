@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
@@ -18,7 +19,18 @@ import (
 type state struct {
 	kv     *clientv3.Client
 	prefix string
+	// forgetAbsent is how long a node unheard of is still waited for by
+	// purges (Config.ForgetAbsentAfter).
+	forgetAbsent time.Duration
 }
+
+// seenKey holds a node's status as last heard, bound to no lease: when the
+// node's session and lease are gone it says when the node was last heard
+// from and which purges it had applied, so that a purge reports a node cut
+// off from the control plane as unreachable, not as absent. A node that
+// leaves (goodbye) deletes it.
+func (s *state) seenKey(id string) string { return s.prefix + "seen/" + id }
+func (s *state) seenPrefix() string       { return s.prefix + "seen/" }
 
 func (s *state) memberKey(id string) string { return s.prefix + "members/" + id }
 func (s *state) statusKey(id string) string { return s.prefix + "status/" + id }
@@ -54,6 +66,10 @@ func (s *state) register(ctx context.Context, st *pb.Node, instance string, leas
 	if err != nil {
 		return 0, fmt.Errorf("encoding status of %s: %w", m.GetId(), err)
 	}
+	seen, err := seenRecord(st)
+	if err != nil {
+		return 0, err
+	}
 	key := s.sessionKey(m.GetId())
 	for range 3 {
 		resp, err := s.kv.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(s.statusKey(m.GetId()))).Commit()
@@ -76,6 +92,7 @@ func (s *state) register(ctx context.Context, st *pb.Node, instance string, leas
 			clientv3.OpPut(key, instance, clientv3.WithLease(lease)),
 			clientv3.OpPut(s.memberKey(m.GetId()), string(mb), clientv3.WithLease(lease)),
 			clientv3.OpPut(s.statusKey(m.GetId()), string(sb), clientv3.WithLease(lease)),
+			clientv3.OpPut(s.seenKey(m.GetId()), seen),
 		).Commit()
 		if err != nil {
 			return 0, etcdErr(err, "registering member %s", m.GetId())
@@ -100,7 +117,14 @@ func (s *state) holds(ctx context.Context, id string, lease clientv3.LeaseID) (b
 // a new process with the id is admitted, while the member record stays until
 // the lease expires (a brief disconnect moves no keys). With revoke, the
 // lease goes too and with it every record still bound to it.
-func (s *state) release(ctx context.Context, id string, lease clientv3.LeaseID, revoke bool) error {
+func (s *state) release(ctx context.Context, id string, lease clientv3.LeaseID, revoke, left bool) error {
+	if left {
+		// Gone on purpose: purges need not wait for it.
+		if _, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(s.sessionKey(id)), "=", lease)).
+			Then(clientv3.OpDelete(s.seenKey(id))).Commit(); err != nil {
+			return etcdErr(err, "forgetting %s", id)
+		}
+	}
 	if revoke {
 		if _, err := s.kv.Revoke(ctx, lease); err != nil {
 			return etcdErr(err, "revoking the lease of %s", id)
@@ -123,11 +147,25 @@ func (s *state) putStatus(ctx context.Context, st *pb.Node, lease clientv3.Lease
 		return fmt.Errorf("encoding status of %s: %w", st.GetMember().GetId(), err)
 	}
 	id := st.GetMember().GetId()
+	seen, err := seenRecord(st)
+	if err != nil {
+		return err
+	}
 	if _, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(s.sessionKey(id)), "=", lease)).
-		Then(clientv3.OpPut(s.statusKey(id), string(b), clientv3.WithLease(lease))).Commit(); err != nil {
+		Then(clientv3.OpPut(s.statusKey(id), string(b), clientv3.WithLease(lease)), clientv3.OpPut(s.seenKey(id), seen)).Commit(); err != nil {
 		return etcdErr(err, "writing status of %s", id)
 	}
 	return nil
+}
+
+// seenRecord is what seenKey holds for a node's status: its id, the purge
+// revision it applied, and now as when it was last heard from.
+func seenRecord(st *pb.Node) (string, error) {
+	b, err := proto.Marshal(&pb.Node{Member: &pb.Member{Id: st.GetMember().GetId()}, PurgeRevision: st.GetPurgeRevision(), LastReportAt: timestamppb.Now()})
+	if err != nil {
+		return "", fmt.Errorf("encoding what was last heard of %s: %w", st.GetMember().GetId(), err)
+	}
+	return string(b), nil
 }
 
 // refusedTTL is how long a refused hello stays listed.
@@ -505,6 +543,7 @@ func (s *state) purgeStatus(ctx context.Context, p *pb.Purge) (*pb.PurgeStatus, 
 	resp, err := s.kv.Txn(ctx).Then(
 		clientv3.OpGet(s.purgeAcksPrefix(p.GetId()), clientv3.WithPrefix()),
 		clientv3.OpGet(s.statusPrefix(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.seenPrefix(), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return nil, 0, etcdErr(err, "reading acknowledgements of purge %s", p.GetId())
@@ -517,11 +556,8 @@ func (s *state) purgeStatus(ctx context.Context, p *pb.Purge) (*pb.PurgeStatus, 
 		}
 	}
 	st := &pb.PurgeStatus{Purge: p}
-	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
-		n := &pb.Node{}
-		if proto.Unmarshal(kv.Value, n) != nil {
-			continue
-		}
+	live := map[string]bool{}
+	judge := func(n *pb.Node, absent bool) {
 		id := n.GetMember().GetId()
 		switch r, ok := acks[id]; {
 		case ok:
@@ -531,8 +567,32 @@ func (s *state) purgeStatus(ctx context.Context, p *pb.Purge) (*pb.PurgeStatus, 
 			st.Results = append(st.Results, &pb.PurgeResult{NodeId: id, PurgeId: p.GetId(), RevisionApplied: n.GetPurgeRevision()})
 		default:
 			st.Pending = append(st.Pending, id)
+			if absent {
+				st.Unreachable = append(st.Unreachable, &pb.UnreachableNode{NodeId: id, Since: n.GetLastReportAt()})
+			}
 		}
 	}
+	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+		n := &pb.Node{}
+		if proto.Unmarshal(kv.Value, n) != nil {
+			continue
+		}
+		live[n.GetMember().GetId()] = true
+		judge(n, false)
+	}
+	// Nodes with no session: cut off, or dead without leaving. Waited for
+	// until forgetAbsent has passed since they were last heard from.
+	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
+		n := &pb.Node{}
+		if proto.Unmarshal(kv.Value, n) != nil || live[n.GetMember().GetId()] {
+			continue
+		}
+		if s.forgetAbsent > 0 && time.Since(n.GetLastReportAt().AsTime()) > s.forgetAbsent {
+			continue
+		}
+		judge(n, true)
+	}
+	slices.SortFunc(st.Unreachable, func(x, y *pb.UnreachableNode) int { return strings.Compare(x.GetNodeId(), y.GetNodeId()) })
 	slices.SortFunc(st.Results, func(x, y *pb.PurgeResult) int { return strings.Compare(x.GetNodeId(), y.GetNodeId()) })
 	slices.Sort(st.Pending)
 	st.Complete = len(st.Pending) == 0

@@ -103,6 +103,12 @@ type Config struct {
 	// before going to the origin. 0 means 10 minutes; negative turns
 	// handoff off.
 	HandoffWindow time.Duration
+	// CutOffBound is how long a node cut off from the control plane goes on
+	// serving what it stored as it is; past it, an object stored (or last
+	// confirmed) longer ago than the bound is revalidated with the origin
+	// before it is served, as a purge issued meanwhile may not have reached
+	// the node. Default 30 s; negative: never.
+	CutOffBound time.Duration
 	// ClientHeaderTimeout bounds how long a client may take to send a
 	// request's header (slow clients holding connections open). Default 10s.
 	ClientHeaderTimeout time.Duration
@@ -219,6 +225,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.HandoffWindow == 0 {
 		c.HandoffWindow = 10 * time.Minute
+	}
+	if c.CutOffBound == 0 {
+		c.CutOffBound = 30 * time.Second
 	}
 	if c.ClientHeaderTimeout == 0 {
 		c.ClientHeaderTimeout = 10 * time.Second

@@ -420,7 +420,11 @@ func (n *Node) Run(ctx context.Context) error {
 		g.Go(func() error { every(gctx, n.hot.Period(), n.hot.Halve); return nil })
 	}
 	g.Go(func() error {
-		every(gctx, time.Second, func() { n.metrics.Session.Set(metrics.BoolGauge(n.session.Connected())) })
+		every(gctx, time.Second, func() {
+			n.metrics.Session.Set(metrics.BoolGauge(n.session.Connected()))
+			_, cut := n.cutOff()
+			n.metrics.CutOff.Set(metrics.BoolGauge(cut))
+		})
 		return nil
 	})
 	g.Go(func() error {
@@ -467,6 +471,21 @@ func (n *Node) RingMembers() int {
 }
 
 // build makes the owner and the front over the open store.
+// cutOff reports whether the node has been cut off from the control plane
+// for longer than its bound and, if so, before when what it stored must be
+// confirmed by the origin: the bound ago. A purge issued during the cut
+// then reaches its clients within the bound, as the node's own objects
+// age past it: all stored before the cut at once, the rest as they do.
+func (n *Node) cutOff() (time.Time, bool) {
+	if n.cfg.CutOffBound < 0 || n.session == nil {
+		return time.Time{}, false
+	}
+	if _, cut := n.session.CutOff(n.cfg.CutOffBound); !cut {
+		return time.Time{}, false
+	}
+	return time.Now().Add(-n.cfg.CutOffBound), true
+}
+
 func (n *Node) build() {
 	c := n.cfg
 	n.owner = owner.New(owner.Config{
@@ -474,6 +493,7 @@ func (n *Node) build() {
 		MaxObjectBytes: c.MaxObjectBytes, DiskBytes: c.DiskBytes,
 		Store: n.store, Origin: n.origin, Peers: n.peers, Routes: &n.routes, Policies: &n.policies,
 		Bans: n.bans, Inflight: &n.inflight, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
+		CutOff: n.cutOff,
 	})
 	n.front = front.New(front.Config{
 		ID: c.ID, RelayTimeout: c.RelayTimeout, OriginTimeout: c.OriginTimeout,

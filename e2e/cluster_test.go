@@ -455,3 +455,33 @@ func TestOwnerKilledUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d requests, %s killed at request %d, no client errors", done.Load(), dead.id, killedAt)
 }
+
+// purgeStatus runs cachectl with args (a purge) and returns the status it
+// prints, whether or not every node acknowledged (it exits non-zero when
+// some did not).
+func (c *cluster) purgeStatus(ctx context.Context, args ...string) purgeJSON {
+	c.t.Helper()
+	args = append([]string{"--control-plane", c.control, "--token", c.token, "-o", "json"}, args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "cachectl"), args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	b, _ := cmd.Output()
+	var st purgeJSON
+	if err := json.Unmarshal(b, &st); err != nil {
+		c.t.Fatalf("cachectl %v printed no status (%v): %s%s", args, err, b, stderr.String())
+	}
+	return st
+}
+
+// waitMetric waits until nd's metric name has value want.
+func waitMetric(ctx context.Context, t *testing.T, nd *node, name string, want float64) {
+	t.Helper()
+	if err := eventually(ctx, func() error {
+		if got := metric(t, nd, name); got != want {
+			return fmt.Errorf("%s of %s is %v, want %v", name, nd.id, got, want)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -117,6 +117,9 @@ func TestNetworkFaults(t *testing.T) {
 			// An origin cut off mid-request is given up on at the origin
 			// timeout (60 s by default, as nginx's proxy_read_timeout).
 			"--origin-timeout", "5s",
+			// Cut off from the control plane this long, a node revalidates
+			// what it stored before the cut (a purge may have missed it).
+			"--cut-off-revalidate-after", "3s",
 			// The lab's addresses are not loopback: without certificates
 			// a node starts only when told its peer hop is unauthenticated.
 			"--insecure-peer-hop"}
@@ -229,6 +232,19 @@ func TestNetworkFaults(t *testing.T) {
 	if n, err := readAll(c.nodes...); n > 0 {
 		t.Fatalf("warming: %d failed: %v", n, err)
 	}
+	// ownedBy returns the first key the node owns in the current ring.
+	ownedBy := func(t *testing.T, id string) int {
+		var r ringJSON
+		if err := c.cachectl(ctx, &r, "ring"); err != nil {
+			t.Fatal(err)
+		}
+		rg := r.ring(t)
+		k := 0
+		for rg.Owner("http"+vhost+path(k)).ID != id {
+			k++
+		}
+		return k
+	}
 
 	t.Run("one node's link slowed", func(t *testing.T) {
 		// This machine's kernel has no netem (added delay and loss); a
@@ -263,15 +279,7 @@ func TestNetworkFaults(t *testing.T) {
 		}
 		// Healed: node-1 relays to node-3 again (after its breaker's pause).
 		healed := time.Now()
-		var r ringJSON
-		if err := c.cachectl(ctx, &r, "ring"); err != nil {
-			t.Fatal(err)
-		}
-		rg := r.ring(t)
-		k := 0
-		for rg.Owner("http"+vhost+path(k)).ID != "node-3" {
-			k++
-		}
+		k := ownedBy(t, "node-3")
 		if err := eventually(ctx, func() error {
 			resp, err := get(client, c.nodes[0], path(k), size)
 			if err != nil {
@@ -287,6 +295,11 @@ func TestNetworkFaults(t *testing.T) {
 		t.Logf("node-1 relays to node-3 again %s after the cut healed", time.Since(healed).Round(time.Millisecond))
 	})
 	t.Run("a node cut from the control plane", func(t *testing.T) {
+		// A key node-3 owns and stores: purged while node-3 is cut off.
+		k := ownedBy(t, "node-3")
+		if resp, err := get(client, c.nodes[2], path(k), size); err != nil || resp.Header.Get("X-Cache") != "HIT" {
+			t.Fatalf("key %d via its owner node-3 before the cut: %v %v, want a HIT", k, resp.Header.Get("X-Cache"), err)
+		}
 		lab.cut(13, control)
 		cut, o0 := time.Now(), originRequests()
 		for _, nd := range c.nodes[:2] {
@@ -298,12 +311,40 @@ func TestNetworkFaults(t *testing.T) {
 		if n > 0 {
 			t.Fatalf("%d requests failed: %v", n, err)
 		}
+		// The purge cannot reach node-3: it is reported unreachable, not
+		// forgotten, and the purge is not complete.
+		url := "http://" + vhost + path(k)
+		st := c.purgeStatus(ctx, "purge", url, "--request-id", "during-cut", "--wait", "1s")
+		if st.Complete || len(st.Unreachable) != 1 || st.Unreachable[0].NodeID != "node-3" {
+			t.Fatalf("a purge while node-3 is cut off: complete %v, unreachable %v; want node-3 unreachable", st.Complete, st.Unreachable)
+		}
+		// Past its bound, node-3 does not serve what it stored before the
+		// cut without asking the origin.
+		waitMetric(ctx, t, c.nodes[2], "shardcache_control_plane_cut_off", 1)
+		o1 := originRequests()
+		resp, err := get(client, c.nodes[2], path(k), size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Header.Get("X-Cache") == "HIT" || originRequests() == o1 {
+			t.Fatalf("the purged key via cut-off node-3 past its bound: %s with %d origin requests, want it revalidated", resp.Header.Get("X-Cache"), originRequests()-o1)
+		}
+		t.Logf("node-3 past its 3 s cut-off bound: the purged key answered %s after asking the origin", resp.Header.Get("X-Cache"))
 		lab.heal(13, control)
 		healed := time.Now()
 		for _, nd := range c.nodes {
 			c.waitMembers(ctx, nd, 3)
 		}
 		t.Logf("node-3 back in the ring %s after the cut healed, without a restart; %d origin requests meanwhile", time.Since(healed).Round(time.Millisecond), originRequests()-o0)
+		// Back, node-3 applied the purge it missed.
+		if st := c.purgeStatus(ctx, "purge", url, "--request-id", "during-cut", "--wait", "30s"); !st.Complete {
+			t.Fatalf("after healing: the purge is not complete: pending %v", st.Pending)
+		}
+		// ... and so fetches the key again (which also stores it again for
+		// the next test).
+		if resp, err := get(client, c.nodes[2], path(k), size); err != nil || resp.Header.Get("X-Cache") != "MISS" {
+			t.Fatalf("the purged key via node-3 after healing: %v %v, want a MISS", resp.Header.Get("X-Cache"), err)
+		}
 	})
 	t.Run("a node cut from the origin", func(t *testing.T) {
 		before := originRequests()

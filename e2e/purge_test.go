@@ -127,6 +127,10 @@ type purgeJSON struct {
 		ObjectsRemoved string `json:"objectsRemoved"`
 		Sweeping       bool   `json:"sweeping"`
 	} `json:"results"`
+	Unreachable []struct {
+		NodeID string `json:"nodeId"`
+		Since  string `json:"since"`
+	} `json:"unreachable"`
 }
 
 // removed sums the objects the nodes removed, and says whether every

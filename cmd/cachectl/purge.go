@@ -207,7 +207,31 @@ func awaitPurge(ctx context.Context, wait time.Duration, send, poll purgeCall, p
 // reportPending prints the nodes a purge still waits for.
 func reportPending(w io.Writer, st *pb.PurgeStatus) {
 	p := st.GetPending()
-	fmt.Fprintf(w, "waiting for %d of %d nodes: %s\n", len(p), len(p)+len(st.GetResults()), strings.Join(p, ", "))
+	fmt.Fprintf(w, "waiting for %d of %d nodes: %s\n", len(p), len(p)+len(st.GetResults()), pendingList(st))
+}
+
+// pendingList names the pending nodes, each cut off from the control plane
+// with the time it was last heard from.
+func pendingList(st *pb.PurgeStatus) string {
+	since := unreachableSince(st)
+	var out []string
+	for _, n := range st.GetPending() {
+		if s, ok := since[n]; ok {
+			n += " (unreachable since " + s + ")"
+		}
+		out = append(out, n)
+	}
+	return strings.Join(out, ", ")
+}
+
+// unreachableSince maps each node cut off from the control plane to when
+// it was last heard from.
+func unreachableSince(st *pb.PurgeStatus) map[string]string {
+	since := map[string]string{}
+	for _, u := range st.GetUnreachable() {
+		since[u.GetNodeId()] = u.GetSince().AsTime().UTC().Format(time.RFC3339)
+	}
+	return since
 }
 
 // purgeOutcome is the error for a purge some node has not applied.
@@ -224,7 +248,7 @@ func purgeOutcome(st *pb.PurgeStatus, wait time.Duration) error {
 		return fmt.Errorf("purge %s failed on %s", id, strings.Join(failed, "; "))
 	case !st.GetComplete():
 		return fmt.Errorf("purge %s: %d of %d nodes did not acknowledge within %s (%s); it is recorded, and they apply it when they reconnect, before they serve again",
-			id, len(p), len(p)+len(st.GetResults()), wait, strings.Join(p, ", "))
+			id, len(p), len(p)+len(st.GetResults()), wait, pendingList(st))
 	}
 	return nil
 }
@@ -246,8 +270,13 @@ func purgeTable(tw *tabwriter.Writer, st *pb.PurgeStatus) {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", r.GetNodeId(), r.GetObjectsRemoved(), r.GetRevisionApplied(), status)
 	}
+	since := unreachableSince(st)
 	for _, n := range st.GetPending() {
-		fmt.Fprintf(tw, "%s\t-\t-\tpending\n", n)
+		status := "pending"
+		if s, ok := since[n]; ok {
+			status += ", unreachable since " + s
+		}
+		fmt.Fprintf(tw, "%s\t-\t-\t%s\n", n, status)
 	}
 }
 

@@ -161,7 +161,8 @@ func testPurgeStatus() *pb.PurgeStatus {
 			{NodeId: "node-2", PurgeId: "deploy-1234", ObjectsRemoved: 4096, RevisionApplied: 812, Sweeping: true},
 			{NodeId: "node-3", PurgeId: "deploy-1234", RevisionApplied: 790, Error: "disk tier: read-only file system"},
 		},
-		Pending: []string{"node-4"},
+		Pending:     []string{"node-4", "node-5"},
+		Unreachable: []*pb.UnreachableNode{{NodeId: "node-5", Since: timestamppb.New(time.Date(2026, 11, 30, 11, 58, 0, 0, time.UTC))}},
 	}
 }
 

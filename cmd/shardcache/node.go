@@ -102,6 +102,7 @@ func newNodeCommand() *cobra.Command {
 	f.Var(units.Value{N: &o.cfg.DiskMinFree}, "disk-min-free", "free space kept on the data directory's file system; below it nothing new is stored (default 1GiB)")
 	f.Var(units.Value{N: &o.cfg.MaxObjectBytes}, "max-object", "largest response stored; larger ones are streamed unstored (default disk/4)")
 	f.DurationVar(&o.cfg.OriginTimeout, "origin-timeout", 0, "timeout of one origin request (default 60s)")
+	f.DurationVar(&o.cfg.CutOffBound, "cut-off-revalidate-after", 0, "cut off from the control plane this long, the node revalidates with the origin what it stored longer ago than this before serving it, as a purge may have been missed (default 30s; negative: never)")
 	f.DurationVar(&o.cfg.HandoffWindow, "handoff-window", 0, "after a ring change, how long a new owner asks a key's previous owner before the origin (default 10m; negative: off)")
 	f.DurationVar(&o.cfg.DrainGrace, "drain-grace", 0, "on stop, how long the node, out of the ring, keeps serving its peers' handoff requests; it stops after 1s without one (default 10s; negative: stop at once)")
 	f.IntVar(&o.cfg.HotThreshold, "hot-threshold", 0, "requests per minute at this node above which a key is hot (default 60; negative: off)")

@@ -52,6 +52,7 @@ type Set struct {
 	RingEpoch        prometheus.Gauge
 	RingMembers      prometheus.Gauge
 	Session          prometheus.Gauge
+	CutOff           prometheus.Gauge
 	Member           prometheus.Gauge
 	// BackgroundPanics counts panics recovered in background tasks.
 	BackgroundPanics *prometheus.CounterVec
@@ -150,6 +151,10 @@ func New() *Set {
 			Name: "shardcache_membership_lost_total",
 			Help: "Times the node found it was not a member, by cause (duplicate_id, record_deleted, record_replaced, lease_lost).",
 		}, []string{"cause"}),
+		CutOff: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shardcache_control_plane_cut_off",
+			Help: "1 while the node has been cut off from the control plane longer than --cut-off-revalidate-after: what it stored before the cut is revalidated with the origin before it is served.",
+		}),
 		Session: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shardcache_session_connected", Help: "1 while the session with the control plane is established.",
 		}),
@@ -217,7 +222,7 @@ func New() *Set {
 		}
 	}
 	m.Registry.MustRegister(m.OriginDuration, m.PeerDuration, m.Purges, m.PurgeRevision, m.Bans, m.PeerCerts, m.PeerCertExpiry, m.Requests, m.Duration, m.ResponseSize, m.OriginReqs, m.OriginBytes, m.PeerReqs,
-		m.PeerConns, m.PeerBytes, m.PeerRefused, m.OpsRefused, m.PurgeAuthRefused, m.RelayFallback, m.RingEpoch, m.RingMembers, m.Session, m.Member, m.MemberLost, m.BackgroundPanics, m.Collapsed, m.PolicyRevision, m.Hot, m.Handoffs, &m.storeStats,
+		m.PeerConns, m.PeerBytes, m.PeerRefused, m.OpsRefused, m.PurgeAuthRefused, m.RelayFallback, m.RingEpoch, m.RingMembers, m.Session, m.CutOff, m.Member, m.MemberLost, m.BackgroundPanics, m.Collapsed, m.PolicyRevision, m.Hot, m.Handoffs, &m.storeStats,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -102,7 +102,7 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 			result = metrics.StatusClass(resp.StatusCode)
 		}
 		o.cfg.Metrics.OriginReqs.WithLabelValues("fill", result).Inc()
-		if stale != nil && httpcache.StaleOnError(stale.Age(now), stale.Lifetime, stale.Header, r.Header, p.StaleIfError, p.Targeted...) {
+		if stale != nil && !o.unconfirmed(stale) && httpcache.StaleOnError(stale.Age(now), stale.Lifetime, stale.Header, r.Header, p.StaleIfError, p.Targeted...) {
 			if resp != nil {
 				resp.Body.Close()
 			}

@@ -63,8 +63,13 @@ type Config struct {
 	Inflight *purge.Inflight
 	Metrics  *metrics.Set
 	Tasks    *tasks.Group
-	Tracer   trace.Tracer // nil: no spans of the owner's own
-	Logger   *slog.Logger
+	// CutOff reports whether the node has been cut off from the control
+	// plane for longer than its bound, and before when what it stored must
+	// be confirmed by the origin: purges issued during the cut may not
+	// have reached it. Nil: never.
+	CutOff func() (before time.Time, cut bool)
+	Tracer trace.Tracer // nil: no spans of the owner's own
+	Logger *slog.Logger
 }
 
 // Owner serves the keys this node owns.
@@ -111,11 +116,34 @@ func (o *Owner) Waiting() int64 { return o.waiting.Load() }
 // Usable reports whether a stored entry may be served: no ban matches it,
 // and, until the first session of this run has brought the purges the
 // node missed, it was stored by this run.
+//
+// A copy served without asking the origin (a hot copy) must also be
+// confirmed: not stored before a cut-off from the control plane longer
+// than the node's bound.
 func (o *Owner) Usable(e *store.Entry) bool {
+	return o.usable(e) && !o.unconfirmed(e)
+}
+
+// usable is Usable for what Serve looks up: it revalidates an unconfirmed
+// entry with the origin rather than dropping it.
+func (o *Owner) usable(e *store.Entry) bool {
 	if !o.caughtUp.Load() && e.Received.Before(o.started) {
 		return false
 	}
 	return o.cfg.Bans.Match(e) == nil
+}
+
+// unconfirmed reports whether e may have been purged while the node was
+// cut off from the control plane: the cut longer than the node's bound,
+// and e stored (or confirmed by the origin) longer ago than that. Such an
+// entry is served only once the origin has confirmed it (a conditional
+// request), never stale.
+func (o *Owner) unconfirmed(e *store.Entry) bool {
+	if o.cfg.CutOff == nil {
+		return false
+	}
+	before, cut := o.cfg.CutOff()
+	return cut && e.Received.Before(before)
 }
 
 // Drop removes what this node stores under key: the response or its

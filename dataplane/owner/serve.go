@@ -63,6 +63,9 @@ func (o *Owner) Serve(w http.ResponseWriter, r *http.Request, key string, p *pol
 	var decision httpcache.Use
 	if stale != nil {
 		decision = httpcache.Decide(stale.Age(now), stale.Lifetime, stale.Header, req, p.StaleWhileRevalidate, p.Targeted...)
+		if o.unconfirmed(stale) {
+			decision = httpcache.UseRevalidate // it may have been purged while the node was cut off
+		}
 	}
 	if span != nil {
 		outcome := "miss"

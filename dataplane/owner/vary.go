@@ -26,7 +26,7 @@ const (
 // marker to r's variant; nil when there is none.
 func (o *Owner) lookup(key string, r *http.Request) *store.Entry {
 	e, ok := o.cfg.Store.Get(key)
-	if !ok || !o.Usable(e) {
+	if !ok || !o.usable(e) {
 		return nil
 	}
 	if e.Status != varyMarker {
@@ -36,7 +36,7 @@ func (o *Owner) lookup(key string, r *http.Request) *store.Entry {
 		return e
 	}
 	v, ok := o.cfg.Store.Get(httpcache.VariantKey(key, httpcache.VaryFields(e.Header), r.Header))
-	if !ok || !o.Usable(v) {
+	if !ok || !o.usable(v) {
 		return nil
 	}
 	return v

@@ -96,8 +96,13 @@ type Client struct {
 	cfg       Config
 	apply     Applier
 	connected atomic.Bool
-	applied   atomic.Uint64
-	certReq   chan struct{}
+	// heard is when the node last heard from an established session
+	// (UnixNano; the start at first); heartbeats whether that session
+	// sends them, so that its silence means something.
+	heard      atomic.Int64
+	heartbeats atomic.Bool
+	applied    atomic.Uint64
+	certReq    chan struct{}
 	// epochReq asks for the current epoch; epochSeen is the newest a peer
 	// named.
 	epochReq  chan struct{}
@@ -207,6 +212,7 @@ func New(cfg Config, apply Applier) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, apply: apply, certReq: make(chan struct{}, 1), resultReq: make(chan struct{}, 1), epochReq: make(chan struct{}, 1),
 		instance: fmt.Sprintf("%016x", rand.Uint64())}
+	c.heard.Store(time.Now().UnixNano()) // objects stored before the start wait for the first snapshot anyway
 	c.notMember.Store(&notRegistered)
 	return c, nil
 }
@@ -264,6 +270,18 @@ func (c *Client) ended(err error, addr string) {
 
 // Connected reports whether a session is established now.
 func (c *Client) Connected() bool { return c.connected.Load() }
+
+// CutOff reports whether the node has heard nothing from the control plane
+// for longer than bound, and since when: purges issued since may not have
+// reached it. A node hears from an established session at least every
+// heartbeat; a session that sends no heartbeats is never taken for cut off.
+func (c *Client) CutOff(bound time.Duration) (since time.Time, cut bool) {
+	since = time.Unix(0, c.heard.Load())
+	if c.connected.Load() && !c.heartbeats.Load() {
+		return since, false
+	}
+	return since, time.Since(since) > bound
+}
 
 // Epoch is the last epoch applied, 0 if none.
 func (c *Client) Epoch() uint64 { return c.applied.Load() }
@@ -477,6 +495,7 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 					c.cfg.Logger.Info("session established", "control_plane", addr, "epoch", msg.Snapshot.GetEpoch().GetEpoch())
 				}
 				established = true
+				c.heartbeats.Store(msg.Snapshot.GetHeartbeatInterval().AsDuration() > 0)
 				c.connected.Store(true)
 				c.setMember(true, "", "")
 				if cert := msg.Snapshot.GetCertificate(); cert != nil && c.cfg.OnCertificate != nil {
@@ -512,6 +531,11 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 				if err := c.applyPolicies(stream, msg.Policies); err != nil {
 					return established, err
 				}
+			}
+			if established {
+				// Heard, and what was missed applied: from here on the
+				// node is not cut off.
+				c.heard.Store(time.Now().UnixNano())
 			}
 		}
 	}

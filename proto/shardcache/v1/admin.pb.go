@@ -1514,10 +1514,18 @@ type PurgeStatus struct {
 	// One result per node that acknowledged, sorted by node id.
 	Results []*PurgeResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
 	// Nodes registered that had not acknowledged when the wait ended, sorted; they apply the
-	// purge when they reconnect, before they serve again.
+	// purge when they reconnect, before they serve again. Nodes cut off from the control plane
+	// (in unreachable) are among them.
 	Pending []string `protobuf:"bytes,3,rep,name=pending,proto3" json:"pending,omitempty"`
-	// Whether every registered node has acknowledged.
-	Complete      bool `protobuf:"varint,4,opt,name=complete,proto3" json:"complete,omitempty"`
+	// Whether every registered node, and every node cut off from the control plane, has
+	// acknowledged.
+	Complete bool `protobuf:"varint,4,opt,name=complete,proto3" json:"complete,omitempty"`
+	// The pending nodes that have no session now: cut off from the control plane (or dead
+	// without leaving) since they were last heard from, sorted by node id. Each may still serve
+	// what the purge matches to its clients until its cut-off bound passes; it applies the purge
+	// when it reconnects. A node unheard of for longer than the control plane's
+	// --forget-absent-after is no longer waited for.
+	Unreachable   []*UnreachableNode `protobuf:"bytes,5,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1580,6 +1588,67 @@ func (x *PurgeStatus) GetComplete() bool {
 	return false
 }
 
+func (x *PurgeStatus) GetUnreachable() []*UnreachableNode {
+	if x != nil {
+		return x.Unreachable
+	}
+	return nil
+}
+
+// UnreachableNode is a node that has no session with the control plane.
+type UnreachableNode struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// When the control plane last heard from it.
+	Since         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnreachableNode) Reset() {
+	*x = UnreachableNode{}
+	mi := &file_shardcache_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnreachableNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnreachableNode) ProtoMessage() {}
+
+func (x *UnreachableNode) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnreachableNode.ProtoReflect.Descriptor instead.
+func (*UnreachableNode) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *UnreachableNode) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *UnreachableNode) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
 // PurgeResponse is the outcome of Purge.
 type PurgeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1590,7 +1659,7 @@ type PurgeResponse struct {
 
 func (x *PurgeResponse) Reset() {
 	*x = PurgeResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[28]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1671,7 @@ func (x *PurgeResponse) String() string {
 func (*PurgeResponse) ProtoMessage() {}
 
 func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[28]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1684,7 @@ func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResponse.ProtoReflect.Descriptor instead.
 func (*PurgeResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PurgeResponse) GetStatus() *PurgeStatus {
@@ -1635,7 +1704,7 @@ type PurgePrefixResponse struct {
 
 func (x *PurgePrefixResponse) Reset() {
 	*x = PurgePrefixResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[29]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1716,7 @@ func (x *PurgePrefixResponse) String() string {
 func (*PurgePrefixResponse) ProtoMessage() {}
 
 func (x *PurgePrefixResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[29]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1729,7 @@ func (x *PurgePrefixResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgePrefixResponse.ProtoReflect.Descriptor instead.
 func (*PurgePrefixResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PurgePrefixResponse) GetStatus() *PurgeStatus {
@@ -1680,7 +1749,7 @@ type PurgeTagResponse struct {
 
 func (x *PurgeTagResponse) Reset() {
 	*x = PurgeTagResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[30]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1761,7 @@ func (x *PurgeTagResponse) String() string {
 func (*PurgeTagResponse) ProtoMessage() {}
 
 func (x *PurgeTagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[30]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1774,7 @@ func (x *PurgeTagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTagResponse.ProtoReflect.Descriptor instead.
 func (*PurgeTagResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PurgeTagResponse) GetStatus() *PurgeStatus {
@@ -1725,7 +1794,7 @@ type GetPurgeResponse struct {
 
 func (x *GetPurgeResponse) Reset() {
 	*x = GetPurgeResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[31]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1806,7 @@ func (x *GetPurgeResponse) String() string {
 func (*GetPurgeResponse) ProtoMessage() {}
 
 func (x *GetPurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[31]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1819,7 @@ func (x *GetPurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPurgeResponse.ProtoReflect.Descriptor instead.
 func (*GetPurgeResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetPurgeResponse) GetStatus() *PurgeStatus {
@@ -1769,7 +1838,7 @@ type GetVersionRequest struct {
 
 func (x *GetVersionRequest) Reset() {
 	*x = GetVersionRequest{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[32]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +1850,7 @@ func (x *GetVersionRequest) String() string {
 func (*GetVersionRequest) ProtoMessage() {}
 
 func (x *GetVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[32]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +1863,7 @@ func (x *GetVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVersionRequest.ProtoReflect.Descriptor instead.
 func (*GetVersionRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 // GetVersionResponse describes the answering control-plane replica's build.
@@ -1809,7 +1878,7 @@ type GetVersionResponse struct {
 
 func (x *GetVersionResponse) Reset() {
 	*x = GetVersionResponse{}
-	mi := &file_shardcache_v1_admin_proto_msgTypes[33]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +1890,7 @@ func (x *GetVersionResponse) String() string {
 func (*GetVersionResponse) ProtoMessage() {}
 
 func (x *GetVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_admin_proto_msgTypes[33]
+	mi := &file_shardcache_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +1903,7 @@ func (x *GetVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVersionResponse.ProtoReflect.Descriptor instead.
 func (*GetVersionResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetVersionResponse) GetVersion() string {
@@ -1951,12 +2020,16 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\x0fGetPurgeRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12-\n" +
-	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xa5\x01\n" +
+	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xe7\x01\n" +
 	"\vPurgeStatus\x12*\n" +
 	"\x05purge\x18\x01 \x01(\v2\x14.shardcache.v1.PurgeR\x05purge\x124\n" +
 	"\aresults\x18\x02 \x03(\v2\x1a.shardcache.v1.PurgeResultR\aresults\x12\x18\n" +
 	"\apending\x18\x03 \x03(\tR\apending\x12\x1a\n" +
-	"\bcomplete\x18\x04 \x01(\bR\bcomplete\"C\n" +
+	"\bcomplete\x18\x04 \x01(\bR\bcomplete\x12@\n" +
+	"\vunreachable\x18\x05 \x03(\v2\x1e.shardcache.v1.UnreachableNodeR\vunreachable\"\\\n" +
+	"\x0fUnreachableNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"C\n" +
 	"\rPurgeResponse\x122\n" +
 	"\x06status\x18\x01 \x01(\v2\x1a.shardcache.v1.PurgeStatusR\x06status\"I\n" +
 	"\x13PurgePrefixResponse\x122\n" +
@@ -2002,7 +2075,7 @@ func file_shardcache_v1_admin_proto_rawDescGZIP() []byte {
 	return file_shardcache_v1_admin_proto_rawDescData
 }
 
-var file_shardcache_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_shardcache_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_shardcache_v1_admin_proto_goTypes = []any{
 	(*GetRingRequest)(nil),        // 0: shardcache.v1.GetRingRequest
 	(*GetRingResponse)(nil),       // 1: shardcache.v1.GetRingResponse
@@ -2032,83 +2105,86 @@ var file_shardcache_v1_admin_proto_goTypes = []any{
 	(*PurgeTagRequest)(nil),       // 25: shardcache.v1.PurgeTagRequest
 	(*GetPurgeRequest)(nil),       // 26: shardcache.v1.GetPurgeRequest
 	(*PurgeStatus)(nil),           // 27: shardcache.v1.PurgeStatus
-	(*PurgeResponse)(nil),         // 28: shardcache.v1.PurgeResponse
-	(*PurgePrefixResponse)(nil),   // 29: shardcache.v1.PurgePrefixResponse
-	(*PurgeTagResponse)(nil),      // 30: shardcache.v1.PurgeTagResponse
-	(*GetPurgeResponse)(nil),      // 31: shardcache.v1.GetPurgeResponse
-	(*GetVersionRequest)(nil),     // 32: shardcache.v1.GetVersionRequest
-	(*GetVersionResponse)(nil),    // 33: shardcache.v1.GetVersionResponse
-	(*RingEpoch)(nil),             // 34: shardcache.v1.RingEpoch
-	(*Member)(nil),                // 35: shardcache.v1.Member
-	(*LoadReport)(nil),            // 36: shardcache.v1.LoadReport
-	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
-	(*CachePolicy)(nil),           // 38: shardcache.v1.CachePolicy
-	(*durationpb.Duration)(nil),   // 39: google.protobuf.Duration
-	(*Purge)(nil),                 // 40: shardcache.v1.Purge
-	(*PurgeResult)(nil),           // 41: shardcache.v1.PurgeResult
+	(*UnreachableNode)(nil),       // 28: shardcache.v1.UnreachableNode
+	(*PurgeResponse)(nil),         // 29: shardcache.v1.PurgeResponse
+	(*PurgePrefixResponse)(nil),   // 30: shardcache.v1.PurgePrefixResponse
+	(*PurgeTagResponse)(nil),      // 31: shardcache.v1.PurgeTagResponse
+	(*GetPurgeResponse)(nil),      // 32: shardcache.v1.GetPurgeResponse
+	(*GetVersionRequest)(nil),     // 33: shardcache.v1.GetVersionRequest
+	(*GetVersionResponse)(nil),    // 34: shardcache.v1.GetVersionResponse
+	(*RingEpoch)(nil),             // 35: shardcache.v1.RingEpoch
+	(*Member)(nil),                // 36: shardcache.v1.Member
+	(*LoadReport)(nil),            // 37: shardcache.v1.LoadReport
+	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
+	(*CachePolicy)(nil),           // 39: shardcache.v1.CachePolicy
+	(*durationpb.Duration)(nil),   // 40: google.protobuf.Duration
+	(*Purge)(nil),                 // 41: shardcache.v1.Purge
+	(*PurgeResult)(nil),           // 42: shardcache.v1.PurgeResult
 }
 var file_shardcache_v1_admin_proto_depIdxs = []int32{
-	34, // 0: shardcache.v1.GetRingResponse.epoch:type_name -> shardcache.v1.RingEpoch
-	35, // 1: shardcache.v1.Node.member:type_name -> shardcache.v1.Member
-	36, // 2: shardcache.v1.Node.load:type_name -> shardcache.v1.LoadReport
-	37, // 3: shardcache.v1.Node.last_report_at:type_name -> google.protobuf.Timestamp
+	35, // 0: shardcache.v1.GetRingResponse.epoch:type_name -> shardcache.v1.RingEpoch
+	36, // 1: shardcache.v1.Node.member:type_name -> shardcache.v1.Member
+	37, // 2: shardcache.v1.Node.load:type_name -> shardcache.v1.LoadReport
+	38, // 3: shardcache.v1.Node.last_report_at:type_name -> google.protobuf.Timestamp
 	4,  // 4: shardcache.v1.Node.last_refused:type_name -> shardcache.v1.RefusedSession
-	37, // 5: shardcache.v1.RefusedSession.at:type_name -> google.protobuf.Timestamp
+	38, // 5: shardcache.v1.RefusedSession.at:type_name -> google.protobuf.Timestamp
 	3,  // 6: shardcache.v1.ListNodesResponse.nodes:type_name -> shardcache.v1.Node
-	35, // 7: shardcache.v1.DrainNodeResponse.member:type_name -> shardcache.v1.Member
-	35, // 8: shardcache.v1.UndrainNodeResponse.member:type_name -> shardcache.v1.Member
-	38, // 9: shardcache.v1.PutPolicyRequest.policy:type_name -> shardcache.v1.CachePolicy
-	38, // 10: shardcache.v1.PutPoliciesRequest.policies:type_name -> shardcache.v1.CachePolicy
-	38, // 11: shardcache.v1.PutPoliciesResponse.policies:type_name -> shardcache.v1.CachePolicy
-	38, // 12: shardcache.v1.PutPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
-	38, // 13: shardcache.v1.GetPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
-	38, // 14: shardcache.v1.ListPoliciesResponse.policies:type_name -> shardcache.v1.CachePolicy
+	36, // 7: shardcache.v1.DrainNodeResponse.member:type_name -> shardcache.v1.Member
+	36, // 8: shardcache.v1.UndrainNodeResponse.member:type_name -> shardcache.v1.Member
+	39, // 9: shardcache.v1.PutPolicyRequest.policy:type_name -> shardcache.v1.CachePolicy
+	39, // 10: shardcache.v1.PutPoliciesRequest.policies:type_name -> shardcache.v1.CachePolicy
+	39, // 11: shardcache.v1.PutPoliciesResponse.policies:type_name -> shardcache.v1.CachePolicy
+	39, // 12: shardcache.v1.PutPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
+	39, // 13: shardcache.v1.GetPolicyResponse.policy:type_name -> shardcache.v1.CachePolicy
+	39, // 14: shardcache.v1.ListPoliciesResponse.policies:type_name -> shardcache.v1.CachePolicy
 	21, // 15: shardcache.v1.PolicyStatusResponse.nodes:type_name -> shardcache.v1.NodePolicyStatus
-	39, // 16: shardcache.v1.PurgeRequest.wait:type_name -> google.protobuf.Duration
-	39, // 17: shardcache.v1.PurgePrefixRequest.wait:type_name -> google.protobuf.Duration
-	39, // 18: shardcache.v1.PurgeTagRequest.wait:type_name -> google.protobuf.Duration
-	39, // 19: shardcache.v1.GetPurgeRequest.wait:type_name -> google.protobuf.Duration
-	40, // 20: shardcache.v1.PurgeStatus.purge:type_name -> shardcache.v1.Purge
-	41, // 21: shardcache.v1.PurgeStatus.results:type_name -> shardcache.v1.PurgeResult
-	27, // 22: shardcache.v1.PurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
-	27, // 23: shardcache.v1.PurgePrefixResponse.status:type_name -> shardcache.v1.PurgeStatus
-	27, // 24: shardcache.v1.PurgeTagResponse.status:type_name -> shardcache.v1.PurgeStatus
-	27, // 25: shardcache.v1.GetPurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
-	0,  // 26: shardcache.v1.AdminService.GetRing:input_type -> shardcache.v1.GetRingRequest
-	2,  // 27: shardcache.v1.AdminService.ListNodes:input_type -> shardcache.v1.ListNodesRequest
-	6,  // 28: shardcache.v1.AdminService.DrainNode:input_type -> shardcache.v1.DrainNodeRequest
-	8,  // 29: shardcache.v1.AdminService.UndrainNode:input_type -> shardcache.v1.UndrainNodeRequest
-	10, // 30: shardcache.v1.AdminService.PutPolicy:input_type -> shardcache.v1.PutPolicyRequest
-	11, // 31: shardcache.v1.AdminService.PutPolicies:input_type -> shardcache.v1.PutPoliciesRequest
-	14, // 32: shardcache.v1.AdminService.GetPolicy:input_type -> shardcache.v1.GetPolicyRequest
-	16, // 33: shardcache.v1.AdminService.ListPolicies:input_type -> shardcache.v1.ListPoliciesRequest
-	18, // 34: shardcache.v1.AdminService.DeletePolicy:input_type -> shardcache.v1.DeletePolicyRequest
-	20, // 35: shardcache.v1.AdminService.PolicyStatus:input_type -> shardcache.v1.PolicyStatusRequest
-	23, // 36: shardcache.v1.AdminService.Purge:input_type -> shardcache.v1.PurgeRequest
-	24, // 37: shardcache.v1.AdminService.PurgePrefix:input_type -> shardcache.v1.PurgePrefixRequest
-	25, // 38: shardcache.v1.AdminService.PurgeTag:input_type -> shardcache.v1.PurgeTagRequest
-	26, // 39: shardcache.v1.AdminService.GetPurge:input_type -> shardcache.v1.GetPurgeRequest
-	32, // 40: shardcache.v1.AdminService.GetVersion:input_type -> shardcache.v1.GetVersionRequest
-	1,  // 41: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
-	5,  // 42: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
-	7,  // 43: shardcache.v1.AdminService.DrainNode:output_type -> shardcache.v1.DrainNodeResponse
-	9,  // 44: shardcache.v1.AdminService.UndrainNode:output_type -> shardcache.v1.UndrainNodeResponse
-	13, // 45: shardcache.v1.AdminService.PutPolicy:output_type -> shardcache.v1.PutPolicyResponse
-	12, // 46: shardcache.v1.AdminService.PutPolicies:output_type -> shardcache.v1.PutPoliciesResponse
-	15, // 47: shardcache.v1.AdminService.GetPolicy:output_type -> shardcache.v1.GetPolicyResponse
-	17, // 48: shardcache.v1.AdminService.ListPolicies:output_type -> shardcache.v1.ListPoliciesResponse
-	19, // 49: shardcache.v1.AdminService.DeletePolicy:output_type -> shardcache.v1.DeletePolicyResponse
-	22, // 50: shardcache.v1.AdminService.PolicyStatus:output_type -> shardcache.v1.PolicyStatusResponse
-	28, // 51: shardcache.v1.AdminService.Purge:output_type -> shardcache.v1.PurgeResponse
-	29, // 52: shardcache.v1.AdminService.PurgePrefix:output_type -> shardcache.v1.PurgePrefixResponse
-	30, // 53: shardcache.v1.AdminService.PurgeTag:output_type -> shardcache.v1.PurgeTagResponse
-	31, // 54: shardcache.v1.AdminService.GetPurge:output_type -> shardcache.v1.GetPurgeResponse
-	33, // 55: shardcache.v1.AdminService.GetVersion:output_type -> shardcache.v1.GetVersionResponse
-	41, // [41:56] is the sub-list for method output_type
-	26, // [26:41] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	40, // 16: shardcache.v1.PurgeRequest.wait:type_name -> google.protobuf.Duration
+	40, // 17: shardcache.v1.PurgePrefixRequest.wait:type_name -> google.protobuf.Duration
+	40, // 18: shardcache.v1.PurgeTagRequest.wait:type_name -> google.protobuf.Duration
+	40, // 19: shardcache.v1.GetPurgeRequest.wait:type_name -> google.protobuf.Duration
+	41, // 20: shardcache.v1.PurgeStatus.purge:type_name -> shardcache.v1.Purge
+	42, // 21: shardcache.v1.PurgeStatus.results:type_name -> shardcache.v1.PurgeResult
+	28, // 22: shardcache.v1.PurgeStatus.unreachable:type_name -> shardcache.v1.UnreachableNode
+	38, // 23: shardcache.v1.UnreachableNode.since:type_name -> google.protobuf.Timestamp
+	27, // 24: shardcache.v1.PurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
+	27, // 25: shardcache.v1.PurgePrefixResponse.status:type_name -> shardcache.v1.PurgeStatus
+	27, // 26: shardcache.v1.PurgeTagResponse.status:type_name -> shardcache.v1.PurgeStatus
+	27, // 27: shardcache.v1.GetPurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
+	0,  // 28: shardcache.v1.AdminService.GetRing:input_type -> shardcache.v1.GetRingRequest
+	2,  // 29: shardcache.v1.AdminService.ListNodes:input_type -> shardcache.v1.ListNodesRequest
+	6,  // 30: shardcache.v1.AdminService.DrainNode:input_type -> shardcache.v1.DrainNodeRequest
+	8,  // 31: shardcache.v1.AdminService.UndrainNode:input_type -> shardcache.v1.UndrainNodeRequest
+	10, // 32: shardcache.v1.AdminService.PutPolicy:input_type -> shardcache.v1.PutPolicyRequest
+	11, // 33: shardcache.v1.AdminService.PutPolicies:input_type -> shardcache.v1.PutPoliciesRequest
+	14, // 34: shardcache.v1.AdminService.GetPolicy:input_type -> shardcache.v1.GetPolicyRequest
+	16, // 35: shardcache.v1.AdminService.ListPolicies:input_type -> shardcache.v1.ListPoliciesRequest
+	18, // 36: shardcache.v1.AdminService.DeletePolicy:input_type -> shardcache.v1.DeletePolicyRequest
+	20, // 37: shardcache.v1.AdminService.PolicyStatus:input_type -> shardcache.v1.PolicyStatusRequest
+	23, // 38: shardcache.v1.AdminService.Purge:input_type -> shardcache.v1.PurgeRequest
+	24, // 39: shardcache.v1.AdminService.PurgePrefix:input_type -> shardcache.v1.PurgePrefixRequest
+	25, // 40: shardcache.v1.AdminService.PurgeTag:input_type -> shardcache.v1.PurgeTagRequest
+	26, // 41: shardcache.v1.AdminService.GetPurge:input_type -> shardcache.v1.GetPurgeRequest
+	33, // 42: shardcache.v1.AdminService.GetVersion:input_type -> shardcache.v1.GetVersionRequest
+	1,  // 43: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
+	5,  // 44: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
+	7,  // 45: shardcache.v1.AdminService.DrainNode:output_type -> shardcache.v1.DrainNodeResponse
+	9,  // 46: shardcache.v1.AdminService.UndrainNode:output_type -> shardcache.v1.UndrainNodeResponse
+	13, // 47: shardcache.v1.AdminService.PutPolicy:output_type -> shardcache.v1.PutPolicyResponse
+	12, // 48: shardcache.v1.AdminService.PutPolicies:output_type -> shardcache.v1.PutPoliciesResponse
+	15, // 49: shardcache.v1.AdminService.GetPolicy:output_type -> shardcache.v1.GetPolicyResponse
+	17, // 50: shardcache.v1.AdminService.ListPolicies:output_type -> shardcache.v1.ListPoliciesResponse
+	19, // 51: shardcache.v1.AdminService.DeletePolicy:output_type -> shardcache.v1.DeletePolicyResponse
+	22, // 52: shardcache.v1.AdminService.PolicyStatus:output_type -> shardcache.v1.PolicyStatusResponse
+	29, // 53: shardcache.v1.AdminService.Purge:output_type -> shardcache.v1.PurgeResponse
+	30, // 54: shardcache.v1.AdminService.PurgePrefix:output_type -> shardcache.v1.PurgePrefixResponse
+	31, // 55: shardcache.v1.AdminService.PurgeTag:output_type -> shardcache.v1.PurgeTagResponse
+	32, // 56: shardcache.v1.AdminService.GetPurge:output_type -> shardcache.v1.GetPurgeResponse
+	34, // 57: shardcache.v1.AdminService.GetVersion:output_type -> shardcache.v1.GetVersionResponse
+	43, // [43:58] is the sub-list for method output_type
+	28, // [28:43] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_admin_proto_init() }
@@ -2126,7 +2202,7 @@ func file_shardcache_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_admin_proto_rawDesc), len(file_shardcache_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
