@@ -10,8 +10,9 @@ BUF := $(BIN)/buf
 # Tests that start processes share 2 cores: keep the package parallelism low.
 TEST_FLAGS ?= -p 2 -count=1 -timeout 15m
 ARGS ?=
+SCALE ?= 1000
 
-.PHONY: help run build test test-deps unit e2e fuzz soak bench bench-go bench-quick proto verify-proto lint tidy-check clean
+.PHONY: help run build test test-deps unit e2e fuzz soak scale bench bench-go bench-quick proto verify-proto lint tidy-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -43,6 +44,9 @@ bench-go: ## the Go benchmarks: store tiers, fills, index rebuild, ring, purge b
 	$(GO) test -run '^$$' -bench . -count 5 ./dataplane/store/ ./dataplane/purge/ ./sdk/ring/ ./dataplane/metrics/
 
 SOAK ?= 10m
+scale: build ## the control plane with SCALE (default 1000) simulated node sessions: epoch propagation, purge acks, restart, etcd writes, memory; writes bench/results/scale-<date>.md
+	$(GO) run ./cmd/scalesim -nodes $(SCALE) -shardcache $(BIN)/shardcache -out bench/results/scale-$$(date -u +%F).md
+
 soak: build ## a cluster under full load for SOAK (default 10m): throughput, p99, memory, descriptors and goroutines charted in bench/results/soak-<date>
 	$(GO) run ./bench -soak $(SOAK) -shardcache $(BIN)/shardcache -cachectl $(BIN)/cachectl
 

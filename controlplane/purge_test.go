@@ -383,3 +383,54 @@ func TestAPurgeWaitsForACutOffNode(t *testing.T) {
 		t.Fatalf("after the node's return: %v, want complete", st)
 	}
 }
+
+// A result that says no more than "applied" is answered by the node's
+// status (one etcd write per node and purge, not two); a final result after
+// a "sweeping" one replaces it.
+func TestPlainAcknowledgementsAreNotStoredTwice(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	conn := dial(t, s)
+	admin := pb.NewAdminServiceClient(conn)
+	ctx := adminCtx(context.Background(), testToken)
+	n1 := openSession(t, conn, "n1")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p := n1.recvPurge(t)
+		n1.ack(t, p, 0)
+		p = n1.recvPurge(t)
+		r := &pb.PurgeResult{PurgeId: p.GetId(), RevisionApplied: p.GetRevision(), Sweeping: true}
+		if err := n1.stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_PurgeResult{PurgeResult: r}}); err != nil {
+			t.Error(err)
+		}
+		n1.ack(t, p, 0)
+	}()
+	for _, id := range []string{"plain", "swept"} {
+		resp, err := admin.Purge(ctx, &pb.PurgeRequest{RequestId: id, Url: "http://example.com/" + id, Wait: durationpb.New(10 * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := resp.GetStatus(); !st.GetComplete() || len(st.GetResults()) != 1 {
+			t.Fatalf("%s: %v, want complete with n1's result", id, st)
+		}
+	}
+	<-done
+	acks, err := s.state.kv.Get(ctx, s.state.purgeAcksPrefix("plain"), clientv3.WithPrefix())
+	if err != nil || len(acks.Kvs) != 0 {
+		t.Fatalf("a plain acknowledgement stored %d records (%v), want none", len(acks.Kvs), err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := admin.GetPurge(ctx, &pb.GetPurgeRequest{RequestId: "swept"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := got.GetStatus().GetResults(); len(r) == 1 && !r[0].GetSweeping() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the final result never replaced the sweeping one: %v", got.GetStatus())
+		}
+		<-time.After(20 * time.Millisecond) // the final result's write: nothing to wait on
+	}
+}

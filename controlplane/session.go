@@ -10,6 +10,7 @@ import (
 	"net"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -160,6 +161,25 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 		sentPolicies = policies.GetRevision()
 	}
 
+	// sweeping are the purges whose "sweeping" result this session recorded.
+	sweeping := map[string]bool{}
+	// The status record is written off this loop, so that etcd's latency
+	// never holds back what is pushed to the node.
+	statuses := &statusWriter{wake: make(chan struct{}, 1)}
+	wctx, stopWriter := context.WithCancel(ctx)
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		statuses.run(wctx, func(st *pb.Node) {
+			if err := n.state.putStatus(wctx, st, lease.ID); err != nil && wctx.Err() == nil {
+				log.Warn("recording node status", "err", err)
+			}
+		})
+	}()
+	defer func() {
+		stopWriter()
+		<-writerDone
+	}()
 	msgs := make(chan *pb.SessionRequest)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -261,8 +281,19 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 					log.Warn("node failed to apply a purge", "purge", r.GetPurgeId(), "err", r.GetError())
 				}
 				st.PurgeRevision = max(st.GetPurgeRevision(), r.GetRevisionApplied())
-				// The floor is no recorded purge: nobody waits for it.
-				if !strings.HasPrefix(r.GetPurgeId(), floorPrefix) {
+				// The floor is no recorded purge: nobody waits for it. A
+				// result that says no more than "applied" is answered by the
+				// status record's purge revision, written below: one etcd
+				// write per node and purge instead of two.
+				// A final result after a recorded "sweeping" one is recorded
+				// too, replacing it.
+				informative := r.GetObjectsRemoved() != 0 || r.GetError() != "" || r.GetSweeping() || sweeping[r.GetPurgeId()]
+				if r.GetSweeping() && len(sweeping) < maxSweepingTracked {
+					sweeping[r.GetPurgeId()] = true
+				} else if !r.GetSweeping() {
+					delete(sweeping, r.GetPurgeId())
+				}
+				if !strings.HasPrefix(r.GetPurgeId(), floorPrefix) && (informative || len(sweeping) >= maxSweepingTracked) {
 					if err := n.state.recordAck(ctx, r); err != nil {
 						log.Warn("recording a purge result", "purge", r.GetPurgeId(), "err", err)
 					}
@@ -280,9 +311,7 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 			default:
 				continue
 			}
-			if err := n.state.putStatus(ctx, st, lease.ID); err != nil {
-				log.Warn("recording node status", "err", err)
-			}
+			statuses.put(proto.Clone(st).(*pb.Node))
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
 				// The node said goodbye: leave the ring now rather than after the TTL.
@@ -295,6 +324,48 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 		}
 	}
 }
+
+// statusWriter hands a session's status records to a writer goroutine,
+// newest first: reports that come faster than etcd takes them are
+// coalesced into the latest.
+type statusWriter struct {
+	mu      sync.Mutex
+	pending *pb.Node
+	wake    chan struct{}
+}
+
+// put queues st, replacing any status not written yet.
+func (w *statusWriter) put(st *pb.Node) {
+	w.mu.Lock()
+	w.pending = st
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run writes what is queued until ctx ends.
+func (w *statusWriter) run(ctx context.Context, write func(*pb.Node)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		}
+		w.mu.Lock()
+		st := w.pending
+		w.pending = nil
+		w.mu.Unlock()
+		if st != nil {
+			write(st)
+		}
+	}
+}
+
+// maxSweepingTracked bounds the purges a session remembers as sweeping;
+// past it every result is recorded.
+const maxSweepingTracked = 1000
 
 // missedPurgesBytes bounds the purges of one session message: a quarter
 // of gRPC's default 4 MiB receive limit, leaving the snapshot room for its

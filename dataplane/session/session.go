@@ -445,7 +445,10 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 		return false, err
 	}
 
-	tick := time.NewTicker(c.cfg.LoadInterval)
+	// Load reports every LoadInterval, each interval jittered by ±20 %:
+	// nodes that (re)connected together, as after a control-plane restart,
+	// do not all report in the same instant.
+	tick := time.NewTimer(jitter(c.cfg.LoadInterval))
 	defer tick.Stop()
 	var catchUpErrs atomic.Int32 // missed purges' errors reported in this session
 	for {
@@ -453,6 +456,7 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 		case <-ctx.Done():
 			return established, c.goodbye(stream)
 		case <-tick.C:
+			tick.Reset(jitter(c.cfg.LoadInterval))
 			if c.cfg.Load == nil || !established {
 				continue
 			}
@@ -574,4 +578,9 @@ func (c *Client) goodbye(stream stream) error {
 		return errors.New("control plane did not acknowledge the goodbye")
 	}
 	return nil
+}
+
+// jitter returns d give or take 20 %.
+func jitter(d time.Duration) time.Duration {
+	return d*4/5 + time.Duration(rand.Int64N(int64(d)*2/5+1))
 }

@@ -1,0 +1,443 @@
+// Command scalesim measures the control plane with many nodes on one
+// machine: a real control-plane process (shardcache control, embedded
+// etcd) and N node sessions in this process, each the nodes' own session
+// client (dataplane/session) over its own gRPC connection. It reports
+// join time, ring-epoch propagation to every session, a purge acknowledged
+// by all, the reconnect of all after a control-plane restart, etcd writes
+// per epoch and per purge, and the control plane's memory. `make scale`
+// runs it with 1,000 sessions.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcache/shardcache/dataplane/session"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/admin"
+)
+
+func main() {
+	nodes := flag.Int("nodes", 1000, "node sessions to simulate")
+	bin := flag.String("shardcache", ".bin/shardcache", "the shardcache binary (its control plane is measured)")
+	out := flag.String("out", "", "also write the report (markdown) to this file")
+	rounds := flag.Int("rounds", 10, "epoch changes and purges measured")
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	r, err := run(ctx, *bin, *nodes, *rounds)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scalesim:", err)
+		os.Exit(1)
+	}
+	fmt.Print(r)
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(r), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "scalesim:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// sim is the simulated nodes and the control plane they talk to.
+type sim struct {
+	bin, dir              string
+	control, ops, etcdURL string
+	peerURL               string
+	proc                  *exec.Cmd
+	nodes                 []*simNode
+	admin                 *admin.Client
+	etcd                  *clientv3.Client
+}
+
+// simNode is one node's session and what it was pushed, when.
+type simNode struct {
+	id     string
+	client *session.Client
+	stop   context.CancelFunc
+	done   chan struct{}
+
+	mu      sync.Mutex
+	epochs  map[uint64]time.Time // epoch -> when applied
+	written map[uint64]time.Time // epoch -> when the control plane wrote it
+	purges  map[string]time.Time // purge id -> when applied
+	rev     atomic.Int64         // highest purge revision applied
+}
+
+func (n *simNode) ApplyEpoch(e *pb.RingEpoch) {
+	n.mu.Lock()
+	n.epochs[e.GetEpoch()] = time.Now()
+	n.written[e.GetEpoch()] = e.GetCreatedAt().AsTime()
+	n.mu.Unlock()
+}
+func (n *simNode) ApplyPolicies(*pb.PolicySet) error { return nil }
+func (n *simNode) PolicyRevision() int64             { return 0 }
+func (n *simNode) CaughtUp()                         {}
+func (n *simNode) PurgeRevision() int64              { return n.rev.Load() }
+
+// ApplyPurges acknowledges each purge at once, as a node with an empty
+// store does.
+func (n *simNode) ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult)) {
+	now := time.Now()
+	for _, p := range ps {
+		n.mu.Lock()
+		n.purges[p.GetId()] = now
+		n.mu.Unlock()
+		n.rev.Store(max(n.rev.Load(), p.GetRevision()))
+		report(&pb.PurgeResult{NodeId: n.id, PurgeId: p.GetId(), RevisionApplied: n.rev.Load()})
+	}
+}
+
+// epochAt returns when epoch e was applied, and when it was written.
+func (n *simNode) epochAt(e uint64) (applied, written time.Time, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	applied, ok = n.epochs[e]
+	return applied, n.written[e], ok
+}
+
+func (n *simNode) purgeAt(id string) (time.Time, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	t, ok := n.purges[id]
+	return t, ok
+}
+
+func freePort() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startControl starts the control plane on the sim's addresses and etcd
+// directory and waits until it serves.
+func (s *sim) startControl(ctx context.Context) error {
+	cmd := exec.CommandContext(ctx, s.bin, "control", "--listen", s.control, "--ops", s.ops,
+		"--etcd-dir", filepath.Join(s.dir, "etcd"), "--etcd-client-url", s.etcdURL, "--etcd-peer-url", s.peerURL,
+		"--admin-token", "scale-token", "--lease-ttl", "10s", "--epoch-batch-window", "200ms", "--log-level", "warn")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	s.proc = cmd
+	serving := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		once := sync.Once{}
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "control plane serving") {
+				once.Do(func() { close(serving) })
+			}
+		}
+	}()
+	// --log-level warn hides the serving line: the ops listener answers.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if c, err := net.Dial("tcp", s.control); err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-serving:
+			return nil
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the control plane did not listen within a minute")
+		}
+	}
+}
+
+// stopControl stops the control plane by its PID and waits for it.
+func (s *sim) stopControl() {
+	if s.proc == nil {
+		return
+	}
+	s.proc.Process.Signal(syscall.SIGTERM)
+	s.proc.Wait()
+	s.proc = nil
+}
+
+// memory returns the control plane's resident and peak resident memory.
+func (s *sim) memory() (rss, hwm int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.proc.Process.Pid))
+	if err != nil {
+		return -1, -1
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = kb << 10
+		case "VmHWM:":
+			hwm = kb << 10
+		}
+	}
+	return rss, hwm
+}
+
+// revision is etcd's current revision: one per write transaction.
+func (s *sim) revision(ctx context.Context) (int64, error) {
+	resp, err := s.etcd.Get(ctx, "shardcache-scalesim-probe")
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
+// startNode starts node i's session.
+func (s *sim) startNode(i int) *simNode {
+	n := &simNode{id: fmt.Sprintf("node-%04d", i), epochs: map[uint64]time.Time{}, written: map[uint64]time.Time{}, purges: map[string]time.Time{},
+		done: make(chan struct{})}
+	c, err := session.New(session.Config{
+		Addresses: []string{s.control},
+		Member:    &pb.Member{Id: n.id, PeerAddress: fmt.Sprintf("127.0.0.%d:%d", 2+i/60000, 1024+i%60000)},
+		// The nodes' own defaults: load reports every 5 s, backoff from
+		// 200 ms to 10 s.
+		Load:   func() *pb.LoadReport { return &pb.LoadReport{} },
+		Logger: slog.New(slog.DiscardHandler),
+	}, n)
+	if err != nil {
+		panic(err)
+	}
+	n.client = c
+	ctx, cancel := context.WithCancel(context.Background())
+	n.stop = cancel
+	go func() {
+		defer close(n.done)
+		c.Run(ctx)
+	}()
+	return n
+}
+
+// waitAll waits until every node satisfies ok, and returns when the last
+// one did (polled: the sessions signal nothing to a waiter).
+func waitAll(ctx context.Context, nodes []*simNode, ok func(*simNode) bool) error {
+	for {
+		all := true
+		for _, n := range nodes {
+			if !ok(n) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			missing := 0
+			for _, n := range nodes {
+				if !ok(n) {
+					missing++
+				}
+			}
+			return fmt.Errorf("%w: %d of %d nodes not there", ctx.Err(), missing, len(nodes))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// quantile of durations (sorted in place).
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+
+func run(ctx context.Context, bin string, n, rounds int) (string, error) {
+	dir, err := os.MkdirTemp("", "shardcache-scalesim-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	s := &sim{bin: bin, dir: dir, control: freePort(), ops: freePort(), etcdURL: "http://" + freePort(), peerURL: "http://" + freePort()}
+	if err := s.startControl(ctx); err != nil {
+		return "", err
+	}
+	defer s.stopControl()
+	if s.admin, err = admin.New(admin.Config{Address: s.control, Token: "scale-token", Timeout: time.Minute}); err != nil {
+		return "", err
+	}
+	defer s.admin.Close()
+	if s.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{s.etcdURL}, DialTimeout: 10 * time.Second, Logger: nil}); err != nil {
+		return "", err
+	}
+	defer s.etcd.Close()
+	_, base := s.memory()
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Control plane at %d nodes, %s\n\n", n, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "One control-plane process (embedded etcd, lease TTL 10 s, epoch batch window 200 ms) and %d node sessions "+
+		"(the nodes' session client, one gRPC connection each, load reports every 5 s) in one other process, on this machine. "+
+		"Reproduce with `make scale`.\n\n", n)
+	fmt.Fprintln(&b, "| measure | figure |")
+	fmt.Fprintln(&b, "|---|---|")
+
+	// Join.
+	start := time.Now()
+	for i := range n {
+		s.nodes = append(s.nodes, s.startNode(i))
+	}
+	defer func() {
+		for _, nd := range s.nodes {
+			nd.stop()
+			<-nd.done
+		}
+	}()
+	jctx, jcancel := context.WithTimeout(ctx, 5*time.Minute)
+	err = waitAll(jctx, s.nodes, func(nd *simNode) bool { return nd.client.Connected() })
+	jcancel()
+	if err != nil {
+		return "", fmt.Errorf("joining: %w", err)
+	}
+	joined := time.Since(start)
+	// Every session at the epoch with every member.
+	var full uint64
+	ectx, ecancel := context.WithTimeout(ctx, 5*time.Minute)
+	err = waitAll(ectx, s.nodes, func(nd *simNode) bool {
+		e := nd.client.Epoch()
+		if e > full {
+			if ring, err := s.admin.GetRing(ctx, e); err == nil && len(ring.GetMembers()) == n {
+				full = e
+			}
+		}
+		return full > 0 && e >= full
+	})
+	ecancel()
+	if err != nil {
+		return "", fmt.Errorf("waiting for the epoch of all %d: %w", n, err)
+	}
+	fmt.Fprintf(&b, "| %d sessions established (all started at once) | %s |\n", n, ms(joined))
+	fmt.Fprintf(&b, "| every session at the epoch with all %d members | %s after the start |\n", n, ms(time.Since(start)))
+	rss, hwm := s.memory()
+	fmt.Fprintf(&b, "| control plane memory with %d sessions | RSS %d MiB, peak %d MiB (%d MiB before any; %.0f KiB a session) |\n",
+		n, rss>>20, hwm>>20, base>>20, float64(rss-base)/float64(n)/1024)
+
+	// Epoch propagation: drain and undrain a node in turn.
+	var prop, fromChange []time.Duration
+	var epochWrites []int64
+	for i := range rounds {
+		id := s.nodes[i/2].id // drained, then undrained
+		rev0, err := s.revision(ctx)
+		if err != nil {
+			return "", err
+		}
+		cur := s.nodes[0].client.Epoch()
+		t0 := time.Now()
+		if i%2 == 0 {
+			_, err = s.admin.DrainNode(ctx, id)
+		} else {
+			_, err = s.admin.UndrainNode(ctx, id)
+		}
+		if err != nil {
+			return "", err
+		}
+		pctx, pcancel := context.WithTimeout(ctx, time.Minute)
+		err = waitAll(pctx, s.nodes, func(nd *simNode) bool { return nd.client.Epoch() > cur })
+		pcancel()
+		if err != nil {
+			return "", fmt.Errorf("epoch after %s changed: %w", id, err)
+		}
+		for _, nd := range s.nodes {
+			if at, written, ok := nd.epochAt(cur + 1); ok {
+				prop = append(prop, at.Sub(written))
+				fromChange = append(fromChange, at.Sub(t0))
+			}
+		}
+		rev1, err := s.revision(ctx)
+		if err != nil {
+			return "", err
+		}
+		epochWrites = append(epochWrites, rev1-rev0)
+	}
+	fmt.Fprintf(&b, "| ring epoch from its write to every session (a drain or undrain; %d changes × %d sessions) | p50 %s, p99 %s, max %s |\n",
+		rounds, n, ms(quantile(prop, 0.5)), ms(quantile(prop, 0.99)), ms(quantile(prop, 1)))
+	fmt.Fprintf(&b, "| the same from the admin call (the 200 ms batch window and the member write included) | p50 %s, p99 %s, max %s |\n",
+		ms(quantile(fromChange, 0.5)), ms(quantile(fromChange, 0.99)), ms(quantile(fromChange, 1)))
+	fmt.Fprintf(&b, "| etcd write transactions during one epoch change (load reports included) | %v |\n", epochWrites)
+
+	// Purges acknowledged by all.
+	var acked []time.Duration
+	var purgeWrites []int64
+	for i := range rounds {
+		rev0, err := s.revision(ctx)
+		if err != nil {
+			return "", err
+		}
+		t0 := time.Now()
+		st, err := s.admin.PurgeURL(ctx, fmt.Sprintf("http://www.example.com/scale/%d", i), admin.PurgeOptions{Wait: 30 * time.Second})
+		if err != nil {
+			return "", err
+		}
+		if !st.GetComplete() {
+			return "", fmt.Errorf("purge %d not acknowledged by %d nodes within 30 s", i, len(st.GetPending()))
+		}
+		acked = append(acked, time.Since(t0))
+		rev1, err := s.revision(ctx)
+		if err != nil {
+			return "", err
+		}
+		purgeWrites = append(purgeWrites, rev1-rev0)
+	}
+	fmt.Fprintf(&b, "| a URL purge acknowledged by all %d (%d purges) | median %s, max %s |\n", n, rounds, ms(quantile(acked, 0.5)), ms(quantile(acked, 1)))
+	fmt.Fprintf(&b, "| etcd write transactions per purge (the record, then each node's acknowledgement and status) | %v |\n", purgeWrites)
+
+	// Restart the control plane: every session reconnects.
+	s.stopControl()
+	stopped := time.Now()
+	gctx, gcancel := context.WithTimeout(ctx, time.Minute)
+	err = waitAll(gctx, s.nodes, func(nd *simNode) bool { return !nd.client.Connected() })
+	gcancel()
+	if err != nil {
+		return "", fmt.Errorf("sessions after the control plane stopped: %w", err)
+	}
+	if err := s.startControl(ctx); err != nil {
+		return "", err
+	}
+	restarted := time.Now()
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Minute)
+	err = waitAll(rctx, s.nodes, func(nd *simNode) bool { return nd.client.Connected() })
+	rcancel()
+	if err != nil {
+		return "", fmt.Errorf("reconnecting: %w", err)
+	}
+	fmt.Fprintf(&b, "| control plane stopped (SIGTERM), started again on its etcd: every session established again | %s after the restart (%s after the stop; sessions back off up to 10 s) |\n",
+		ms(time.Since(restarted)), ms(time.Since(stopped)))
+	rss, hwm = s.memory()
+	fmt.Fprintf(&b, "| control plane memory after the %d reconnects | RSS %d MiB, peak %d MiB |\n", n, rss>>20, hwm>>20)
+	return b.String(), nil
+}
