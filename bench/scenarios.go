@@ -64,6 +64,7 @@ var scenarios = []scenario{
 		run:     runS4,
 	},
 	relayScenario,
+	killScenario,
 }
 
 // hitsGenerator names what drives the timed hit runs of S0 and S1.
