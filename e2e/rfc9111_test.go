@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"bytes"
+	"compress/gzip"
+	"compress/zlib"
 	"context"
 	"fmt"
 	"io"
@@ -507,6 +510,89 @@ func rfcCases() []rfcCase {
 		{"9110 15.3.5", "204 with max-age is stored", fixed(204, "", ma60...), []rfcStep{{code: 204}, {code: 204, cache: "HIT", origin: 1}}},
 		{"9110 15.4.2", "301 is cacheable by default with heuristic freshness", fixed(301, "", "Location", "/x", "Last-Modified", httpDate(-100*24*time.Hour)),
 			[]rfcStep{{code: 301}, {code: 301, cache: "HIT", origin: 1}}},
+
+		// RFC 9112 6 and 7: framing. net/http's client takes only a single
+		// "chunked"; a node fetches any other valid Transfer-Encoding again
+		// on a connection of its own (so the origin sees two requests) and
+		// decodes it.
+		{"9112 6.1", "gzip then chunked is decoded, stored and sent with a length of its own",
+			rawAnswer([]string{"Cache-Control: max-age=60", "Transfer-Encoding: gzip, chunked"}, chunked(gzipped("coded body"))),
+			[]rfcStep{{cache: "MISS", origin: 2, body: "coded body", check: noTransferEncoding}, {cache: "HIT", origin: 2, body: "coded body", check: noTransferEncoding}}},
+		{"9112 6.1", "a transfer-coding list over two field lines", rawAnswer([]string{"Cache-Control: max-age=60", "Transfer-Encoding: gzip", "Transfer-Encoding: chunked"},
+			chunked(gzipped("two lines"))),
+			[]rfcStep{{body: "two lines", check: noTransferEncoding}, {cache: "HIT", origin: 2, body: "two lines"}}},
+		{"9112 6.3", "gzip not ending in chunked: the body ends with the connection", rawAnswer([]string{"Cache-Control: max-age=60", "Transfer-Encoding: gzip"},
+			gzipped("until close")),
+			[]rfcStep{{body: "until close", check: noTransferEncoding}, {cache: "HIT", origin: 2, body: "until close"}}},
+		{"9112 6.3", "Transfer-Encoding overrides Content-Length", rawAnswer([]string{"Cache-Control: max-age=60", "Content-Length: 3", "Transfer-Encoding: deflate, chunked"},
+			chunked(deflated("longer than three"))),
+			[]rfcStep{{body: "longer than three"}, {cache: "HIT", origin: 2, body: "longer than three"}}},
+		{"9112 6.1", "a transfer coding the node cannot decode is a 502, never stored", rawAnswer([]string{"Cache-Control: max-age=60", "Transfer-Encoding: compress, chunked"},
+			chunked([]byte("not really compressed"))),
+			[]rfcStep{{code: 502}, {code: 502, origin: 4}}},
+		{"9110 7.6.1", "fields named in Connection are not forwarded", fixed(200, "v1", "Cache-Control", "max-age=60", "Connection", "X-Hop-Private", "X-Hop-Private", "secret"),
+			[]rfcStep{{check: noField("X-Hop-Private")}, {cache: "HIT", check: noField("X-Hop-Private")}}},
+	}
+}
+
+// rawAnswer hijacks the connection and writes a 200 with the head fields
+// and body exactly as given, then closes the connection.
+func rawAnswer(fields []string, body []byte) func(http.ResponseWriter, *http.Request, int) {
+	return func(w http.ResponseWriter, r *http.Request, n int) {
+		c, bw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		bw.WriteString("HTTP/1.1 200 OK\r\n" + strings.Join(fields, "\r\n") + "\r\nConnection: close\r\n\r\n")
+		bw.Write(body)
+		bw.Flush()
+	}
+}
+
+// chunked frames b in chunks of at most 7 bytes, as a chunked body.
+func chunked(b []byte) []byte {
+	var out bytes.Buffer
+	for len(b) > 0 {
+		n := min(len(b), 7)
+		fmt.Fprintf(&out, "%x\r\n%s\r\n", n, b[:n])
+		b = b[n:]
+	}
+	out.WriteString("0\r\n\r\n")
+	return out.Bytes()
+}
+
+func gzipped(s string) []byte {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	io.WriteString(zw, s)
+	zw.Close()
+	return b.Bytes()
+}
+
+// deflated is s in the "deflate" coding: the zlib format (RFC 9110 8.4.1.2).
+func deflated(s string) []byte {
+	var b bytes.Buffer
+	zw := zlib.NewWriter(&b)
+	io.WriteString(zw, s)
+	zw.Close()
+	return b.Bytes()
+}
+
+func noTransferEncoding(resp *http.Response, _ string, _ []http.Header) error {
+	if len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] != "chunked" || resp.Header.Get("Content-Encoding") != "" {
+		return fmt.Errorf("answer framed with Transfer-Encoding %v, Content-Encoding %q; want the decoded content",
+			resp.TransferEncoding, resp.Header.Get("Content-Encoding"))
+	}
+	return nil
+}
+
+func noField(name string) func(*http.Response, string, []http.Header) error {
+	return func(resp *http.Response, _ string, _ []http.Header) error {
+		if v := resp.Header.Values(name); len(v) > 0 {
+			return fmt.Errorf("answer carries %s %q, which the origin named in Connection", name, v)
+		}
+		return nil
 	}
 }
 

@@ -97,6 +97,10 @@ func (c *Client) Fetch(ctx context.Context, r *http.Request, origins []*url.URL,
 		var resp *http.Response
 		sent := time.Now()
 		resp, err = c.http.Do(req)
+		if unsupportedTE(err) && (req.Body == nil || req.Body == http.NoBody) {
+			// A valid Transfer-Encoding net/http does not take (coded.go).
+			resp, err = c.fetchCoded(req)
+		}
 		if c.cfg.Observe != nil {
 			c.cfg.Observe(time.Since(sent))
 		}

@@ -110,3 +110,31 @@ func TestFetchFailsOverToTheNextOrigin(t *testing.T) {
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
+
+func TestTransferCodings(t *testing.T) {
+	tests := []struct {
+		lines []string
+		want  string // codings joined by ","; "error" for a refusal
+	}{
+		{[]string{"chunked"}, "chunked"},
+		{[]string{"GZIP, Chunked"}, "gzip,chunked"},
+		{[]string{"gzip", "chunked"}, "gzip,chunked"},
+		{[]string{"gzip;level=9 , chunked"}, "gzip,chunked"},
+		{[]string{"gzip"}, "gzip"},
+		{[]string{" , gzip,, chunked"}, "gzip,chunked"},
+		{[]string{"chunked, gzip"}, "error"},      // chunked must be last
+		{[]string{"chunked", "chunked"}, "error"}, // and only once
+		{[]string{"gz@ip, chunked"}, "error"},
+		{[]string{`"gzip", chunked`}, "error"},
+	}
+	for _, tt := range tests {
+		got, err := transferCodings(tt.lines)
+		s := strings.Join(got, ",")
+		if err != nil {
+			s = "error"
+		}
+		if s != tt.want {
+			t.Errorf("%q: %s (%v), want %s", tt.lines, s, err, tt.want)
+		}
+	}
+}
