@@ -96,6 +96,14 @@ func policyViolations(p *pb.CachePolicy) []*errdetails.BadRequest_FieldViolation
 			bad(fmt.Sprintf("excluded_statuses[%d]", i), "status range %d-%d: want 100 <= from <= to <= 599", r.GetFrom(), r.GetTo())
 		}
 	}
+	if n := len(p.GetHeuristicStatuses()); n > 100 {
+		bad("heuristic_statuses", "%d statuses: at most 100", n)
+	}
+	for i, st := range p.GetHeuristicStatuses() {
+		if st < 200 || st > 599 {
+			bad(fmt.Sprintf("heuristic_statuses[%d]", i), "status %d: want 200 to 599", st)
+		}
+	}
 	switch s := p.GetSliceSize(); {
 	case s < 0 || (s > 0 && s < policy.MinSliceSize) || s > policy.MaxSliceSize:
 		bad("slice_size", "%d: want 0 (whole objects) or %d to %d bytes", s, policy.MinSliceSize, policy.MaxSliceSize)

@@ -39,6 +39,8 @@ func TestPolicyViolations(t *testing.T) {
 		{"unknown mode", func(p *pb.CachePolicy) { p.Mode = 42 }, []string{"mode"}},
 		{"bad status range", func(p *pb.CachePolicy) { p.ExcludedStatuses = []*pb.StatusRange{{From: 399, To: 300}} }, []string{"excluded_statuses[0]"}},
 		{"negative TTL", func(p *pb.CachePolicy) { p.DefaultTtl = durationpb.New(-time.Second) }, []string{"default_ttl"}},
+		{"heuristic 599", func(p *pb.CachePolicy) { p.HeuristicStatuses = []uint32{599} }, nil},
+		{"heuristic 1xx", func(p *pb.CachePolicy) { p.HeuristicStatuses = []uint32{599, 103} }, []string{"heuristic_statuses[1]"}},
 		{"tiny slices", func(p *pb.CachePolicy) { p.SliceSize = 1000 }, []string{"slice_size"}},
 		{"8 MiB slices", func(p *pb.CachePolicy) { p.SliceSize = 8 << 20 }, nil},
 		{"huge slices", func(p *pb.CachePolicy) { p.SliceSize = 2 << 30 }, []string{"slice_size"}},

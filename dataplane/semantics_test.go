@@ -83,6 +83,10 @@ func TestPolicyDrivenSemantics(t *testing.T) {
 		"/private/":      answer("Cache-Control", "private, max-age=60"),
 		"/ttl/explicit/": answer("Cache-Control", "max-age=0"),
 		"/ttl/":          func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(404) },
+		"/heuristic/": func(w http.ResponseWriter, r *http.Request, n int) {
+			w.Header().Set("Last-Modified", time.Now().Add(-100*24*time.Hour).UTC().Format(http.TimeFormat))
+			w.WriteHeader(599)
+		},
 		"/big/": func(w http.ResponseWriter, r *http.Request, n int) {
 			w.Header().Set("Cache-Control", "max-age=60")
 			w.Write(make([]byte, 5000))
@@ -102,6 +106,7 @@ func TestPolicyDrivenSemantics(t *testing.T) {
 		{Name: "private", PathPrefix: "/private/", StorePrivate: true},
 		{Name: "ttl", PathPrefix: "/ttl/", StatusTtls: []*pb.StatusTTL{{StatusFrom: 200, StatusTo: 499, Ttl: hour}}},
 		{Name: "big", PathPrefix: "/big/", MaxObjectSize: 4000},
+		{Name: "heuristic", PathPrefix: "/heuristic/allowed/", HeuristicStatuses: []uint32{599}},
 		{Name: "slow", PathPrefix: "/slow/", OriginTimeout: durationpb.New(200 * time.Millisecond)},
 	}}
 	for _, n := range []*Node{a, b} {
@@ -138,6 +143,8 @@ func TestPolicyDrivenSemantics(t *testing.T) {
 		{"status TTL for a 404 without freshness", "/ttl/", []step{{code: 404}, {code: 404, cache: "HIT", origin: 1}}},
 		{"the response's own freshness beats the status TTL", "/ttl/explicit/", []step{{}, {origin: 2}}},
 		{"over the policy's max object size: served, not stored", "/big/", []step{{}, {cache: "MISS", origin: 2}}},
+		{"heuristic freshness for a 599 the policy names (RFC 9111 4.2.2)", "/heuristic/allowed/", []step{{code: 599}, {code: 599, cache: "HIT", origin: 1}}},
+		{"no heuristic freshness for a 599 otherwise", "/heuristic/other/", []step{{code: 599}, {code: 599, cache: "MISS", origin: 2}}},
 		{"the policy's origin timeout", "/slow/", []step{{code: http.StatusBadGateway, origin: 1}}},
 	}
 	for _, via := range []string{"owner", "relay"} {

@@ -137,6 +137,9 @@ type Overrides struct {
 	StorePrivate, StoreSetCookie bool
 	// Excluded: the policy never stores this status.
 	Excluded bool
+	// Heuristic: the policy gives this status heuristic freshness, as if it
+	// were cacheable by default.
+	Heuristic bool
 }
 
 // Storable is the one rule of whether a shared cache may store a response
@@ -160,7 +163,7 @@ func Storable(status int, h http.Header, authorized bool, o Overrides, targeted 
 	cc, _ := ResponseControl(h, targeted...)
 	// Other statuses than the heuristically cacheable ones only with
 	// explicit freshness or public (RFC 9111 3), or a policy's TTL.
-	if !heuristicStatuses[status] && !Explicit(h, targeted...) && !cc.Has("public") && !o.TTL {
+	if !heuristicStatuses[status] && !o.Heuristic && !Explicit(h, targeted...) && !cc.Has("public") && !o.TTL {
 		return false
 	}
 	// RFC 9111 3.5: to an authorized request, only what the response
@@ -173,6 +176,12 @@ func Storable(status int, h http.Header, authorized bool, o Overrides, targeted 
 // Last-Modified (heuristic freshness, only for statuses that allow it and
 // when the response gives no explicit freshness).
 func Lifetime(status int, h http.Header, received time.Time, targeted ...string) time.Duration {
+	return LifetimeHeuristic(status, h, received, false, targeted...)
+}
+
+// LifetimeHeuristic is Lifetime with heuristic freshness for status also
+// when it is not cacheable by default, as a policy may allow.
+func LifetimeHeuristic(status int, h http.Header, received time.Time, heuristic bool, targeted ...string) time.Duration {
 	cc, fromTargeted := ResponseControl(h, targeted...)
 	if cc.Has("no-cache") {
 		return 0 // stored, but revalidated on every use
@@ -200,7 +209,7 @@ func Lifetime(status int, h http.Header, received time.Time, targeted ...string)
 		}
 		return max(t.Sub(date), 0)
 	}
-	if !heuristicStatuses[status] {
+	if !heuristicStatuses[status] && !heuristic {
 		return 0
 	}
 	if v := h.Get("Last-Modified"); v != "" {

@@ -283,7 +283,7 @@ func (o *Owner) refreshed(stale *store.Entry, resp *http.Response, p *policy.Pol
 // revalidated.
 func StoreLifetime(p *policy.Policy, r *http.Request, status int, h http.Header, received time.Time, maxObject int64) (time.Duration, bool) {
 	cc, _ := httpcache.ResponseControl(h, p.Targeted...)
-	lifetime := httpcache.Lifetime(status, h, received, p.Targeted...)
+	lifetime := httpcache.LifetimeHeuristic(status, h, received, p.Heuristic(status), p.Targeted...)
 	policyTTL := false
 	explicit := httpcache.Explicit(h, p.Targeted...)
 	if !explicit && !cc.Has("no-cache") {
@@ -296,7 +296,7 @@ func StoreLifetime(p *policy.Policy, r *http.Request, status int, h http.Header,
 	// Worth storing only with a lifetime or a validator to serve it with.
 	validator := h.Get("ETag") != "" || h.Get("Last-Modified") != ""
 	ok := httpcache.Storable(status, h, r.Header.Get("Authorization") != "", httpcache.Overrides{
-		TTL: policyTTL, StorePrivate: p.StorePrivate, StoreSetCookie: p.StoreSetCookie, Excluded: p.Excluded(status),
+		TTL: policyTTL, StorePrivate: p.StorePrivate, StoreSetCookie: p.StoreSetCookie, Excluded: p.Excluded(status), Heuristic: p.Heuristic(status),
 	}, p.Targeted...) && (lifetime > 0 || validator) && maxObject > 0
 	return lifetime, ok
 }

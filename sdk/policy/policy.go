@@ -68,6 +68,7 @@ type Policy struct {
 	key       []keyPart
 	keyLen    int // the literal parts' length, for sizing a key
 	statusTTL []*pb.StatusTTL
+	heuristic []uint32
 	excluded  []*pb.StatusRange
 	bypass    []*pb.BypassRule
 }
@@ -119,6 +120,7 @@ func Compile(p *pb.CachePolicy) (*Policy, error) {
 		RelayTimeout:         p.GetRelayTimeout().AsDuration(),
 		prefix:               p.GetPathPrefix(),
 		statusTTL:            p.GetStatusTtls(),
+		heuristic:            p.GetHeuristicStatuses(),
 		excluded:             p.GetExcludedStatuses(),
 		bypass:               p.GetBypass(),
 	}
@@ -322,6 +324,12 @@ func (p *Policy) Excluded(status int) bool {
 		}
 	}
 	return false
+}
+
+// Heuristic reports whether the policy gives status heuristic freshness
+// beyond the statuses cacheable by default.
+func (p *Policy) Heuristic(status int) bool {
+	return slices.Contains(p.heuristic, uint32(status))
 }
 
 // StatusTTL returns the lifetime the policy sets for status, like

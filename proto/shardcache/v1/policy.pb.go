@@ -337,8 +337,12 @@ type CachePolicy struct {
 	// "Shardcache-Cache-Control": obeyed before CDN-Cache-Control (which every node obeys), and
 	// removed from answers to clients. Empty: CDN-Cache-Control only.
 	TargetedCacheControl string `protobuf:"bytes,26,opt,name=targeted_cache_control,json=targetedCacheControl,proto3" json:"targeted_cache_control,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Statuses given heuristic freshness (10 % of the time since Last-Modified) beside those
+	// cacheable by default (RFC 9110 15.1: 200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414,
+	// 501), e.g. 599 from an origin that means it; 200 to 599.
+	HeuristicStatuses []uint32 `protobuf:"varint,27,rep,packed,name=heuristic_statuses,json=heuristicStatuses,proto3" json:"heuristic_statuses,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CachePolicy) Reset() {
@@ -553,6 +557,13 @@ func (x *CachePolicy) GetTargetedCacheControl() string {
 	return ""
 }
 
+func (x *CachePolicy) GetHeuristicStatuses() []uint32 {
+	if x != nil {
+		return x.HeuristicStatuses
+	}
+	return nil
+}
+
 var File_shardcache_v1_policy_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_policy_proto_rawDesc = "" +
@@ -571,7 +582,8 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\amethods\x18\x01 \x03(\tR\amethods\x12\x18\n" +
 	"\aheaders\x18\x02 \x03(\tR\aheaders\x12\x18\n" +
 	"\acookies\x18\x03 \x03(\tR\acookies\x12#\n" +
-	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\xe9\t\n" +
+	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\x98\n" +
+	"\n" +
 	"\vCachePolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x1f\n" +
@@ -604,7 +616,8 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\x10cache_authorized\x18\x17 \x01(\bH\x01R\x0fcacheAuthorized\x88\x01\x01\x12#\n" +
 	"\rstore_private\x18\x18 \x01(\bR\fstorePrivate\x12(\n" +
 	"\x10store_set_cookie\x18\x19 \x01(\bR\x0estoreSetCookie\x124\n" +
-	"\x16targeted_cache_control\x18\x1a \x01(\tR\x14targetedCacheControlB\v\n" +
+	"\x16targeted_cache_control\x18\x1a \x01(\tR\x14targetedCacheControl\x12-\n" +
+	"\x12heuristic_statuses\x18\x1b \x03(\rR\x11heuristicStatusesB\v\n" +
 	"\t_compressB\x13\n" +
 	"\x11_cache_authorized*\x85\x01\n" +
 	"\tCacheMode\x12\x1a\n" +
