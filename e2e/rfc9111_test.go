@@ -229,6 +229,12 @@ func rfcCases() []rfcCase {
 		{"4.1", "Accept-Language values that ask the same select one variant", versioned("Cache-Control", "max-age=60", "Vary", "Accept-Language"),
 			[]rfcStep{{header: []string{"Accept-Language", "en-US, fr;q=0.5"}}, {header: []string{"Accept-Language", "fr ; q=0.50,EN-us"}, cache: "HIT", origin: 1},
 				{header: []string{"Accept-Language", "fr, en-US;q=0.5"}, cache: "MISS", origin: 2}}},
+		{"4.1", "a variant whose Content-Language is exactly the language a client prefers answers it", negotiated(),
+			[]rfcStep{{header: []string{"Accept-Language", "de-CH, de;q=0.9"}, body: "de-ch"},
+				{header: []string{"Accept-Language", "de-CH"}, cache: "HIT", origin: 1, body: "de-ch"},
+				{header: []string{"Accept-Language", "de"}, cache: "MISS", origin: 2, body: "de"}, // de-CH is not de
+				{header: []string{"Accept-Language", "fr;q=0.3, de;q=0.8"}, cache: "HIT", origin: 2, body: "de"},
+				{header: []string{"Accept-Language", "de, de-CH"}, cache: "MISS", origin: 3}}}, // no single preference
 
 		// 4.2: freshness.
 		{"4.2.1", "s-maxage overrides max-age=0", versioned("Cache-Control", "max-age=0, s-maxage=60"), []rfcStep{{}, {cache: "HIT", origin: 1}}},
@@ -532,6 +538,21 @@ func rfcCases() []rfcCase {
 			[]rfcStep{{code: 502}, {code: 502, origin: 4}}},
 		{"9110 7.6.1", "fields named in Connection are not forwarded", fixed(200, "v1", "Cache-Control", "max-age=60", "Connection", "X-Hop-Private", "X-Hop-Private", "secret"),
 			[]rfcStep{{check: noField("X-Hop-Private")}, {cache: "HIT", check: noField("X-Hop-Private")}}},
+	}
+}
+
+// negotiated answers in the language the request prefers (its first
+// Accept-Language range), naming it in Content-Language, varying on
+// Accept-Language.
+func negotiated() func(http.ResponseWriter, *http.Request, int) {
+	return func(w http.ResponseWriter, r *http.Request, n int) {
+		lang, _, _ := strings.Cut(r.Header.Get("Accept-Language"), ",")
+		lang, _, _ = strings.Cut(lang, ";")
+		lang = strings.ToLower(strings.TrimSpace(lang))
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set("Vary", "Accept-Language")
+		w.Header().Set("Content-Language", lang)
+		io.WriteString(w, lang)
 	}
 }
 

@@ -142,6 +142,30 @@ func normalLanguages(vals []string) string {
 	return strings.Join(out, ",")
 }
 
+// PreferredLanguage returns the one language range h's Accept-Language
+// weighs highest, when a single range does (not "*"): a stored variant whose
+// Content-Language is exactly that range may answer the request.
+func PreferredLanguage(h http.Header) (string, bool) {
+	norm := normalLanguages(h.Values("Accept-Language"))
+	if norm == "" {
+		return "", false
+	}
+	first, rest, _ := strings.Cut(norm, ",")
+	top, _, weighted := strings.Cut(first, ";q=")
+	if next, _, _ := strings.Cut(rest, ","); next != "" {
+		// normalLanguages sorts by weight: a tie for the top is no preference.
+		_, nq, nw := strings.Cut(next, ";q=")
+		_, fq, _ := strings.Cut(first, ";q=")
+		if nw == weighted && nq == fq {
+			return "", false
+		}
+	}
+	if top == "*" {
+		return "", false
+	}
+	return top, true
+}
+
 // qvalue parses a weight (RFC 9110 12.4.2): 0 to 1 with up to three
 // decimals, in thousandths.
 func qvalue(v string) (int, bool) {

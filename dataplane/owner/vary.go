@@ -35,11 +35,35 @@ func (o *Owner) lookup(key string, r *http.Request) *store.Entry {
 		}
 		return e
 	}
-	v, ok := o.cfg.Store.Get(httpcache.VariantKey(key, httpcache.VaryFields(e.Header), r.Header))
+	fields := httpcache.VaryFields(e.Header)
+	v, ok := o.cfg.Store.Get(httpcache.VariantKey(key, fields, r.Header))
 	if !ok || !o.usable(v) {
+		if slices.Equal(fields, []string{"accept-language"}) {
+			return o.languageVariant(key, r)
+		}
 		return nil
 	}
 	return v
+}
+
+// languageVariant returns a stored variant of key, varying on
+// Accept-Language alone, whose Content-Language is exactly the language r
+// prefers: the answer the origin negotiated for another client's list is
+// the one it gives for that language.
+func (o *Owner) languageVariant(key string, r *http.Request) *store.Entry {
+	want, ok := httpcache.PreferredLanguage(r.Header)
+	if !ok {
+		return nil
+	}
+	for _, k := range o.cfg.Store.Members(key) {
+		v, ok := o.cfg.Store.Peek(k)
+		if ok && o.usable(v) && strings.EqualFold(strings.TrimSpace(v.Header.Get("Content-Language")), want) {
+			if v, ok := o.cfg.Store.Get(k); ok {
+				return v
+			}
+		}
+	}
+	return nil
 }
 
 // variant returns the key a varying response to r is stored under, and
