@@ -121,6 +121,10 @@ func (f *fakeControl) publish(e *pb.RingEpoch) {
 	f.mu.Unlock()
 }
 
+// missedPerMessage is how many missed purges the fake control plane sends
+// in one message.
+const missedPerMessage = 10000
+
 func (f *fakeControl) Session(stream pb.NodeService_SessionServer) error {
 	req, err := stream.Recv()
 	if err != nil || req.GetHello() == nil {
@@ -138,6 +142,15 @@ func (f *fakeControl) Session(stream pb.NodeService_SessionServer) error {
 	sent := req.GetHello().GetPurgeRevision()
 	if len(purges) > 0 {
 		sent = purges[len(purges)-1].GetRevision()
+	}
+	// As the control plane does, purges past one message's worth go ahead
+	// of the snapshot.
+	for len(purges) > missedPerMessage {
+		msg := &pb.SessionResponse{Msg: &pb.SessionResponse_MissedPurges{MissedPurges: &pb.MissedPurges{Purges: purges[:missedPerMessage]}}}
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		purges = purges[missedPerMessage:]
 	}
 	snap := &pb.Snapshot{Epoch: e, Policies: ps, Purges: purges}
 	if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: snap}}); err != nil {

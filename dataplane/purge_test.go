@@ -141,3 +141,31 @@ func TestPurgesReachEveryVariantAndSurviveARestart(t *testing.T) {
 		t.Fatalf("purge revision %d after the restart, want 15", n.PurgeRevision())
 	}
 }
+
+// A node joins and becomes ready with 150,000 retained purges, sent ahead
+// of its snapshot in bounded messages, and is caught up with all of them.
+func TestANodeJoinsWith150000RetainedPurges(t *testing.T) {
+	const n = 150000
+	fc := startFakeControl(t, "127.0.0.1:0")
+	fc.mu.Lock()
+	for i := range n {
+		p := &pb.Purge{Id: fmt.Sprintf("bulk-%06d", i), Kind: pb.PurgeKind_PURGE_KIND_URL, Url: fmt.Sprintf("http://www.example.com/catalogue/%06d", i), Revision: int64(i + 1)}
+		if i%10 == 0 {
+			p = &pb.Purge{Id: fmt.Sprintf("bulk-%06d", i), Kind: pb.PurgeKind_PURGE_KIND_TAG, Tag: fmt.Sprintf("product-%d", i), Revision: int64(i + 1)}
+		}
+		fc.purges = append(fc.purges, p)
+	}
+	fc.mu.Unlock()
+	o := &testOrigin{}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	start := time.Now()
+	a := startNode(t, "a", fc.addr, origin.URL, noHotKeys)
+	fc.publish(epochOf(1, a))
+	waitEpoch(t, a, 1)
+	waitFor(t, "every purge applied", func() bool { return metricValue(t, a, "shardcache_purge_revision") == n })
+	t.Logf("ready with %d purges %s after its start", n, time.Since(start).Round(time.Millisecond))
+	if resp, body := do(t, "GET", "http://"+a.ClientAddr().String()+"/after"); resp.StatusCode != 200 || body != "body of /after" {
+		t.Fatalf("serving after the join: %d %q", resp.StatusCode, body)
+	}
+}
