@@ -233,7 +233,7 @@ func runS2(ctx context.Context, r *runner) ([]measurement, error) {
 			}
 			out = append(out, measurement{System: sys.name, OriginReqs: o1 - o0, HitRatio: res.HitRatio, P50: res.LatencyMs.P50, P99: res.LatencyMs.P99,
 				ReqPerSec: res.PerSecond, CPUPerReqUs: cpu / float64(res.Requests) * 1e6, Errors: sumErrors(res), Runs: 1,
-				ObjsPerNode: objectsPerNode(ctx, sys, in)})
+				ObjsPerNode: objectsPerNode(ctx, sys, in), Note: errorKinds(res)})
 			return nil
 		})
 		if err != nil {
@@ -527,6 +527,19 @@ func (c *nginxChurner) remove(ctx context.Context) error {
 	}
 	c.node4.stop()
 	return nil
+}
+
+// errorKinds names the kinds of the run's errors, for a note.
+func errorKinds(res *loadResult) string {
+	if len(res.Errors) == 0 {
+		return ""
+	}
+	kinds := make([]string, 0, len(res.Errors))
+	for k, v := range res.Errors {
+		kinds = append(kinds, fmt.Sprintf("%s: %d", k, v))
+	}
+	slices.Sort(kinds)
+	return "errors by kind: " + strings.Join(kinds, ", ") + ";"
 }
 
 func sumErrors(res *loadResult) int64 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -424,5 +425,62 @@ func TestReadOnlyDiskWhileRunning(t *testing.T) {
 	}
 	if n := fetched.Load(); n != 4 {
 		t.Errorf("origin fetched %d times, want 4 (/r/1 once, /r/2 twice, /r/3 once)", n)
+	}
+}
+
+// A fill the disk tier's admission refuses (asked for less often than what
+// it would evict) is still answered whole to the request that made it: the
+// leader's reader is taken before the body is copied, so a small body
+// copied and refused at once does not leave it with nothing (a 502).
+func TestAFillRefusedByAdmissionIsStillAnswered(t *testing.T) {
+	const size = 16 << 10 // copied at once: the race a larger body hides
+	// Incompressible bodies, so that records take their size on disk.
+	body := func(path string) []byte {
+		b := make([]byte, size)
+		var seed uint64
+		for _, c := range path {
+			seed = seed*31 + uint64(c)
+		}
+		rng := rand.New(rand.NewPCG(seed, 1))
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Write(body(r.URL.Path))
+	}))
+	defer origin.Close()
+	_, n := startOne(t, origin.URL, noHotKeys, func(c *Config) { c.DiskBytes, c.MaxObjectBytes = 1<<20, 256<<10 })
+	base := "http://" + n.ClientAddr().String()
+	// Popular objects fill the disk tier.
+	for i := range 70 {
+		for range 3 {
+			if resp, _ := do(t, "GET", fmt.Sprintf("%s/obj/popular-%d", base, i)); resp.StatusCode != 200 {
+				t.Fatalf("popular %d: %d", i, resp.StatusCode)
+			}
+		}
+	}
+	refused0 := metricValue(t, n, "shardcache_store_rejections_total", `tier="disk"`)
+	// Objects asked for once each, by several clients at once (the
+	// leader busy, its fill quick): refused by admission, answered anyway.
+	var wg sync.WaitGroup
+	var next atomic.Int32
+	for range 8 {
+		wg.Go(func() {
+			for i := int(next.Add(1)); i <= 400; i = int(next.Add(1)) {
+				path := fmt.Sprintf("/obj/once-%d", i)
+				if resp, got := do(t, "GET", base+path); resp.StatusCode != 200 || got != string(body(path)) {
+					t.Errorf("%s, asked once: %d, %d bytes", path, resp.StatusCode, len(got))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if refused := metricValue(t, n, "shardcache_store_rejections_total", `tier="disk"`) - refused0; refused == 0 {
+		t.Fatal("admission refused nothing: the test no longer shows a refused fill")
 	}
 }

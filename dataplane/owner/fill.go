@@ -205,6 +205,10 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 	})
 	settle(&fillShare{wr: wr, req: r.Header})
 	handed = true
+	// The leader's reader is taken before the copy starts: a small body
+	// may be copied and refused by the disk tier's admission before the
+	// leader would ask, and a reader taken after a refusal has nothing.
+	rd, rdErr := wr.NewReader()
 	o.cfg.Tasks.Go("fill", func() {
 		defer endFill()
 		defer cancel()
@@ -223,7 +227,7 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 			o.cfg.Logger.Warn("storing response failed", "key", key, "err", err)
 		}
 	})
-	rd, err := wr.NewReader()
+	err = rdErr
 	if err == nil {
 		defer rd.Close()
 		err = o.Answer(w, r, wr.Entry(), rd, status)
