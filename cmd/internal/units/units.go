@@ -58,8 +58,10 @@ func Bytes(n int64) string {
 // Value is a pflag.Value holding a byte size.
 type Value struct{ N *int64 }
 
+// String is the size as Bytes writes it; "0" for none, which flag help
+// takes for an unset default (the help text names the real default).
 func (v Value) String() string {
-	if v.N == nil {
+	if v.N == nil || *v.N == 0 {
 		return "0"
 	}
 	return Bytes(*v.N)

@@ -1,6 +1,11 @@
 package units
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
 
 func TestParseBytes(t *testing.T) {
 	tests := []struct {
@@ -38,5 +43,20 @@ func TestBytes(t *testing.T) {
 		if got := Bytes(in); got != want {
 			t.Errorf("Bytes(%d) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// An unset size flag's help carries no "(default 0B)" beside the default
+// its text names.
+func TestUnsetSizeFlagShowsNoZeroDefault(t *testing.T) {
+	var n int64
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	fs.Var(Value{N: &n}, "disk", "disk budget (default 10GiB)")
+	if usage := fs.FlagUsages(); strings.Contains(usage, "0B") || strings.Count(usage, "default") != 1 {
+		t.Fatalf("usage %q: want the text's one default", usage)
+	}
+	n = 1 << 30
+	if got := (Value{N: &n}).String(); got != "1.0GiB" {
+		t.Fatalf("String() = %q, want 1.0GiB", got)
 	}
 }
