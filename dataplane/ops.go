@@ -196,7 +196,7 @@ func (n *Node) loadReport() *pb.LoadReport {
 		DiskObjects:           st.DiskObjects,
 		RequestsTotal:         t.Requests.Load(),
 		HitsTotal:             t.Hits.Load(),
-		OriginRequestsTotal:   t.OriginFills.Load(),
+		OriginRequestsTotal:   t.OriginRequests.Load(),
 		RelayedTotal:          t.Relayed.Load(),
 		PeerBytesTotal:        t.PeerBytes.Load(),
 		HandoffAnswersTotal:   t.HandoffAnswers.Load(),

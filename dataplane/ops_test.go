@@ -60,3 +60,21 @@ func TestRedactArgsHidesSecretFlagValues(t *testing.T) {
 		t.Fatal("a secret survived")
 	}
 }
+
+// The load report's origin requests count bypassed requests as well as
+// fills: both reach the origin, and cachectl's offload figure reads them.
+func TestLoadReportCountsBypassInOriginRequests(t *testing.T) {
+	o := &testOrigin{}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	_, n := startOne(t, origin.URL, noHotKeys)
+	base := "http://" + n.ClientAddr().String()
+	do(t, "GET", base+"/filled")
+	do(t, "GET", base+"/filled") // a hit
+	do(t, "POST", base+"/posted")
+	do(t, "GET", base+"/bypassed", "Cache-Control", "no-store")
+	l := n.loadReport()
+	if l.GetRequestsTotal() != 4 || l.GetOriginRequestsTotal() != 3 {
+		t.Fatalf("load report: %d requests, %d origin requests; want 4 and 3 (a fill and two bypasses)", l.GetRequestsTotal(), l.GetOriginRequestsTotal())
+	}
+}

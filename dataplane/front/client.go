@@ -221,6 +221,7 @@ func (f *Front) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy)
 	resp.Body = watch.Body(resp.Body)
 	defer resp.Body.Close()
 	f.cfg.Metrics.OriginReqs.WithLabelValues("bypass", metrics.StatusClass(resp.StatusCode)).Inc()
+	f.cfg.Metrics.Totals.OriginRequests.Add(1) // origin traffic, for the offload figure
 	relay.RemoveHopByHop(resp.Header)
 	reply.CopyHeader(w.Header(), resp.Header)
 	w.Header().Set("X-Cache", relay.CacheBypass)

@@ -79,7 +79,9 @@ type Set struct {
 
 // Totals are the counts a node's load reports carry since it started.
 type Totals struct {
-	Requests, Hits, OriginFills, Relayed, PeerBytes atomic.Uint64
+	// OriginRequests counts the requests answered by the origin: fills and
+	// revalidations, and bypassed requests, which reach it too.
+	Requests, Hits, OriginRequests, Relayed, PeerBytes atomic.Uint64
 	// HandoffAnswers counts handoff requests answered from the store.
 	HandoffAnswers atomic.Uint64
 }

@@ -129,7 +129,7 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 		}
 	}()
 	if fromOrigin {
-		o.cfg.Metrics.Totals.OriginFills.Add(1)
+		o.cfg.Metrics.Totals.OriginRequests.Add(1)
 		o.cfg.Metrics.OriginReqs.WithLabelValues("fill", metrics.StatusClass(resp.StatusCode)).Inc()
 	}
 	relay.RemoveHopByHop(resp.Header)

@@ -772,17 +772,18 @@ func (x *Certificate) GetError() string {
 type LoadReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Epoch the node is serving with.
-	Epoch               uint64  `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	RequestsPerSecond   float64 `protobuf:"fixed64,2,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
-	MemoryBytes         int64   `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	MemoryObjects       int64   `protobuf:"varint,4,opt,name=memory_objects,json=memoryObjects,proto3" json:"memory_objects,omitempty"`
-	DiskBytes           int64   `protobuf:"varint,5,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
-	DiskObjects         int64   `protobuf:"varint,6,opt,name=disk_objects,json=diskObjects,proto3" json:"disk_objects,omitempty"`
-	RequestsTotal       uint64  `protobuf:"varint,7,opt,name=requests_total,json=requestsTotal,proto3" json:"requests_total,omitempty"`
-	HitsTotal           uint64  `protobuf:"varint,8,opt,name=hits_total,json=hitsTotal,proto3" json:"hits_total,omitempty"`
-	OriginRequestsTotal uint64  `protobuf:"varint,9,opt,name=origin_requests_total,json=originRequestsTotal,proto3" json:"origin_requests_total,omitempty"`
-	RelayedTotal        uint64  `protobuf:"varint,10,opt,name=relayed_total,json=relayedTotal,proto3" json:"relayed_total,omitempty"`
-	PeerBytesTotal      uint64  `protobuf:"varint,11,opt,name=peer_bytes_total,json=peerBytesTotal,proto3" json:"peer_bytes_total,omitempty"`
+	Epoch             uint64  `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	RequestsPerSecond float64 `protobuf:"fixed64,2,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
+	MemoryBytes       int64   `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	MemoryObjects     int64   `protobuf:"varint,4,opt,name=memory_objects,json=memoryObjects,proto3" json:"memory_objects,omitempty"`
+	DiskBytes         int64   `protobuf:"varint,5,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	DiskObjects       int64   `protobuf:"varint,6,opt,name=disk_objects,json=diskObjects,proto3" json:"disk_objects,omitempty"`
+	RequestsTotal     uint64  `protobuf:"varint,7,opt,name=requests_total,json=requestsTotal,proto3" json:"requests_total,omitempty"`
+	HitsTotal         uint64  `protobuf:"varint,8,opt,name=hits_total,json=hitsTotal,proto3" json:"hits_total,omitempty"`
+	// Requests the origin answered: fills, revalidations and bypassed requests.
+	OriginRequestsTotal uint64 `protobuf:"varint,9,opt,name=origin_requests_total,json=originRequestsTotal,proto3" json:"origin_requests_total,omitempty"`
+	RelayedTotal        uint64 `protobuf:"varint,10,opt,name=relayed_total,json=relayedTotal,proto3" json:"relayed_total,omitempty"`
+	PeerBytesTotal      uint64 `protobuf:"varint,11,opt,name=peer_bytes_total,json=peerBytesTotal,proto3" json:"peer_bytes_total,omitempty"`
 	// Response body bytes sent to clients, by route (local, relayed, bypass, redirect).
 	ResponseBytesByRoute map[string]uint64 `protobuf:"bytes,12,rep,name=response_bytes_by_route,json=responseBytesByRoute,proto3" json:"response_bytes_by_route,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Estimate of a cache of this node's size that kept what this node's clients asked for by
