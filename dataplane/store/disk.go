@@ -395,14 +395,7 @@ func (d *disk) addLocked(de *diskEntry) {
 	d.all = append(d.all, de)
 	d.index[de.key] = de
 	d.used += de.size
-	if g, ok := d.groupOf(de.key); ok {
-		m := d.groups[g]
-		if m == nil {
-			m = map[string]struct{}{}
-			d.groups[g] = m
-		}
-		m[de.key] = struct{}{}
-	}
+	d.joinGroupLocked(de.key)
 }
 
 func (d *disk) removeLocked(de *diskEntry) {
@@ -412,40 +405,7 @@ func (d *disk) removeLocked(de *diskEntry) {
 	d.all = d.all[:len(d.all)-1]
 	delete(d.index, de.key)
 	d.used -= de.size
-	if g, ok := d.groupOf(de.key); ok {
-		if m := d.groups[g]; m != nil {
-			delete(m, de.key)
-			if len(m) == 0 {
-				delete(d.groups, g)
-			}
-		}
-	}
-}
-
-func (d *disk) groupOf(key string) (string, bool) {
-	if d.group == nil {
-		return "", false
-	}
-	return d.group(key)
-}
-
-// members returns the keys held in group g.
-func (d *disk) members(g string) []string {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	m := d.groups[g]
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
-
-// count returns how many keys group g holds.
-func (d *disk) count(g string) int {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	return len(d.groups[g])
+	d.leaveGroupLocked(de.key)
 }
 
 // remove deletes key's record.
