@@ -10,8 +10,6 @@ import (
 	"sort"
 	"testing"
 
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
@@ -37,15 +35,8 @@ func TestOverlaysRenderWithKubectlsKustomize(t *testing.T) {
 	} else {
 		t.Log("kubectl is not installed: rendering with the v5.5.0 library only")
 	}
-	for _, dir := range []string{"kubernetes/base", "kubernetes/overlays/small", "kubernetes/overlays/production"} {
-		res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-		if err != nil {
-			t.Fatalf("kustomize build %s: %v", dir, err)
-		}
-		want, err := res.AsYaml()
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, dir := range kustomizations {
+		want := render(t, dir)
 		for name, cmd := range renderers {
 			var stderr bytes.Buffer
 			c := cmd(dir)

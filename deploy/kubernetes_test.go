@@ -92,8 +92,11 @@ func decodeDoc(doc []byte) (any, error) {
 	return obj, nil
 }
 
-// build runs kustomize on dir and decodes every object it outputs.
-func build(t *testing.T, dir string) *manifests {
+// kustomizations are the base and every overlay.
+var kustomizations = []string{"kubernetes/base", "kubernetes/overlays/small", "kubernetes/overlays/production"}
+
+// render runs kustomize on dir and returns its output.
+func render(t *testing.T, dir string) []byte {
 	t.Helper()
 	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
@@ -103,6 +106,13 @@ func build(t *testing.T, dir string) *manifests {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return out
+}
+
+// build runs kustomize on dir and decodes every object it outputs.
+func build(t *testing.T, dir string) *manifests {
+	t.Helper()
+	out := render(t, dir)
 	m := &manifests{}
 	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
 		obj, err := decodeDoc(doc)
@@ -161,7 +171,7 @@ func TestOverlaysAreWiredTogether(t *testing.T) {
 		"node":    commandFlags(t, "node.go"),
 		"control": commandFlags(t, "control.go"),
 	}
-	for _, dir := range []string{"kubernetes/base", "kubernetes/overlays/small", "kubernetes/overlays/production"} {
+	for _, dir := range kustomizations {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			m := build(t, dir)
 			ws := m.workloads()
