@@ -480,7 +480,7 @@ func (n *Node) cutOff() (time.Time, bool) {
 	if n.cfg.CutOffBound < 0 || n.session == nil {
 		return time.Time{}, false
 	}
-	if _, cut := n.session.CutOff(n.cfg.CutOffBound); !cut {
+	if !n.session.CutOff(n.cfg.CutOffBound) {
 		return time.Time{}, false
 	}
 	return time.Now().Add(-n.cfg.CutOffBound), true

@@ -9,12 +9,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -136,40 +133,27 @@ func (s *sim) startControl(ctx context.Context) error {
 	cmd := exec.CommandContext(ctx, s.bin, "control", "--listen", s.control, "--ops", s.ops,
 		"--etcd-dir", filepath.Join(s.dir, "etcd"), "--etcd-client-url", s.etcdURL, "--etcd-peer-url", s.peerURL,
 		"--admin-token", "scale-token", "--lease-ttl", "10s", "--epoch-batch-window", "200ms", "--log-level", "warn")
-	stderr, err := cmd.StderrPipe()
+	logf, err := os.OpenFile(filepath.Join(s.dir, "control.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd.Stdout = io.Discard
+	defer logf.Close() // the child has its own descriptor
+	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return err
 	}
 	s.proc = cmd
-	serving := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		once := sync.Once{}
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "control plane serving") {
-				once.Do(func() { close(serving) })
-			}
-		}
-	}()
-	// --log-level warn hides the serving line: the ops listener answers.
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if c, err := net.Dial("tcp", s.control); err == nil {
 			c.Close()
 			return nil
 		}
-		select {
-		case <-serving:
-			return nil
-		case <-time.After(50 * time.Millisecond):
-		}
 		if time.Now().After(deadline) {
-			return errors.New("the control plane did not listen within a minute")
+			b, _ := os.ReadFile(filepath.Join(s.dir, "control.log"))
+			return fmt.Errorf("the control plane did not listen within a minute:\n%s", b)
 		}
+		time.Sleep(50 * time.Millisecond) // polling the listener: the process signals nothing else
 	}
 }
 

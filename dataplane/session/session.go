@@ -272,15 +272,14 @@ func (c *Client) ended(err error, addr string) {
 func (c *Client) Connected() bool { return c.connected.Load() }
 
 // CutOff reports whether the node has heard nothing from the control plane
-// for longer than bound, and since when: purges issued since may not have
-// reached it. A node hears from an established session at least every
-// heartbeat; a session that sends no heartbeats is never taken for cut off.
-func (c *Client) CutOff(bound time.Duration) (since time.Time, cut bool) {
-	since = time.Unix(0, c.heard.Load())
+// for longer than bound: purges issued since may not have reached it. A
+// node hears from an established session at least every heartbeat; a
+// session that sends no heartbeats is never taken for cut off.
+func (c *Client) CutOff(bound time.Duration) bool {
 	if c.connected.Load() && !c.heartbeats.Load() {
-		return since, false
+		return false
 	}
-	return since, time.Since(since) > bound
+	return time.Since(time.Unix(0, c.heard.Load())) > bound
 }
 
 // Epoch is the last epoch applied, 0 if none.
