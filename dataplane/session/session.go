@@ -258,13 +258,15 @@ func (c *Client) ended(err error, addr string) {
 	}
 	cause := strings.ToLower(strings.TrimPrefix(end.String(), "SESSION_END_"))
 	switch end {
+	// The state is recorded before it is logged: whoever reads the log
+	// line finds /readyz saying the same.
 	case pb.SessionEnd_SESSION_END_DUPLICATE_ID:
+		c.setMember(false, cause, "refused by the control plane: "+st.Message())
 		c.cfg.Logger.Error("the control plane refused this node: another process has an open session with the same id; retrying until it ends",
 			"control_plane", addr, "id", c.cfg.Member.GetId(), "reason", st.Message())
-		c.setMember(false, cause, "refused by the control plane: "+st.Message())
 	case pb.SessionEnd_SESSION_END_RECORD_DELETED, pb.SessionEnd_SESSION_END_RECORD_REPLACED, pb.SessionEnd_SESSION_END_LEASE_LOST:
-		c.cfg.Logger.Warn("membership lost; registering again", "control_plane", addr, "reason", st.Message())
 		c.setMember(false, cause, "membership lost: "+st.Message()+"; registering again")
+		c.cfg.Logger.Warn("membership lost; registering again", "control_plane", addr, "reason", st.Message())
 	}
 }
 
