@@ -272,12 +272,36 @@ func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
 		rt.Prev = routes.Without(e, n.cfg.ID)
 	}
 	n.routes.Store(rt)
+	n.peers.Ring(peerChange(rt.Prev, e))
 	if rt.Prev != nil && !again && n.hot != nil && n.cfg.HandoffWindow > 0 && n.owner != nil {
 		n.tasks.Go("precopy", func() { n.owner.Precopy(rt) })
 	}
 	n.metrics.RingEpoch.Set(float64(e.GetEpoch()))
 	n.metrics.RingMembers.Set(float64(len(e.GetMembers())))
 	n.log.Info("applied ring epoch", "epoch", e.GetEpoch(), "members", len(e.GetMembers()), "reason", e.GetReason())
+}
+
+// peerChange returns the peer addresses of e, and those of the members
+// that joined the ring with e or came back to it with a new lease since
+// prev (none in a run's first epoch).
+func peerChange(prev *routes.Table, e *pb.RingEpoch) (peers, joined []string) {
+	before := map[string]*pb.Member{}
+	if prev != nil {
+		for _, m := range prev.Epoch.GetMembers() {
+			before[m.GetId()] = m
+		}
+	}
+	for _, m := range e.GetMembers() {
+		peers = append(peers, m.GetPeerAddress())
+		if prev == nil {
+			continue
+		}
+		if was := before[m.GetId()]; was == nil || was.GetPeerAddress() != m.GetPeerAddress() ||
+			!was.GetJoinedAt().AsTime().Equal(m.GetJoinedAt().AsTime()) {
+			joined = append(joined, m.GetPeerAddress())
+		}
+	}
+	return peers, joined
 }
 
 // Ready is closed once every listener is bound.

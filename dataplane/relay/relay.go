@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -131,6 +132,24 @@ func New(cfg Config) *Client {
 		onConn: cfg.OnConn,
 		now:    time.Now,
 	}
+}
+
+// Ring tells the client the peer addresses of a new ring epoch. A peer
+// that joined the ring with it (joined) has just opened a session with the
+// control plane: fresher news than the failures that marked it down while
+// it was away, so its breaker closes. The breakers of addresses no longer
+// in the ring are dropped: there are never more than the ring has peers,
+// beside those tried since.
+func (c *Client) Ring(peers, joined []string) {
+	for _, a := range joined {
+		c.breakers.Delete(a)
+	}
+	c.breakers.Range(func(k, _ any) bool {
+		if !slices.Contains(peers, k.(string)) {
+			c.breakers.Delete(k)
+		}
+		return true
+	})
 }
 
 func (c *Client) breaker(peer string) *breaker {

@@ -106,6 +106,31 @@ func TestBreakerSkipsADeadPeerThenRetries(t *testing.T) {
 	if err := forward(); err == nil || errors.Is(err, ErrPeerDown) {
 		t.Fatalf("after the open period: %v, want a real attempt", err)
 	}
+
+	// Marked down again; then the peer joins a new ring epoch (it came
+	// back, with a session): it is tried at once.
+	for range breakerFailures {
+		forward()
+	}
+	if err := forward(); !errors.Is(err, ErrPeerDown) {
+		t.Fatalf("after %d more failures: %v, want ErrPeerDown", breakerFailures, err)
+	}
+	c.Ring([]string{dead}, nil)
+	if err := forward(); !errors.Is(err, ErrPeerDown) {
+		t.Fatalf("in a new epoch it did not join: %v, want ErrPeerDown still", err)
+	}
+	c.Ring([]string{dead}, []string{dead})
+	if err := forward(); err == nil || errors.Is(err, ErrPeerDown) {
+		t.Fatalf("after the peer joined the ring: %v, want a real attempt", err)
+	}
+	// A peer that left the ring takes its breaker with it.
+	forward()
+	c.Ring([]string{"127.0.0.1:1"}, nil)
+	n := 0
+	c.breakers.Range(func(any, any) bool { n++; return true })
+	if n != 0 {
+		t.Fatalf("%d breakers kept for peers out of the ring, want 0", n)
+	}
 }
 
 func TestRemoveHopByHop(t *testing.T) {
