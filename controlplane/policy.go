@@ -110,6 +110,8 @@ func policyViolations(p *pb.CachePolicy) []*errdetails.BadRequest_FieldViolation
 	case s > 0 && p.GetMaxObjectSize() > 0 && s > p.GetMaxObjectSize():
 		// A slice larger than the largest object stored would never be stored.
 		bad("slice_size", "%d: larger than max_object_size %d, so no slice would be stored", s, p.GetMaxObjectSize())
+	case s > 0 && p.GetPartialContent():
+		bad("partial_content", "not with slice_size: a sliced object is fetched and stored by ranges already")
 	}
 	if p.GetMaxObjectSize() < 0 {
 		bad("max_object_size", "must not be negative")

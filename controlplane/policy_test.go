@@ -45,6 +45,7 @@ func TestPolicyViolations(t *testing.T) {
 		{"8 MiB slices", func(p *pb.CachePolicy) { p.SliceSize = 8 << 20 }, nil},
 		{"huge slices", func(p *pb.CachePolicy) { p.SliceSize = 2 << 30 }, []string{"slice_size"}},
 		{"slices larger than any stored object", func(p *pb.CachePolicy) { p.SliceSize, p.MaxObjectSize = 8<<20, 1<<20 }, []string{"slice_size"}},
+		{"partial content with slices", func(p *pb.CachePolicy) { p.SliceSize, p.PartialContent = 1<<20, true }, []string{"partial_content"}},
 		{"empty bypass rule", func(p *pb.CachePolicy) { p.Bypass = []*pb.BypassRule{{}} }, []string{"bypass[0]"}},
 		{"bad path pattern", func(p *pb.CachePolicy) { p.Bypass = []*pb.BypassRule{{PathPatterns: []string{"/api/["}}} }, []string{"bypass[0].path_patterns"}},
 		{"relay shorter than collapse wait", func(p *pb.CachePolicy) {

@@ -159,21 +159,25 @@ func (c *cluster) addNode() *node {
 // waitMembers waits until nd's /readyz reports an epoch of want members.
 func (c *cluster) waitMembers(ctx context.Context, nd *node, want int) {
 	c.t.Helper()
-	err := eventually(ctx, func() error {
+	if err := waitReadyz(ctx, nd, fmt.Sprintf("members=%d ", want)); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// waitReadyz waits until nd's /readyz answers 200 with a text holding want.
+func waitReadyz(ctx context.Context, nd *node, want string) error {
+	return eventually(ctx, func() error {
 		resp, err := http.Get("http://" + nd.ops + "/readyz")
 		if err != nil {
 			return err
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 || !strings.Contains(string(b), fmt.Sprintf("members=%d ", want)) {
+		if resp.StatusCode != 200 || !strings.Contains(string(b), want) {
 			return fmt.Errorf("%s /readyz: %d %s", nd.id, resp.StatusCode, b)
 		}
 		return nil
 	})
-	if err != nil {
-		c.t.Fatal(err)
-	}
 }
 
 // cachectl runs the real CLI with -o json and decodes its output.

@@ -55,7 +55,7 @@ type rfcOrigin struct {
 }
 
 func (o *rfcOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 3)
+	parts := strings.SplitN(strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, policyPrefix+"/"), "/"), "/", 3)
 	if len(parts) < 2 {
 		http.NotFound(w, r)
 		return
@@ -623,6 +623,8 @@ func TestRFC9111Conformance(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cases := rfcCases()
+	underPolicy := len(cases) // cases from here on run under suitePolicy
+	cases = append(cases, policyCases()...)
 	if len(cases) < 60 {
 		t.Fatalf("%d cases; the suite promises at least 60", len(cases))
 	}
@@ -631,7 +633,11 @@ func TestRFC9111Conformance(t *testing.T) {
 	osrv := httptest.NewServer(o)
 	defer osrv.Close()
 	off := devPortOffset(t)
+	runtimeDir := t.TempDir() // where the dev cluster writes its admin token
+	t.Setenv("XDG_RUNTIME_DIR", runtimeDir)
 	startDev(t, ctx, "--origin", osrv.URL, "--port-offset", off)
+	port, _ := strconv.Atoi(off)
+	applySuitePolicy(t, ctx, fmt.Sprintf("127.0.0.1:%d", 7070+port), runtimeDir, off)
 	members := []ring.Member{{ID: "node-1"}, {ID: "node-2"}, {ID: "node-3"}}
 	rg, err := ring.New(1, members)
 	if err != nil {
@@ -644,6 +650,9 @@ func TestRFC9111Conformance(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s %s", variant, c.section, c.name), func(t *testing.T) {
 				id := fmt.Sprintf("%c/%d", variant[0], i)
 				base := "/" + id
+				if i >= underPolicy {
+					base = policyPrefix + base
+				}
 				// The node to ask: the key's owner, or another one.
 				owner := rg.Owner("http127.0.0.1" + base + c.steps[0].sub).ID
 				nd := 1

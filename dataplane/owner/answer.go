@@ -46,7 +46,7 @@ func (o *Owner) Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, r
 		h.Set("Accept-Ranges", "bytes")
 		o.cacheHeaders(h, e, status)
 		section := func(start, length int64) io.Reader { return io.NewSectionReader(body, start, length) }
-		if err := answerRanges(w, r, e, ranges, section); err != nil && !reply.IsWriteError(err) {
+		if err := answerRanges(w, r, e.Header, e.Length, ranges, section); err != nil && !reply.IsWriteError(err) {
 			return reply.BreakOff(w) // the stored body could not be read: do not end it cleanly
 		}
 		return nil
@@ -133,7 +133,7 @@ func (o *Owner) writeNotModified(w http.ResponseWriter, e *store.Entry, status s
 	for k, v := range e.Header {
 		h[k] = v
 	}
-	for _, k := range []string{"Content-Length", "Content-Type", "Content-Encoding", "Transfer-Encoding"} {
+	for _, k := range []string{"Content-Length", "Content-Type", "Content-Encoding", "Transfer-Encoding", "Content-Range"} {
 		h.Del(k)
 	}
 	if e.Coding != "" {

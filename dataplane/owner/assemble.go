@@ -117,7 +117,7 @@ func (o *Owner) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key stri
 	h.Set("Accept-Ranges", "bytes")
 	o.cacheHeaders(h, e, xcache)
 	if ranges != nil || errors.Is(rerr, httpcache.ErrRangeUnsatisfiable) {
-		if err := answerRanges(w, r, e, ranges, body.Section); err != nil && !reply.IsWriteError(err) {
+		if err := answerRanges(w, r, e.Header, e.Length, ranges, body.Section); err != nil && !reply.IsWriteError(err) {
 			return reply.BreakOff(w)
 		}
 		return nil

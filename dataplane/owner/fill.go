@@ -35,7 +35,10 @@ import (
 //
 // A slice (sl set) is fetched with a Range request of its own bytes,
 // conditional (If-Range) on the version of the object it belongs to.
-func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, call *flight.Call[*fillShare], stale *store.Entry, sl *slice.Req) {
+//
+// A range fill (plan set, partial.go) asks the origin for a range and
+// stores the 206 as the key's part.
+func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, call *flight.Call[*fillShare], stale *store.Entry, sl *slice.Req, plan *partPlan) {
 	leader := call
 	fk := flightKey(key, sl)
 	settle := func(s *fillShare) {
@@ -76,7 +79,7 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 	}()
 	var resp *http.Response
 	var err error
-	if stale == nil {
+	if stale == nil && plan == nil {
 		if from != nil {
 			resp = o.fillFromPeer(ctx, r, from, false)
 		} else if prev := o.handoffFrom(key, r); prev != nil {
@@ -92,6 +95,9 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 		extra := validators(stale)
 		if sl != nil {
 			extra = sl.OriginHeader()
+		}
+		if plan != nil {
+			extra = plan.ask
 		}
 		resp, err = o.cfg.Origin.Fetch(ctx, r, p.Origins, true, extra)
 	}
@@ -147,6 +153,15 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 		}
 	}
 
+	if plan != nil && resp.StatusCode != http.StatusOK {
+		handed = o.storePart(w, r, key, p, resp, plan, requested, now, func() {
+			endFill()
+			cancel()
+			stop()
+			resp.Body.Close()
+		})
+		return
+	}
 	if resp.StatusCode == http.StatusNotModified && stale != nil {
 		e := o.refreshed(stale, resp, p, r, requested, now)
 		settle(&fillShare{e: e, status: relay.CacheRevalidated})
@@ -157,10 +172,7 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 	if stale != nil {
 		status = relay.CacheExpired
 	}
-	maxObject := o.cfg.MaxObjectBytes
-	if p.MaxObject > 0 {
-		maxObject = min(p.MaxObject, o.cfg.DiskBytes/2)
-	}
+	maxObject := o.maxObject(p)
 	judged := resp.StatusCode
 	if sl != nil && judged == http.StatusPartialContent {
 		judged = http.StatusOK // a slice is stored as the object would be
@@ -235,6 +247,14 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 	if err != nil {
 		http.Error(w, "shardcache: origin response broke off", http.StatusBadGateway)
 	}
+}
+
+// maxObject is the largest object stored under p.
+func (o *Owner) maxObject(p *policy.Policy) int64 {
+	if p.MaxObject > 0 {
+		return min(p.MaxObject, o.cfg.DiskBytes/2)
+	}
+	return o.cfg.MaxObjectBytes
 }
 
 // validators are the conditional request fields that revalidate e (RFC

@@ -31,12 +31,12 @@ func rangesFor(r *http.Request, e *store.Entry, streaming bool) ([]httpcache.Byt
 	return ranges, err
 }
 
-// answerRanges writes a 206 of ranges of e's body (one part, or
-// multipart/byteranges), or a 416 when ranges is nil; section reads a
-// range of the body. Headers from the entry and the cache are set already.
-func answerRanges(w http.ResponseWriter, r *http.Request, e *store.Entry, ranges []httpcache.ByteRange, section func(start, length int64) io.Reader) error {
+// answerRanges writes a 206 of ranges of a stored body (one part, or
+// multipart/byteranges) of a representation of size bytes with header
+// stored, or a 416 when ranges is nil; section reads a range of the
+// representation. Headers from the entry and the cache are set already.
+func answerRanges(w http.ResponseWriter, r *http.Request, stored http.Header, size int64, ranges []httpcache.ByteRange, section func(start, length int64) io.Reader) error {
 	h := w.Header()
-	size := e.Length
 	if len(ranges) == 0 {
 		h.Del("Content-Type")
 		h.Set("Content-Range", fmt.Sprintf("bytes */%d", size))
@@ -55,7 +55,7 @@ func answerRanges(w http.ResponseWriter, r *http.Request, e *store.Entry, ranges
 		_, err := io.Copy(w, section(rg.Start, rg.Length))
 		return err
 	}
-	ctype := e.Header.Get("Content-Type")
+	ctype := stored.Get("Content-Type")
 	parts := func(dst io.Writer, withBodies bool, boundary string) (int64, error) {
 		cw := &countingWriter{w: dst}
 		mw := multipart.NewWriter(cw)

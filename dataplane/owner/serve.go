@@ -95,6 +95,9 @@ func (o *Owner) Serve(w http.ResponseWriter, r *http.Request, key string, p *pol
 			stale = nil
 		}
 	}
+	if stale == nil && sl == nil && o.servePartial(w, r, key, p, req) {
+		return // answered from or into the key's stored part (partial.go)
+	}
 	if req.Has("only-if-cached") {
 		// RFC 9111 5.2.1.7: nothing usable without the origin.
 		http.Error(w, "shardcache: not cached (only-if-cached)", http.StatusGatewayTimeout)
@@ -102,7 +105,7 @@ func (o *Owner) Serve(w http.ResponseWriter, r *http.Request, key string, p *pol
 	}
 	call, leader := o.flights.Join(flightKey(key, sl))
 	if leader {
-		o.fill(w, r, key, p, from, call, stale, sl)
+		o.fill(w, r, key, p, from, call, stale, sl, nil)
 		return
 	}
 	wait := o.cfg.OriginTimeout
@@ -119,7 +122,7 @@ func (o *Owner) Serve(w http.ResponseWriter, r *http.Request, key string, p *pol
 	}
 	// The leader's response could not be shared (not storable, another
 	// variant) or took too long: fetch alone, as nginx's proxy_cache_lock does.
-	o.fill(w, r, key, p, from, nil, stale, sl)
+	o.fill(w, r, key, p, from, nil, stale, sl, nil)
 }
 
 // serveShare answers a collapsed request from its leader's fill; false when
@@ -161,5 +164,5 @@ func (o *Owner) revalidateInBackground(key string, r *http.Request, p *policy.Po
 		return
 	}
 	bg := r.Clone(context.WithoutCancel(r.Context()))
-	o.cfg.Tasks.Go("revalidate", func() { o.fill(reply.NewDiscard(), bg, key, p, nil, call, stale, sl) })
+	o.cfg.Tasks.Go("revalidate", func() { o.fill(reply.NewDiscard(), bg, key, p, nil, call, stale, sl, nil) })
 }

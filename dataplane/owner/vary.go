@@ -57,7 +57,7 @@ func (o *Owner) languageVariant(key string, r *http.Request) *store.Entry {
 	}
 	for _, k := range o.cfg.Store.Members(key) {
 		v, ok := o.cfg.Store.Peek(k)
-		if ok && o.usable(v) && strings.EqualFold(strings.TrimSpace(v.Header.Get("Content-Language")), want) {
+		if ok && o.usable(v) && v.Status != http.StatusPartialContent && strings.EqualFold(strings.TrimSpace(v.Header.Get("Content-Language")), want) {
 			if v, ok := o.cfg.Store.Get(k); ok {
 				return v
 			}

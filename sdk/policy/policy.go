@@ -52,6 +52,9 @@ type Policy struct {
 	// StoreSetCookie relax the default refusals: see the CachePolicy
 	// fields of the same names.
 	CacheAuthorized, StorePrivate, StoreSetCookie bool
+	// PartialContent stores 206 answers to Range requests as parts of
+	// their object (see the CachePolicy field).
+	PartialContent bool
 	// MaxVariants bounds the Vary variants kept per URL; 0: the node's.
 	MaxVariants int
 	// OriginTimeout bounds an origin request and CollapseTimeout a wait on
@@ -114,6 +117,7 @@ func Compile(p *pb.CachePolicy) (*Policy, error) {
 		CacheAuthorized:      p.CacheAuthorized == nil || p.GetCacheAuthorized(),
 		StorePrivate:         p.GetStorePrivate(),
 		StoreSetCookie:       p.GetStoreSetCookie(),
+		PartialContent:       p.GetPartialContent(),
 		MaxVariants:          int(p.GetMaxVariants()),
 		OriginTimeout:        p.GetOriginTimeout().AsDuration(),
 		CollapseTimeout:      p.GetCollapseTimeout().AsDuration(),

@@ -341,8 +341,14 @@ type CachePolicy struct {
 	// cacheable by default (RFC 9110 15.1: 200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414,
 	// 501), e.g. 599 from an origin that means it; 200 to 599.
 	HeuristicStatuses []uint32 `protobuf:"varint,27,rep,packed,name=heuristic_statuses,json=heuristicStatuses,proto3" json:"heuristic_statuses,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A Range request for an object that is not stored is sent to the origin as that range, and
+	// the 206 stored as a part (RFC 9111 3.3): later ranges inside it are served from it, a range
+	// reaching past it asks the origin for the missing bytes only, and parts under one strong ETag
+	// are combined, into the whole object once they span it (RFC 9111 3.4). Off: a Range miss
+	// fetches and stores the whole object, as nginx and Varnish do. Not with slice_size.
+	PartialContent bool `protobuf:"varint,28,opt,name=partial_content,json=partialContent,proto3" json:"partial_content,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CachePolicy) Reset() {
@@ -564,6 +570,13 @@ func (x *CachePolicy) GetHeuristicStatuses() []uint32 {
 	return nil
 }
 
+func (x *CachePolicy) GetPartialContent() bool {
+	if x != nil {
+		return x.PartialContent
+	}
+	return false
+}
+
 var File_shardcache_v1_policy_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_policy_proto_rawDesc = "" +
@@ -582,7 +595,7 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\amethods\x18\x01 \x03(\tR\amethods\x12\x18\n" +
 	"\aheaders\x18\x02 \x03(\tR\aheaders\x12\x18\n" +
 	"\acookies\x18\x03 \x03(\tR\acookies\x12#\n" +
-	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\x98\n" +
+	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\xc1\n" +
 	"\n" +
 	"\vCachePolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -617,7 +630,8 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\rstore_private\x18\x18 \x01(\bR\fstorePrivate\x12(\n" +
 	"\x10store_set_cookie\x18\x19 \x01(\bR\x0estoreSetCookie\x124\n" +
 	"\x16targeted_cache_control\x18\x1a \x01(\tR\x14targetedCacheControl\x12-\n" +
-	"\x12heuristic_statuses\x18\x1b \x03(\rR\x11heuristicStatusesB\v\n" +
+	"\x12heuristic_statuses\x18\x1b \x03(\rR\x11heuristicStatuses\x12'\n" +
+	"\x0fpartial_content\x18\x1c \x01(\bR\x0epartialContentB\v\n" +
 	"\t_compressB\x13\n" +
 	"\x11_cache_authorized*\x85\x01\n" +
 	"\tCacheMode\x12\x1a\n" +
