@@ -78,7 +78,7 @@ type Policy struct {
 
 // keyPart is a literal or a variable of a key template.
 type keyPart struct {
-	literal  string
+	literal  string // for $http_<name>, the field's canonical name
 	variable string // "" for a literal
 }
 
@@ -222,7 +222,11 @@ func parseTemplate(t string) ([]keyPart, error) {
 		default:
 			return nil, fmt.Errorf("unknown variable $%s at byte %d (known: %s)", name, at, TemplateVariables)
 		}
-		parts = append(parts, keyPart{variable: name})
+		part := keyPart{variable: name}
+		if field, ok := strings.CutPrefix(name, "http_"); ok {
+			part.literal = textproto.CanonicalMIMEHeaderKey(strings.ReplaceAll(field, "_", "-")) // the field it reads
+		}
+		parts = append(parts, part)
 		t, at = t[j:], at+j
 	}
 	return parts, nil
@@ -267,7 +271,15 @@ func (p *Policy) Key(scheme string, r *http.Request) string {
 		case v == "method":
 			b.WriteString(r.Method)
 		case strings.HasPrefix(v, "http_"):
-			b.WriteString(r.Header.Get(strings.ReplaceAll(v[5:], "_", "-")))
+			// Every line of the field, joined as one (RFC 9110 5.3): a
+			// client that splits Accept over lines asks what one that
+			// sends it on one line does.
+			for i, line := range r.Header[part.literal] {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString(line)
+			}
 		case strings.HasPrefix(v, "cookie_"):
 			if c, err := r.Cookie(v[7:]); err == nil {
 				b.WriteString(c.Value)

@@ -42,12 +42,17 @@ func TestMatchPrefersLongestPrefixThenExactHost(t *testing.T) {
 func TestKeyTemplate(t *testing.T) {
 	r := httptest.NewRequest("GET", "http://Img.Example.com:8080/a/b?x=1&y=2", nil)
 	r.Header.Set("Accept-Language", "fr")
+	r.Header.Add("Accept", "application/vnd.oci.image.index.v1+json")
+	r.Header.Add("Accept", "application/vnd.docker.distribution.manifest.v2+json")
 	r.AddCookie(&http.Cookie{Name: "v", Value: "7"})
 	tests := []struct{ tmpl, want string }{
 		{"", "httpimg.example.com/a/b?x=1&y=2"},
 		{"$host$uri", "img.example.com/a/b"},
 		{"$host$uri|$http_accept_language", "img.example.com/a/b|fr"},
 		{"$method:$host$uri?$args#$cookie_v", "GET:img.example.com/a/b?x=1&y=2#7"},
+		// Every line of a field, joined as HTTP does.
+		{"$uri|$http_accept", "/a/b|application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.v2+json"},
+		{"$uri|$http_x_absent", "/a/b|"},
 	}
 	for _, tt := range tests {
 		p, err := Compile(&pb.CachePolicy{Name: "t", KeyTemplate: tt.tmpl})
