@@ -27,6 +27,7 @@ var (
 const (
 	maxReplication = 5
 	maxVariants    = 1024
+	maxVaryBy      = 8
 )
 
 // policyViolations checks one policy on its own and returns one violation
@@ -102,6 +103,14 @@ func policyViolations(p *pb.CachePolicy) []*errdetails.BadRequest_FieldViolation
 	for i, st := range p.GetHeuristicStatuses() {
 		if st < 200 || st > 599 {
 			bad(fmt.Sprintf("heuristic_statuses[%d]", i), "status %d: want 200 to 599", st)
+		}
+	}
+	if n := len(p.GetVaryBy()); n > maxVaryBy {
+		bad("vary_by", "%d fields: at most %d", n, maxVaryBy)
+	}
+	for i, f := range p.GetVaryBy() {
+		if !validToken.MatchString(f) {
+			bad(fmt.Sprintf("vary_by[%d]", i), "%q is not a field name", f)
 		}
 	}
 	switch s := p.GetSliceSize(); {

@@ -1,6 +1,7 @@
 package httpcache
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -153,5 +154,34 @@ func TestAcceptLanguageIsNormalised(t *testing.T) {
 	}
 	if key("fr, de;q=0.9") == key("de, fr;q=0.9") {
 		t.Error("different preferences select the same variant")
+	}
+}
+
+// Accept values that list the same media ranges select the same variant,
+// however they are ordered, spaced or split over lines (a container
+// registry client sends one line per media type).
+func TestAcceptIsNormalised(t *testing.T) {
+	key := func(v ...string) string { return VariantKey("k", []string{"accept"}, http.Header{"Accept": v}) }
+	oci, docker := "application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json"
+	same := [][]string{
+		{oci + ", " + docker},
+		{docker + "," + oci},
+		{docker, oci},
+		{" " + strings.ToUpper(oci), docker, oci},
+	}
+	for _, v := range same[1:] {
+		if key(v...) != key(same[0]...) {
+			t.Errorf("Accept %q selects another variant than %q", v, same[0])
+		}
+	}
+	if key(oci) == key(docker) || key(oci) == key(oci, docker) {
+		t.Error("different media ranges select the same variant")
+	}
+	many := make([]string, 100)
+	for i := range many {
+		many[i] = fmt.Sprintf("type/t%03d", i)
+	}
+	if k := key(many...); len(k) > 32*len("type/t000,")+32 {
+		t.Errorf("a variant key of %d bytes for 100 media ranges; want at most 32 kept", len(k))
 	}
 }

@@ -59,7 +59,8 @@ func URLKey(k string) string {
 
 // varyValue normalises the request's value of a Vary field: lines joined,
 // spaces around commas dropped; Accept-Encoding reduced to the codings it
-// accepts, sorted; Accept-Language as normalLanguages has it.
+// accepts, sorted; Accept-Language as normalLanguages has it, Accept as
+// normalMediaRanges.
 func varyValue(field string, h http.Header) string {
 	vals := h.Values(textproto.CanonicalMIMEHeaderKey(field))
 	if field == "accept-encoding" {
@@ -73,6 +74,9 @@ func varyValue(field string, h http.Header) string {
 	}
 	if field == "accept-language" {
 		return normalLanguages(vals)
+	}
+	if field == "accept" {
+		return normalMediaRanges(vals)
 	}
 	parts := make([]string, 0, len(vals))
 	for _, v := range vals {
@@ -91,6 +95,28 @@ func SameVariant(fields []string, a, b http.Header) bool {
 		}
 	}
 	return true
+}
+
+// maxMediaRanges bounds the media ranges a variant key keeps.
+const maxMediaRanges = 32
+
+// normalMediaRanges is an Accept value (RFC 9110 12.5.1) in one form for
+// every request that asks the same: the set of its media ranges, each
+// lower-cased and without spaces, sorted and without repeats, however the
+// client ordered them or split them over lines (their order means nothing:
+// weights and specificity rank them). At most maxMediaRanges are kept.
+func normalMediaRanges(vals []string) string {
+	var ranges []string
+	for _, v := range vals {
+		for r := range strings.SplitSeq(v, ",") {
+			r = strings.ToLower(strings.Join(strings.Fields(r), ""))
+			if r != "" && !slices.Contains(ranges, r) {
+				ranges = append(ranges, r)
+			}
+		}
+	}
+	slices.Sort(ranges)
+	return strings.Join(ranges[:min(len(ranges), maxMediaRanges)], ",")
 }
 
 // maxLanguages bounds the language ranges a variant key keeps.

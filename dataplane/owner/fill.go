@@ -177,6 +177,9 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 	if sl != nil && judged == http.StatusPartialContent {
 		judged = http.StatusOK // a slice is stored as the object would be
 	}
+	if sl == nil {
+		addVary(p, r, resp.Header)
+	}
 	lifetime, storable := StoreLifetime(p, r, judged, resp.Header, now, maxObject)
 	storable = storable && resp.ContentLength <= maxObject
 	storeKey := key

@@ -55,6 +55,10 @@ type Policy struct {
 	// PartialContent stores 206 answers to Range requests as parts of
 	// their object (see the CachePolicy field).
 	PartialContent bool
+	// RegistryAware (default true) stores container registry manifests as
+	// varying on Accept; VaryBy are fields every response varies on.
+	RegistryAware bool
+	VaryBy        []string
 	// MaxVariants bounds the Vary variants kept per URL; 0: the node's.
 	MaxVariants int
 	// OriginTimeout bounds an origin request and CollapseTimeout a wait on
@@ -118,6 +122,8 @@ func Compile(p *pb.CachePolicy) (*Policy, error) {
 		StorePrivate:         p.GetStorePrivate(),
 		StoreSetCookie:       p.GetStoreSetCookie(),
 		PartialContent:       p.GetPartialContent(),
+		RegistryAware:        p.RegistryAware == nil || p.GetRegistryAware(),
+		VaryBy:               p.GetVaryBy(),
 		MaxVariants:          int(p.GetMaxVariants()),
 		OriginTimeout:        p.GetOriginTimeout().AsDuration(),
 		CollapseTimeout:      p.GetCollapseTimeout().AsDuration(),

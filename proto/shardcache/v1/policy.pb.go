@@ -347,8 +347,16 @@ type CachePolicy struct {
 	// are combined, into the whole object once they span it (RFC 9111 3.4). Off: a Range miss
 	// fetches and stores the whole object, as nginx and Varnish do. Not with slice_size.
 	PartialContent bool `protobuf:"varint,28,opt,name=partial_content,json=partialContent,proto3" json:"partial_content,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Container registry manifests (/v2/<name>/manifests/<ref>, answered with
+	// Docker-Distribution-API-Version or a manifest media type) are stored as varying on Accept,
+	// whatever the registry's Vary says: registries choose the manifest by Accept without saying
+	// so. Unset means true.
+	RegistryAware *bool `protobuf:"varint,29,opt,name=registry_aware,json=registryAware,proto3,oneof" json:"registry_aware,omitempty"`
+	// Request fields every response under the policy is stored as varying on, beside those its
+	// Vary names, for origins that negotiate without Vary (e.g. "Accept"); at most 8.
+	VaryBy        []string `protobuf:"bytes,30,rep,name=vary_by,json=varyBy,proto3" json:"vary_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CachePolicy) Reset() {
@@ -577,6 +585,20 @@ func (x *CachePolicy) GetPartialContent() bool {
 	return false
 }
 
+func (x *CachePolicy) GetRegistryAware() bool {
+	if x != nil && x.RegistryAware != nil {
+		return *x.RegistryAware
+	}
+	return false
+}
+
+func (x *CachePolicy) GetVaryBy() []string {
+	if x != nil {
+		return x.VaryBy
+	}
+	return nil
+}
+
 var File_shardcache_v1_policy_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_policy_proto_rawDesc = "" +
@@ -595,8 +617,7 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\amethods\x18\x01 \x03(\tR\amethods\x12\x18\n" +
 	"\aheaders\x18\x02 \x03(\tR\aheaders\x12\x18\n" +
 	"\acookies\x18\x03 \x03(\tR\acookies\x12#\n" +
-	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\xc1\n" +
-	"\n" +
+	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\x99\v\n" +
 	"\vCachePolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x1f\n" +
@@ -631,9 +652,12 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\x10store_set_cookie\x18\x19 \x01(\bR\x0estoreSetCookie\x124\n" +
 	"\x16targeted_cache_control\x18\x1a \x01(\tR\x14targetedCacheControl\x12-\n" +
 	"\x12heuristic_statuses\x18\x1b \x03(\rR\x11heuristicStatuses\x12'\n" +
-	"\x0fpartial_content\x18\x1c \x01(\bR\x0epartialContentB\v\n" +
+	"\x0fpartial_content\x18\x1c \x01(\bR\x0epartialContent\x12*\n" +
+	"\x0eregistry_aware\x18\x1d \x01(\bH\x02R\rregistryAware\x88\x01\x01\x12\x17\n" +
+	"\avary_by\x18\x1e \x03(\tR\x06varyByB\v\n" +
 	"\t_compressB\x13\n" +
-	"\x11_cache_authorized*\x85\x01\n" +
+	"\x11_cache_authorizedB\x11\n" +
+	"\x0f_registry_aware*\x85\x01\n" +
 	"\tCacheMode\x12\x1a\n" +
 	"\x16CACHE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CACHE_MODE_SHARDED\x10\x01\x12\x14\n" +

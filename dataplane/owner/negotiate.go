@@ -1,0 +1,54 @@
+package owner
+
+import (
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/sdk/policy"
+)
+
+// Origins that negotiate without saying so. A container registry chooses
+// the manifest it answers /v2/<name>/manifests/<ref> with by the request's
+// Accept (OCI index or manifest, Docker schema 2 or its list, schema 1),
+// sends no Vary: Accept, and answers a conditional request 304 whatever the
+// Accept. Stored as it comes, one client's manifest would be served to a
+// client that asked for another type. So a policy's registry_aware (the
+// default) stores manifests as varying on Accept, and its vary_by adds
+// fields for other origins.
+
+// manifestTypes are the media types a registry answers a manifest with.
+var manifestTypes = map[string]bool{
+	"application/vnd.oci.image.manifest.v1+json":                true,
+	"application/vnd.oci.image.index.v1+json":                   true,
+	"application/vnd.docker.distribution.manifest.v2+json":      true,
+	"application/vnd.docker.distribution.manifest.list.v2+json": true,
+	"application/vnd.docker.distribution.manifest.v1+json":      true,
+	"application/vnd.docker.distribution.manifest.v1+prettyjws": true,
+}
+
+// registryManifest reports whether a response with header h to r is a
+// registry's answer for a manifest.
+func registryManifest(r *http.Request, h http.Header) bool {
+	path := r.URL.Path
+	if !strings.HasPrefix(path, "/v2/") || !strings.Contains(path, "/manifests/") {
+		return false
+	}
+	if h.Get("Docker-Distribution-Api-Version") != "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+	return err == nil && manifestTypes[mt]
+}
+
+// addVary adds to h's Vary the fields the policy says the origin varies
+// on without naming them.
+func addVary(p *policy.Policy, r *http.Request, h http.Header) {
+	for _, f := range p.VaryBy {
+		httpcache.AddVary(h, f)
+	}
+	if p.RegistryAware && registryManifest(r, h) {
+		httpcache.AddVary(h, "Accept")
+	}
+}
