@@ -252,6 +252,10 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 	}
 	defer rd.Close()
 	o.answerFollowing(w, wr.Entry(), rd, got, want)
+	// The client's range may end before the stored span does: the answer
+	// ends with the fill, so that the connection's next request sees the
+	// part it stored.
+	wr.Wait()
 	return true
 }
 

@@ -228,6 +228,15 @@ func (w *Writer) Abort(cause error) {
 	w.finish(fmt.Errorf("%w: %v", ErrAborted, cause))
 }
 
+// Wait blocks until the fill is over: committed, discarded or aborted.
+func (w *Writer) Wait() {
+	w.mu.Lock()
+	for !w.done {
+		w.cond.Wait()
+	}
+	w.mu.Unlock()
+}
+
 // OnFinish sets f to run once as the fill ends (committed, discarded or
 // aborted), after a committed object is visible and before any reader
 // sees the end of the body.
