@@ -105,6 +105,9 @@ func policyViolations(p *pb.CachePolicy) []*errdetails.BadRequest_FieldViolation
 			bad(fmt.Sprintf("heuristic_statuses[%d]", i), "status %d: want 200 to 599", st)
 		}
 	}
+	if h := p.GetOriginHost(); h != "" && h != "origin" && h != "client" {
+		bad("origin_host", "%q: want \"origin\" (the origin's own Host) or \"client\" (the client's)", h)
+	}
 	if n := len(p.GetVaryBy()); n > maxVaryBy {
 		bad("vary_by", "%d fields: at most %d", n, maxVaryBy)
 	}

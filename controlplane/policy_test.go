@@ -45,6 +45,8 @@ func TestPolicyViolations(t *testing.T) {
 		{"8 MiB slices", func(p *pb.CachePolicy) { p.SliceSize = 8 << 20 }, nil},
 		{"huge slices", func(p *pb.CachePolicy) { p.SliceSize = 2 << 30 }, []string{"slice_size"}},
 		{"slices larger than any stored object", func(p *pb.CachePolicy) { p.SliceSize, p.MaxObjectSize = 8<<20, 1<<20 }, []string{"slice_size"}},
+		{"origin_host client", func(p *pb.CachePolicy) { p.OriginHost = "client" }, nil},
+		{"origin_host unknown", func(p *pb.CachePolicy) { p.OriginHost = "proxy" }, []string{"origin_host"}},
 		{"vary_by a field", func(p *pb.CachePolicy) { p.VaryBy = []string{"Accept", "X-Tenant"} }, nil},
 		{"vary_by a bad name", func(p *pb.CachePolicy) { p.VaryBy = []string{"Accept Language"} }, []string{"vary_by[0]"}},
 		{"vary_by too many", func(p *pb.CachePolicy) { p.VaryBy = strings.Split("a,b,c,d,e,f,g,h,i", ",") }, []string{"vary_by"}},

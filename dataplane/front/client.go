@@ -211,7 +211,7 @@ func (f *Front) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy)
 	}
 	ctx, watch := wait.Start(r.Context(), first, timeout)
 	defer watch.Stop()
-	resp, err := f.cfg.Origin.Fetch(httptrace.WithClientTrace(ctx, origin.PassInterim(w)), r, p.Origins, false, nil)
+	resp, err := f.cfg.Origin.Fetch(httptrace.WithClientTrace(ctx, origin.PassInterim(w)), r, p, false, nil)
 	if err != nil {
 		f.cfg.Metrics.OriginReqs.WithLabelValues("bypass", "error").Inc()
 		http.Error(w, "shardcache: origin unreachable", http.StatusBadGateway)

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/shardcache/shardcache/dataplane/relay"
@@ -45,8 +46,8 @@ func (f *Front) forwardedFor(r *http.Request) string {
 	}
 	node := peer.String()
 	chain = append(chain, node)
-	// One array backs the three fields set here.
-	vals := make([]string, 3)
+	// One array backs the fields set here.
+	vals := make([]string, 5)
 	vals[0] = node
 	if len(chain) > 1 {
 		vals[0] = strings.Join(chain, ", ")
@@ -55,12 +56,28 @@ func (f *Front) forwardedFor(r *http.Request) string {
 	if peer.Is6() {
 		node = `"[` + node + `]"`
 	}
+	// The host and scheme the client asked for (RFC 7239 5.3, 5.4), so
+	// that an origin builds the URLs it answers with for the cluster, not
+	// for itself.
+	scheme := relay.Scheme(r)
+	elem := "for=" + node + ";proto=" + scheme
+	if r.Host != "" {
+		elem = "for=" + node + ";host=" + forwardedValue(r.Host) + ";proto=" + scheme
+	}
 	if prior := strings.Join(h["Forwarded"], ", "); prior != "" {
-		vals[1] = prior + ", for=" + node
+		vals[1] = prior + ", " + elem
 	} else {
-		vals[1] = "for=" + node
+		vals[1] = elem
 	}
 	h["Forwarded"] = vals[1:2:2]
+	if len(h["X-Forwarded-Host"]) == 0 { // kept from a trusted proxy, else dropped above
+		vals[3] = r.Host
+		h["X-Forwarded-Host"] = vals[3:4:4]
+	}
+	if len(h["X-Forwarded-Proto"]) == 0 {
+		vals[4] = scheme
+		h["X-Forwarded-Proto"] = vals[4:5:5]
+	}
 	client := chain[0]
 	for i := len(chain) - 1; i >= 0; i-- {
 		a, err := netip.ParseAddr(chain[i])
@@ -123,4 +140,15 @@ func (f *Front) trusted(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// forwardedValue is v as a Forwarded parameter value: a token as it is,
+// anything else (a host with a port) quoted.
+func forwardedValue(v string) string {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return strconv.Quote(v)
+		}
+	}
+	return v
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/sdk/policy"
 )
 
 // Config configures a Client.
@@ -78,7 +79,8 @@ func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }
 // another origin once the body may have been read.
 //
 // extra fields are set on the origin request (a revalidation's validators).
-func (c *Client) Fetch(ctx context.Context, r *http.Request, origins []*url.URL, fill bool, extra http.Header) (*http.Response, error) {
+func (c *Client) Fetch(ctx context.Context, r *http.Request, p *policy.Policy, fill bool, extra http.Header) (*http.Response, error) {
+	origins := p.Origins
 	if len(origins) == 0 {
 		origins = []*url.URL{c.cfg.Default}
 	}
@@ -87,6 +89,9 @@ func (c *Client) Fetch(ctx context.Context, r *http.Request, origins []*url.URL,
 		var req *http.Request
 		if req, err = c.Request(ctx, r, o, fill); err != nil {
 			return nil, err
+		}
+		if p.ClientHost {
+			req.Host = r.Host
 		}
 		for k, v := range extra {
 			req.Header[k] = v
@@ -105,6 +110,7 @@ func (c *Client) Fetch(ctx context.Context, r *http.Request, origins []*url.URL,
 			c.cfg.Observe(time.Since(sent))
 		}
 		if err == nil {
+			relativeLocations(resp.Header, o, req.Host)
 			return resp, nil
 		}
 		if !fill && r.ContentLength != 0 || i == len(origins)-1 {
@@ -171,4 +177,44 @@ func PassInterim(w http.ResponseWriter) *httptrace.ClientTrace {
 		}
 		return nil
 	}}
+}
+
+// relativeLocations rewrites Location and Content-Location fields that
+// point at the origin (its base URL, or the Host it was sent) into
+// path-absolute references (RFC 9110 10.2.2, 8.7): a client resolves them
+// against the URL it asked, the node that received its request, so it
+// comes back through the cluster and never learns the origin's address,
+// as nginx's proxy_redirect default does. The origin's base path is taken
+// off, as the node added it.
+func relativeLocations(h http.Header, origin *url.URL, host string) {
+	for _, f := range [...]string{"Location", "Content-Location"} {
+		v := h[f]
+		if len(v) != 1 {
+			continue
+		}
+		u, err := url.Parse(v[0])
+		if err != nil || !u.IsAbs() || !strings.EqualFold(u.Scheme, origin.Scheme) ||
+			!strings.EqualFold(u.Host, origin.Host) && !strings.EqualFold(u.Host, host) {
+			continue
+		}
+		path := u.EscapedPath()
+		if base := strings.TrimSuffix(origin.EscapedPath(), "/"); base != "" {
+			rest, ok := strings.CutPrefix(path, base)
+			if !ok || rest != "" && rest[0] != '/' {
+				continue // outside the part of the origin the cluster fronts
+			}
+			path = rest
+		}
+		if path == "" {
+			path = "/"
+		}
+		ref := path
+		if u.RawQuery != "" || u.ForceQuery {
+			ref += "?" + u.RawQuery
+		}
+		if u.Fragment != "" {
+			ref += "#" + u.EscapedFragment()
+		}
+		h[f] = []string{ref}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/sdk/policy"
 )
 
 func mustURL(t *testing.T, s string) *url.URL {
@@ -78,7 +79,7 @@ func TestFetchFailsOverToTheNextOrigin(t *testing.T) {
 	origins := []*url.URL{mustURL(t, down.URL), mustURL(t, up.URL)}
 
 	r := httptest.NewRequest(http.MethodGet, "http://shop.example/x", nil)
-	resp, err := c.Fetch(context.Background(), r, origins, true, nil)
+	resp, err := c.Fetch(context.Background(), r, &policy.Policy{Origins: origins}, true, nil)
 	if err != nil {
 		t.Fatalf("fill with the first origin down: %v", err)
 	}
@@ -91,12 +92,12 @@ func TestFetchFailsOverToTheNextOrigin(t *testing.T) {
 	// A bypass with a body is not sent again: the first attempt may have
 	// read it.
 	r = httptest.NewRequest(http.MethodPost, "http://shop.example/x", strings.NewReader("order"))
-	if _, err := c.Fetch(context.Background(), r, origins, false, nil); err == nil {
+	if _, err := c.Fetch(context.Background(), r, &policy.Policy{Origins: origins}, false, nil); err == nil {
 		t.Fatal("a POST with a body was retried on the next origin")
 	}
 	// Without origins of its own, the default one.
 	r = httptest.NewRequest(http.MethodGet, "http://shop.example/x", nil)
-	if resp, err := c.Fetch(context.Background(), r, nil, true, nil); err != nil {
+	if resp, err := c.Fetch(context.Background(), r, policy.Default, true, nil); err != nil {
 		t.Fatal(err)
 	} else {
 		resp.Body.Close()
@@ -136,5 +137,60 @@ func TestTransferCodings(t *testing.T) {
 		if s != tt.want {
 			t.Errorf("%q: %s (%v), want %s", tt.lines, s, err, tt.want)
 		}
+	}
+}
+
+// TestOriginHostAndLocations: the origin gets its own Host, or the
+// client's under origin_host "client"; a Location or Content-Location that
+// points at the origin comes back as a path-absolute reference, which the
+// client resolves against the node it asked (nginx's proxy_redirect
+// default); one pointing elsewhere is left alone.
+func TestOriginHostAndLocations(t *testing.T) {
+	var hosts []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hosts = append(hosts, r.Host)
+		switch r.URL.Query().Get("to") {
+		case "origin":
+			w.Header().Set("Location", "http://"+r.Host+"/base/v2/app/blobs/uploads/u1?_state=x")
+			w.Header().Set("Content-Location", "http://"+r.Host+"/base/v2/app/manifests/sha256:1")
+		case "outside":
+			w.Header().Set("Location", "http://"+r.Host+"/elsewhere/x")
+		case "other":
+			w.Header().Set("Location", "https://cdn.example/x")
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer srv.Close()
+	base := mustURL(t, srv.URL+"/base")
+	c := New(Config{Default: base})
+	fetch := func(p *policy.Policy, to string) http.Header {
+		t.Helper()
+		r := httptest.NewRequest(http.MethodPost, "http://node.example:8080/v2/app/blobs/uploads/?to="+to, nil)
+		resp, err := c.Fetch(context.Background(), r, p, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.Header
+	}
+	h := fetch(policy.Default, "origin")
+	if got := h.Get("Location"); got != "/v2/app/blobs/uploads/u1?_state=x" {
+		t.Errorf("Location %q, want the path under the origin's base, with its query", got)
+	}
+	if got := h.Get("Content-Location"); got != "/v2/app/manifests/sha256:1" {
+		t.Errorf("Content-Location %q", got)
+	}
+	if got := fetch(policy.Default, "outside").Get("Location"); got != "http://"+base.Host+"/elsewhere/x" {
+		t.Errorf("a Location outside the origin's base became %q; want it untouched", got)
+	}
+	if got := fetch(policy.Default, "other").Get("Location"); got != "https://cdn.example/x" {
+		t.Errorf("a Location on another host became %q", got)
+	}
+	if hosts[0] != base.Host {
+		t.Errorf("origin got Host %q by default, want its own %q", hosts[0], base.Host)
+	}
+	fetch(&policy.Policy{ClientHost: true}, "origin")
+	if got := hosts[len(hosts)-1]; got != "node.example:8080" {
+		t.Errorf("origin got Host %q under origin_host client, want the client's", got)
 	}
 }

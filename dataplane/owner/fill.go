@@ -99,7 +99,7 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 		if plan != nil {
 			extra = plan.ask
 		}
-		resp, err = o.cfg.Origin.Fetch(ctx, r, p.Origins, true, extra)
+		resp, err = o.cfg.Origin.Fetch(ctx, r, p, true, extra)
 	}
 	now := time.Now()
 	if err != nil || resp.StatusCode >= 500 && stale != nil {

@@ -14,7 +14,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +32,7 @@ import (
 
 // Origin fetches from a policy's origins (origin.Client).
 type Origin interface {
-	Fetch(ctx context.Context, r *http.Request, origins []*url.URL, fill bool, extra http.Header) (*http.Response, error)
+	Fetch(ctx context.Context, r *http.Request, p *policy.Policy, fill bool, extra http.Header) (*http.Response, error)
 }
 
 // Peers sends requests over the peer hop (relay.Client).

@@ -59,6 +59,8 @@ type Policy struct {
 	// varying on Accept; VaryBy are fields every response varies on.
 	RegistryAware bool
 	VaryBy        []string
+	// ClientHost sends the origin the client's Host rather than its own.
+	ClientHost bool
 	// MaxVariants bounds the Vary variants kept per URL; 0: the node's.
 	MaxVariants int
 	// OriginTimeout bounds an origin request and CollapseTimeout a wait on
@@ -124,6 +126,7 @@ func Compile(p *pb.CachePolicy) (*Policy, error) {
 		PartialContent:       p.GetPartialContent(),
 		RegistryAware:        p.RegistryAware == nil || p.GetRegistryAware(),
 		VaryBy:               p.GetVaryBy(),
+		ClientHost:           p.GetOriginHost() == "client",
 		MaxVariants:          int(p.GetMaxVariants()),
 		OriginTimeout:        p.GetOriginTimeout().AsDuration(),
 		CollapseTimeout:      p.GetCollapseTimeout().AsDuration(),

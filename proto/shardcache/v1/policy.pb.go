@@ -354,7 +354,11 @@ type CachePolicy struct {
 	RegistryAware *bool `protobuf:"varint,29,opt,name=registry_aware,json=registryAware,proto3,oneof" json:"registry_aware,omitempty"`
 	// Request fields every response under the policy is stored as varying on, beside those its
 	// Vary names, for origins that negotiate without Vary (e.g. "Accept"); at most 8.
-	VaryBy        []string `protobuf:"bytes,30,rep,name=vary_by,json=varyBy,proto3" json:"vary_by,omitempty"`
+	VaryBy []string `protobuf:"bytes,30,rep,name=vary_by,json=varyBy,proto3" json:"vary_by,omitempty"`
+	// The Host the origin is sent: "origin" (its own, from its URL; the default) or "client" (the
+	// client's, as nginx's proxy_set_header Host $host). Either way the request carries the
+	// client's host and scheme in X-Forwarded-Host, X-Forwarded-Proto and Forwarded.
+	OriginHost    string `protobuf:"bytes,31,opt,name=origin_host,json=originHost,proto3" json:"origin_host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -599,6 +603,13 @@ func (x *CachePolicy) GetVaryBy() []string {
 	return nil
 }
 
+func (x *CachePolicy) GetOriginHost() string {
+	if x != nil {
+		return x.OriginHost
+	}
+	return ""
+}
+
 var File_shardcache_v1_policy_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_policy_proto_rawDesc = "" +
@@ -617,7 +628,7 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\amethods\x18\x01 \x03(\tR\amethods\x12\x18\n" +
 	"\aheaders\x18\x02 \x03(\tR\aheaders\x12\x18\n" +
 	"\acookies\x18\x03 \x03(\tR\acookies\x12#\n" +
-	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\x99\v\n" +
+	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\xba\v\n" +
 	"\vCachePolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x1f\n" +
@@ -654,7 +665,9 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\x12heuristic_statuses\x18\x1b \x03(\rR\x11heuristicStatuses\x12'\n" +
 	"\x0fpartial_content\x18\x1c \x01(\bR\x0epartialContent\x12*\n" +
 	"\x0eregistry_aware\x18\x1d \x01(\bH\x02R\rregistryAware\x88\x01\x01\x12\x17\n" +
-	"\avary_by\x18\x1e \x03(\tR\x06varyByB\v\n" +
+	"\avary_by\x18\x1e \x03(\tR\x06varyBy\x12\x1f\n" +
+	"\vorigin_host\x18\x1f \x01(\tR\n" +
+	"originHostB\v\n" +
 	"\t_compressB\x13\n" +
 	"\x11_cache_authorizedB\x11\n" +
 	"\x0f_registry_aware*\x85\x01\n" +
