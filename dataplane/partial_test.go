@@ -107,3 +107,62 @@ func TestStoredPartsAreBoundedBrokenAndPurged(t *testing.T) {
 	<-done
 	want("/parts/purged", "bytes=0-9", "MISS", 2)
 }
+
+// TestAColdRangeIsAnsweredAsItsBytesArrive: a small range of a large
+// object that is not stored is answered 206 as soon as its bytes have come
+// from the origin, while the whole object is still being fetched and
+// stored; once it is, the object is a hit.
+func TestAColdRangeIsAnsweredAsItsBytesArrive(t *testing.T) {
+	const size = 768 << 10 // stored: under the node's largest object
+	release := make(chan struct{})
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		w.Write(make([]byte, 64<<10))
+		w.(http.Flusher).Flush()
+		<-release // the rest only when the test has its range
+		w.Write(make([]byte, size-64<<10))
+	}))
+	defer origin.Close()
+	defer close(release)
+	_, n := startOne(t, origin.URL)
+	url := "http://" + n.ClientAddr().String() + "/big"
+	resp, body := do(t, "GET", url, "Range", "bytes=0-1023")
+	if resp.StatusCode != http.StatusPartialContent || len(body) != 1024 || resp.Header.Get("Content-Range") != fmt.Sprintf("bytes 0-1023/%d", size) {
+		t.Fatalf("a cold range: %d, %d bytes, Content-Range %q; want 206, 1024, bytes 0-1023/%d", resp.StatusCode, len(body), resp.Header.Get("Content-Range"), size)
+	}
+	release <- struct{}{}
+	waitFor(t, "the object to be stored", func() bool {
+		resp, body := do(t, "GET", url, "Range", "bytes=-10")
+		return resp.StatusCode == http.StatusPartialContent && resp.Header.Get("X-Cache") == "HIT" && len(body) == 10
+	})
+}
+
+// TestARangeOfAnObjectTooLargeToStoreIsCutFromIt: over the largest object
+// stored, the answer is not stored, but a range of it is still a 206 cut
+// from the origin's answer, and the origin's transfer ends there.
+func TestARangeOfAnObjectTooLargeToStoreIsCutFromIt(t *testing.T) {
+	const size = 64 << 20 // more than loopback socket buffers hold
+	sent := make(chan int64, 1)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		var n int64
+		for n < size {
+			k, err := w.Write(make([]byte, 32<<10))
+			if n += int64(k); err != nil {
+				break
+			}
+		}
+		sent <- n
+	}))
+	defer origin.Close()
+	_, n := startOne(t, origin.URL)
+	resp, body := do(t, "GET", "http://"+n.ClientAddr().String()+"/huge", "Range", "bytes=100-199")
+	if resp.StatusCode != http.StatusPartialContent || len(body) != 100 || resp.Header.Get("X-Cache") != "MISS" {
+		t.Fatalf("a range of an object too large to store: %d %s, %d bytes; want 206 MISS, 100", resp.StatusCode, resp.Header.Get("X-Cache"), len(body))
+	}
+	if got := <-sent; got >= size {
+		t.Fatalf("the origin sent all %d bytes for a 100-byte range", got)
+	}
+}

@@ -495,6 +495,13 @@ func rfcCases() []rfcCase {
 				return nil
 			}}}},
 		{"9110 9.3.2", "a HEAD miss fills with GET", versioned(ma60...), []rfcStep{{method: "HEAD", check: sawHeader(0, ":method", "GET")}, {cache: "HIT", origin: 1, body: "v1"}}},
+		{"9110 14.2", "a range of an object not stored is answered 206 as the whole fill streams in", ranged(sameETag, ma60...), []rfcStep{
+			rangeStep("bytes=10-19", 206, "MISS", 1, sawHeader(0, "Range", ""), hasHeader("Content-Range", "bytes 10-19/100")),
+			{cache: "HIT", origin: 1, body: partialBody},
+			rangeStep("bytes=90-", 206, "HIT", 1)}},
+		{"9110 15.5.17", "an unsatisfiable range of an object not stored is a 416", ranged(sameETag, ma60...), []rfcStep{
+			rangeStep("bytes=500-600", 416, "MISS", 1, hasHeader("Content-Range", "bytes */100")),
+			{cache: "HIT", origin: 1, body: partialBody}}},
 		{"9110 9.3.1", "OPTIONS goes to the origin", versioned(ma60...), []rfcStep{{method: "OPTIONS", cache: "BYPASS"}, {method: "OPTIONS", origin: 2}}},
 		{"9110 7.6.1", "hop-by-hop fields named by Connection are not forwarded", versioned("Cache-Control", "max-age=60", "Connection", "X-Hop", "X-Hop", "secret"),
 			[]rfcStep{{check: hasHeader("X-Hop", "")}, {cache: "HIT", check: hasHeader("X-Hop", "")}}},

@@ -33,6 +33,19 @@ func (o *Owner) Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, r
 		return nil
 	}
 	switch ranges, err := rangesFor(r, e, rd != nil); {
+	case rd != nil && len(ranges) == 1:
+		// A range of an object still streaming in: answered as its bytes
+		// arrive, then the rest is read, so the answer ends with the fill.
+		o.answerFollowing(w, e, rd, span{0, e.Length - 1, e.Length}, ranges[0], status)
+		io.Copy(io.Discard, rd)
+		return nil
+	case rd != nil && errors.Is(err, httpcache.ErrRangeUnsatisfiable):
+		for k, v := range e.Header {
+			h[k] = v
+		}
+		o.cacheHeaders(h, e, status)
+		answerRanges(w, r, e.Header, e.Length, nil, nil)
+		return nil
 	case ranges != nil || errors.Is(err, httpcache.ErrRangeUnsatisfiable):
 		body, done, err := o.readerAt(e)
 		if err != nil {

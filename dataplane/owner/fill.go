@@ -328,8 +328,18 @@ func StoreLifetime(p *policy.Policy, r *http.Request, status int, h http.Header,
 	return lifetime, ok
 }
 
-// writeResponse streams a response that is not stored.
+// writeResponse streams a response that is not stored; a range of a 200
+// is cut from it as it comes, and the rest is not fetched.
 func (o *Owner) writeResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, fromOrigin bool, status string) {
+	if rg, ok := passedRange(r, resp); ok {
+		e := &store.Entry{Status: resp.StatusCode, Header: resp.Header, Received: time.Now()}
+		rd := io.Reader(resp.Body)
+		if fromOrigin {
+			rd = &countingReader{r: rd, add: o.cfg.Metrics.OriginBytes.Add}
+		}
+		o.answerFollowing(w, e, rd, span{0, resp.ContentLength - 1, resp.ContentLength}, rg, status)
+		return
+	}
 	reply.CopyHeader(w.Header(), resp.Header)
 	w.Header().Set("X-Cache", status)
 	w.Header().Set("X-Cache-Node", o.cfg.ID)

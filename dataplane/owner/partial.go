@@ -223,7 +223,7 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 	}
 	if wr == nil {
 		defer closePart()
-		o.answerFollowing(w, e, body, got, want)
+		o.answerFollowing(w, e, body, got, want, relay.CacheMiss)
 		return false
 	}
 	rd, rdErr := wr.NewReader() // before the copy, as a fill's leader does
@@ -251,7 +251,7 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 		return true
 	}
 	defer rd.Close()
-	o.answerFollowing(w, wr.Entry(), rd, got, want)
+	o.answerFollowing(w, wr.Entry(), rd, got, want, relay.CacheMiss)
 	// The client's range may end before the stored span does: the answer
 	// ends with the fill, so that the connection's next request sees the
 	// part it stored.
@@ -287,8 +287,8 @@ func (o *Owner) answerPart(w http.ResponseWriter, r *http.Request, part *store.E
 }
 
 // answerFollowing answers want, inside span got, with a 206 from rd, a
-// reader of got's bytes as they are stored.
-func (o *Owner) answerFollowing(w http.ResponseWriter, e *store.Entry, rd io.Reader, got span, want httpcache.ByteRange) {
+// reader of got's bytes as they are stored (or as they come).
+func (o *Owner) answerFollowing(w http.ResponseWriter, e *store.Entry, rd io.Reader, got span, want httpcache.ByteRange, status string) {
 	if _, err := io.CopyN(io.Discard, rd, want.Start-got.first); err != nil {
 		http.Error(w, "shardcache: origin response broke off", http.StatusBadGateway)
 		return
@@ -306,14 +306,19 @@ func (o *Owner) answerFollowing(w http.ResponseWriter, e *store.Entry, rd io.Rea
 	h.Set("Content-Range", want.ContentRange(got.total))
 	h.Set("Content-Length", strconv.FormatInt(want.Length, 10))
 	h["Accept-Ranges"] = acceptRangesBytes
-	o.cacheHeaders(h, e, relay.CacheMiss)
+	o.cacheHeaders(h, e, status)
 	w.WriteHeader(http.StatusPartialContent)
 	if _, err := w.Write(first[:k]); err != nil {
 		return
 	}
-	if _, err := io.CopyN(w, rd, want.Length-int64(k)); err != nil && !reply.IsWriteError(err) {
-		reply.BreakOff(w) // the body broke off: do not end it cleanly
+	if _, err := io.CopyN(w, rd, want.Length-int64(k)); err != nil {
+		if !reply.IsWriteError(err) {
+			reply.BreakOff(w) // the body broke off: do not end it cleanly
+		}
+		return
 	}
+	// The client has its range now, whatever the fill does next.
+	http.NewResponseController(w).Flush()
 }
 
 // skipReader is r without its first skip bytes, then n bytes of it.

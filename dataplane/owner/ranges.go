@@ -9,18 +9,20 @@ import (
 	"net/http"
 	"net/textproto"
 	"strconv"
+	"strings"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/store"
 )
 
 // rangesFor returns the ranges to answer r from e with, nil to send the
-// whole response, or httpcache.ErrRangeUnsatisfiable for a 416. Ranges are served
-// from a complete stored 200 kept as the origin sent it; anything else is
-// answered whole, as RFC 9110 allows.
+// whole response, or httpcache.ErrRangeUnsatisfiable for a 416. Ranges are
+// served from a stored 200 kept as the origin sent it, of a known length;
+// one still streaming in (streaming) is served one range, as its bytes
+// arrive. Anything else is answered whole, as RFC 9110 allows.
 func rangesFor(r *http.Request, e *store.Entry, streaming bool) ([]httpcache.ByteRange, error) {
 	field := r.Header.Get("Range")
-	if field == "" || streaming || e.Status != http.StatusOK || e.Coding != "" || e.Length < 0 ||
+	if field == "" || streaming && strings.Contains(field, ",") || e.Status != http.StatusOK || e.Coding != "" || e.Length < 0 ||
 		r.Method != http.MethodGet && r.Method != http.MethodHead || !httpcache.IfRangeHolds(r.Header, e.Header) {
 		return nil, nil
 	}
@@ -120,4 +122,32 @@ func (o *Owner) readerAt(e *store.Entry) (io.ReaderAt, func(), error) {
 		return nil, nil, err
 	}
 	return io.NewSectionReader(f, off, e.Size), func() { f.Close() }, nil
+}
+
+// passedRange is the one range of r to cut from resp, a 200 that is not
+// stored, of a known length and as the origin coded it; false to pass resp
+// whole.
+func passedRange(r *http.Request, resp *http.Response) (httpcache.ByteRange, bool) {
+	field := r.Header.Get("Range")
+	if field == "" || strings.Contains(field, ",") || r.Method != http.MethodGet || resp.StatusCode != http.StatusOK ||
+		resp.ContentLength < 0 || resp.Header.Get("Content-Encoding") != "" || !httpcache.IfRangeHolds(r.Header, resp.Header) {
+		return httpcache.ByteRange{}, false
+	}
+	ranges, err := httpcache.ParseRange(field, resp.ContentLength)
+	if err != nil || len(ranges) != 1 {
+		return httpcache.ByteRange{}, false
+	}
+	return ranges[0], true
+}
+
+// countingReader reports the bytes read through it to add.
+type countingReader struct {
+	r   io.Reader
+	add func(float64)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.add(float64(n))
+	return n, err
 }
