@@ -400,3 +400,34 @@ func TestClientCannotAskForASlice(t *testing.T) {
 		t.Fatalf("origin saw %v, want one whole-object request", seen)
 	}
 }
+
+// TestASlicedAnswerTellsWhetherEverySliceWasStored: with only slice 0
+// stored, a whole answer is a PARTIAL, not a HIT, and is counted so; once
+// every slice is stored it is a HIT; a cold object is a MISS.
+func TestASlicedAnswerTellsWhetherEverySliceWasStored(t *testing.T) {
+	_, origin := newSliceOrigin(t)
+	const size = 300_000 // five slices of 64 KiB
+	nodes, _ := startSlicedTrio(t, origin, 64<<10)
+	url := "http://" + nodes[0].ClientAddr().String() + "/s/partial?size=" + strconv.Itoa(size)
+	xcache := func(hdr ...string) string {
+		t.Helper()
+		resp, _ := do(t, http.MethodGet, url, hdr...)
+		return resp.Header.Get("X-Cache")
+	}
+	if x := xcache("Range", "bytes=0-99"); x != "MISS" {
+		t.Fatalf("slice 0 of a cold object: X-Cache %q, want MISS", x)
+	}
+	before := metricValue(t, nodes[0], "shardcache_requests_total", `route="sliced"`, `cache="PARTIAL"`)
+	if x := xcache(); x != "PARTIAL" {
+		t.Fatalf("the whole object with slice 0 stored only: X-Cache %q, want PARTIAL", x)
+	}
+	if got := metricValue(t, nodes[0], "shardcache_requests_total", `route="sliced"`, `cache="PARTIAL"`); got != before+1 {
+		t.Errorf("requests counted PARTIAL went %v -> %v, want one more", before, got)
+	}
+	if x := xcache(); x != "HIT" {
+		t.Fatalf("every slice stored: X-Cache %q, want HIT", x)
+	}
+	if x := xcache("Range", "bytes=200000-200099"); x != "HIT" {
+		t.Fatalf("a stored slice's range: X-Cache %q, want HIT", x)
+	}
+}

@@ -86,6 +86,10 @@ func (o *Owner) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key stri
 			plan = slice.Plan(plan, rg.Start, rg.Length, size)
 		}
 	}
+	if len(plan) > 0 {
+		// The answer's X-Cache tells of every slice it uses, not slice 0's alone.
+		xcache = o.slicesCache(ctx, r, key, p, version, plan, xcache)
+	}
 	var first *http.Response
 	if len(plan) > 0 && plan[0] == 0 && method == http.MethodGet {
 		first = head

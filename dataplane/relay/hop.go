@@ -68,6 +68,9 @@ const (
 	CacheRevalidated = "REVALIDATED"
 	// CacheExpired: a stored response had expired; the origin sent a new one.
 	CacheExpired = "EXPIRED"
+	// CachePartial: an answer assembled from slices some of which were
+	// stored and some fetched.
+	CachePartial = "PARTIAL"
 )
 
 // RelayHeader is the header of a client request relayed to a peer by node
