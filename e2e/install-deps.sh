@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs what the end-to-end tests need beyond Go, from Debian's packages:
-# etcd-server (the external etcd the control plane is tested against) and
+# etcd-server (the external etcd the control plane is tested against),
 # prometheus with promtool (the observability test scrapes the nodes with a
-# real Prometheus). Needs root (or sudo) when something is missing.
+# real Prometheus), and docker-registry with skopeo (a real registry and a
+# real image client for the registry test). Needs root (or sudo) when
+# something is missing.
 set -euo pipefail
 missing=()
 command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] || missing+=(etcd-server)
 { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || missing+=(prometheus)
+[ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
+command -v skopeo >/dev/null 2>&1 || missing+=(skopeo)
 [ ${#missing[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
@@ -16,3 +20,4 @@ DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recomme
 # The packages may start their own services on the default ports; the tests start theirs.
 $sudo service etcd stop >/dev/null 2>&1 || true
 $sudo service prometheus stop >/dev/null 2>&1 || true
+$sudo service docker-registry stop >/dev/null 2>&1 || true
