@@ -105,6 +105,9 @@ func policyViolations(p *pb.CachePolicy) []*errdetails.BadRequest_FieldViolation
 			bad(fmt.Sprintf("heuristic_statuses[%d]", i), "status %d: want 200 to 599", st)
 		}
 	}
+	if p.GetAuthorizeEveryRequest() && p.CacheAuthorized != nil && !p.GetCacheAuthorized() {
+		bad("authorize_every_request", "not with cache_authorized false, which sends every request with Authorization to the origin uncached")
+	}
 	if h := p.GetOriginHost(); h != "" && h != "origin" && h != "client" {
 		bad("origin_host", "%q: want \"origin\" (the origin's own Host) or \"client\" (the client's)", h)
 	}
@@ -122,6 +125,8 @@ func policyViolations(p *pb.CachePolicy) []*errdetails.BadRequest_FieldViolation
 	case s > 0 && p.GetMaxObjectSize() > 0 && s > p.GetMaxObjectSize():
 		// A slice larger than the largest object stored would never be stored.
 		bad("slice_size", "%d: larger than max_object_size %d, so no slice would be stored", s, p.GetMaxObjectSize())
+	case s > 0 && p.GetAuthorizeEveryRequest():
+		bad("authorize_every_request", "not with slice_size: slices are not checked one by one")
 	case s > 0 && p.GetPartialContent():
 		bad("partial_content", "not with slice_size: a sliced object is fetched and stored by ranges already")
 	}

@@ -112,7 +112,7 @@ func (f *Front) route(w http.ResponseWriter, r *http.Request) string {
 		f.cfg.Owner.Serve(w, r, key, p, nil, nil)
 		return metrics.RouteLocal
 	}
-	hot := f.isHot(key, p)
+	hot := !p.AuthorizeEach && f.isHot(key, p) // a hot copy would serve without the origin's check
 	replicas := 1
 	if hot {
 		f.cfg.HotKeys.Note(key, r)

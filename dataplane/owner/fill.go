@@ -108,7 +108,7 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 			result = metrics.StatusClass(resp.StatusCode)
 		}
 		o.cfg.Metrics.OriginReqs.WithLabelValues("fill", result).Inc()
-		if stale != nil && !o.unconfirmed(stale) && httpcache.StaleOnError(stale.Age(now), stale.Lifetime, stale.Header, r.Header, p.StaleIfError, p.Targeted...) {
+		if stale != nil && !o.unconfirmed(stale) && !p.AuthorizeEach && httpcache.StaleOnError(stale.Age(now), stale.Lifetime, stale.Header, r.Header, p.StaleIfError, p.Targeted...) {
 			if resp != nil {
 				resp.Body.Close()
 			}
@@ -322,7 +322,10 @@ func StoreLifetime(p *policy.Policy, r *http.Request, status int, h http.Header,
 	}
 	// Worth storing only with a lifetime or a validator to serve it with.
 	validator := h.Get("ETag") != "" || h.Get("Last-Modified") != ""
-	ok := httpcache.Storable(status, h, r.Header.Get("Authorization") != "", httpcache.Overrides{
+	// Under authorize_every_request each use is checked with the origin,
+	// so what answered an authorised request may be stored.
+	authorized := r.Header.Get("Authorization") != "" && !p.AuthorizeEach
+	ok := httpcache.Storable(status, h, authorized, httpcache.Overrides{
 		TTL: policyTTL, StorePrivate: p.StorePrivate, StoreSetCookie: p.StoreSetCookie, Excluded: p.Excluded(status), Heuristic: p.Heuristic(status),
 	}, p.Targeted...) && (lifetime > 0 || validator) && maxObject > 0
 	return lifetime, ok

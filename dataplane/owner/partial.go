@@ -78,7 +78,7 @@ type partPlan struct {
 // policy does not store parts, or the request is not one a part answers.
 func (o *Owner) servePartial(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, req httpcache.Directives) bool {
 	field := r.Header.Get("Range")
-	if !p.PartialContent || field == "" || r.Method != http.MethodGet {
+	if !p.PartialContent || p.AuthorizeEach || field == "" || r.Method != http.MethodGet {
 		return false
 	}
 	now := time.Now()

@@ -66,6 +66,9 @@ func (o *Owner) Serve(w http.ResponseWriter, r *http.Request, key string, p *pol
 		if o.unconfirmed(stale) {
 			decision = httpcache.UseRevalidate // it may have been purged while the node was cut off
 		}
+		if p.AuthorizeEach {
+			decision = httpcache.UseRevalidate // checked with the client's own credentials first
+		}
 	}
 	if span != nil {
 		outcome := "miss"
@@ -101,6 +104,12 @@ func (o *Owner) Serve(w http.ResponseWriter, r *http.Request, key string, p *pol
 	if req.Has("only-if-cached") {
 		// RFC 9111 5.2.1.7: nothing usable without the origin.
 		http.Error(w, "shardcache: not cached (only-if-cached)", http.StatusGatewayTimeout)
+		return
+	}
+	if p.AuthorizeEach {
+		// Every request is authorised by the origin on its own: none
+		// takes another's answer.
+		o.fill(w, r, key, p, from, nil, stale, sl, nil)
 		return
 	}
 	call, leader := o.flights.Join(flightKey(key, sl))

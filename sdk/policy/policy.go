@@ -61,6 +61,9 @@ type Policy struct {
 	VaryBy        []string
 	// ClientHost sends the origin the client's Host rather than its own.
 	ClientHost bool
+	// AuthorizeEach checks every use of a stored response with the origin,
+	// with the client's credentials (see the CachePolicy field).
+	AuthorizeEach bool
 	// MaxVariants bounds the Vary variants kept per URL; 0: the node's.
 	MaxVariants int
 	// OriginTimeout bounds an origin request and CollapseTimeout a wait on
@@ -127,6 +130,7 @@ func Compile(p *pb.CachePolicy) (*Policy, error) {
 		RegistryAware:        p.RegistryAware == nil || p.GetRegistryAware(),
 		VaryBy:               p.GetVaryBy(),
 		ClientHost:           p.GetOriginHost() == "client",
+		AuthorizeEach:        p.GetAuthorizeEveryRequest(),
 		MaxVariants:          int(p.GetMaxVariants()),
 		OriginTimeout:        p.GetOriginTimeout().AsDuration(),
 		CollapseTimeout:      p.GetCollapseTimeout().AsDuration(),

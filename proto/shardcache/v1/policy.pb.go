@@ -358,9 +358,16 @@ type CachePolicy struct {
 	// The Host the origin is sent: "origin" (its own, from its URL; the default) or "client" (the
 	// client's, as nginx's proxy_set_header Host $host). Either way the request carries the
 	// client's host and scheme in X-Forwarded-Host, X-Forwarded-Proto and Forwarded.
-	OriginHost    string `protobuf:"bytes,31,opt,name=origin_host,json=originHost,proto3" json:"origin_host,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OriginHost string `protobuf:"bytes,31,opt,name=origin_host,json=originHost,proto3" json:"origin_host,omitempty"`
+	// For origins that authorise every request (a registry with bearer tokens): a response is
+	// stored once whatever the request's Authorization (RFC 9111 3.5's rule is lifted), and every
+	// later use of it is first checked with the origin by a conditional request carrying the
+	// client's own credentials; only a 304 (or a new 200) serves, and a 401 or 403 is passed on.
+	// Requests never share another's check: no collapsing, no hot copies, no stale answers.
+	// Costs one small origin request per use. Not with slice_size or cache_authorized false.
+	AuthorizeEveryRequest bool `protobuf:"varint,32,opt,name=authorize_every_request,json=authorizeEveryRequest,proto3" json:"authorize_every_request,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *CachePolicy) Reset() {
@@ -610,6 +617,13 @@ func (x *CachePolicy) GetOriginHost() string {
 	return ""
 }
 
+func (x *CachePolicy) GetAuthorizeEveryRequest() bool {
+	if x != nil {
+		return x.AuthorizeEveryRequest
+	}
+	return false
+}
+
 var File_shardcache_v1_policy_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_policy_proto_rawDesc = "" +
@@ -628,7 +642,7 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\amethods\x18\x01 \x03(\tR\amethods\x12\x18\n" +
 	"\aheaders\x18\x02 \x03(\tR\aheaders\x12\x18\n" +
 	"\acookies\x18\x03 \x03(\tR\acookies\x12#\n" +
-	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\xba\v\n" +
+	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\xf2\v\n" +
 	"\vCachePolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x1f\n" +
@@ -667,7 +681,8 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\x0eregistry_aware\x18\x1d \x01(\bH\x02R\rregistryAware\x88\x01\x01\x12\x17\n" +
 	"\avary_by\x18\x1e \x03(\tR\x06varyBy\x12\x1f\n" +
 	"\vorigin_host\x18\x1f \x01(\tR\n" +
-	"originHostB\v\n" +
+	"originHost\x126\n" +
+	"\x17authorize_every_request\x18  \x01(\bR\x15authorizeEveryRequestB\v\n" +
 	"\t_compressB\x13\n" +
 	"\x11_cache_authorizedB\x11\n" +
 	"\x0f_registry_aware*\x85\x01\n" +
