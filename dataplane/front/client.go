@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/internal/wait"
@@ -96,8 +97,8 @@ func (f *Front) route(w http.ResponseWriter, r *http.Request) string {
 	if rec, ok := w.(*reply.Recorder); ok {
 		rec.Strip = p.Targeted // the cluster's own targeted field is for this cluster only
 	}
-	if p.Mode == pb.CacheMode_CACHE_MODE_BYPASS || bypassReason(r, p) != "" || p.Bypass(r) {
-		f.bypass(w, r, p)
+	if reason := bypassReason(r, p); p.Mode == pb.CacheMode_CACHE_MODE_BYPASS || reason != "" || p.Bypass(r) {
+		f.bypass(w, r, p, reason)
 		return metrics.RouteBypass
 	}
 	key := p.Key(relay.Scheme(r), r)
@@ -199,7 +200,7 @@ func bypassReason(r *http.Request, p *policy.Policy) string {
 //
 // An unsafe method that succeeds invalidates what the cluster stores for
 // its target (RFC 9111 4.4).
-func (f *Front) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy) {
+func (f *Front) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy, reason string) {
 	// The origin timeout bounds waiting for the origin, never the transfer:
 	// an upload or a download takes as long as it keeps moving. For a
 	// request with a body, the origin transport's header timeout, which
@@ -212,8 +213,18 @@ func (f *Front) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy)
 	ctx, watch := wait.Start(r.Context(), first, timeout)
 	defer watch.Stop()
 	resp, err := f.cfg.Origin.Fetch(httptrace.WithClientTrace(ctx, origin.PassInterim(w)), r, p, false, nil)
+	// Cache-Status says why the request went forward (RFC 9211 2.2).
+	m := httpcache.StatusMember{Node: f.statusName, Cache: relay.CacheBypass}
+	switch reason {
+	case "method":
+		m.Cache = "METHOD"
+	case "no-store":
+		m.Cache = "REQUEST"
+	}
 	if err != nil {
 		f.cfg.Metrics.OriginReqs.WithLabelValues("bypass", "error").Inc()
+		w.Header()["Cache-Status"] = []string{m.String()}
+		w.Header()["Proxy-Status"] = []string{httpcache.ProxyStatus(f.statusName, httpcache.ErrorType(err), err.Error())}
 		http.Error(w, "shardcache: origin unreachable", http.StatusBadGateway)
 		return
 	}
@@ -225,6 +236,8 @@ func (f *Front) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy)
 	relay.RemoveHopByHop(resp.Header)
 	reply.CopyHeader(w.Header(), resp.Header)
 	w.Header().Set("X-Cache", relay.CacheBypass)
+	m.Status = resp.StatusCode
+	w.Header().Add("Cache-Status", m.String())
 	if unsafeMethod(r.Method) && resp.StatusCode < 400 {
 		f.invalidate(r, resp.Header)
 	}

@@ -24,10 +24,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardcache/shardcache/dataplane/hotkey"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/owner"
 	"github.com/shardcache/shardcache/dataplane/purge"
+	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/routes"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
@@ -110,6 +112,9 @@ type Front struct {
 	// purgeAuth holds the PURGE tokens the control plane refused against
 	// their clients.
 	purgeAuth *authlimit.Limiter
+	// statusName is the node's name as a Cache-Status item; relayStatus
+	// the member a relaying node adds to its owner's Cache-Status.
+	statusName, relayStatus string
 }
 
 // A client may send purgeAuthBurst PURGE requests with a wrong token,
@@ -125,7 +130,9 @@ const (
 
 // New builds the front.
 func New(cfg Config) *Front {
-	return &Front{cfg: cfg, purgeAuth: authlimit.New(purgeAuthEvery, purgeAuthBurst, purgeAuthClients)}
+	name := httpcache.SFItem(cfg.ID)
+	return &Front{cfg: cfg, purgeAuth: authlimit.New(purgeAuthEvery, purgeAuthBurst, purgeAuthClients),
+		statusName: name, relayStatus: httpcache.StatusMember{Node: name, Cache: relay.CacheMiss, Detail: "relayed"}.String()}
 }
 
 // ServeClient is the client listener's handler.

@@ -107,6 +107,7 @@ func (f *Front) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, 
 		coalesce.Hold(r, int64(len(b))) // whole and small: one write
 	}
 	reply.CopyHeader(w.Header(), resp.Header)
+	w.Header()["Cache-Status"] = append(w.Header()["Cache-Status"], f.relayStatus)
 	w.WriteHeader(resp.StatusCode)
 	nb, broken := reply.Pass(w, body)
 	f.countPeerIn(nb)
@@ -146,13 +147,16 @@ func (f *Front) admitHotCopy(w http.ResponseWriter, r *http.Request, key string,
 		return true
 	}
 	f.countPeerIn(int64(len(body)))
-	e := &store.Entry{Key: key, URL: purge.EntryURL(r), Status: resp.StatusCode, Header: resp.Header, Body: body, Received: received,
+	kept := resp.Header.Clone()
+	kept.Del("Cache-Status") // the copy answers with this node's own
+	e := &store.Entry{Key: key, URL: purge.EntryURL(r), Status: resp.StatusCode, Header: kept, Body: body, Received: received,
 		InitialAge: httpcache.InitialAge(resp.Header, received, received), Lifetime: lifetime, Size: int64(len(body)), Length: int64(len(body))}
 	if f.cfg.HotCopies.Set(e) {
 		f.cfg.Metrics.Hot.WithLabelValues("copy_admitted").Inc()
 	}
 	// Answer as the owner did (its X-Cache and X-Cache-Node), not as a copy.
 	reply.CopyHeader(w.Header(), resp.Header)
+	w.Header()["Cache-Status"] = append(w.Header()["Cache-Status"], f.relayStatus)
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(resp.StatusCode)
 	coalesce.Hold(r, int64(len(body)))

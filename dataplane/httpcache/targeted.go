@@ -142,20 +142,29 @@ func (p *sfParser) dictionary() ([]sfMember, bool) {
 		if !replaced {
 			out = append(out, m)
 		}
-		p.skipOWS()
-		if p.i == len(p.s) {
-			return out, true
-		}
-		if p.peek() != ',' {
+		if end, ok := p.memberEnd(); !ok {
 			return nil, false
-		}
-		p.i++
-		p.skipOWS()
-		if p.i == len(p.s) {
-			return nil, false // a trailing comma
+		} else if end {
+			return out, true
 		}
 	}
 	return out, true
+}
+
+// memberEnd reads what follows a List or Dictionary member: the end of
+// the field (end), or a comma and the next member's start; false for
+// anything else, a trailing comma among it.
+func (p *sfParser) memberEnd() (end, ok bool) {
+	p.skipOWS()
+	if p.i == len(p.s) {
+		return true, true
+	}
+	if p.peek() != ',' {
+		return false, false
+	}
+	p.i++
+	p.skipOWS()
+	return false, p.i < len(p.s)
 }
 
 func (p *sfParser) key() (string, bool) {
@@ -305,4 +314,51 @@ func (p *sfParser) str() (byte, string, bool) {
 		}
 	}
 	return 0, "", false
+}
+
+// ListMember is one member of a Structured Field List (RFC 8941 3.1): its
+// item, as text (a string unquoted), and its parameters, a Boolean true as
+// "?1".
+type ListMember struct {
+	Item   string
+	Params map[string]string
+}
+
+// ParseList parses a List whose members are bare items with parameters
+// (no inner lists), as Cache-Status and Proxy-Status are; false when v is
+// not one.
+func ParseList(v string) ([]ListMember, bool) {
+	p := sfParser{s: v}
+	var out []ListMember
+	p.skipSP()
+	for p.i < len(p.s) {
+		_, item, ok := p.bareItem()
+		if !ok {
+			return nil, false
+		}
+		m := ListMember{Item: item, Params: map[string]string{}}
+		for p.peek() == ';' {
+			p.i++
+			p.skipSP()
+			key, ok := p.key()
+			if !ok {
+				return nil, false
+			}
+			value := "?1"
+			if p.peek() == '=' {
+				p.i++
+				if _, value, ok = p.bareItem(); !ok {
+					return nil, false
+				}
+			}
+			m.Params[key] = value
+		}
+		out = append(out, m)
+		if end, ok := p.memberEnd(); !ok {
+			return nil, false
+		} else if end {
+			return out, true
+		}
+	}
+	return out, len(out) > 0
 }

@@ -157,13 +157,49 @@ func (o *Owner) writeNotModified(w http.ResponseWriter, e *store.Entry, status s
 	w.WriteHeader(http.StatusNotModified)
 }
 
-// cacheHeaders sets Age, X-Cache and X-Cache-Node. The names are
-// canonical already, so the fields are set without the work Header.Set
-// does to canonicalise them, on every answer.
+// cacheHeaders sets Age, X-Cache, X-Cache-Node and Cache-Status. The
+// names are canonical already, so the fields are set without the work
+// Header.Set does to canonicalise them, on every answer.
 func (o *Owner) cacheHeaders(h http.Header, e *store.Entry, status string) {
-	h["Age"] = []string{strconv.FormatInt(int64(e.Age(time.Now())/time.Second), 10)}
+	age := e.Age(time.Now())
+	h["Age"] = []string{strconv.FormatInt(int64(age/time.Second), 10)}
 	h["X-Cache"] = statusField(status)
 	h["X-Cache-Node"] = o.nodeField
+	m := httpcache.StatusMember{Node: o.statusName, Cache: status, TTL: e.Lifetime - age, HasTTL: true}
+	switch status {
+	case relay.CacheMiss, relay.CacheExpired:
+		m.Status, m.Stored = e.Status, true
+	case relay.CacheRevalidated:
+		m.Status, m.Stored = http.StatusNotModified, true
+	}
+	var buf [128]byte
+	addCacheStatus(h, string(m.Append(buf[:0])))
+}
+
+// addCacheStatus adds this node's member to the Cache-Status of the
+// caches before it (an origin's own), never writing into a stored slice.
+func addCacheStatus(h http.Header, member string) {
+	prior := h["Cache-Status"]
+	h["Cache-Status"] = append(prior[:len(prior):len(prior)], member)
+}
+
+// statusHeaders sets X-Cache, X-Cache-Node and Cache-Status for an answer
+// that is not stored: the origin's, with its status, or the node's own
+// error (status 0).
+func (o *Owner) statusHeaders(h http.Header, status string, code int) {
+	h["X-Cache"] = statusField(status)
+	h["X-Cache-Node"] = o.nodeField
+	m := httpcache.StatusMember{Node: o.statusName, Cache: status, Status: code}
+	addCacheStatus(h, m.String())
+}
+
+// originError answers code for a failure to get an answer from the
+// origin: Proxy-Status names the error's type (RFC 9209).
+func (o *Owner) originError(w http.ResponseWriter, code int, err error, msg string) {
+	h := w.Header()
+	o.statusHeaders(h, relay.CacheMiss, 0)
+	h["Proxy-Status"] = []string{httpcache.ProxyStatus(o.statusName, httpcache.ErrorType(err), err.Error())}
+	http.Error(w, "shardcache: "+msg, code)
 }
 
 // acceptRangesBytes is Accept-Ranges: bytes, shared as statusFields are.

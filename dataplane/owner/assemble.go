@@ -156,7 +156,7 @@ func wantsFirstSlice(r *http.Request, size int64) bool {
 func sliceEntry(key string, head *http.Response, total int64) *store.Entry {
 	h := head.Header.Clone()
 	relay.RemoveHopByHop(h)
-	for _, f := range []string{"Content-Range", "Content-Length", "X-Cache", "X-Cache-Node", "Age", relay.PurgeRevisionHeader} {
+	for _, f := range []string{"Content-Range", "Content-Length", "X-Cache", "X-Cache-Node", "Cache-Status", "Age", relay.PurgeRevisionHeader} {
 		h.Del(f)
 	}
 	age, _ := strconv.ParseInt(head.Header.Get("Age"), 10, 64)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -122,8 +123,8 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 			if stale != nil {
 				code = http.StatusGatewayTimeout // a stored response it may not serve
 			}
-			settle(&fillShare{err: errors.New("origin unreachable"), code: code})
-			http.Error(w, "shardcache: origin unreachable", code)
+			settle(&fillShare{err: fmt.Errorf("origin unreachable: %w", err), code: code})
+			o.originError(w, code, err, "origin unreachable")
 			return
 		}
 	}
@@ -248,7 +249,7 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 		err = o.Answer(w, r, wr.Entry(), rd, status)
 	}
 	if err != nil {
-		http.Error(w, "shardcache: origin response broke off", http.StatusBadGateway)
+		o.originError(w, http.StatusBadGateway, err, "origin response broke off")
 	}
 }
 
@@ -344,8 +345,7 @@ func (o *Owner) writeResponse(w http.ResponseWriter, r *http.Request, resp *http
 		return
 	}
 	reply.CopyHeader(w.Header(), resp.Header)
-	w.Header().Set("X-Cache", status)
-	w.Header().Set("X-Cache-Node", o.cfg.ID)
+	o.statusHeaders(w.Header(), status, resp.StatusCode)
 	w.WriteHeader(resp.StatusCode)
 	if r.Method != http.MethodHead {
 		nb, _ := reply.Pass(w, resp.Body)

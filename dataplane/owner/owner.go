@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardcache/shardcache/dataplane/flight"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/purge"
@@ -93,11 +94,13 @@ type Owner struct {
 	waiting atomic.Int64
 	// nodeField is X-Cache-Node's value, shared by every answer.
 	nodeField []string
+	// statusName is the node's name as a Cache-Status or Proxy-Status item.
+	statusName string
 }
 
 // New builds an owner over an open store.
 func New(cfg Config) *Owner {
-	return &Owner{cfg: cfg, started: time.Now(), nodeField: []string{cfg.ID}, filling: map[string]int{}}
+	return &Owner{cfg: cfg, started: time.Now(), nodeField: []string{cfg.ID}, statusName: httpcache.SFItem(cfg.ID), filling: map[string]int{}}
 }
 
 // SetLocal installs the peer listener's handler, which serves the slices

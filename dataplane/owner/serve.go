@@ -140,7 +140,7 @@ func (o *Owner) serveShare(w http.ResponseWriter, r *http.Request, s *fillShare)
 	switch {
 	case s.err != nil:
 		// The origin failed: the failure is shared, not retried by each.
-		http.Error(w, "shardcache: "+s.err.Error(), s.code)
+		o.originError(w, s.code, s.err, "origin unreachable")
 		return true
 	case s.e != nil:
 		return o.Answer(w, r, s.e, nil, s.status) == nil

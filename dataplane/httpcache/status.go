@@ -1,0 +1,150 @@
+package httpcache
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Cache-Status (RFC 9211) and Proxy-Status (RFC 9209): the standard
+// account of what each cache did with a request, beside X-Cache. Each
+// node that handles a response adds one member; the owner's comes first,
+// then the relaying node's, closest to the client last.
+
+// StatusMember is one cache's Cache-Status member.
+type StatusMember struct {
+	Node   string // the node's name, a Token or String item (SFItem)
+	Cache  string // the X-Cache value the node answered with
+	Status int    // the origin's status, when the node went forward; 0 for none
+	Stored bool   // the response forwarded was stored
+	TTL    time.Duration
+	HasTTL bool   // the response is stored: TTL is its freshness left (negative when stale)
+	Key    string // the cache key, when a policy shows it
+	Detail string // a token, for what the fields above do not say
+}
+
+// Append adds m to b as RFC 9211 writes it.
+func (m StatusMember) Append(b []byte) []byte {
+	b = append(b, m.Node...)
+	switch m.Cache {
+	case "HIT", "STALE", "UPDATING":
+		b = append(b, "; hit"...)
+	case "MISS":
+		b = append(b, "; fwd=uri-miss"...)
+	case "EXPIRED", "REVALIDATED":
+		b = append(b, "; fwd=stale"...)
+	case "PARTIAL":
+		b = append(b, "; fwd=partial"...)
+	case "BYPASS":
+		b = append(b, "; fwd=bypass"...)
+	case "METHOD":
+		b = append(b, "; fwd=method"...)
+	case "REQUEST":
+		b = append(b, "; fwd=request"...)
+	default:
+		b = append(b, "; fwd=miss"...)
+	}
+	if m.Status > 0 {
+		b = append(b, "; fwd-status="...)
+		b = strconv.AppendInt(b, int64(m.Status), 10)
+	}
+	if m.HasTTL {
+		b = append(b, "; ttl="...)
+		b = strconv.AppendInt(b, int64(m.TTL/time.Second), 10)
+	}
+	if m.Stored {
+		b = append(b, "; stored"...)
+	}
+	if m.Key != "" {
+		b = append(b, "; key="...)
+		b = AppendSFString(b, m.Key)
+	}
+	if m.Detail != "" {
+		b = append(b, "; detail="...)
+		b = append(b, m.Detail...)
+	}
+	return b
+}
+
+// String is m as one Cache-Status member.
+func (m StatusMember) String() string { return string(m.Append(nil)) }
+
+// SFItem is name as a Structured Field item: a Token when it is one, else
+// a String (RFC 8941 3.3.4, 3.3.3).
+func SFItem(name string) string {
+	token := name != ""
+	for i := 0; i < len(name) && token; i++ {
+		c := name[i]
+		token = isTokenChar(c) && (i > 0 || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '*')
+	}
+	if token {
+		return name
+	}
+	return string(AppendSFString(nil, name))
+}
+
+// AppendSFString appends s as a Structured Field String; bytes a String
+// cannot hold (outside printable ASCII) are left out.
+func AppendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c >= 0x20 && c <= 0x7e:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+// ProxyStatus is the Proxy-Status member (RFC 9209) of node for a response
+// it generated because of err: its error type and, as details, err.
+func ProxyStatus(node, errType, details string) string {
+	b := append([]byte(node), "; error="...)
+	b = append(b, errType...)
+	if details != "" {
+		b = append(b, "; details="...)
+		b = AppendSFString(b, details)
+	}
+	return string(b)
+}
+
+// ErrorType names err, from reaching the origin, as an RFC 9209 error
+// type.
+func ErrorType(err error) string {
+	var dns *net.DNSError
+	var op *net.OpError
+	var cert *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var ne net.Error
+	switch {
+	case errors.As(err, &dns):
+		if dns.IsTimeout {
+			return "dns_timeout"
+		}
+		return "dns_error"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection_refused"
+	case errors.As(err, &cert) || errors.As(err, &unknown):
+		return "tls_certificate_error"
+	case errors.As(err, &op) && op.Op == "dial" && (op.Timeout() || errors.Is(err, context.DeadlineExceeded)):
+		return "connection_timeout"
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() || strings.Contains(err.Error(), "timeout"):
+		return "http_response_timeout"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "http_response_incomplete"
+	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || strings.Contains(err.Error(), "server closed"):
+		return "connection_terminated"
+	case errors.As(err, &op) && op.Op == "dial":
+		return "destination_unavailable"
+	}
+	return "proxy_internal_error"
+}

@@ -1,0 +1,66 @@
+package httpcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestStatusMembersAreStructuredFields(t *testing.T) {
+	for _, tt := range []struct {
+		m    StatusMember
+		want string
+	}{
+		{StatusMember{Node: "node-1", Cache: "HIT", TTL: 90 * time.Second, HasTTL: true}, "node-1; hit; ttl=90"},
+		{StatusMember{Node: "node-1", Cache: "STALE", TTL: -30 * time.Second, HasTTL: true}, "node-1; hit; ttl=-30"},
+		{StatusMember{Node: "n", Cache: "MISS", Status: 200, Stored: true, TTL: time.Minute, HasTTL: true}, "n; fwd=uri-miss; fwd-status=200; ttl=60; stored"},
+		{StatusMember{Node: "n", Cache: "REVALIDATED", Status: 304, Stored: true}, "n; fwd=stale; fwd-status=304; stored"},
+		{StatusMember{Node: "n", Cache: "BYPASS", Status: 201}, "n; fwd=bypass; fwd-status=201"},
+		{StatusMember{Node: "n", Cache: "MISS", Detail: "relayed"}, "n; fwd=uri-miss; detail=relayed"},
+		{StatusMember{Node: SFItem("7th node"), Cache: "PARTIAL", Key: `a"b\\c` + "\x01"}, `"7th node"; fwd=partial; key="a\"b\\\\c"`},
+	} {
+		got := tt.m.String()
+		if got != tt.want {
+			t.Errorf("%+v: %q, want %q", tt.m, got, tt.want)
+		}
+		if _, ok := ParseList(got); !ok {
+			t.Errorf("%q is not a Structured Fields List", got)
+		}
+	}
+	if _, ok := ParseList("a; hit, b; fwd=uri-miss; fwd-status=200"); !ok {
+		t.Error("a two-member list refused")
+	}
+	for _, bad := range []string{"", "a;", "a, ", "a; fwd=", `a; key="x`, "a b"} {
+		if _, ok := ParseList(bad); ok {
+			t.Errorf("ParseList(%q) accepted", bad)
+		}
+	}
+}
+
+func TestErrorTypes(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("get: %w", refused), "connection_refused"},
+		{&net.DNSError{Err: "no such host", Name: "x"}, "dns_error"},
+		{&net.DNSError{Err: "timeout", Name: "x", IsTimeout: true}, "dns_timeout"},
+		{fmt.Errorf("waiting: %w", context.DeadlineExceeded), "http_response_timeout"},
+		{io.ErrUnexpectedEOF, "http_response_incomplete"},
+		{io.EOF, "connection_terminated"},
+		{errors.New("something else"), "proxy_internal_error"},
+	} {
+		if got := ErrorType(tt.err); got != tt.want {
+			t.Errorf("ErrorType(%v) = %s, want %s", tt.err, got, tt.want)
+		}
+	}
+	if h := ProxyStatus("node-1", "connection_refused", `dial "x"`); h != `node-1; error=connection_refused; details="dial \"x\""` {
+		t.Errorf("ProxyStatus: %s", h)
+	}
+}

@@ -1,0 +1,105 @@
+package dataplane
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/shardcache/shardcache/dataplane/httpcache"
+)
+
+// cacheStatus parses resp's Cache-Status as the Structured Fields List
+// RFC 9211 makes it, failing the test when it is not one.
+func cacheStatus(t *testing.T, resp *http.Response, field string) []httpcache.ListMember {
+	t.Helper()
+	v := strings.Join(resp.Header.Values(field), ", ")
+	members, ok := httpcache.ParseList(v)
+	if !ok {
+		t.Fatalf("%s %q is not a Structured Fields List", field, v)
+	}
+	return members
+}
+
+// TestCacheStatusAndProxyStatus checks Cache-Status (RFC 9211) for a miss,
+// a hit, a relayed hit (the owner's member, then the relaying node's), a
+// stale answer and a bypass, and Proxy-Status (RFC 9209) for an origin
+// that refuses connections.
+func TestCacheStatusAndProxyStatus(t *testing.T) {
+	o := &scripted{counts: map[string]int{}, handlers: map[string]func(http.ResponseWriter, *http.Request, int){
+		"/cs/": func(w http.ResponseWriter, r *http.Request, n int) {
+			w.Header().Set("Cache-Control", "max-age=600")
+			w.Write([]byte("body"))
+		},
+		"/cs/stale/": func(w http.ResponseWriter, r *http.Request, n int) {
+			w.Header().Set("Cache-Control", "max-age=1, stale-while-revalidate=600")
+			w.Header().Set("Age", "100")
+			w.Write([]byte("body"))
+		},
+	}}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	a, b, e := startPair(t, origin.URL, noHotKeys)
+	member := func(resp *http.Response, i int) httpcache.ListMember {
+		t.Helper()
+		ms := cacheStatus(t, resp, "Cache-Status")
+		if i >= len(ms) {
+			t.Fatalf("Cache-Status %q has %d members, want a member %d", resp.Header.Values("Cache-Status"), len(ms), i+1)
+		}
+		return ms[i]
+	}
+	path := pathOwnedBy(t, e, "/cs/", "b")
+	owner := "http://" + b.ClientAddr().String()
+	resp, _ := do(t, "GET", owner+path)
+	if m := member(resp, 0); m.Item != "b" || m.Params["fwd"] != "uri-miss" || m.Params["fwd-status"] != "200" || m.Params["stored"] != "?1" {
+		t.Fatalf("a miss: Cache-Status %q", resp.Header.Values("Cache-Status"))
+	}
+	resp, _ = do(t, "GET", owner+path)
+	if m := member(resp, 0); m.Params["hit"] != "?1" || !between(m.Params["ttl"], 590, 600) {
+		t.Fatalf("a hit: Cache-Status %q", resp.Header.Values("Cache-Status"))
+	}
+	resp, _ = do(t, "GET", "http://"+a.ClientAddr().String()+path)
+	if ms := cacheStatus(t, resp, "Cache-Status"); len(ms) != 2 || ms[0].Item != "b" || ms[0].Params["hit"] != "?1" ||
+		ms[1].Item != "a" || ms[1].Params["fwd"] != "uri-miss" || ms[1].Params["detail"] != "relayed" {
+		t.Fatalf("a relayed hit: Cache-Status %q; want the owner's hit, then the relaying node", resp.Header.Values("Cache-Status"))
+	}
+
+	stale := pathOwnedBy(t, e, "/cs/stale/", "b")
+	do(t, "GET", owner+stale)
+	resp, _ = do(t, "GET", owner+stale)
+	if m := member(resp, 0); resp.Header.Get("X-Cache") != "UPDATING" || m.Params["hit"] != "?1" || !strings.HasPrefix(m.Params["ttl"], "-") {
+		t.Fatalf("a stale answer (%s): Cache-Status %q; want a hit of negative ttl", resp.Header.Get("X-Cache"), resp.Header.Values("Cache-Status"))
+	}
+
+	resp, _ = do(t, "GET", owner+path, "Cache-Control", "no-store")
+	if m := member(resp, 0); m.Params["fwd"] != "request" || m.Params["fwd-status"] != "200" {
+		t.Fatalf("a request that bypasses (no-store): Cache-Status %q", resp.Header.Values("Cache-Status"))
+	}
+	resp, _ = do(t, "POST", owner+path)
+	if m := member(resp, 0); m.Params["fwd"] != "method" {
+		t.Fatalf("a POST: Cache-Status %q", resp.Header.Values("Cache-Status"))
+	}
+
+	// An origin that refuses connections: the node's 502 says why.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "http://" + l.Addr().String()
+	l.Close()
+	_, n := startOne(t, down)
+	resp, _ = do(t, "GET", "http://"+n.ClientAddr().String()+"/down")
+	ps := cacheStatus(t, resp, "Proxy-Status")
+	if resp.StatusCode != http.StatusBadGateway || len(ps) != 1 || ps[0].Item != "a" || ps[0].Params["error"] != "connection_refused" || ps[0].Params["details"] == "" {
+		t.Fatalf("origin refusing connections: %d, Proxy-Status %q; want 502 and error=connection_refused", resp.StatusCode, resp.Header.Values("Proxy-Status"))
+	}
+	cacheStatus(t, resp, "Cache-Status")
+}
+
+// between reports whether v is an integer in [lo, hi].
+func between(v string, lo, hi int) bool {
+	n, err := strconv.Atoi(v)
+	return err == nil && n >= lo && n <= hi
+}
