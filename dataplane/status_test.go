@@ -103,3 +103,33 @@ func between(v string, lo, hi int) bool {
 	n, err := strconv.Atoi(v)
 	return err == nil && n >= lo && n <= hi
 }
+
+// TestLocalEstimateJudgesAsTheStore: the estimate of a local-only cache
+// reads the owner's Cache-Status, so a response the store does not keep
+// (private) is never an estimated hit, while a stored one is, through a
+// relaying node as on the owner.
+func TestLocalEstimateJudgesAsTheStore(t *testing.T) {
+	o := &scripted{counts: map[string]int{}, handlers: map[string]func(http.ResponseWriter, *http.Request, int){
+		"/est/kept/": func(w http.ResponseWriter, r *http.Request, n int) { w.Header().Set("Cache-Control", "max-age=600") },
+		"/est/private/": func(w http.ResponseWriter, r *http.Request, n int) {
+			w.Header().Set("Cache-Control", "private, max-age=600")
+		},
+	}}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	a, _, e := startPair(t, origin.URL, noHotKeys)
+	url := "http://" + a.ClientAddr().String()
+	hits := func() float64 { return metricValue(t, a, "shardcache_local_estimate_hits_total") }
+	private := pathOwnedBy(t, e, "/est/private/", "b")
+	for range 3 {
+		do(t, "GET", url+private)
+	}
+	if h := hits(); h != 0 {
+		t.Fatalf("%v estimated hits for a response the store does not keep, want 0", h)
+	}
+	kept := pathOwnedBy(t, e, "/est/kept/", "b")
+	for range 3 {
+		do(t, "GET", url+kept)
+	}
+	waitFor(t, "two estimated hits", func() bool { return hits() == 2 })
+}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,7 +48,8 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 			c.Add(uint64(rec.Bytes))
 		}
 		if rec.Key != "" && cache != relay.CacheBypass && cache != "" {
-			f.cfg.Shadow.Observe(rec.Key, rec.Bytes)
+			ttl, storable := ownerJudged(rec.Header())
+			f.cfg.Shadow.Observe(rec.Key, representationSize(r, rec), ttl, storable)
 		}
 		f.logAccess(r, rec, client, route, cache, start, elapsed)
 		if f.cfg.Tracer != nil {
@@ -279,4 +281,48 @@ func (f *Front) logAccess(r *http.Request, rec *reply.Recorder, client, route, c
 		slog.String("node", f.cfg.ID),
 		slog.String("trace_id", traceID(r.Context())),
 	)
+}
+
+// ownerJudged reads, from the owner's Cache-Status member (the first), how
+// its store judged the answer: whether it keeps it (a hit, or stored) and
+// for how long it stays fresh.
+func ownerJudged(h http.Header) (ttl time.Duration, storable bool) {
+	v := h["Cache-Status"]
+	if len(v) == 0 {
+		return 0, false
+	}
+	m, _, _ := strings.Cut(v[0], ",")
+	storable = strings.Contains(m, "; hit") || strings.Contains(m, "; stored")
+	if _, after, ok := strings.Cut(m, "; ttl="); ok {
+		end := strings.IndexByte(after, ';')
+		if end < 0 {
+			end = len(after)
+		}
+		if n, err := strconv.ParseInt(after[:end], 10, 64); err == nil {
+			ttl = time.Duration(n) * time.Second
+		}
+	}
+	return ttl, storable
+}
+
+// representationSize is the size of the object an answer is for, not of
+// the bytes it sent: a range's whole, a HEAD's Content-Length; -1 when the
+// answer does not say (a 304).
+func representationSize(r *http.Request, rec *reply.Recorder) int64 {
+	h := rec.Header()
+	if rec.Status == http.StatusPartialContent {
+		if _, _, total, ok := httpcache.ParseContentRange(h.Get("Content-Range")); ok && total >= 0 {
+			return total
+		}
+	}
+	if rec.Status == http.StatusNotModified {
+		return -1
+	}
+	if r.Method == http.MethodHead {
+		if n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64); err == nil {
+			return n
+		}
+		return -1
+	}
+	return rec.Bytes
 }

@@ -3,6 +3,7 @@ package metrics
 import (
 	"container/list"
 	"sync"
+	"time"
 )
 
 // Shadow estimates, from live traffic, how a cache of the node's own size
@@ -32,11 +33,13 @@ type Shadow struct {
 	// inverse of the share tracked when it came, so that the time before
 	// the share was lowered does not weigh more than after.
 	sampled, hits float64
+	now           func() time.Time
 }
 
 type shadowEntry struct {
-	hash uint64
-	size int64
+	hash    uint64
+	size    int64
+	expires time.Time // when the stored response stops being fresh
 }
 
 // MaxTracked bounds the keys the shadow tracks.
@@ -45,15 +48,19 @@ const MaxTracked = 100_000
 // NewShadow estimates for a cache of capacity bytes, tracking at most max
 // keys.
 func NewShadow(capacity int64, max int) *Shadow {
-	return &Shadow{capacity: capacity, max: max, lru: list.New(), entries: map[uint64]*list.Element{}}
+	return &Shadow{capacity: capacity, max: max, lru: list.New(), entries: map[uint64]*list.Element{}, now: time.Now}
 }
 
 // tracks reports whether h is in the tracked share: its top shift bits
 // are zero.
 func (s *Shadow) tracks(h uint64) bool { return s.shift == 0 || h>>(64-s.shift) == 0 }
 
-// Observe counts a cacheable request for key whose response had size bytes.
-func (s *Shadow) Observe(key string, size int64) {
+// Observe counts a request for key, as the real store judged it: a
+// response the store may keep (storable) of size bytes (-1 when the answer
+// did not say: a 304, or a HEAD without Content-Length), fresh for ttl. A
+// local-only cache would have served it without the origin if it held the
+// key still fresh; it then keeps what a real store would.
+func (s *Shadow) Observe(key string, size int64, ttl time.Duration, storable bool) {
 	h := keyHash(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -63,14 +70,30 @@ func (s *Shadow) Observe(key string, size int64) {
 	}
 	weight := float64(uint64(1) << s.shift)
 	s.sampled += weight
-	if el, ok := s.entries[h]; ok {
-		s.hits += weight
+	now := s.now()
+	el, ok := s.entries[h]
+	switch {
+	case ok && now.Before(el.Value.(*shadowEntry).expires):
+		s.hits += weight // fresh: served without the origin
+	case !storable:
+		if ok {
+			s.removeLocked(el) // the store would not keep this one
+		}
+		return
+	}
+	if ok {
 		e := el.Value.(*shadowEntry)
-		s.used += size - e.size
-		e.size = size
+		if size >= 0 {
+			s.used += size - e.size
+			e.size = size
+		}
+		if storable {
+			e.expires = now.Add(ttl)
+		}
 		s.lru.MoveToFront(el)
 	} else {
-		s.entries[h] = s.lru.PushFront(&shadowEntry{hash: h, size: size})
+		size = max(size, 0)
+		s.entries[h] = s.lru.PushFront(&shadowEntry{hash: h, size: size, expires: now.Add(ttl)})
 		s.used += size
 	}
 	// The sample holds 1/2^shift of the keys: it gets that share of the room.

@@ -3,6 +3,7 @@ package metrics
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // BenchmarkShadowObserve is the per-request cost of the local-only estimate.
@@ -14,7 +15,7 @@ func BenchmarkShadowObserve(b *testing.B) {
 	}
 	i := 0
 	for b.Loop() {
-		s.Observe(keys[i&(len(keys)-1)], 4096)
+		s.Observe(keys[i&(len(keys)-1)], 4096, time.Hour, true)
 		i++
 	}
 }

@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 func TestShadowIsAnLRUOfTheNodesSize(t *testing.T) {
 	s := NewShadow(3, 100)
 	for _, k := range []string{"a", "b", "c", "a", "d", "b", "a"} {
-		s.Observe(k, 1)
+		s.Observe(k, 1, time.Hour, true)
 	}
 	// a b c fill it; a hits; d evicts b (least recent); b misses and
 	// evicts c; a hits again.
@@ -27,8 +28,8 @@ func TestShadowSamplesToBoundedMemory(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range requests {
 		k := fmt.Sprint("k", rng.IntN(keys))
-		exact.Observe(k, 1)
-		sampled.Observe(k, 1)
+		exact.Observe(k, 1, time.Hour, true)
+		sampled.Observe(k, 1, time.Hour, true)
 	}
 	if n := len(sampled.entries); n > 2000 {
 		t.Fatalf("tracks %d keys, more than its bound of 2000", n)
@@ -38,5 +39,34 @@ func TestShadowSamplesToBoundedMemory(t *testing.T) {
 	t.Logf("sampled estimate %.0f hits, exact %.0f", got, want)
 	if req != requests || got < want*0.9 || got > want*1.1 {
 		t.Fatalf("sampled estimate %v hits of %v requests; exact %v", got, req, want)
+	}
+}
+
+// The estimate judges as the real store does: a response past its
+// freshness is a miss (the origin is asked again), one the store may not
+// keep is never a hit, and a 304 or HEAD answer (size unknown) keeps the
+// object's size rather than counting it as empty.
+func TestShadowHonoursFreshnessStorabilityAndSize(t *testing.T) {
+	s := NewShadow(100, 100)
+	now := time.Unix(1000, 0)
+	s.now = func() time.Time { return now }
+	s.Observe("fresh", 40, time.Minute, true)
+	s.Observe("fresh", -1, time.Minute, true) // a 304 from the store: a hit, size kept
+	if _, hits := s.Totals(); hits != 1 || s.used != 40 {
+		t.Fatalf("hits %v, used %d; want 1 and the object's 40 bytes", hits, s.used)
+	}
+	now = now.Add(2 * time.Minute)
+	s.Observe("fresh", 40, time.Minute, true) // stale by now: the origin is asked
+	s.Observe("private", 10, 0, false)
+	s.Observe("private", 10, 0, false)
+	if req, hits := s.Totals(); req != 5 || hits != 1 {
+		t.Fatalf("requests %v, hits %v; want 5 and 1 (stale and unstorable are misses)", req, hits)
+	}
+	if _, kept := s.entries[keyHash("private")]; kept {
+		t.Error("an unstorable response is kept")
+	}
+	s.Observe("fresh", 40, time.Minute, true)
+	if _, hits := s.Totals(); hits != 2 {
+		t.Fatalf("hits %v after a refill, want 2", hits)
 	}
 }
