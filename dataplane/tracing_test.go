@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -139,5 +140,24 @@ func TestRelayedRequestIsOneTraceAcrossBothNodes(t *testing.T) {
 	defer mu.Unlock()
 	if len(originSaw) != 1 || !strings.Contains(originSaw[0], hex.EncodeToString(client.GetTraceId())) {
 		t.Errorf("origin saw traceparent %q, want the trace %x", originSaw, client.GetTraceId())
+	}
+
+	// The duration histogram carries the trace as an exemplar, in the
+	// OpenMetrics exposition Prometheus asks for.
+	req, _ := http.NewRequest("GET", "http://"+a.OpsAddr().String()+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	mresp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposition, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	exemplar := `trace_id="` + hex.EncodeToString(client.GetTraceId()) + `"`
+	found := false
+	for _, line := range strings.Split(string(exposition), "\n") {
+		found = found || strings.HasPrefix(line, `shardcache_request_duration_seconds_bucket{route="relayed"`) && strings.Contains(line, "# {"+exemplar+"}")
+	}
+	if !found {
+		t.Errorf("no shardcache_request_duration_seconds bucket of route relayed has the exemplar {%s}", exemplar)
 	}
 }

@@ -48,36 +48,42 @@ func metricNames(b []byte) map[string]bool {
 	return names
 }
 
-// dashboardMetrics are the metric names the Grafana dashboards query.
-func dashboardMetrics(t *testing.T) map[string]bool {
+// dashboards reads the Grafana dashboards, by file.
+func dashboards(t *testing.T) map[string]dashboard {
 	t.Helper()
 	files, err := filepath.Glob("../deploy/grafana/*.json")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no dashboards in deploy/grafana: %v", err)
 	}
-	name := regexp.MustCompile(`\b(shardcache_[a-z0-9_]+|grpc_[a-z0-9_]+)\b`)
-	// Label names are not metrics: drop matchers and by/without lists.
-	labels := regexp.MustCompile(`\{[^}]*\}|\b(by|without) \([^)]*\)`)
-	out := map[string]bool{}
+	out := map[string]dashboard{}
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var d struct {
-			Panels []struct {
-				Title   string `json:"title"`
-				Targets []struct {
-					Expr string `json:"expr"`
-				} `json:"targets"`
-			} `json:"panels"`
-		}
+		var d dashboard
 		if err := json.Unmarshal(raw, &d); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
+		out[f] = d
+	}
+	return out
+}
+
+// dashboardMetrics are the metric names the Grafana dashboards query.
+func dashboardMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	name := regexp.MustCompile(`\b(shardcache_[a-z0-9_]+|grpc_[a-z0-9_]+)\b`)
+	// Label names are not metrics: drop matchers and by/without lists.
+	labels := regexp.MustCompile(`\{[^}]*\}|\b(by|without) \([^)]*\)`)
+	out := map[string]bool{}
+	for f, d := range dashboards(t) {
 		for _, p := range d.Panels {
 			if len(p.Targets) == 0 {
 				t.Errorf("%s: panel %q queries nothing", f, p.Title)
+			}
+			if !strings.HasPrefix(p.Datasource.UID, "${") {
+				t.Errorf("%s: panel %q has data source %q, not a template variable", f, p.Title, p.Datasource.UID)
 			}
 			for _, tg := range p.Targets {
 				for _, m := range name.FindAllString(labels.ReplaceAllString(tg.Expr, ""), -1) {
@@ -86,6 +92,40 @@ func dashboardMetrics(t *testing.T) map[string]bool {
 						m = strings.TrimSuffix(m, suffix)
 					}
 					out[m] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// dashboard is what the tests read of a Grafana dashboard.
+type dashboard struct {
+	Panels []struct {
+		Title      string `json:"title"`
+		Datasource struct {
+			Type string `json:"type"`
+			UID  string `json:"uid"`
+		} `json:"datasource"`
+		Targets []struct {
+			Expr     string `json:"expr"`
+			Query    string `json:"query"`
+			Exemplar bool   `json:"exemplar"`
+		} `json:"targets"`
+	} `json:"panels"`
+}
+
+// dashboardQueries are the PromQL expressions of the dashboards' panels,
+// with Grafana's variables given values (every instance, a rate interval).
+func dashboardQueries(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	vars := strings.NewReplacer(`instance="$instance"`, `instance=~".+"`, "$__rate_interval", "1m", "$__interval", "15s", "$__range", "5m")
+	for _, d := range dashboards(t) {
+		for _, p := range d.Panels {
+			for _, tg := range p.Targets {
+				if p.Datasource.Type == "prometheus" && tg.Expr != "" {
+					out = append(out, vars.Replace(tg.Expr))
 				}
 			}
 		}
@@ -184,6 +224,12 @@ func TestPrometheusSeesTheTraffic(t *testing.T) {
 		}
 	}
 
+	// An admin call, for the control plane's admin panel.
+	var nodes any
+	if err := c.cachectl(ctx, &nodes, "nodes"); err != nil {
+		t.Fatal(err)
+	}
+
 	// A real Prometheus scraping the three nodes and the control plane.
 	dir := t.TempDir()
 	prom := freeAddr(t)
@@ -228,5 +274,38 @@ func TestPrometheusSeesTheTraffic(t *testing.T) {
 		if v, ok := q[route]; !ok || !(v > 0 && v < 5) {
 			t.Errorf("p90 duration of %s requests from Prometheus: %v (present %t); want a value in (0, 5s)", route, v, ok)
 		}
+	}
+
+	// Every dashboard query is PromQL that promtool accepts (as a
+	// recording rule) and that this Prometheus answers after the traffic.
+	queries := dashboardQueries(t)
+	var rules strings.Builder
+	rules.WriteString("groups:\n  - name: dashboards\n    rules:\n")
+	for i, q := range queries {
+		fmt.Fprintf(&rules, "      - record: dashboard:query%d\n        expr: %s\n", i, strconv.Quote(q))
+	}
+	rulesFile := filepath.Join(dir, "dashboards.rules.yml")
+	if err := os.WriteFile(rulesFile, []byte(rules.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("promtool", "check", "rules", rulesFile).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules on the dashboards' queries: %v\n%s", err, out)
+	}
+	// A rate needs two scrapes after the traffic: poll until every query
+	// has data.
+	err = eventually(ctx, func() error {
+		for _, q := range queries {
+			got, err := promQuery(t, prom, q, "__name__")
+			if err != nil {
+				return fmt.Errorf("dashboard query %s: %w", q, err)
+			}
+			if len(got) == 0 {
+				return fmt.Errorf("dashboard query %s has no data after the traffic", q)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

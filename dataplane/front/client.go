@@ -43,7 +43,11 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 		}
 		elapsed := time.Since(start)
 		f.cfg.Metrics.Requests.WithLabelValues(route, cache, methodLabel(r.Method), metrics.StatusClass(rec.Status)).Inc()
-		f.cfg.Metrics.ObserveRoute(route, elapsed, rec.Bytes)
+		exemplar := ""
+		if f.cfg.Tracer != nil {
+			exemplar = traceID(r.Context())
+		}
+		f.cfg.Metrics.ObserveRoute(route, elapsed, rec.Bytes, exemplar)
 		if c := f.cfg.Metrics.RouteBytes[route]; c != nil {
 			c.Add(uint64(rec.Bytes))
 		}

@@ -323,11 +323,18 @@ type routeObservers struct{ duration, size prometheus.Observer }
 
 // ObserveRoute records a client request's duration and response size
 // under its route.
-func (m *Set) ObserveRoute(route string, d time.Duration, bytes int64) {
+//
+// traceID, when the request was traced, is kept as the duration's exemplar
+// (OpenMetrics), so that a latency panel's outlier links to its trace.
+func (m *Set) ObserveRoute(route string, d time.Duration, bytes int64, traceID string) {
 	o, ok := m.routes[route]
 	if !ok {
 		o = routeObservers{m.Duration.WithLabelValues(route), m.ResponseSize.WithLabelValues(route)}
 	}
-	o.duration.Observe(d.Seconds())
+	if eo, ok := o.duration.(prometheus.ExemplarObserver); ok && traceID != "" {
+		eo.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": traceID})
+	} else {
+		o.duration.Observe(d.Seconds())
+	}
 	o.size.Observe(float64(bytes))
 }
