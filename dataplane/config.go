@@ -34,6 +34,9 @@ type Config struct {
 	OpsAddr string
 	// AdvertisePeerAddr is the peer address other nodes dial. Default PeerAddr.
 	AdvertisePeerAddr string
+	// OpsURL is the ops listener's base URL as cachectl reaches it.
+	// Default http://<OpsAddr>.
+	OpsURL string
 	// PublicURL is the client-facing base URL of this node. Default
 	// "http://" + ClientAddr.
 	PublicURL string
@@ -201,6 +204,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.PublicURL == "" {
 		c.PublicURL = "http://" + c.ClientAddr
+	}
+	if c.OpsURL == "" {
+		c.OpsURL = "http://" + c.OpsAddr
 	}
 	if c.Weight == 0 {
 		c.Weight = 1

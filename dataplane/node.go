@@ -168,6 +168,7 @@ func New(cfg Config) (*Node, error) {
 			Id:            cfg.ID,
 			PeerAddress:   cfg.AdvertisePeerAddr,
 			PublicUrl:     cfg.PublicURL,
+			OpsUrl:        cfg.OpsURL,
 			Weight:        cfg.Weight,
 			Zone:          cfg.Zone,
 			CapacityBytes: cfg.MemoryBytes,

@@ -102,6 +102,8 @@ func (n *Node) opsHandler() http.Handler {
 		n.drain()
 		fmt.Fprintln(w, "drained: out of the ring; safe to stop")
 	}))
+	mux.HandleFunc("GET /stats", n.opsGuard(n.serveStats))
+	mux.HandleFunc("GET /inspect", n.opsGuard(n.serveInspect))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("/debug/pprof/", n.opsGuard(pprof.Index))
 	mux.HandleFunc("/debug/pprof/cmdline", n.opsGuard(func(w http.ResponseWriter, _ *http.Request) {

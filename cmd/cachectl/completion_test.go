@@ -11,7 +11,7 @@ func TestCompletion(t *testing.T) {
 		t.Fatalf("completion bash: %v\n%.200s", err, out)
 	}
 	out, _, err = runCachectl(t, "__complete", "nodes", "-o", "")
-	if err != nil || !strings.HasPrefix(out, "table\njson\nyaml\n:4\n") {
+	if err != nil || !strings.HasPrefix(out, "table\nwide\njson\nyaml\n:4\n") {
 		t.Fatalf("completing -o: %v\n%s", err, out)
 	}
 	// With the control plane down, node ids complete to nothing, quickly

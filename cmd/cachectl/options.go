@@ -33,7 +33,7 @@ func (g *globalOptions) register(root *cobra.Command) {
 	f.StringVar(&g.controlPlane, "control-plane", def, "control-plane address ($SHARDCACHE_CONTROL_PLANE sets the default)")
 	f.StringVar(&g.token, "token", "", "admin token (prefer --token-file; default $SHARDCACHE_TOKEN, then the dev token file)")
 	f.StringVar(&g.tokenFile, "token-file", "", "file holding the admin token")
-	f.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
+	f.StringVarP(&g.output, "output", "o", "table", "output format: table, wide (every column), json or yaml")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 	f.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each call")
 	f.StringVar(&g.ca, "ca", "", "CA that signed the control plane's TLS certificate (enables TLS)")

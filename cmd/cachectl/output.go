@@ -14,14 +14,14 @@ import (
 )
 
 // outputFormats are the values of -o.
-var outputFormats = []string{"table", "json", "yaml"}
+var outputFormats = []string{"table", "wide", "json", "yaml"}
 
 // checkFormat refuses an unknown -o value before any call is made.
 func checkFormat(format string) error {
 	if slices.Contains(outputFormats, format) {
 		return nil
 	}
-	return fmt.Errorf("-o %q: want table, json or yaml", format)
+	return fmt.Errorf("-o %q: want table, wide, json or yaml", format)
 }
 
 // render writes v as JSON or YAML, or calls table for the table format.
@@ -29,7 +29,7 @@ func checkFormat(format string) error {
 // other values use encoding/json.
 func render(w io.Writer, format string, v any, table func(*tabwriter.Writer)) error {
 	switch format {
-	case "table":
+	case "table", "wide":
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		table(tw)
 		return tw.Flush()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -23,12 +24,17 @@ var responseRoutes = []string{"local", "relayed", "bypass", "redirect"}
 type clusterStats struct {
 	Nodes []*trafficStats `json:"nodes"`
 	Total *trafficStats   `json:"total"`
+	wide  bool            // every column, not the 80 that fit a terminal
 }
 
 // trafficStats are one node's request counters, or a sum of them. The
 // ratios are null when there were no requests.
 type trafficStats struct {
-	Node           string `json:"node"`
+	Node string `json:"node"`
+	// Live says the figures were read from the node now; otherwise they
+	// are its last load report, and Unreachable says why.
+	Live           bool   `json:"live"`
+	Unreachable    string `json:"unreachable,omitempty"`
 	Requests       uint64 `json:"requests"`
 	Hits           uint64 `json:"hits"`
 	OriginRequests uint64 `json:"origin_requests"`
@@ -58,16 +64,53 @@ func newStatsCommand(g *globalOptions) *cobra.Command {
 			if err != nil {
 				return nil, err
 			}
-			return statsOf(resp), nil
+			s := statsOf(resp, liveLoads(ctx, c, resp))
+			s.wide = g.output == "wide"
+			return s, nil
 		}, statsTable)
 }
 
-// statsOf sums the nodes' last load reports.
-func statsOf(resp *pb.ListNodesResponse) *clusterStats {
+// liveLoads reads every node's live counters from its ops listener, all at
+// once; a node that does not answer is left out, with the reason.
+func liveLoads(ctx context.Context, c *admin.Client, resp *pb.ListNodesResponse) map[string]liveLoad {
+	out := make(map[string]liveLoad, len(resp.GetNodes()))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, n := range resp.GetNodes() {
+		wg.Go(func() {
+			l, err := c.NodeStats(ctx, n)
+			mu.Lock()
+			out[n.GetMember().GetId()] = liveLoad{l, err}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// liveLoad is a node's live counters, or why they could not be read.
+type liveLoad struct {
+	load *pb.LoadReport
+	err  error
+}
+
+// statsOf sums the nodes' live counters, or their last load reports when
+// live has none for them.
+func statsOf(resp *pb.ListNodesResponse, live map[string]liveLoad) *clusterStats {
 	s := &clusterStats{Nodes: []*trafficStats{}, Total: newTrafficStats("total")}
+	s.Total.Live = true
 	for _, n := range resp.GetNodes() {
 		l := n.GetLoad()
 		ns := newTrafficStats(n.GetMember().GetId())
+		switch ll, ok := live[ns.Node]; {
+		case ok && ll.err == nil:
+			l, ns.Live = ll.load, true
+		case ok:
+			ns.Unreachable = ll.err.Error()
+		default:
+			ns.Unreachable = "not asked"
+		}
+		s.Total.Live = s.Total.Live && ns.Live
 		ns.Requests, ns.Hits, ns.OriginRequests = l.GetRequestsTotal(), l.GetHitsTotal(), l.GetOriginRequestsTotal()
 		ns.Relayed, ns.PeerBytes = l.GetRelayedTotal(), l.GetPeerBytesTotal()
 		ns.LocalOnlyOriginRequests = l.GetLocalEstimateRequests() - l.GetLocalEstimateHits()
@@ -115,19 +158,42 @@ func (t *trafficStats) ratios() {
 	}
 }
 
+// statsTable fits 80 columns; -o wide adds the local-only estimate and
+// the bytes by route. A node whose figures are its last report, not live,
+// is marked with a "*" and named below.
 func statsTable(tw *tabwriter.Writer, s *clusterStats) {
-	fmt.Fprint(tw, "NODE\tREQUESTS\tHIT RATIO\tORIGIN OFFLOAD\tRELAY FRACTION\tORIGIN REQS\tLOCAL-ONLY EST\tSHARDING SAVES\tPEER BYTES")
-	for _, r := range responseRoutes {
-		fmt.Fprintf(tw, "\t%s BYTES", strings.ToUpper(r))
+	fmt.Fprint(tw, "NODE\tREQUESTS\tHIT\tOFFLOAD\tRELAYED\tORIGIN\tSAVES\tPEER BYTES")
+	if s.wide {
+		fmt.Fprint(tw, "\tLOCAL-ONLY EST")
+		for _, r := range responseRoutes {
+			fmt.Fprintf(tw, "\t%s BYTES", strings.ToUpper(r))
+		}
 	}
 	fmt.Fprintln(tw)
+	var stale []string
 	for _, t := range slices.Concat(s.Nodes, []*trafficStats{s.Total}) {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s", t.Node, t.Requests, percent(t.HitRatio), percent(t.OriginOffload),
-			percent(t.RelayFraction), t.OriginRequests, t.LocalOnlyOriginRequests, percent(t.ShardingSaves), units.Bytes(int64(t.PeerBytes)))
-		for _, r := range responseRoutes {
-			fmt.Fprintf(tw, "\t%s", units.Bytes(int64(t.ResponseBytes[r])))
+		name := t.Node
+		if !t.Live {
+			name += "*"
+			if t.Unreachable != "" {
+				stale = append(stale, t.Node+": "+t.Unreachable)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s", name, t.Requests, percent(t.HitRatio), percent(t.OriginOffload),
+			percent(t.RelayFraction), t.OriginRequests, percent(t.ShardingSaves), units.Bytes(int64(t.PeerBytes)))
+		if s.wide {
+			fmt.Fprintf(tw, "\t%.0f", t.LocalOnlyOriginRequests)
+			for _, r := range responseRoutes {
+				fmt.Fprintf(tw, "\t%s", units.Bytes(int64(t.ResponseBytes[r])))
+			}
 		}
 		fmt.Fprintln(tw)
+	}
+	if len(stale) > 0 {
+		fmt.Fprintln(tw, "* last load report, not live:")
+		for _, why := range stale {
+			fmt.Fprintln(tw, "  "+why)
+		}
 	}
 }
 

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"errors"
+	"strings"
 	"testing"
+	"text/tabwriter"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
@@ -18,12 +21,34 @@ func testLoads() *pb.ListNodesResponse {
 	}}
 }
 
+func testLive() map[string]liveLoad {
+	r := testLoads()
+	return map[string]liveLoad{"node-1": {load: r.Nodes[0].Load}, "node-2": {load: r.Nodes[1].Load},
+		"node-3": {err: errors.New("node-3 unreachable at http://127.0.0.1:9193: connection refused")}}
+}
+
 func TestStatsOutput(t *testing.T) {
-	goldenFormats(t, "stats", statsOf(testLoads()), statsTable)
+	goldenFormats(t, "stats", statsOf(testLoads(), testLive()), statsTable)
+	wide := statsOf(testLoads(), testLive())
+	wide.wide = true
+	goldenFormats(t, "stats-wide", wide, statsTable)
+}
+
+// The default table fits an 80-column terminal.
+func TestStatsTableFitsEightyColumns(t *testing.T) {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	statsTable(tw, statsOf(testLoads(), testLive()))
+	tw.Flush()
+	for _, line := range strings.Split(b.String(), "\n") {
+		if !strings.HasPrefix(line, "  ") && len(line) > 80 {
+			t.Errorf("a %d-column line: %q", len(line), line)
+		}
+	}
 }
 
 func TestStatsRatios(t *testing.T) {
-	s := statsOf(testLoads())
+	s := statsOf(testLoads(), testLive())
 	tot := s.Total
 	if tot.Requests != 4000 || tot.Hits != 3840 || tot.ResponseBytes["relayed"] != 524<<20 {
 		t.Fatalf("total %+v", tot)

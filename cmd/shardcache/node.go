@@ -83,6 +83,7 @@ func newNodeCommand() *cobra.Command {
 	f.StringVar(&o.cfg.OpsAddr, "ops", "127.0.0.1:9191", "ops listen address (/healthz, /readyz, /metrics open; /drain and pprof for loopback or the admin token)")
 	f.StringVar(&o.cfg.AdvertisePeerAddr, "advertise-peer", "", "peer address other nodes dial (default --peer)")
 	f.StringVar(&o.cfg.PublicURL, "public-url", "", "client-facing base URL (default http://<client>)")
+	f.StringVar(&o.cfg.OpsURL, "ops-url", "", "the ops listener's base URL as cachectl reaches it, for live stats and inspect (default http://<ops>)")
 	f.StringVar(&o.cfg.Zone, "zone", "", "failure domain of this node")
 	f.Uint32Var(&o.cfg.Weight, "weight", 1, "relative share of keys")
 	f.StringVar(&o.cfg.ControlPlane, "control-plane", "127.0.0.1:7070", "control-plane address (host:port)")

@@ -31,7 +31,10 @@ import (
 // partKey is where key's part is stored: among key's variants, so that
 // dropping key drops it, and never equal to a variant key (those hold
 // "field=value" pairs).
-func partKey(key string) string { return httpcache.VariantPrefix(key) + "part" }
+func partKey(key string) string { return PartKey(key) }
+
+// PartKey is where a key's stored part (partial content) is kept.
+func PartKey(key string) string { return httpcache.VariantPrefix(key) + "part" }
 
 // span is a part's bytes, first to last, of an object of total bytes.
 type span struct{ first, last, total int64 }

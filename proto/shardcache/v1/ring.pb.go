@@ -101,7 +101,10 @@ type Member struct {
 	// How the node's peer hop authenticates peers: "mtls", "loopback" (h2c on a loopback address,
 	// reachable from the node's machine only) or "insecure" (h2c elsewhere, by the node's
 	// --insecure-peer-hop: anyone who reaches the port may fill its cache).
-	PeerHop       string `protobuf:"bytes,10,opt,name=peer_hop,json=peerHop,proto3" json:"peer_hop,omitempty"`
+	PeerHop string `protobuf:"bytes,10,opt,name=peer_hop,json=peerHop,proto3" json:"peer_hop,omitempty"`
+	// Base URL of the node's ops listener, where cachectl reads its live counters (/stats) and
+	// what it stores for a URL (/inspect): served to loopback callers, or with the admin token.
+	OpsUrl        string `protobuf:"bytes,11,opt,name=ops_url,json=opsUrl,proto3" json:"ops_url,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -206,6 +209,13 @@ func (x *Member) GetPeerHop() string {
 	return ""
 }
 
+func (x *Member) GetOpsUrl() string {
+	if x != nil {
+		return x.OpsUrl
+	}
+	return ""
+}
+
 // RingEpoch is one immutable version of the ring: every node computes owners from the same epoch.
 type RingEpoch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -291,7 +301,7 @@ var File_shardcache_v1_ring_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_ring_proto_rawDesc = "" +
 	"\n" +
-	"\x18shardcache/v1/ring.proto\x12\rshardcache.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcd\x02\n" +
+	"\x18shardcache/v1/ring.proto\x12\rshardcache.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fpeer_address\x18\x02 \x01(\tR\vpeerAddress\x12\x1d\n" +
@@ -304,7 +314,8 @@ const file_shardcache_v1_ring_proto_rawDesc = "" +
 	"\tjoined_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bjoinedAt\x12\x18\n" +
 	"\aversion\x18\t \x01(\tR\aversion\x12\x19\n" +
 	"\bpeer_hop\x18\n" +
-	" \x01(\tR\apeerHop\"\xcc\x01\n" +
+	" \x01(\tR\apeerHop\x12\x17\n" +
+	"\aops_url\x18\v \x01(\tR\x06opsUrl\"\xcc\x01\n" +
 	"\tRingEpoch\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12/\n" +
 	"\amembers\x18\x02 \x03(\v2\x15.shardcache.v1.MemberR\amembers\x129\n" +

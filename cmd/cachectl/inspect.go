@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardcache/shardcache/cmd/internal/units"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/admin"
+)
+
+func newInspectCommand(g *globalOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect URL",
+		Short: "Show what each node stores for a URL, and why it is fresh or not",
+		Long: `Show what each node stores for a URL: on its owners, and on any node holding a hot
+copy, each stored response (its Vary variant, a stored range, slices held), its tier
+(memory or disk), size, age, freshness left and where that comes from (the directive or
+the policy), validators and tags; and the policy, key and owners that apply. It answers
+"why was this a MISS?". Each node is asked at its ops listener (its member's ops_url)
+with the admin token; a node that does not answer is shown as unreachable.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			u, err := parseURL(args[0])
+			if err != nil {
+				return err
+			}
+			return g.withClient(func(c *admin.Client) error {
+				resp, err := c.ListNodes(cmd.Context())
+				if err != nil {
+					return err
+				}
+				in := inspect(cmd.Context(), c, resp, u.String())
+				return render(cmd.OutOrStdout(), g.output, in, func(tw *tabwriter.Writer) { inspectTable(tw, in) })
+			})
+		},
+	}
+}
+
+// inspection is what `cachectl inspect` prints.
+type inspection struct {
+	URL    string   `json:"url"`
+	Policy string   `json:"policy"`
+	Key    string   `json:"key"`
+	Owners []string `json:"owners"`
+	// Stored says whether any node that answered holds anything for it.
+	Stored bool             `json:"stored"`
+	Nodes  []nodeInspection `json:"nodes"`
+}
+
+// nodeInspection is one node's answer: what it holds, or why it did not
+// answer.
+type nodeInspection struct {
+	Node        string               `json:"node"`
+	Owner       bool                 `json:"owner"`
+	Objects     []admin.StoredObject `json:"objects"`
+	Unreachable string               `json:"unreachable,omitempty"`
+}
+
+// inspect asks every node, at once, what it stores for rawURL.
+func inspect(ctx context.Context, c *admin.Client, resp *pb.ListNodesResponse, rawURL string) *inspection {
+	nodes := resp.GetNodes()
+	answers := make([]*admin.Inspection, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { answers[i], errs[i] = c.Inspect(ctx, n, rawURL) })
+	}
+	wg.Wait()
+	in := &inspection{URL: rawURL, Nodes: []nodeInspection{}}
+	for i, n := range nodes {
+		ni := nodeInspection{Node: n.GetMember().GetId(), Objects: []admin.StoredObject{}}
+		if errs[i] != nil {
+			ni.Unreachable = errs[i].Error()
+		} else {
+			a := answers[i]
+			if in.Key == "" {
+				in.Policy, in.Key, in.Owners = a.Policy, a.Key, a.Owners
+			}
+			ni.Owner, ni.Objects = a.Owner, a.Objects
+			in.Stored = in.Stored || len(a.Objects) > 0
+		}
+		in.Nodes = append(in.Nodes, ni)
+	}
+	return in
+}
+
+func inspectTable(tw *tabwriter.Writer, in *inspection) {
+	owners := strings.Join(in.Owners, ", ")
+	if len(in.Owners) > 1 {
+		owners = in.Owners[0] + " (and " + strings.Join(in.Owners[1:], ", ") + " while the key is hot)"
+	}
+	fmt.Fprintf(tw, "URL\t%s\nPOLICY\t%s\nKEY\t%s\nOWNER\t%s\n\n", in.URL, in.Policy, in.Key, owners)
+	fmt.Fprintln(tw, "NODE\tKIND\tVARIANT\tTIER\tSIZE\tAGE\tFRESH FOR\tFRESHNESS\tVALIDATORS\tTAGS")
+	for _, n := range in.Nodes {
+		name := n.Node
+		if n.Owner {
+			name += " (owner)"
+		}
+		switch {
+		case n.Unreachable != "":
+			fmt.Fprintf(tw, "%s\tunreachable: %s\n", name, n.Unreachable)
+		case len(n.Objects) == 0 && n.Owner:
+			fmt.Fprintf(tw, "%s\tnot stored\n", name)
+		}
+		for _, o := range n.Objects {
+			variant := dash(o.Variant)
+			if o.Range != "" {
+				variant = o.Range
+			}
+			if o.Slices > 0 {
+				variant = fmt.Sprintf("%d slices here", o.Slices)
+			}
+			fresh := (time.Duration(o.FreshFor) * time.Second).String()
+			if o.FreshFor < 0 {
+				fresh = "stale " + (time.Duration(-o.FreshFor) * time.Second).String()
+			}
+			validators := strings.TrimSpace(o.ETag + " " + o.LastModified)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, o.Kind, variant, o.Tier, units.Bytes(o.Size),
+				time.Duration(o.Age)*time.Second, fresh, o.Freshness, dash(validators), dash(strings.Join(o.Tags, ",")))
+		}
+	}
+	if !in.Stored {
+		fmt.Fprintf(tw, "\nnot stored: no node that answered holds %s\n", in.URL)
+	}
+}

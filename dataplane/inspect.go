@@ -1,0 +1,160 @@
+package dataplane
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/owner"
+	"github.com/shardcache/shardcache/dataplane/purge"
+	"github.com/shardcache/shardcache/dataplane/slice"
+	"github.com/shardcache/shardcache/dataplane/store"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/admin"
+	"github.com/shardcache/shardcache/sdk/policy"
+)
+
+// The ops listener's answers to cachectl: live counters (/stats) and what
+// this node stores for a URL (/inspect), read from memory, never changing
+// what is stored (no lookup counts, no LRU moves).
+
+// serveStats answers the node's live counters, as its load report has
+// them, in protojson.
+func (n *Node) serveStats(w http.ResponseWriter, _ *http.Request) {
+	b, err := protojson.Marshal(n.loadReport())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(b)
+}
+
+// maxInspectSlices bounds the slices of one object inspect counts, and
+// maxInspectTags the tags it lists of one response.
+const (
+	maxInspectSlices = 1 << 16
+	maxInspectTags   = 100
+)
+
+// serveInspect answers what this node stores for ?url=: the policy and
+// key that apply, the key's owners, and every stored response for it.
+func (n *Node) serveInspect(w http.ResponseWriter, r *http.Request) {
+	raw := r.URL.Query().Get("url")
+	u, err := url.Parse(raw)
+	if err != nil || !u.IsAbs() || u.Host == "" || u.Scheme != "http" && u.Scheme != "https" {
+		http.Error(w, "inspect: ?url= wants an absolute http or https URL, got "+strconv.Quote(raw), http.StatusBadRequest)
+		return
+	}
+	req := &http.Request{Method: http.MethodGet, URL: u, Host: u.Host, Header: http.Header{}}
+	p := n.policies.Load().Match(policy.Host(req), u.Path)
+	key := p.Key(u.Scheme, req)
+	in := admin.Inspection{Node: n.cfg.ID, URL: raw, Policy: p.Name, Key: key, Objects: []admin.StoredObject{}}
+	if rt := n.routes.Load(); rt != nil {
+		var buf [4]*pb.Member
+		for _, m := range rt.Owners(buf[:0], key, max(p.ReplicationFactor, 1)) {
+			in.Owners = append(in.Owners, m.GetId())
+			in.Owner = in.Owner || m.GetId() == n.cfg.ID
+		}
+	}
+	now := time.Now()
+	add := func(kind, variant string, e *store.Entry) {
+		o := admin.StoredObject{Kind: kind, Variant: variant, Tier: "disk", Status: e.Status, Size: e.Size,
+			Age: int64(e.Age(now) / time.Second), FreshFor: int64((e.Lifetime - e.Age(now)) / time.Second),
+			Freshness: freshnessSource(e, p), ETag: e.Header.Get("Etag"), LastModified: e.Header.Get("Last-Modified")}
+		purge.EntryTags(e.Header, func(tag string) bool {
+			o.Tags = append(o.Tags, tag)
+			return len(o.Tags) >= maxInspectTags
+		})
+		if e.InMemory() {
+			o.Tier = "memory"
+		}
+		if e.Status == http.StatusPartialContent {
+			o.Range = e.Header.Get("Content-Range")
+		}
+		in.Objects = append(in.Objects, o)
+	}
+	st := n.store
+	if p.SliceSize > 0 {
+		// Each slice has an owner of its own: count the ones held here,
+		// until a run of slices none of which is.
+		held, missed := 0, 0
+		var first *store.Entry
+		for i := int64(0); i < maxInspectSlices && missed < 64; i++ {
+			e, ok := st.Peek((&slice.Req{Index: i, Size: p.SliceSize}).Key(key))
+			if !ok {
+				missed++
+				continue
+			}
+			if first == nil {
+				first = e
+			}
+			held, missed = held+1, 0
+		}
+		if first != nil {
+			add("slices", "", first)
+			in.Objects[len(in.Objects)-1].Slices = held
+		}
+	}
+	if e, ok := st.Peek(key); ok {
+		if e.Status == 0 { // a Vary marker: the variants are under the key's group
+			for _, k := range st.Members(key) {
+				if v, ok := st.Peek(k); ok {
+					kind := "variant"
+					if k == owner.PartKey(key) {
+						kind = "part"
+					}
+					add(kind, strings.TrimPrefix(k, httpcache.VariantPrefix(key)), v)
+				}
+			}
+		} else {
+			add("response", "", e)
+		}
+	} else if e, ok := st.Peek(owner.PartKey(key)); ok {
+		add("part", "", e)
+	}
+	if n.hotCopies != nil {
+		if e, ok := n.hotCopies.Get(key); ok {
+			add("hot copy", "", e)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(in)
+}
+
+// freshnessSource says where e's freshness lifetime comes from, as the
+// store computed it.
+func freshnessSource(e *store.Entry, p *policy.Policy) string {
+	h := e.Header
+	cc, targeted := httpcache.ResponseControl(h, p.Targeted...)
+	field := "Cache-Control"
+	if targeted {
+		field = "a targeted field (RFC 9213)"
+	}
+	switch {
+	case cc.Has("no-cache"):
+		return field + ": no-cache (revalidated on every use)"
+	case cc.Has("s-maxage"):
+		return field + ": s-maxage=" + cc["s-maxage"]
+	case cc.Has("max-age"):
+		return field + ": max-age=" + cc["max-age"]
+	case h.Get("Expires") != "":
+		return "Expires: " + h.Get("Expires")
+	}
+	if _, ok := p.StatusTTL(e.Status); ok {
+		return "policy " + p.Name + ": status_ttls"
+	}
+	if p.DefaultTTL > 0 {
+		return "policy " + p.Name + ": default_ttl"
+	}
+	if e.Lifetime > 0 && h.Get("Last-Modified") != "" {
+		return "heuristic: 10 % of the time since Last-Modified"
+	}
+	return "none: revalidated on every use"
+}

@@ -1,0 +1,132 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// A node's ops listener answers two admin questions directly, from its
+// own memory: its live counters (/stats), and what it stores for a URL
+// (/inspect). The client asks each node at its member's ops_url, with the
+// admin token; the control plane's last load report can be seconds old.
+
+// ErrNoOpsURL: the node did not say where its ops listener is.
+var ErrNoOpsURL = errors.New("shardcache: the node advertises no ops URL")
+
+// Inspection is what one node holds for a URL, and how the cluster keys
+// and places it.
+type Inspection struct {
+	Node   string   `json:"node"`
+	URL    string   `json:"url"`
+	Policy string   `json:"policy"`
+	Key    string   `json:"key"`
+	Owners []string `json:"owners"` // the key's owners in the node's ring, first first
+	Owner  bool     `json:"owner"`  // this node is one of them
+	// Objects are the stored responses for the key on this node; none
+	// when it stores nothing for it.
+	Objects []StoredObject `json:"objects"`
+}
+
+// StoredObject is one stored response.
+type StoredObject struct {
+	// Kind is "response", "variant" (of a response that varies),
+	// "part" (a stored range), "slices" (of a sliced object) or
+	// "hot copy" (of a hot key this node does not own).
+	Kind    string `json:"kind"`
+	Variant string `json:"variant,omitempty"` // the request field values a variant is for
+	Range   string `json:"range,omitempty"`   // a part's Content-Range
+	Tier    string `json:"tier"`              // memory or disk
+	Status  int    `json:"status"`
+	Size    int64  `json:"size"` // bytes stored (coded when the store compressed it)
+	Age     int64  `json:"age_seconds"`
+	// FreshFor is the freshness left in seconds, negative once stale;
+	// Freshness says where the lifetime comes from.
+	FreshFor     int64    `json:"fresh_for_seconds"`
+	Freshness    string   `json:"freshness"`
+	ETag         string   `json:"etag,omitempty"`
+	LastModified string   `json:"last_modified,omitempty"`
+	Tags         []string `json:"tags,omitempty"`
+	Slices       int      `json:"slices,omitempty"` // of a sliced object: how many this node holds
+}
+
+// NodeStats reads n's live counters from its ops listener.
+func (c *Client) NodeStats(ctx context.Context, n *pb.Node) (*pb.LoadReport, error) {
+	b, err := c.opsGet(ctx, n, "/stats")
+	if err != nil {
+		return nil, err
+	}
+	var lr pb.LoadReport
+	if err := protojson.Unmarshal(b, &lr); err != nil {
+		return nil, fmt.Errorf("%s /stats: %w", n.GetMember().GetId(), err)
+	}
+	return &lr, nil
+}
+
+// Inspect asks n what it stores for rawURL (an absolute http or https
+// URL).
+func (c *Client) Inspect(ctx context.Context, n *pb.Node, rawURL string) (*Inspection, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || !u.IsAbs() || u.Host == "" || u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("%w: %q is not an absolute http or https URL", ErrInvalid, rawURL)
+	}
+	b, err := c.opsGet(ctx, n, "/inspect?url="+url.QueryEscape(rawURL))
+	if err != nil {
+		return nil, err
+	}
+	var in Inspection
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, fmt.Errorf("%s /inspect: %w", n.GetMember().GetId(), err)
+	}
+	return &in, nil
+}
+
+// maxOpsAnswer bounds what is read of an ops answer.
+const maxOpsAnswer = 4 << 20
+
+func (c *Client) opsGet(ctx context.Context, n *pb.Node, path string) ([]byte, error) {
+	base := strings.TrimSuffix(n.GetMember().GetOpsUrl(), "/")
+	if base == "" {
+		return nil, fmt.Errorf("%s: %w", n.GetMember().GetId(), ErrNoOpsURL)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, min(c.cfg.Timeout, 5*time.Second))
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: ops URL %q: %w", n.GetMember().GetId(), base, err)
+	}
+	if c.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s unreachable at %s: %w", n.GetMember().GetId(), base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxOpsAnswer))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", n.GetMember().GetId(), path, err)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return b, nil
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return nil, fmt.Errorf("%w: %s refused %s: %s", ErrUnauthenticated, n.GetMember().GetId(), path, strings.TrimSpace(string(b)))
+	case http.StatusBadRequest:
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, strings.TrimSpace(string(b)))
+	}
+	return nil, fmt.Errorf("%s %s: %d %s", n.GetMember().GetId(), path, resp.StatusCode, strings.TrimSpace(string(b)))
+}
