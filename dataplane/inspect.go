@@ -24,16 +24,30 @@ import (
 // this node stores for a URL (/inspect), read from memory, never changing
 // what is stored (no lookup counts, no LRU moves).
 
-// serveStats answers the node's live counters, as its load report has
-// them, in protojson.
+// maxStatsHotKeys bounds the hot keys /stats lists.
+const maxStatsHotKeys = 20
+
+// serveStats answers the node's live figures: its load report's counters,
+// computed now, its hottest keys, and its request duration buckets.
 func (n *Node) serveStats(w http.ResponseWriter, _ *http.Request) {
-	b, err := protojson.Marshal(n.loadReport())
+	load, err := protojson.Marshal(n.loadReport())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	st := admin.NodeStats{LoadJSON: load, HotKeys: []admin.HotKey{}, Durations: map[string][]admin.Bucket{}}
+	for route, bs := range n.metrics.DurationBuckets() {
+		for _, b := range bs {
+			st.Durations[route] = append(st.Durations[route], admin.Bucket{LE: b.LE, Count: b.Count})
+		}
+	}
+	if n.hot != nil {
+		for _, k := range n.hotKeys.Hottest(n.hot, maxStatsHotKeys) {
+			st.HotKeys = append(st.HotKeys, admin.HotKey{Key: k.Key, Rate: k.Rate})
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Write(b)
+	json.NewEncoder(w).Encode(st)
 }
 
 // maxInspectSlices bounds the slices of one object inspect counts, and

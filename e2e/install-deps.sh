@@ -2,15 +2,16 @@
 # Installs what the end-to-end tests need beyond Go, from Debian's packages:
 # etcd-server (the external etcd the control plane is tested against),
 # prometheus with promtool (the observability test scrapes the nodes with a
-# real Prometheus), and docker-registry with skopeo (a real registry and a
-# real image client for the registry test). Needs root (or sudo) when
-# something is missing.
+# real Prometheus), docker-registry with skopeo (a real registry and a real
+# image client for the registry test), and tmux (a terminal for the cachectl
+# top test). Needs root (or sudo) when something is missing.
 set -euo pipefail
 missing=()
 command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] || missing+=(etcd-server)
 { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || missing+=(prometheus)
 [ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
 command -v skopeo >/dev/null 2>&1 || missing+=(skopeo)
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 [ ${#missing[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"

@@ -2,10 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +140,90 @@ func TestCachectlInspectAndLiveStats(t *testing.T) {
 		if n.Node == down.id && (n.Live || n.Unreachable == "") {
 			t.Errorf("%s, down: live %t, unreachable %q; want it marked unreachable", n.Node, n.Live, n.Unreachable)
 		}
+	}
+}
+
+// TestCachectlTopInTmux runs `cachectl top` in a tmux terminal against a
+// cluster under load: the screen has every node's row with requests per
+// second above zero; a key press sorts by node name; q exits 0.
+func TestCachectlTopInTmux(t *testing.T) {
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Fatalf("tmux: %v (e2e/install-deps.sh installs it)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := startClusterWith(t, ctx, clusterConfig{nodes: 3, origin: &countingOrigin{counts: map[string]int{}}})
+	load := startLoad(4, 1, []string{"/top/a?size=100", "/top/b?size=100", "/top/c?size=100", "/top/d?size=100"}, 100, func(rng *rand.Rand) *node {
+		return c.nodes[rng.IntN(3)]
+	})
+	defer load.halt()
+
+	// A tmux server of the test's own (its own socket), killed by that
+	// socket at the end.
+	sock := filepath.Join(t.TempDir(), "tmux.sock")
+	tmux := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, "tmux", append([]string{"-S", sock}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	exitFile := filepath.Join(t.TempDir(), "exit")
+	cmd := fmt.Sprintf("%s --control-plane %s --token %s top --interval 500ms; echo $? > %s",
+		filepath.Join(binDir, "cachectl"), c.control, c.token, exitFile)
+	if out, err := tmux("new-session", "-d", "-s", "top", "-x", "160", "-y", "40", cmd); err != nil {
+		t.Fatalf("tmux new-session: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { tmux("kill-server") })
+	rows := regexp.MustCompile(`(?m)^(node-\d)\s+(\d+)\s`)
+	screen := func() (string, error) { return tmux("capture-pane", "-p", "-t", "top") }
+	var order []string
+	err := eventually(ctx, func() error {
+		s, err := screen()
+		if err != nil {
+			return fmt.Errorf("capture-pane: %v: %s", err, s)
+		}
+		order = order[:0]
+		for _, m := range rows.FindAllStringSubmatch(s, -1) {
+			if m[2] == "0" {
+				return fmt.Errorf("%s shows 0 req/s:\n%s", m[1], s)
+			}
+			order = append(order, m[1])
+		}
+		if len(order) != 3 {
+			return fmt.Errorf("%d node rows on screen:\n%s", len(order), s)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := tmux("send-keys", "-t", "top", "n"); err != nil {
+		t.Fatalf("send-keys: %v %s", err, out)
+	}
+	err = eventually(ctx, func() error {
+		s, _ := screen()
+		got := rows.FindAllStringSubmatch(s, -1)
+		if len(got) != 3 || got[0][1] != "node-1" || got[1][1] != "node-2" || got[2][1] != "node-3" {
+			return fmt.Errorf("after n, the rows are not by node name:\n%s", s)
+		}
+		t.Logf("cachectl top, sorted by node:\n%s", s)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := tmux("send-keys", "-t", "top", "q"); err != nil {
+		t.Fatalf("send-keys: %v %s", err, out)
+	}
+	err = eventually(ctx, func() error {
+		b, err := os.ReadFile(exitFile)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(string(b)) != "0" {
+			return fmt.Errorf("cachectl top exited %s after q, want 0", b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -78,9 +78,9 @@ func liveLoads(ctx context.Context, c *admin.Client, resp *pb.ListNodesResponse)
 	var wg sync.WaitGroup
 	for _, n := range resp.GetNodes() {
 		wg.Go(func() {
-			l, err := c.NodeStats(ctx, n)
+			st, err := c.NodeStats(ctx, n)
 			mu.Lock()
-			out[n.GetMember().GetId()] = liveLoad{l, err}
+			out[n.GetMember().GetId()] = liveLoad{err: err}.with(st)
 			mu.Unlock()
 		})
 	}
@@ -92,6 +92,13 @@ func liveLoads(ctx context.Context, c *admin.Client, resp *pb.ListNodesResponse)
 type liveLoad struct {
 	load *pb.LoadReport
 	err  error
+}
+
+func (l liveLoad) with(st *admin.NodeStats) liveLoad {
+	if st != nil {
+		l.load = st.Load
+	}
+	return l
 }
 
 // statsOf sums the nodes' live counters, or their last load reports when

@@ -338,3 +338,38 @@ func (m *Set) ObserveRoute(route string, d time.Duration, bytes int64, traceID s
 	}
 	o.size.Observe(float64(bytes))
 }
+
+// Bucket is a histogram bucket: the observations up to LE.
+type Bucket struct {
+	LE    float64
+	Count uint64
+}
+
+// DurationBuckets are the request duration histogram's cumulative classic
+// buckets by route, as the registry gathers them now.
+func (m *Set) DurationBuckets() map[string][]Bucket {
+	out := map[string][]Bucket{}
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "shardcache_request_duration_seconds" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			route := ""
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "route" {
+					route = l.GetValue()
+				}
+			}
+			var bs []Bucket
+			for _, b := range mt.GetHistogram().GetBucket() {
+				bs = append(bs, Bucket{LE: b.GetUpperBound(), Count: b.GetCumulativeCount()})
+			}
+			out[route] = bs
+		}
+	}
+	return out
+}

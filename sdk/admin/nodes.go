@@ -60,17 +60,48 @@ type StoredObject struct {
 	Slices       int      `json:"slices,omitempty"` // of a sliced object: how many this node holds
 }
 
-// NodeStats reads n's live counters from its ops listener.
-func (c *Client) NodeStats(ctx context.Context, n *pb.Node) (*pb.LoadReport, error) {
+// NodeStats are a node's live figures, as its ops listener's /stats
+// answers them.
+type NodeStats struct {
+	// Load are its counters since it started, as in its load reports.
+	Load *pb.LoadReport `json:"-"`
+	// LoadJSON is Load in protojson, as sent.
+	LoadJSON json.RawMessage `json:"load"`
+	// HotKeys are its hottest keys, hottest first, with their estimated
+	// rate in requests per minute.
+	HotKeys []HotKey `json:"hot_keys"`
+	// Durations are its request duration histogram's cumulative buckets
+	// by route since it started: two readings give a window's quantiles.
+	Durations map[string][]Bucket `json:"durations"`
+}
+
+// HotKey is one of a node's hottest keys.
+type HotKey struct {
+	Key  string  `json:"key"`
+	Rate float64 `json:"rate_per_minute"`
+}
+
+// Bucket is a histogram bucket: the count of observations up to LE.
+type Bucket struct {
+	LE    float64 `json:"le"`
+	Count uint64  `json:"count"`
+}
+
+// NodeStats reads n's live figures from its ops listener.
+func (c *Client) NodeStats(ctx context.Context, n *pb.Node) (*NodeStats, error) {
 	b, err := c.opsGet(ctx, n, "/stats")
 	if err != nil {
 		return nil, err
 	}
-	var lr pb.LoadReport
-	if err := protojson.Unmarshal(b, &lr); err != nil {
+	var st NodeStats
+	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, fmt.Errorf("%s /stats: %w", n.GetMember().GetId(), err)
 	}
-	return &lr, nil
+	st.Load = &pb.LoadReport{}
+	if err := protojson.Unmarshal(st.LoadJSON, st.Load); err != nil {
+		return nil, fmt.Errorf("%s /stats: %w", n.GetMember().GetId(), err)
+	}
+	return &st, nil
 }
 
 // Inspect asks n what it stores for rawURL (an absolute http or https
