@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/logstream"
 	"github.com/shardcache/shardcache/dataplane/owner"
 	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/slice"
@@ -171,4 +172,76 @@ func freshnessSource(e *store.Entry, p *policy.Policy) string {
 		return "heuristic: 10 % of the time since Last-Modified"
 	}
 	return "none: revalidated on every use"
+}
+
+// serveLog streams this node's access-log records that pass the query's
+// filter (admin.ParseLogFilter), one line each, JSON or (format=ncsa) the
+// NCSA combined format, at most rate a second, until the caller leaves.
+// Records beyond the rate, or that the caller is too slow for, are
+// dropped, never waited for, and a line says how many every second.
+func (n *Node) serveLog(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f, err := admin.ParseLogFilter(q)
+	if err != nil {
+		http.Error(w, "log: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	ncsa := false
+	switch q.Get("format") {
+	case "", "json":
+	case "ncsa":
+		ncsa = true
+	default:
+		http.Error(w, "log: format "+strconv.Quote(q.Get("format"))+": want json or ncsa", http.StatusBadRequest)
+		return
+	}
+	rate := 0
+	if v := q.Get("rate"); v != "" {
+		if rate, err = strconv.Atoi(v); err != nil || rate < 1 || rate > logstream.MaxRate {
+			http.Error(w, "log: rate "+strconv.Quote(v)+": want 1 to "+strconv.Itoa(logstream.MaxRate)+" records a second", http.StatusBadRequest)
+			return
+		}
+	}
+	s, err := n.logs.Open(f, rate)
+	if err != nil {
+		http.Error(w, "log: "+err.Error(), http.StatusTooManyRequests)
+		return
+	}
+	defer n.logs.Close(s)
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	if ncsa {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	}
+	w.WriteHeader(http.StatusOK)
+	rc.Flush()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var reported uint64
+	stopping := n.logs.Done()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-stopping:
+			return
+		case rec := <-s.C:
+			if _, err := w.Write(logstream.Line(rec, ncsa)); err != nil {
+				return
+			}
+			rc.Flush()
+		case <-tick.C:
+			if d := s.Dropped.Load(); d != reported {
+				note := `{"dropped":` + strconv.FormatUint(d-reported, 10) + "}\n"
+				if ncsa {
+					note = "# dropped " + strconv.FormatUint(d-reported, 10) + " records (rate or a slow reader)\n"
+				}
+				reported = d
+				if _, err := w.Write([]byte(note)); err != nil {
+					return
+				}
+				rc.Flush()
+			}
+		}
+	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
+	"github.com/shardcache/shardcache/dataplane/logstream"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/owner"
@@ -63,6 +64,7 @@ type Node struct {
 	hotCopies *store.Memory
 	hot       *hotkey.Sketch
 	hotKeys   hotkey.List
+	logs      logstream.Hub // the access-log streams operators open
 	routes    atomic.Pointer[routes.Table]
 	policies  atomic.Pointer[policy.Set]
 	origin    *origin.Client
@@ -395,6 +397,7 @@ func (n *Node) Run(ctx context.Context) error {
 	for _, s := range servers {
 		s.ErrorLog = slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)
 	}
+	servers[2].RegisterOnShutdown(n.logs.Shutdown) // log streams end as the ops listener shuts down
 
 	g, gctx := errgroup.WithContext(ctx)
 	sctx, leave := context.WithCancel(gctx)
@@ -522,7 +525,7 @@ func (n *Node) build() {
 	})
 	n.front = front.New(front.Config{
 		ID: c.ID, RelayTimeout: c.RelayTimeout, OriginTimeout: c.OriginTimeout,
-		PeerMTLS: n.serverTLS != nil, HotThreshold: c.HotThreshold, HotCopyMaxObject: c.HotCopyMaxObject, Hot: n.hot, HotKeys: &n.hotKeys, HotCopies: n.hotCopies,
+		PeerMTLS: n.serverTLS != nil, HotThreshold: c.HotThreshold, HotCopyMaxObject: c.HotCopyMaxObject, Hot: n.hot, HotKeys: &n.hotKeys, HotCopies: n.hotCopies, Logs: &n.logs,
 		TrustedProxies: c.TrustedProxies, PurgeAllow: c.PurgeAllow, AdminToken: c.AdminToken,
 		Admin: n.admin, ControlPlane: c.ControlPlane, AccessLog: n.access, AccessLogSample: c.AccessLogSample,
 		RequestEpoch: n.session.RequestEpoch,

@@ -104,6 +104,7 @@ func (n *Node) opsHandler() http.Handler {
 	}))
 	mux.HandleFunc("GET /stats", n.opsGuard(n.serveStats))
 	mux.HandleFunc("GET /inspect", n.opsGuard(n.serveInspect))
+	mux.HandleFunc("GET /log", n.opsGuard(n.serveLog))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("/debug/pprof/", n.opsGuard(pprof.Index))
 	mux.HandleFunc("/debug/pprof/cmdline", n.opsGuard(func(w http.ResponseWriter, _ *http.Request) {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -226,4 +227,102 @@ func TestCachectlTopInTmux(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestCachectlLogStreamsWhatTheFilterSelects: `cachectl log --status 5xx`
+// against a cluster shows the 5xx answers of every node and nothing else;
+// --format ncsa prints NCSA combined lines; a filter that cannot match is
+// refused with the reason.
+func TestCachectlLogStreamsWhatTheFilterSelects(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	origin := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/err/") {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Cache-Control", "max-age=60")
+		io.WriteString(w, "ok")
+	})
+	c := startClusterWith(t, ctx, clusterConfig{nodes: 2, origin: origin})
+	bin := filepath.Join(binDir, "cachectl")
+	base := []string{"--control-plane", c.control, "--token", c.token, "log"}
+
+	out, err := exec.CommandContext(ctx, bin, append(base, "--status", "7xx")...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `"7xx"`) {
+		t.Fatalf("cachectl log --status 7xx: %v %s; want a refusal naming the status", err, out)
+	}
+
+	stream := func(args ...string) (*lineBuffer, *exec.Cmd) {
+		t.Helper()
+		lines := &lineBuffer{}
+		cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
+		cmd.Stdout = lines
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return lines, cmd
+	}
+	errs, _ := stream("--status", "5xx")
+	ncsa, _ := stream("--format", "ncsa", "--path-prefix", "/ok/")
+	client := &http.Client{Timeout: 10 * time.Second}
+	i := 0
+	seen := func(lines *lineBuffer, want string) bool {
+		for _, nd := range c.nodes {
+			if !strings.Contains(lines.String(), want+nd.id) {
+				return false
+			}
+		}
+		return true
+	}
+	err = eventually(ctx, func() error {
+		for _, nd := range c.nodes {
+			for _, p := range []string{"/ok/a", "/err/a", "/ok/b"} {
+				resp, err := client.Get(fmt.Sprintf("http://%s%s%d", nd.client, p, i))
+				if err != nil {
+					return err
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+		i++
+		if !seen(errs, `"node":"`) || !strings.Contains(ncsa.String(), `"GET /ok/`) {
+			return fmt.Errorf("streams so far:\n%s\n%s", errs, ncsa)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(errs.String()), "\n") {
+		if !strings.Contains(l, `"status":503`) || !strings.Contains(l, `"path":"/err/`) {
+			t.Errorf("cachectl log --status 5xx printed %s", l)
+		}
+	}
+	combined := regexp.MustCompile(`^127\.0\.0\.1 - - \[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d [+-]\d{4}\] "GET /ok/\S+ HTTP/1\.1" 200 2 "-" "Go-http-client/1\.1"$`)
+	for _, l := range strings.Split(strings.TrimSpace(ncsa.String()), "\n") {
+		if !combined.MatchString(l) {
+			t.Errorf("cachectl log --format ncsa printed %q, not an NCSA combined line for /ok/", l)
+		}
+	}
+}
+
+// lineBuffer collects a process's output, safe to read while it writes.
+type lineBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lineBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lineBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -19,6 +19,6 @@ func newRootCommand() *cobra.Command {
 	g.register(root)
 	root.AddCommand(newRingCommand(g), newNodesCommand(g), newBenchCommand(g), newPolicyCommand(g),
 		newDrainCommand(g), newUndrainCommand(g), newPurgeCommand(g), newLocateCommand(g), newStatsCommand(g),
-		newInspectCommand(g), newTopCommand(g), newVersionCommand(g))
+		newInspectCommand(g), newTopCommand(g), newLogCommand(g), newVersionCommand(g))
 	return root
 }

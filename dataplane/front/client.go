@@ -17,6 +17,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/internal/wait"
+	"github.com/shardcache/shardcache/dataplane/logstream"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/relay"
@@ -56,6 +57,12 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 			f.cfg.Shadow.Observe(rec.Key, representationSize(r, rec), ttl, storable)
 		}
 		f.logAccess(r, rec, client, route, cache, start, elapsed)
+		if f.cfg.Logs.Active() { // a record is built only while someone streams
+			f.cfg.Logs.Publish(&logstream.Record{Start: start, Client: client, ForwardedFor: r.Header.Get("X-Forwarded-For"),
+				Method: r.Method, Host: r.Host, Path: r.URL.RequestURI(), Proto: r.Proto, Status: rec.Status, Bytes: rec.Bytes,
+				DurationMS: float64(elapsed.Microseconds()) / 1000, Cache: cache, Route: route, ServedBy: rec.Header().Get("X-Cache-Node"),
+				Node: f.cfg.ID, TraceID: traceID(r.Context()), Referer: r.Referer(), UserAgent: r.UserAgent()})
+		}
 		if f.cfg.Tracer != nil {
 			annotate(r.Context(), attribute.String("shardcache.node", f.cfg.ID), attribute.String("shardcache.route", route),
 				attribute.String("shardcache.cache", cache))

@@ -26,6 +26,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/hotkey"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
+	"github.com/shardcache/shardcache/dataplane/logstream"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/owner"
 	"github.com/shardcache/shardcache/dataplane/purge"
@@ -72,7 +73,10 @@ type Config struct {
 	HotCopyMaxObject int64
 	Hot              *hotkey.Sketch
 	HotKeys          *hotkey.List
-	HotCopies        *store.Memory
+	// Logs hands access-log records to the streams operators open
+	// (cachectl log); nil for none.
+	Logs      *logstream.Hub
+	HotCopies *store.Memory
 	// TrustedProxies may send forwarded fields; PurgeAllow may PURGE
 	// without a token, as AdminToken.
 	TrustedProxies, PurgeAllow []netip.Prefix
