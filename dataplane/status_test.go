@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
 // cacheStatus parses resp's Cache-Status as the Structured Fields List
@@ -132,4 +133,53 @@ func TestLocalEstimateJudgesAsTheStore(t *testing.T) {
 		do(t, "GET", url+kept)
 	}
 	waitFor(t, "two estimated hits", func() bool { return hits() == 2 })
+}
+
+// TestCacheStatusKeyAndCollapsed: a policy's cache_status_key adds the
+// key to Cache-Status; a request served from another's fill says
+// collapsed.
+func TestCacheStatusKeyAndCollapsed(t *testing.T) {
+	release := make(chan struct{})
+	o := &scripted{counts: map[string]int{}, handlers: map[string]func(http.ResponseWriter, *http.Request, int){
+		"/key/": func(w http.ResponseWriter, r *http.Request, n int) { w.Header().Set("Cache-Control", "max-age=600") },
+		"/slow/": func(w http.ResponseWriter, r *http.Request, n int) {
+			w.Header().Set("Cache-Control", "max-age=600")
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			<-release
+			w.Write([]byte("done"))
+		},
+	}}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	_, n := startOne(t, origin.URL)
+	if err := n.ApplyPolicies(&pb.PolicySet{Revision: 2, Policies: []*pb.CachePolicy{{Name: "k", PathPrefix: "/key/", CacheStatusKey: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + n.ClientAddr().String()
+	do(t, "GET", base+"/key/a")
+	resp, _ := do(t, "GET", base+"/key/a")
+	if m := cacheStatus(t, resp, "Cache-Status")[0]; m.Params["key"] != "http127.0.0.1/key/a" {
+		t.Fatalf("cache_status_key: Cache-Status %q; want key=\"http127.0.0.1/key/a\"", resp.Header.Values("Cache-Status"))
+	}
+	// The leader's fill waits on the origin's body; a second request for
+	// the key shares it.
+	leader := make(chan *http.Response, 1)
+	go func() { r, _ := do(t, "GET", base+"/slow/b"); leader <- r }()
+	waitFor(t, "the origin to get the leader's request", func() bool { return o.count("/slow/b") == 1 })
+	follower := make(chan *http.Response, 1)
+	go func() { r, _ := do(t, "GET", base+"/slow/b"); follower <- r }()
+	waitFor(t, "the second request to wait on the fill", func() bool {
+		return metricValue(t, n, "shardcache_collapsed_requests_total") >= 1 || n.owner.Waiting() > 0
+	})
+	close(release)
+	resp = <-follower
+	<-leader
+	if m := cacheStatus(t, resp, "Cache-Status")[0]; resp.Header.Get("X-Cache") != "HIT" || m.Params["collapsed"] != "?1" || m.Params["fwd"] != "uri-miss" || m.Params["key"] != "" {
+		t.Fatalf("a request collapsed onto another's fill: X-Cache %q, Cache-Status %q; want HIT, and fwd=uri-miss; collapsed without a key",
+			resp.Header.Get("X-Cache"), resp.Header.Values("Cache-Status"))
+	}
+	if o.count("/slow/b") != 1 {
+		t.Fatalf("the origin saw %d requests for the collapsed key, want 1", o.count("/slow/b"))
+	}
 }

@@ -21,7 +21,7 @@ import (
 // StatusMember is one cache's Cache-Status member.
 type StatusMember struct {
 	Node   string // the node's name, a Token or String item (SFItem)
-	Cache  string // the X-Cache value the node answered with
+	Cache  string // the X-Cache value the node answered with; COLLAPSED for a share of another request's fill
 	Status int    // the origin's status, when the node went forward; 0 for none
 	Stored bool   // the response forwarded was stored
 	TTL    time.Duration
@@ -36,7 +36,7 @@ func (m StatusMember) Append(b []byte) []byte {
 	switch m.Cache {
 	case "HIT", "STALE", "UPDATING":
 		b = append(b, "; hit"...)
-	case "MISS":
+	case "MISS", "COLLAPSED":
 		b = append(b, "; fwd=uri-miss"...)
 	case "EXPIRED", "REVALIDATED":
 		b = append(b, "; fwd=stale"...)
@@ -61,6 +61,9 @@ func (m StatusMember) Append(b []byte) []byte {
 	}
 	if m.Stored {
 		b = append(b, "; stored"...)
+	}
+	if m.Cache == "COLLAPSED" {
+		b = append(b, "; collapsed"...)
 	}
 	if m.Key != "" {
 		b = append(b, "; key="...)

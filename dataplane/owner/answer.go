@@ -2,6 +2,7 @@ package owner
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
+	"github.com/shardcache/shardcache/sdk/policy"
 )
 
 // Answer writes a stored entry to w, its body from memory, from its disk
@@ -29,21 +31,21 @@ import (
 func (o *Owner) Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd io.Reader, status string) error {
 	h := w.Header()
 	if httpcache.NotModified(r.Method, r.Header, e.Status, e.Header) {
-		o.writeNotModified(w, e, status)
+		o.writeNotModified(w, r, e, status)
 		return nil
 	}
 	switch ranges, err := rangesFor(r, e, rd != nil); {
 	case rd != nil && len(ranges) == 1:
 		// A range of an object still streaming in: answered as its bytes
 		// arrive, then the rest is read, so the answer ends with the fill.
-		o.answerFollowing(w, e, rd, span{0, e.Length - 1, e.Length}, ranges[0], status)
+		o.answerFollowing(w, r, e, rd, span{0, e.Length - 1, e.Length}, ranges[0], status)
 		io.Copy(io.Discard, rd)
 		return nil
 	case rd != nil && errors.Is(err, httpcache.ErrRangeUnsatisfiable):
 		for k, v := range e.Header {
 			h[k] = v
 		}
-		o.cacheHeaders(h, e, status)
+		o.cacheHeaders(h, r, e, status)
 		answerRanges(w, r, e.Header, e.Length, nil, nil)
 		return nil
 	case ranges != nil || errors.Is(err, httpcache.ErrRangeUnsatisfiable):
@@ -57,7 +59,7 @@ func (o *Owner) Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, r
 		}
 		h.Del("Content-Length")
 		h.Set("Accept-Ranges", "bytes")
-		o.cacheHeaders(h, e, status)
+		o.cacheHeaders(h, r, e, status)
 		section := func(start, length int64) io.Reader { return io.NewSectionReader(body, start, length) }
 		if err := answerRanges(w, r, e.Header, e.Length, ranges, section); err != nil && !reply.IsWriteError(err) {
 			return reply.BreakOff(w) // the stored body could not be read: do not end it cleanly
@@ -108,7 +110,7 @@ func (o *Owner) Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, r
 	if length >= 0 && reply.BodyAllowed(e.Status) {
 		h.Set("Content-Length", strconv.FormatInt(length, 10))
 	}
-	o.cacheHeaders(h, e, status)
+	o.cacheHeaders(h, r, e, status)
 	w.WriteHeader(e.Status)
 	if r.Method == http.MethodHead || !reply.BodyAllowed(e.Status) {
 		return nil
@@ -141,7 +143,7 @@ func (o *Owner) Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, r
 
 // writeNotModified answers 304 for e (RFC 9111 4.3.2): its header
 // fields but those describing the body.
-func (o *Owner) writeNotModified(w http.ResponseWriter, e *store.Entry, status string) {
+func (o *Owner) writeNotModified(w http.ResponseWriter, r *http.Request, e *store.Entry, status string) {
 	h := w.Header()
 	for k, v := range e.Header {
 		h[k] = v
@@ -153,21 +155,24 @@ func (o *Owner) writeNotModified(w http.ResponseWriter, e *store.Entry, status s
 		httpcache.AddVary(h, "Accept-Encoding")
 		httpcache.WeakenETag(h)
 	}
-	o.cacheHeaders(h, e, status)
+	o.cacheHeaders(h, r, e, status)
 	w.WriteHeader(http.StatusNotModified)
 }
 
 // cacheHeaders sets Age, X-Cache, X-Cache-Node and Cache-Status. The
 // names are canonical already, so the fields are set without the work
 // Header.Set does to canonicalise them, on every answer.
-func (o *Owner) cacheHeaders(h http.Header, e *store.Entry, status string) {
+func (o *Owner) cacheHeaders(h http.Header, r *http.Request, e *store.Entry, status string) {
 	age := e.Age(time.Now())
 	h["Age"] = []string{strconv.FormatInt(int64(age/time.Second), 10)}
 	h["X-Cache"] = statusField(status)
 	h["X-Cache-Node"] = o.nodeField
 	m := httpcache.StatusMember{Node: o.statusName, Cache: status, TTL: e.Lifetime - age, HasTTL: true}
+	if showsKey(r) {
+		m.Key = e.Key
+	}
 	switch status {
-	case relay.CacheMiss, relay.CacheExpired:
+	case relay.CacheMiss, relay.CacheExpired, cacheCollapsed:
 		m.Status, m.Stored = e.Status, true
 	case relay.CacheRevalidated:
 		m.Status, m.Stored = http.StatusNotModified, true
@@ -214,6 +219,28 @@ func init() {
 	for _, s := range []string{relay.CacheHit, relay.CacheMiss, relay.CacheStale, relay.CacheBypass, relay.CacheRevalidated} {
 		statusFields[s] = []string{s}
 	}
+	statusFields[cacheCollapsed] = statusFields[relay.CacheHit]
+}
+
+// cacheCollapsed is the status of an answer shared from another
+// request's fill: X-Cache says HIT, Cache-Status says collapsed.
+const cacheCollapsed = "COLLAPSED"
+
+// statusKey marks, in a request's context, a policy that shows the cache
+// key in Cache-Status.
+type statusKey struct{}
+
+// withStatusKey is r marked so when p says (cache_status_key).
+func withStatusKey(r *http.Request, p *policy.Policy) *http.Request {
+	if !p.CacheStatusKey {
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), statusKey{}, true))
+}
+
+func showsKey(r *http.Request) bool {
+	v, _ := r.Context().Value(statusKey{}).(bool)
+	return v
 }
 
 // statusField returns status as a header value.

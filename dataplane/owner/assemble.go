@@ -23,6 +23,7 @@ import (
 // reports false, having written nothing, when the object cannot be sliced
 // consistently (no validator): the caller then serves it whole.
 func (o *Owner) ServeSliced(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy) bool {
+	r = withStatusKey(r, p)
 	for attempt := 0; ; attempt++ {
 		err := o.serveSlicedOnce(w, r, key, p)
 		switch {
@@ -73,7 +74,7 @@ func (o *Owner) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key stri
 	xcache := head.Header.Get("X-Cache")
 	if httpcache.NotModified(r.Method, r.Header, e.Status, e.Header) {
 		head.Body.Close()
-		o.writeNotModified(w, e, xcache)
+		o.writeNotModified(w, r, e, xcache)
 		return nil
 	}
 	ranges, rerr := rangesFor(r, e, false)
@@ -119,7 +120,7 @@ func (o *Owner) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key stri
 	h := w.Header()
 	reply.CopyHeader(h, e.Header)
 	h.Set("Accept-Ranges", "bytes")
-	o.cacheHeaders(h, e, xcache)
+	o.cacheHeaders(h, r, e, xcache)
 	if ranges != nil || errors.Is(rerr, httpcache.ErrRangeUnsatisfiable) {
 		if err := answerRanges(w, r, e.Header, e.Length, ranges, body.Section); err != nil && !reply.IsWriteError(err) {
 			return reply.BreakOff(w)

@@ -341,7 +341,7 @@ func (o *Owner) writeResponse(w http.ResponseWriter, r *http.Request, resp *http
 		if fromOrigin {
 			rd = &countingReader{r: rd, add: o.cfg.Metrics.OriginBytes.Add}
 		}
-		o.answerFollowing(w, e, rd, span{0, resp.ContentLength - 1, resp.ContentLength}, rg, status)
+		o.answerFollowing(w, r, e, rd, span{0, resp.ContentLength - 1, resp.ContentLength}, rg, status)
 		return
 	}
 	reply.CopyHeader(w.Header(), resp.Header)

@@ -226,7 +226,7 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 	}
 	if wr == nil {
 		defer closePart()
-		o.answerFollowing(w, e, body, got, want, relay.CacheMiss)
+		o.answerFollowing(w, r, e, body, got, want, relay.CacheMiss)
 		return false
 	}
 	rd, rdErr := wr.NewReader() // before the copy, as a fill's leader does
@@ -254,7 +254,7 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 		return true
 	}
 	defer rd.Close()
-	o.answerFollowing(w, wr.Entry(), rd, got, want, relay.CacheMiss)
+	o.answerFollowing(w, r, wr.Entry(), rd, got, want, relay.CacheMiss)
 	// The client's range may end before the stored span does: the answer
 	// ends with the fill, so that the connection's next request sees the
 	// part it stored.
@@ -266,7 +266,7 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 // ranges is nil.
 func (o *Owner) answerPart(w http.ResponseWriter, r *http.Request, part *store.Entry, sp span, ranges []httpcache.ByteRange) {
 	if httpcache.NotModified(r.Method, r.Header, http.StatusOK, part.Header) {
-		o.writeNotModified(w, part, relay.CacheHit)
+		o.writeNotModified(w, r, part, relay.CacheHit)
 		return
 	}
 	body, done, err := o.readerAt(part)
@@ -282,7 +282,7 @@ func (o *Owner) answerPart(w http.ResponseWriter, r *http.Request, part *store.E
 	h.Del("Content-Range")
 	h.Del("Content-Length")
 	h["Accept-Ranges"] = acceptRangesBytes
-	o.cacheHeaders(h, part, relay.CacheHit)
+	o.cacheHeaders(h, r, part, relay.CacheHit)
 	section := func(start, length int64) io.Reader { return io.NewSectionReader(body, start-sp.first, length) }
 	if err := answerRanges(w, r, part.Header, sp.total, ranges, section); err != nil && !reply.IsWriteError(err) {
 		reply.BreakOff(w)
@@ -291,7 +291,7 @@ func (o *Owner) answerPart(w http.ResponseWriter, r *http.Request, part *store.E
 
 // answerFollowing answers want, inside span got, with a 206 from rd, a
 // reader of got's bytes as they are stored (or as they come).
-func (o *Owner) answerFollowing(w http.ResponseWriter, e *store.Entry, rd io.Reader, got span, want httpcache.ByteRange, status string) {
+func (o *Owner) answerFollowing(w http.ResponseWriter, r *http.Request, e *store.Entry, rd io.Reader, got span, want httpcache.ByteRange, status string) {
 	if _, err := io.CopyN(io.Discard, rd, want.Start-got.first); err != nil {
 		http.Error(w, "shardcache: origin response broke off", http.StatusBadGateway)
 		return
@@ -309,7 +309,7 @@ func (o *Owner) answerFollowing(w http.ResponseWriter, e *store.Entry, rd io.Rea
 	h.Set("Content-Range", want.ContentRange(got.total))
 	h.Set("Content-Length", strconv.FormatInt(want.Length, 10))
 	h["Accept-Ranges"] = acceptRangesBytes
-	o.cacheHeaders(h, e, status)
+	o.cacheHeaders(h, r, e, status)
 	w.WriteHeader(http.StatusPartialContent)
 	if _, err := w.Write(first[:k]); err != nil {
 		return

@@ -50,6 +50,7 @@ type fillShare struct {
 // sees one request. sl, when set, is the slice of a large object that key
 // names (see slices.go).
 func (o *Owner) Serve(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, sl *slice.Req) {
+	r = withStatusKey(r, p)
 	now := time.Now()
 	req := httpcache.ForRequest(r.Header)
 	var span trace.Span
@@ -153,7 +154,7 @@ func (o *Owner) serveShare(w http.ResponseWriter, r *http.Request, s *fillShare)
 	if err == nil {
 		defer rd.Close()
 		o.cfg.Metrics.Collapsed.Inc()
-		err = o.Answer(w, r, e, rd, relay.CacheHit)
+		err = o.Answer(w, r, e, rd, cacheCollapsed)
 	}
 	if err == nil {
 		return true

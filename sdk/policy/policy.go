@@ -64,6 +64,8 @@ type Policy struct {
 	// AuthorizeEach checks every use of a stored response with the origin,
 	// with the client's credentials (see the CachePolicy field).
 	AuthorizeEach bool
+	// CacheStatusKey shows the cache key in Cache-Status.
+	CacheStatusKey bool
 	// MaxVariants bounds the Vary variants kept per URL; 0: the node's.
 	MaxVariants int
 	// OriginTimeout bounds an origin request and CollapseTimeout a wait on
@@ -131,6 +133,7 @@ func Compile(p *pb.CachePolicy) (*Policy, error) {
 		VaryBy:               p.GetVaryBy(),
 		ClientHost:           p.GetOriginHost() == "client",
 		AuthorizeEach:        p.GetAuthorizeEveryRequest(),
+		CacheStatusKey:       p.GetCacheStatusKey(),
 		MaxVariants:          int(p.GetMaxVariants()),
 		OriginTimeout:        p.GetOriginTimeout().AsDuration(),
 		CollapseTimeout:      p.GetCollapseTimeout().AsDuration(),

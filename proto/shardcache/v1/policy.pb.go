@@ -366,8 +366,11 @@ type CachePolicy struct {
 	// Requests never share another's check: no collapsing, no hot copies, no stale answers.
 	// Costs one small origin request per use. Not with slice_size or cache_authorized false.
 	AuthorizeEveryRequest bool `protobuf:"varint,32,opt,name=authorize_every_request,json=authorizeEveryRequest,proto3" json:"authorize_every_request,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Cache-Status (RFC 9211) names the cache key each answer was stored under (its key
+	// parameter), for debugging keys; off, as a key may say more than the URL does.
+	CacheStatusKey bool `protobuf:"varint,33,opt,name=cache_status_key,json=cacheStatusKey,proto3" json:"cache_status_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CachePolicy) Reset() {
@@ -624,6 +627,13 @@ func (x *CachePolicy) GetAuthorizeEveryRequest() bool {
 	return false
 }
 
+func (x *CachePolicy) GetCacheStatusKey() bool {
+	if x != nil {
+		return x.CacheStatusKey
+	}
+	return false
+}
+
 var File_shardcache_v1_policy_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_policy_proto_rawDesc = "" +
@@ -642,7 +652,7 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\amethods\x18\x01 \x03(\tR\amethods\x12\x18\n" +
 	"\aheaders\x18\x02 \x03(\tR\aheaders\x12\x18\n" +
 	"\acookies\x18\x03 \x03(\tR\acookies\x12#\n" +
-	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\xf2\v\n" +
+	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\x9c\f\n" +
 	"\vCachePolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x1f\n" +
@@ -682,7 +692,8 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\avary_by\x18\x1e \x03(\tR\x06varyBy\x12\x1f\n" +
 	"\vorigin_host\x18\x1f \x01(\tR\n" +
 	"originHost\x126\n" +
-	"\x17authorize_every_request\x18  \x01(\bR\x15authorizeEveryRequestB\v\n" +
+	"\x17authorize_every_request\x18  \x01(\bR\x15authorizeEveryRequest\x12(\n" +
+	"\x10cache_status_key\x18! \x01(\bR\x0ecacheStatusKeyB\v\n" +
 	"\t_compressB\x13\n" +
 	"\x11_cache_authorizedB\x11\n" +
 	"\x0f_registry_aware*\x85\x01\n" +
