@@ -28,12 +28,9 @@ import (
 // itself as a 200. A range apart from the part, or an answer under another
 // validator, replaces it. Without a strong ETag parts are never combined.
 
-// partKey is where key's part is stored: among key's variants, so that
+// PartKey is where key's part is stored: among key's variants, so that
 // dropping key drops it, and never equal to a variant key (those hold
 // "field=value" pairs).
-func partKey(key string) string { return PartKey(key) }
-
-// PartKey is where a key's stored part (partial content) is kept.
 func PartKey(key string) string { return httpcache.VariantPrefix(key) + "part" }
 
 // span is a part's bytes, first to last, of an object of total bytes.
@@ -45,7 +42,7 @@ func (s span) covers(rg httpcache.ByteRange) bool {
 
 // part returns key's stored part and its span.
 func (o *Owner) part(key string) (*store.Entry, span, bool) {
-	e, ok := o.cfg.Store.Get(partKey(key))
+	e, ok := o.cfg.Store.Get(PartKey(key))
 	if !ok || !o.usable(e) || e.Status != http.StatusPartialContent {
 		return nil, span{}, false
 	}
@@ -208,7 +205,7 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 		len(httpcache.VaryFields(resp.Header)) == 0 && resp.Header.Get("Content-Encoding") == ""
 	h := resp.Header.Clone()
 	h.Del("Content-Length")
-	e := &store.Entry{Key: partKey(key), URL: purge.EntryURL(r), Status: http.StatusPartialContent, Header: h,
+	e := &store.Entry{Key: PartKey(key), URL: purge.EntryURL(r), Status: http.StatusPartialContent, Header: h,
 		Received: now, InitialAge: httpcache.InitialAge(h, requested, now), Lifetime: lifetime}
 	whole := got.first == 0 && got.last == total-1
 	if whole {
@@ -246,7 +243,7 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 		if stored, err := wr.Commit(); err != nil {
 			o.cfg.Logger.Warn("storing a partial response failed", "key", key, "err", err)
 		} else if stored && whole {
-			o.cfg.Store.Delete(partKey(key)) // the whole object is stored now
+			o.cfg.Store.Delete(PartKey(key)) // the whole object is stored now
 		}
 	})
 	if rdErr != nil {
