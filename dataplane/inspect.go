@@ -125,7 +125,9 @@ func (n *Node) serveInspect(w http.ResponseWriter, r *http.Request) {
 					if k == owner.PartKey(key) {
 						kind = "part"
 					}
-					add(kind, strings.TrimPrefix(k, httpcache.VariantPrefix(key)), v)
+					// The request field values the variant is for, as "field=value; ...".
+					values := strings.TrimPrefix(k, httpcache.VariantPrefix(key))
+					add(kind, strings.TrimSuffix(strings.ReplaceAll(values, "\x1e", "; "), "; "), v)
 				}
 			}
 		} else {

@@ -98,16 +98,22 @@ func inspectTable(tw *tabwriter.Writer, in *inspection) {
 	}
 	fmt.Fprintf(tw, "URL\t%s\nPOLICY\t%s\nKEY\t%s\nOWNER\t%s\n\n", in.URL, in.Policy, in.Key, owners)
 	fmt.Fprintln(tw, "NODE\tKIND\tVARIANT\tTIER\tSIZE\tAGE\tFRESH FOR\tFRESHNESS\tVALIDATORS\tTAGS")
+	var unreachable []string
 	for _, n := range in.Nodes {
 		name := n.Node
-		if n.Owner {
+		switch {
+		case len(in.Owners) > 0 && n.Node == in.Owners[0]:
 			name += " (owner)"
+		case n.Owner:
+			name += " (hot owner)"
 		}
+		// Every row has every cell, so that the columns stay aligned.
 		switch {
 		case n.Unreachable != "":
-			fmt.Fprintf(tw, "%s\tunreachable: %s\n", name, n.Unreachable)
-		case len(n.Objects) == 0 && n.Owner:
-			fmt.Fprintf(tw, "%s\tnot stored\n", name)
+			fmt.Fprintf(tw, "%s\tunreachable\t-\t-\t-\t-\t-\t-\t-\t-\n", name)
+			unreachable = append(unreachable, n.Node+": "+n.Unreachable)
+		case len(n.Objects) == 0 && len(in.Owners) > 0 && n.Node == in.Owners[0]:
+			fmt.Fprintf(tw, "%s\tnot stored\t-\t-\t-\t-\t-\t-\t-\t-\n", name)
 		}
 		for _, o := range n.Objects {
 			variant := dash(o.Variant)
@@ -125,6 +131,12 @@ func inspectTable(tw *tabwriter.Writer, in *inspection) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, o.Kind, variant, o.Tier, units.Bytes(o.Size),
 				time.Duration(o.Age)*time.Second, fresh, o.Freshness, dash(validators), dash(strings.Join(o.Tags, ",")))
 		}
+	}
+	for _, u := range unreachable {
+		fmt.Fprintf(tw, "\n%s", u)
+	}
+	if len(unreachable) > 0 {
+		fmt.Fprintln(tw)
 	}
 	if !in.Stored {
 		fmt.Fprintf(tw, "\nnot stored: no node that answered holds %s\n", in.URL)
