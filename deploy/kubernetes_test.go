@@ -511,7 +511,9 @@ func checkSecurity(t *testing.T, m *manifests, ws []workload, node, control work
 			t.Errorf("node: --%s set; insecure, or a secret on the command line", f)
 		}
 	}
-	secretFile(t, node, na, "join-token-file")
+	for _, f := range []string{"join-token-file", "admin-token-file"} {
+		secretFile(t, node, na, f)
+	}
 	ca := args(t, control, flags["control"])
 	if ca["ca"] != "true" || ca["ca-seal-key-file"] == "" {
 		t.Error("control plane: no certificate authority (--ca=true) with its key sealed (--ca-seal-key-file)")
