@@ -166,3 +166,33 @@ func TestARangeOfAnObjectTooLargeToStoreIsCutFromIt(t *testing.T) {
 		t.Fatalf("the origin sent all %d bytes for a 100-byte range", got)
 	}
 }
+
+// TestAPartIsNoVariant: a stored range is kept among its key's variants
+// (so that dropping the key drops it) but does not count against the
+// policy's max_variants.
+func TestAPartIsNoVariant(t *testing.T) {
+	body := strings.Repeat("x", 100)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set("ETag", `"v"`)
+		if r.Header.Get("Range") == "" {
+			w.Header().Set("Vary", "Accept-Language") // the whole object varies; its ranges were asked without
+		}
+		http.ServeContent(w, r, "", time.Time{}, strings.NewReader(body))
+	}))
+	defer origin.Close()
+	_, n := startOne(t, origin.URL)
+	if err := n.ApplyPolicies(&pb.PolicySet{Revision: 2, Policies: []*pb.CachePolicy{
+		{Name: "parts", PathPrefix: "/", PartialContent: true, MaxVariants: 1},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + n.ClientAddr().String() + "/v"
+	if resp, _ := do(t, "GET", url, "Range", "bytes=0-9"); resp.StatusCode != http.StatusPartialContent {
+		t.Fatalf("range: %d", resp.StatusCode)
+	}
+	do(t, "GET", url, "Accept-Language", "en")
+	if resp, _ := do(t, "GET", url, "Accept-Language", "en"); resp.Header.Get("X-Cache") != "HIT" {
+		t.Fatalf("the one variant max_variants allows, beside a stored range: X-Cache %q, want HIT", resp.Header.Get("X-Cache"))
+	}
+}

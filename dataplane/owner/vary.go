@@ -87,9 +87,13 @@ func (o *Owner) variant(key string, fields []string, r *http.Request, p *policy.
 	if _, found := o.cfg.Store.Get(vk); found {
 		return vk, true, noop // a refresh of a variant already counted
 	}
+	stored := o.cfg.Store.Count(key)
+	if _, ok := o.cfg.Store.Peek(PartKey(key)); ok {
+		stored-- // a stored range (partial.go) is among the key's group, but is no variant
+	}
 	o.fillingMu.Lock()
 	defer o.fillingMu.Unlock()
-	if o.cfg.Store.Count(key)+o.filling[key] >= limit {
+	if stored+o.filling[key] >= limit {
 		return "", false, noop
 	}
 	o.filling[key]++
