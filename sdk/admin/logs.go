@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -96,10 +94,6 @@ func (f LogFilter) MatchStatus(status int) bool {
 // the node sends (0: its default); beyond it the node drops records and
 // says how many.
 func (c *Client) StreamLog(ctx context.Context, n *pb.Node, f LogFilter, ncsa bool, rate int, line func(string)) error {
-	base := strings.TrimSuffix(n.GetMember().GetOpsUrl(), "/")
-	if base == "" {
-		return fmt.Errorf("%s: %w", n.GetMember().GetId(), ErrNoOpsURL)
-	}
 	q := f.Query()
 	if ncsa {
 		q.Set("format", "ncsa")
@@ -107,22 +101,11 @@ func (c *Client) StreamLog(ctx context.Context, n *pb.Node, f LogFilter, ncsa bo
 	if rate > 0 {
 		q.Set("rate", strconv.Itoa(rate))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/log?"+q.Encode(), nil)
+	resp, err := c.opsOpen(ctx, n, "/log?"+q.Encode())
 	if err != nil {
 		return err
 	}
-	if c.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s unreachable at %s: %w", n.GetMember().GetId(), base, err)
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("%s /log: %d %s", n.GetMember().GetId(), resp.StatusCode, strings.TrimSpace(string(b)))
-	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {

@@ -125,39 +125,57 @@ func (c *Client) Inspect(ctx context.Context, n *pb.Node, rawURL string) (*Inspe
 // maxOpsAnswer bounds what is read of an ops answer.
 const maxOpsAnswer = 4 << 20
 
+// opsGet reads the answer to a GET of path on n's ops listener, within
+// the client's timeout when ctx has no deadline.
 func (c *Client) opsGet(ctx context.Context, n *pb.Node, path string) ([]byte, error) {
-	base := strings.TrimSuffix(n.GetMember().GetOpsUrl(), "/")
-	if base == "" {
-		return nil, fmt.Errorf("%s: %w", n.GetMember().GetId(), ErrNoOpsURL)
-	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, min(c.cfg.Timeout, 5*time.Second))
 		defer cancel()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	resp, err := c.opsOpen(ctx, n, path)
 	if err != nil {
-		return nil, fmt.Errorf("%s: ops URL %q: %w", n.GetMember().GetId(), base, err)
-	}
-	if c.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%s unreachable at %s: %w", n.GetMember().GetId(), base, err)
+		return nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxOpsAnswer))
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", n.GetMember().GetId(), path, err)
 	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return b, nil
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return nil, fmt.Errorf("%w: %s refused %s: %s", ErrUnauthenticated, n.GetMember().GetId(), path, strings.TrimSpace(string(b)))
-	case http.StatusBadRequest:
-		return nil, fmt.Errorf("%w: %s", ErrInvalid, strings.TrimSpace(string(b)))
+	return b, nil
+}
+
+// opsOpen sends a GET of path to n's ops listener with the admin token
+// and returns its 200 answer, body unread; any other status is an error
+// that says why, ErrUnauthenticated or ErrInvalid where it is one.
+func (c *Client) opsOpen(ctx context.Context, n *pb.Node, path string) (*http.Response, error) {
+	id := n.GetMember().GetId()
+	base := strings.TrimSuffix(n.GetMember().GetOpsUrl(), "/")
+	if base == "" {
+		return nil, fmt.Errorf("%s: %w", id, ErrNoOpsURL)
 	}
-	return nil, fmt.Errorf("%s %s: %d %s", n.GetMember().GetId(), path, resp.StatusCode, strings.TrimSpace(string(b)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: ops URL %q: %w", id, base, err)
+	}
+	if c.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s unreachable at %s: %w", id, base, err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	why := strings.TrimSpace(string(b))
+	switch resp.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return nil, fmt.Errorf("%w: %s refused %s: %s", ErrUnauthenticated, id, path, why)
+	case http.StatusBadRequest:
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, why)
+	}
+	return nil, fmt.Errorf("%s %s: %d %s", id, path, resp.StatusCode, why)
 }
