@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -66,13 +65,7 @@ type nodeInspection struct {
 // inspect asks every node, at once, what it stores for rawURL.
 func inspect(ctx context.Context, c *admin.Client, resp *pb.ListNodesResponse, rawURL string) *inspection {
 	nodes := resp.GetNodes()
-	answers := make([]*admin.Inspection, len(nodes))
-	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Go(func() { answers[i], errs[i] = c.Inspect(ctx, n, rawURL) })
-	}
-	wg.Wait()
+	answers, errs := askNodes(nodes, func(n *pb.Node) (*admin.Inspection, error) { return c.Inspect(ctx, n, rawURL) })
 	in := &inspection{URL: rawURL, Nodes: []nodeInspection{}}
 	for i, n := range nodes {
 		ni := nodeInspection{Node: n.GetMember().GetId(), Objects: []admin.StoredObject{}}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -62,4 +63,38 @@ func nodesTable(tw *tabwriter.Writer, resp *pb.ListNodesResponse, now time.Time)
 				dash(r.GetPeerAddress()), dash(r.GetRemoteAddress()), now.Sub(r.GetAt().AsTime()).Round(time.Second), dash(r.GetReplica()), r.GetReason())
 		}
 	}
+}
+
+// askNodes calls ask for every node at once; its answers and errors are
+// in the nodes' order.
+func askNodes[T any](nodes []*pb.Node, ask func(*pb.Node) (T, error)) ([]T, []error) {
+	answers, errs := make([]T, len(nodes)), make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { answers[i], errs[i] = ask(n) })
+	}
+	wg.Wait()
+	return answers, errs
+}
+
+// liveStats are the nodes' live figures, by node id, and why those that
+// have none could not be read.
+type liveStats struct {
+	stats map[string]*admin.NodeStats
+	errs  map[string]error
+}
+
+// readLive reads every node's live figures from its ops listener, all at
+// once.
+func readLive(ctx context.Context, c *admin.Client, nodes []*pb.Node) liveStats {
+	answers, errs := askNodes(nodes, func(n *pb.Node) (*admin.NodeStats, error) { return c.NodeStats(ctx, n) })
+	l := liveStats{stats: map[string]*admin.NodeStats{}, errs: map[string]error{}}
+	for i, n := range nodes {
+		if errs[i] != nil {
+			l.errs[n.GetMember().GetId()] = errs[i]
+		} else {
+			l.stats[n.GetMember().GetId()] = answers[i]
+		}
+	}
+	return l
 }

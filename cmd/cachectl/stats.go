@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -64,57 +63,25 @@ func newStatsCommand(g *globalOptions) *cobra.Command {
 			if err != nil {
 				return nil, err
 			}
-			s := statsOf(resp, liveLoads(ctx, c, resp))
+			s := statsOf(resp, readLive(ctx, c, resp.GetNodes()))
 			s.wide = g.output == "wide"
 			return s, nil
 		}, statsTable)
 }
 
-// liveLoads reads every node's live counters from its ops listener, all at
-// once; a node that does not answer is left out, with the reason.
-func liveLoads(ctx context.Context, c *admin.Client, resp *pb.ListNodesResponse) map[string]liveLoad {
-	out := make(map[string]liveLoad, len(resp.GetNodes()))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, n := range resp.GetNodes() {
-		wg.Go(func() {
-			st, err := c.NodeStats(ctx, n)
-			mu.Lock()
-			out[n.GetMember().GetId()] = liveLoad{err: err}.with(st)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return out
-}
-
-// liveLoad is a node's live counters, or why they could not be read.
-type liveLoad struct {
-	load *pb.LoadReport
-	err  error
-}
-
-func (l liveLoad) with(st *admin.NodeStats) liveLoad {
-	if st != nil {
-		l.load = st.Load
-	}
-	return l
-}
-
 // statsOf sums the nodes' live counters, or their last load reports when
 // live has none for them.
-func statsOf(resp *pb.ListNodesResponse, live map[string]liveLoad) *clusterStats {
+func statsOf(resp *pb.ListNodesResponse, live liveStats) *clusterStats {
 	s := &clusterStats{Nodes: []*trafficStats{}, Total: newTrafficStats("total")}
 	s.Total.Live = true
 	for _, n := range resp.GetNodes() {
 		l := n.GetLoad()
 		ns := newTrafficStats(n.GetMember().GetId())
-		switch ll, ok := live[ns.Node]; {
-		case ok && ll.err == nil:
-			l, ns.Live = ll.load, true
-		case ok:
-			ns.Unreachable = ll.err.Error()
-		default:
+		if st, ok := live.stats[ns.Node]; ok {
+			l, ns.Live = st.Load, true
+		} else if err, ok := live.errs[ns.Node]; ok {
+			ns.Unreachable = err.Error()
+		} else {
 			ns.Unreachable = "not asked"
 		}
 		s.Total.Live = s.Total.Live && ns.Live

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/admin"
 )
 
 func testLoads() *pb.ListNodesResponse {
@@ -21,10 +22,10 @@ func testLoads() *pb.ListNodesResponse {
 	}}
 }
 
-func testLive() map[string]liveLoad {
+func testLive() liveStats {
 	r := testLoads()
-	return map[string]liveLoad{"node-1": {load: r.Nodes[0].Load}, "node-2": {load: r.Nodes[1].Load},
-		"node-3": {err: errors.New("node-3 unreachable at http://127.0.0.1:9193: connection refused")}}
+	return liveStats{stats: map[string]*admin.NodeStats{"node-1": {Load: r.Nodes[0].Load}, "node-2": {Load: r.Nodes[1].Load}},
+		errs: map[string]error{"node-3": errors.New("node-3 unreachable at http://127.0.0.1:9193: connection refused")}}
 }
 
 func TestStatsOutput(t *testing.T) {

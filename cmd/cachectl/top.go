@@ -11,7 +11,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -106,28 +105,12 @@ type top struct {
 }
 
 // read asks every node for its live figures at once.
-func (t *top) read(ctx context.Context) (*pb.ListNodesResponse, map[string]*admin.NodeStats, map[string]error, error) {
+func (t *top) read(ctx context.Context) (*pb.ListNodesResponse, liveStats, error) {
 	resp, err := t.c.ListNodes(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, liveStats{}, err
 	}
-	stats, errs := map[string]*admin.NodeStats{}, map[string]error{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, n := range resp.GetNodes() {
-		wg.Go(func() {
-			st, err := t.c.NodeStats(ctx, n)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs[n.GetMember().GetId()] = err
-				return
-			}
-			stats[n.GetMember().GetId()] = st
-		})
-	}
-	wg.Wait()
-	return resp, stats, errs, nil
+	return resp, readLive(ctx, t.c, resp.GetNodes()), nil
 }
 
 // sample reads twice, an interval apart, and returns the rates between.
@@ -145,10 +128,11 @@ func (t *top) sample(ctx context.Context) (*topView, error) {
 
 // next reads the nodes and returns the rates since the previous reading.
 func (t *top) next(ctx context.Context) (*topView, error) {
-	resp, stats, errs, err := t.read(ctx)
+	resp, live, err := t.read(ctx)
 	if err != nil {
 		return nil, err
 	}
+	stats, errs := live.stats, live.errs
 	now := time.Now()
 	secs := now.Sub(t.prevAt).Seconds()
 	v := &topView{Interval: t.interval.String(), Nodes: []*topNode{}, Total: &topNode{Node: "total"}, HotKeys: []hotKey{}}
