@@ -56,12 +56,21 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 			ttl, storable := ownerJudged(rec.Header())
 			f.cfg.Shadow.Observe(rec.Key, representationSize(r, rec), ttl, storable)
 		}
-		f.logAccess(r, rec, client, route, cache, start, elapsed)
-		if f.cfg.Logs.Active() { // a record is built only while someone streams
-			f.cfg.Logs.Publish(&logstream.Record{Start: start, Client: client, ForwardedFor: r.Header.Get("X-Forwarded-For"),
+		// One record for the access log and the log streams, built only
+		// when one of them takes it.
+		logged := f.cfg.AccessLog != nil && (rec.Status >= 500 || f.cfg.AccessLogSample >= 1 || rand.Float64() < f.cfg.AccessLogSample)
+		if streamed := f.cfg.Logs.Active(); logged || streamed {
+			lr := logstream.Record{Start: start, Client: client, ForwardedFor: r.Header.Get("X-Forwarded-For"),
 				Method: r.Method, Host: r.Host, Path: r.URL.RequestURI(), Proto: r.Proto, Status: rec.Status, Bytes: rec.Bytes,
 				DurationMS: float64(elapsed.Microseconds()) / 1000, Cache: cache, Route: route, ServedBy: rec.Header().Get("X-Cache-Node"),
-				Node: f.cfg.ID, TraceID: traceID(r.Context()), Referer: r.Referer(), UserAgent: r.UserAgent()})
+				Node: f.cfg.ID, TraceID: traceID(r.Context()), Referer: r.Referer(), UserAgent: r.UserAgent()}
+			if logged {
+				f.logAccess(&lr)
+			}
+			if streamed {
+				shared := lr // the streams keep it; the log's copy stays on the stack
+				f.cfg.Logs.Publish(&shared)
+			}
 		}
 		if f.cfg.Tracer != nil {
 			annotate(r.Context(), attribute.String("shardcache.node", f.cfg.ID), attribute.String("shardcache.route", route),
@@ -269,28 +278,25 @@ func methodLabel(m string) string {
 	return "other"
 }
 
-// logAccess writes the request's access-log line, one JSON object, when
-// the access log is on and the request is sampled; 5xx answers are always
-// logged.
-func (f *Front) logAccess(r *http.Request, rec *reply.Recorder, client, route, cache string, start time.Time, elapsed time.Duration) {
-	if f.cfg.AccessLog == nil || rec.Status < 500 && f.cfg.AccessLogSample < 1 && rand.Float64() >= f.cfg.AccessLogSample {
-		return
-	}
+// logAccess writes the request's access-log line, one JSON object. The
+// caller decides whether the request is logged (the access log is on and
+// the request sampled; 5xx answers always).
+func (f *Front) logAccess(lr *logstream.Record) {
 	f.cfg.AccessLog.LogAttrs(context.Background(), slog.LevelInfo, "request",
-		slog.Time("start", start),
-		slog.String("client", client),
-		slog.String("forwarded_for", r.Header.Get("X-Forwarded-For")),
-		slog.String("method", r.Method),
-		slog.String("host", r.Host),
-		slog.String("path", r.URL.RequestURI()),
-		slog.Int("status", rec.Status),
-		slog.Int64("bytes", rec.Bytes),
-		slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
-		slog.String("cache", cache),
-		slog.String("route", route),
-		slog.String("served_by", rec.Header().Get("X-Cache-Node")),
-		slog.String("node", f.cfg.ID),
-		slog.String("trace_id", traceID(r.Context())),
+		slog.Time("start", lr.Start),
+		slog.String("client", lr.Client),
+		slog.String("forwarded_for", lr.ForwardedFor),
+		slog.String("method", lr.Method),
+		slog.String("host", lr.Host),
+		slog.String("path", lr.Path),
+		slog.Int("status", lr.Status),
+		slog.Int64("bytes", lr.Bytes),
+		slog.Float64("duration_ms", lr.DurationMS),
+		slog.String("cache", lr.Cache),
+		slog.String("route", lr.Route),
+		slog.String("served_by", lr.ServedBy),
+		slog.String("node", lr.Node),
+		slog.String("trace_id", lr.TraceID),
 	)
 }
 
