@@ -2,34 +2,22 @@ package httpcache
 
 import (
 	"net/http"
-	"strconv"
 	"strings"
 )
 
 // Accepts reports whether a request's Accept-Encoding allows coding (RFC
 // 9110 12.5.3): named, or covered by "*", with a non-zero weight. A named
-// entry overrides "*".
+// entry overrides "*"; x-gzip and x-compress name gzip and compress
+// (8.4.1).
 func Accepts(req http.Header, coding string) bool {
-	named, star := -1.0, -1.0
+	coding = codingName(coding)
+	named, star := -1, -1
 	for _, v := range req.Values("Accept-Encoding") {
-		for _, item := range strings.Split(v, ",") {
-			name, params, _ := strings.Cut(strings.TrimSpace(item), ";")
-			name = strings.TrimSpace(name)
-			q := 1.0
-			for _, p := range strings.Split(params, ";") {
-				k, val, ok := strings.Cut(strings.TrimSpace(p), "=")
-				if ok && strings.EqualFold(strings.TrimSpace(k), "q") {
-					if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil && f >= 0 && f <= 1 {
-						q = f
-					} else {
-						q = 0 // an invalid weight accepts nothing
-					}
-				}
-			}
-			switch {
-			case strings.EqualFold(name, coding):
+		for item := range strings.SplitSeq(v, ",") {
+			switch name, q := codingWeight(item); name {
+			case coding:
 				named = max(named, q)
-			case name == "*":
+			case "*":
 				star = max(star, q)
 			}
 		}
@@ -38,6 +26,55 @@ func Accepts(req http.Header, coding string) bool {
 		return named > 0
 	}
 	return star > 0
+}
+
+// codingWeight reads one Accept-Encoding item: its coding as codingName
+// has it ("" for none) and its weight in thousandths (an invalid weight
+// accepts nothing).
+func codingWeight(item string) (string, int) {
+	name, params, _ := strings.Cut(strings.TrimSpace(item), ";")
+	q := 1000
+	for p := range strings.SplitSeq(params, ";") {
+		k, val, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if ok && strings.EqualFold(strings.TrimSpace(k), "q") {
+			w, valid := qvalue(strings.TrimSpace(val))
+			q = w
+			if !valid {
+				q = 0
+			}
+		}
+	}
+	return codingName(name), q
+}
+
+// codingName is a content coding's name in one form: lower case, x-gzip
+// as gzip and x-compress as compress (RFC 9110 8.4.1.1, 8.4.1.3).
+func codingName(c string) string {
+	c = strings.ToLower(strings.TrimSpace(c))
+	switch c {
+	case "x-gzip":
+		return "gzip"
+	case "x-compress":
+		return "compress"
+	}
+	return c
+}
+
+// Identity reports whether a Content-Encoding value codes nothing.
+func Identity(ce string) bool {
+	ce = strings.TrimSpace(ce)
+	return ce == "" || strings.EqualFold(ce, "identity")
+}
+
+// AcceptsAll reports whether a request's Accept-Encoding allows every
+// coding a response's Content-Encoding lists (identity always).
+func AcceptsAll(req http.Header, ce string) bool {
+	for c := range strings.SplitSeq(ce, ",") {
+		if !Identity(c) && !Accepts(req, c) {
+			return false
+		}
+	}
+	return true
 }
 
 // AddVary adds field to the Vary header unless it is there already.

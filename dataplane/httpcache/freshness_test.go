@@ -157,31 +157,73 @@ func TestAcceptLanguageIsNormalised(t *testing.T) {
 	}
 }
 
-// Accept values that list the same media ranges select the same variant,
-// however they are ordered, spaced or split over lines (a container
-// registry client sends one line per media type).
+// Accept values that ask the same select the same variant: spaced,
+// cased or split over lines differently (a container registry client sends
+// one line per media type), a range repeated, weights written otherwise.
+// Values a negotiator may answer differently select different ones: equal
+// weights in another order (it may take the first), parameter values in
+// another case, a range past any bound.
 func TestAcceptIsNormalised(t *testing.T) {
 	key := func(v ...string) string { return VariantKey("k", []string{"accept"}, http.Header{"Accept": v}) }
 	oci, docker := "application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json"
 	same := [][]string{
 		{oci + ", " + docker},
-		{docker + "," + oci},
-		{docker, oci},
+		{oci + "," + docker},
+		{oci, docker},
 		{" " + strings.ToUpper(oci), docker, oci},
+		{oci + ";q=1.0", docker + " ; q=1"},
 	}
 	for _, v := range same[1:] {
 		if key(v...) != key(same[0]...) {
 			t.Errorf("Accept %q selects another variant than %q", v, same[0])
 		}
 	}
-	if key(oci) == key(docker) || key(oci) == key(oci, docker) {
-		t.Error("different media ranges select the same variant")
+	if key("a/a;q=0.5, b/b") != key("b/b, a/a;q=0.5") {
+		t.Error("the same weights in another order select another variant")
+	}
+	different := [][2]string{
+		{oci, docker},
+		{oci, oci + ", " + docker},
+		{"application/json, text/html", "text/html, application/json"},
+		{"text/html;level=A", "text/html;level=a"},
+	}
+	for _, d := range different {
+		if key(d[0]) == key(d[1]) {
+			t.Errorf("Accept %q and %q select the same variant", d[0], d[1])
+		}
 	}
 	many := make([]string, 100)
 	for i := range many {
 		many[i] = fmt.Sprintf("type/t%03d", i)
 	}
-	if k := key(many...); len(k) > 32*len("type/t000,")+32 {
-		t.Errorf("a variant key of %d bytes for 100 media ranges; want at most 32 kept", len(k))
+	if key(many...) == key(many[:99]...) {
+		t.Error("the 100th media range does not count")
+	}
+}
+
+// Accept-Encoding selects a variant by what it accepts: x-gzip is gzip,
+// weights and order do not matter, a coding the node does not know keeps
+// a variant of its own, and a refusal is not an acceptance.
+func TestAcceptEncodingIsNormalised(t *testing.T) {
+	key := func(v string) string {
+		return VariantKey("k", []string{"accept-encoding"}, http.Header{"Accept-Encoding": {v}})
+	}
+	same := [][2]string{{"gzip", "x-gzip"}, {"gzip, br", "br;q=0.5, GZIP"}}
+	for _, s := range same {
+		if key(s[0]) != key(s[1]) {
+			t.Errorf("Accept-Encoding %q and %q select different variants", s[0], s[1])
+		}
+	}
+	different := [][2]string{{"gzip", ""}, {"x-gzip", ""}, {"gzip", "gzip, foo"}, {"foo", ""}, {"*", "*, gzip;q=0"}, {"gzip;q=0", "gzip"}}
+	for _, d := range different {
+		if key(d[0]) == key(d[1]) {
+			t.Errorf("Accept-Encoding %q and %q select the same variant", d[0], d[1])
+		}
+	}
+	if !Accepts(http.Header{"Accept-Encoding": {"x-gzip"}}, "gzip") || Accepts(http.Header{"Accept-Encoding": {"x-gzip;q=0, *"}}, "gzip") {
+		t.Error("x-gzip is not read as gzip")
+	}
+	if AcceptsAll(http.Header{}, "gzip") || !AcceptsAll(http.Header{"Accept-Encoding": {"br, gzip"}}, "gzip, br") || !AcceptsAll(http.Header{}, "identity") {
+		t.Error("AcceptsAll is wrong")
 	}
 }

@@ -64,13 +64,7 @@ func URLKey(k string) string {
 func varyValue(field string, h http.Header) string {
 	vals := h.Values(textproto.CanonicalMIMEHeaderKey(field))
 	if field == "accept-encoding" {
-		var acc []string
-		for _, c := range []string{"br", "deflate", "gzip", "zstd"} {
-			if Accepts(h, c) {
-				acc = append(acc, c)
-			}
-		}
-		return strings.Join(acc, ",")
+		return normalCodings(vals)
 	}
 	if field == "accept-language" {
 		return normalLanguages(vals)
@@ -97,26 +91,92 @@ func SameVariant(fields []string, a, b http.Header) bool {
 	return true
 }
 
-// maxMediaRanges bounds the media ranges a variant key keeps.
-const maxMediaRanges = 32
-
 // normalMediaRanges is an Accept value (RFC 9110 12.5.1) in one form for
-// every request that asks the same: the set of its media ranges, each
-// lower-cased and without spaces, sorted and without repeats, however the
-// client ordered them or split them over lines (their order means nothing:
-// weights and specificity rank them). At most maxMediaRanges are kept.
+// every request that asks the same: its media ranges as listed (the lines
+// of the field joined), each without spaces, its type, subtype and
+// parameter names lower-cased (they are case-insensitive, 8.3.1; parameter
+// values are kept as sent), a weight written in thousandths, repeats
+// dropped, and ranked by weight, highest first, ranges of equal weight in
+// the client's order: a negotiator may take the first of those.
+// "text/html, application/json" and "application/json, text/html" are two
+// variants.
 func normalMediaRanges(vals []string) string {
-	var ranges []string
+	type mediaRange struct {
+		r string
+		q int
+	}
+	var ranges []mediaRange
 	for _, v := range vals {
-		for r := range strings.SplitSeq(v, ",") {
-			r = strings.ToLower(strings.Join(strings.Fields(r), ""))
-			if r != "" && !slices.Contains(ranges, r) {
-				ranges = append(ranges, r)
+		for part := range strings.SplitSeq(v, ",") {
+			mr, params, _ := strings.Cut(strings.Join(strings.Fields(part), ""), ";")
+			if mr == "" {
+				continue
+			}
+			out, q := strings.ToLower(mr), 1000
+			for param := range strings.SplitSeq(params, ";") {
+				name, val, _ := strings.Cut(param, "=")
+				if name = strings.ToLower(name); name == "" {
+					continue
+				}
+				if name == "q" {
+					if w, ok := qvalue(val); ok {
+						q = w
+						continue
+					}
+				}
+				out += ";" + name + "=" + val
+			}
+			if !slices.ContainsFunc(ranges, func(m mediaRange) bool { return m.r == out }) {
+				ranges = append(ranges, mediaRange{out, q})
 			}
 		}
 	}
-	slices.Sort(ranges)
-	return strings.Join(ranges[:min(len(ranges), maxMediaRanges)], ",")
+	slices.SortStableFunc(ranges, func(a, b mediaRange) int { return b.q - a.q })
+	var b strings.Builder
+	for i, m := range ranges {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(m.r)
+		if m.q < 1000 {
+			b.WriteString(";q=")
+			b.WriteString(strconv.Itoa(m.q))
+		}
+	}
+	return b.String()
+}
+
+// normalCodings is an Accept-Encoding value (RFC 9110 12.5.3) as the set
+// of what it accepts: the codings named with a non-zero weight, x-gzip
+// and x-compress as gzip and compress (8.4.1), sorted; "*" when it
+// accepts any other; "-c" for a coding it names with weight 0. Codings
+// the node does not know keep a variant of their own: an origin may
+// answer them.
+func normalCodings(vals []string) string {
+	var named []string
+	star := -1
+	for _, v := range vals {
+		for item := range strings.SplitSeq(v, ",") {
+			switch name, q := codingWeight(item); {
+			case name == "":
+			case name == "*":
+				star = max(star, q)
+			case q > 0:
+				named = append(named, name)
+			default:
+				named = append(named, "-"+name)
+			}
+		}
+	}
+	switch {
+	case star > 0:
+		named = append(named, "*")
+	case star == 0:
+		named = append(named, "-*")
+	}
+	slices.Sort(named)
+	named = slices.Compact(named)
+	return strings.Join(named, ",")
 }
 
 // maxLanguages bounds the language ranges a variant key keeps.

@@ -43,8 +43,12 @@ func registryManifest(r *http.Request, h http.Header) bool {
 }
 
 // addVary adds to h's Vary the fields the policy says the origin varies
-// on without naming them.
+// on without naming them, and Accept-Encoding to a coded answer's: a
+// stored coding is served only to requests that accept it.
 func addVary(p *policy.Policy, r *http.Request, h http.Header) {
+	if !httpcache.Identity(h.Get("Content-Encoding")) {
+		httpcache.AddVary(h, "Accept-Encoding")
+	}
 	for _, f := range p.VaryBy {
 		httpcache.AddVary(h, f)
 	}

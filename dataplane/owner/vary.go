@@ -23,8 +23,17 @@ const (
 )
 
 // lookup returns the stored response for r under key, following a Vary
-// marker to r's variant; nil when there is none.
+// marker to r's variant; nil when there is none, or when it is coded in a
+// way r does not accept.
 func (o *Owner) lookup(key string, r *http.Request) *store.Entry {
+	e := o.find(key, r)
+	if e != nil && !httpcache.AcceptsAll(r.Header, e.Header.Get("Content-Encoding")) {
+		return nil
+	}
+	return e
+}
+
+func (o *Owner) find(key string, r *http.Request) *store.Entry {
 	e, ok := o.cfg.Store.Get(key)
 	if !ok || !o.usable(e) {
 		return nil
