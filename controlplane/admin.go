@@ -226,6 +226,7 @@ func (a *adminService) PutPolicies(ctx context.Context, req *pb.PutPoliciesReque
 		}
 		v := policyViolations(p)
 		v = append(v, overlapViolations(p, others)...)
+		v = append(v, loopViolations(ctx, p, a.hub.epoch())...)
 		if len(v) > 0 {
 			return nil, invalidPolicy(p.GetName(), v)
 		}

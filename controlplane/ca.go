@@ -18,7 +18,9 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"os"
+	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -264,6 +266,37 @@ func (ca *certAuthority) issue(csrPEM []byte, id string) (*pb.Certificate, error
 	}, nil
 }
 
+// issueServer signs a TLS server certificate for the control plane's own
+// names (DNS names or IP addresses), with a key made for it.
+func (ca *certAuthority) issueServer(names []string) (*tls.Certificate, time.Time, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: names[0], OrganizationalUnit: []string{"shardcache control plane"}},
+		NotBefore:    now.Add(-time.Minute),
+		NotAfter:     now.Add(max(ca.ttl, time.Hour)),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		// The names the control plane serves as: no node is issued them.
+	}
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("signing: %w", err)
+	}
+	return &tls.Certificate{Certificate: [][]byte{der, ca.cert.Raw}, PrivateKey: key}, tmpl.NotAfter, nil
+}
+
 // certificate answers a node's CSR: the certificate, or why there is none.
 func (n *nodeService) certificate(csr []byte, id string) *pb.Certificate {
 	ca := n.ca.Load()
@@ -272,6 +305,12 @@ func (n *nodeService) certificate(csr []byte, id string) *pb.Certificate {
 			return &pb.Certificate{Error: "the certificate authority is not loaded yet; ask again"}
 		}
 		return &pb.Certificate{Error: "this control plane issues no certificates (start it with the certificate authority on)"}
+	}
+	if slices.Contains(n.tlsNames, id) {
+		// A peer certificate for a name the control plane serves TLS as
+		// would let its holder pose as the control plane.
+		n.log.Warn("refused a certificate request for one of the control plane's own TLS names", "node", id)
+		return &pb.Certificate{Error: fmt.Sprintf("member id %q is one of the control plane's TLS names: choose another id", id)}
 	}
 	cert, err := ca.issue(csr, id)
 	if err != nil {

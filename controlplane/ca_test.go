@@ -179,7 +179,7 @@ func TestTheCAKeyInEtcdIsSealed(t *testing.T) {
 }
 
 // A CA kept in etcd needs the seal key; a control plane off loopback
-// needs a join token, or the insecure flag.
+// needs a join token and TLS, or the insecure flags.
 func TestInsecureSetupsAreRefusedAtStart(t *testing.T) {
 	base := Config{ListenAddr: "127.0.0.1:0", EtcdEndpoints: []string{"http://127.0.0.1:2379"}, AdminToken: "t"}
 	check := func(c Config, want string) {
@@ -197,9 +197,20 @@ func TestInsecureSetupsAreRefusedAtStart(t *testing.T) {
 	check(c, "")
 	c = base
 	c.ListenAddr = "0.0.0.0:7070"
+	c.TLS.InsecurePlaintext = true
 	check(c, "--join-token-file")
 	c.InsecureOpenJoin = true
 	check(c, "")
 	c.InsecureOpenJoin, c.JoinToken = false, "j"
 	check(c, "")
+	c.TLS.InsecurePlaintext = false
+	check(c, "--insecure-plaintext")
+	c.TLS.CertFile, c.TLS.KeyFile = "tls.crt", "tls.key"
+	check(c, "")
+	c.TLS = TLSConfig{Names: []string{"control.example"}}
+	check(c, "--ca")
+	c.CA = CAConfig{Enabled: true, SealKeyFile: "/run/secrets/seal"}
+	check(c, "")
+	c.EtcdTLS.CertFile = "etcd.crt"
+	check(c, "--etcd-key")
 }

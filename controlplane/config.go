@@ -24,6 +24,9 @@ type Config struct {
 	// EtcdEndpoints are the client URLs of an existing etcd cluster. Empty
 	// starts an embedded etcd configured by EmbeddedEtcd.
 	EtcdEndpoints []string
+	// EtcdTLS, when a file is named, connects to EtcdEndpoints over TLS
+	// (and mutual TLS with a client certificate).
+	EtcdTLS EtcdTLSConfig
 	// EtcdDialTimeout bounds the first contact with etcd; an unreachable etcd
 	// makes Run fail after it. Default 5s.
 	EtcdDialTimeout time.Duration
@@ -76,10 +79,16 @@ type Config struct {
 	// InsecureOpenJoin lets any process that reaches ListenAddr join the
 	// ring (and get peer certificates) without a join token.
 	InsecureOpenJoin bool
+	// AuthRetryEvery is how often a caller that has used up its failed
+	// authentications (10 per credential) is verified again: its next
+	// attempt waits this long, then a right credential passes. Default
+	// 6 s.
+	AuthRetryEvery time.Duration
 
-	// TLS, when its certificate is set, serves gRPC over TLS; with a client
-	// CA it also accepts admin callers by client certificate (mTLS) instead
-	// of the bearer token.
+	// TLS, when its certificate is set (or its Names, issued by CA),
+	// serves gRPC over TLS; with a client CA it also accepts admin callers
+	// by client certificate (mTLS) instead of the bearer token. Off
+	// loopback, it is required unless TLS.InsecurePlaintext says not.
 	TLS TLSConfig
 
 	// CA makes the control plane the cluster's certificate authority for
@@ -120,6 +129,15 @@ type CAConfig struct {
 type TLSConfig struct {
 	// CertFile and KeyFile are the server's certificate and key.
 	CertFile, KeyFile string
+	// Names, without CertFile, has the replica serve TLS with a
+	// certificate its own certificate authority (CA, which must be on)
+	// issues it for these DNS names and IP addresses, renewed before it
+	// expires: nodes and cachectl verify it with the CA's certificate.
+	Names []string
+	// InsecurePlaintext serves gRPC without TLS on a listener off
+	// loopback: tokens then cross the network in the clear. Without it
+	// such a replica refuses to start.
+	InsecurePlaintext bool
 	// ClientCAFile, when set, verifies client certificates: an admin caller
 	// presenting one signed by this CA needs no token.
 	ClientCAFile string
@@ -137,6 +155,9 @@ type EmbeddedEtcdConfig struct {
 }
 
 func (c *Config) setDefaults() {
+	if c.AuthRetryEvery == 0 {
+		c.AuthRetryEvery = authLimitEvery
+	}
 	if c.ListenAddr == "" {
 		c.ListenAddr = "127.0.0.1:7070"
 	}
@@ -243,11 +264,38 @@ func (c *Config) Validate() error {
 	if c.CA.Enabled && c.CA.CertTTL < 2*time.Second {
 		return fmt.Errorf("issued certificate lifetime %s is below the 2s minimum", c.CA.CertTTL)
 	}
-	if c.TLS.ClientCAFile != "" && c.TLS.CertFile == "" {
-		return errors.New("a client CA (mTLS) needs the server's TLS certificate and key")
+	if c.TLS.ClientCAFile != "" && !c.TLS.enabled() {
+		return errors.New("a client CA (mTLS) needs the server's TLS certificate and key, or --tls-names")
+	}
+	if len(c.TLS.Names) > 0 && (c.TLS.CertFile != "" || !c.CA.Enabled) {
+		return errors.New("--tls-names has the control plane's own certificate authority (--ca) issue its TLS certificate: " +
+			"turn --ca on, and give no --tls-cert")
+	}
+	if !c.TLS.enabled() && !c.TLS.InsecurePlaintext && !loopback.Only(c.ListenAddr) {
+		return fmt.Errorf("the control plane listens on %s, off loopback, without TLS: admin and join tokens would cross the "+
+			"network in the clear. Set --tls-cert and --tls-key, or --tls-names with --ca (a certificate its CA issues), "+
+			"or --insecure-plaintext", c.ListenAddr)
+	}
+	if (c.EtcdTLS.CertFile == "") != (c.EtcdTLS.KeyFile == "") {
+		return errors.New("an etcd client certificate needs both --etcd-cert and --etcd-key")
 	}
 	return nil
 }
+
+// enabled reports whether the replica serves TLS.
+func (t TLSConfig) enabled() bool { return t.CertFile != "" || len(t.Names) > 0 }
+
+// EtcdTLSConfig names the PEM files of the replica's TLS to etcd.
+type EtcdTLSConfig struct {
+	// CAFile verifies etcd's certificate; empty: the system roots (for
+	// https:// endpoints).
+	CAFile string
+	// CertFile and KeyFile are the client certificate etcd may require.
+	CertFile, KeyFile string
+}
+
+// enabled reports whether any file is named.
+func (t EtcdTLSConfig) enabled() bool { return t.CAFile != "" || t.CertFile != "" }
 
 func validateURL(s string) error {
 	u, err := url.Parse(s)

@@ -51,10 +51,10 @@ func newMetrics(s *Server) *metrics {
 			Name: "shardcache_control_purges_total", Help: "Purges recorded through this replica, by kind (url, prefix, tag).",
 		}, []string{"kind"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_control_auth_failures_total", Help: "Failed authentications, by credential (admin, join).",
+			Name: "shardcache_control_auth_failures_total", Help: "Failed authentications, by credential (admin, join, relayed_purge: a PURGE a node relays, held against its client).",
 		}, []string{"credential"}),
 		authThrottled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_control_auth_throttled_total", Help: "Authentication attempts refused unread, their caller having failed too often, by credential.",
+			Name: "shardcache_control_auth_throttled_total", Help: "Authentication attempts refused unread, their caller having failed too often and another of its attempts waiting to be verified, by credential.",
 		}, []string{"credential"}),
 	}
 	epochs := prometheus.NewCounterFunc(prometheus.CounterOpts{

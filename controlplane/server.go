@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -59,9 +60,21 @@ type Server struct {
 	epochsWritten atomic.Uint64
 	metrics       *metrics
 	opsAddr       atomic.Pointer[net.TCPAddr]
-	// authLimit holds failed authentications against their callers.
-	authLimit *authlimit.Limiter
+	// limits hold failed authentications against their callers, one
+	// limiter per credential: a flood of wrong admin tokens spends no
+	// node's joins, and a client guessing through a node spends neither
+	// the node's nor another client's allowance.
+	limits map[string]*authlimit.Limiter
 }
+
+// The credentials, each limited on its own (Server.limits): the join
+// token of a node's session, the admin token of an admin call, and the
+// admin token of a PURGE a node relays for a client.
+const (
+	credJoin  = "join"
+	credAdmin = "admin"
+	credPurge = "relayed_purge"
+)
 
 // New checks cfg and returns a replica ready to Run.
 func New(cfg Config) (*Server, error) {
@@ -70,7 +83,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, hub: newHub(), policies: newPolicyHub(), purgeHub: newPurgeHub(),
-		ready: make(chan struct{}), authLimit: authlimit.New(authLimitEvery, authLimitBurst, authLimitCallers)}
+		ready: make(chan struct{}), limits: map[string]*authlimit.Limiter{}}
+	for _, c := range []string{credJoin, credAdmin, credPurge} {
+		s.limits[c] = authlimit.New(cfg.AuthRetryEvery, authLimitBurst, authLimitCallers)
+	}
 	s.metrics = newMetrics(s)
 	return s, nil
 }
@@ -126,7 +142,12 @@ func (s *Server) Run(ctx context.Context) error {
 		endpoints = []string{s.cfg.EmbeddedEtcd.ClientURL}
 		s.log.Info("embedded etcd ready", "client_url", s.cfg.EmbeddedEtcd.ClientURL, "dir", s.cfg.EmbeddedEtcd.Dir)
 	}
+	etcdTLS, err := s.cfg.EtcdTLS.client()
+	if err != nil {
+		return err
+	}
 	cli, err := clientv3.New(clientv3.Config{
+		TLS:         etcdTLS,
 		Endpoints:   endpoints,
 		DialTimeout: s.cfg.EtcdDialTimeout,
 		Logger:      zap.NewNop(),
@@ -158,7 +179,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.ca.Store(ca)
 	}
 
-	creds, err := serverCredentials(s.cfg.TLS)
+	creds, err := serverCredentials(s.cfg.TLS, s.ca.Load())
 	if err != nil {
 		return err
 	}
@@ -230,27 +251,22 @@ func stopGRPC(gs *grpc.Server, grace time.Duration) {
 }
 
 func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption) *grpc.Server {
-	token := []byte("Bearer " + s.cfg.AdminToken)
 	authFn := func(ctx context.Context) (context.Context, error) {
 		if verifiedClientCert(ctx) {
 			return ctx, nil // mTLS: the handshake verified the caller against the client CA
 		}
-		if err := s.authAllowed(ctx, "admin"); err != nil {
-			return nil, err
-		}
-		got, err := auth.AuthFromMD(ctx, "bearer")
-		if err != nil {
-			s.authFailed(ctx, "admin")
-			return nil, err
-		}
-		if s.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte("Bearer "+got), token) != 1 {
-			s.authFailed(ctx, "admin")
+		cred, who := s.adminCaller(ctx)
+		got, _ := auth.AuthFromMD(ctx, "bearer")
+		err := s.checkCredential(ctx, cred, who, func() bool { return secretEqual(got, s.cfg.AdminToken) })
+		if errors.Is(err, authlimit.ErrWrong) {
 			return nil, status.Error(codes.Unauthenticated, "invalid admin token")
 		}
-		return ctx, nil
+		return ctx, err
 	}
+	// The admin token guards the AdminService and reflection, which lists
+	// every service and message; health stays open for probes.
 	adminOnly := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
-		return c.Service == pb.AdminService_ServiceDesc.ServiceName
+		return c.Service == pb.AdminService_ServiceDesc.ServiceName || strings.HasPrefix(c.Service, "grpc.reflection.")
 	})
 	panicToStatus := recovery.WithRecoveryHandler(func(p any) error {
 		s.log.Error("panic in RPC handler", "panic", p)
@@ -286,21 +302,23 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 		),
 	)...)
 	pb.RegisterNodeServiceServer(gs, &nodeService{
-		state:       s.state,
-		hub:         s.hub,
-		policies:    s.policies,
-		purges:      s.purgeHub,
-		joinToken:   s.cfg.JoinToken,
-		authAllowed: s.authAllowed,
-		authFailed:  s.authFailed,
-		leaseTTL:    s.cfg.LeaseTTL,
-		replica:     s.cfg.ReplicaID,
-		stopping:    stopping,
-		log:         s.log,
-		ca:          &s.ca,
-		caWanted:    s.cfg.CA.Enabled,
-		sessions:    s.metrics.sessions,
-		refused:     s.metrics.refused,
+		state:     s.state,
+		hub:       s.hub,
+		policies:  s.policies,
+		purges:    s.purgeHub,
+		joinToken: s.cfg.JoinToken,
+		tlsNames:  s.cfg.TLS.Names,
+		checkJoin: func(ctx context.Context, verify func() bool) error {
+			return s.checkCredential(ctx, credJoin, authlimit.Key(caller(ctx)), verify)
+		},
+		leaseTTL: s.cfg.LeaseTTL,
+		replica:  s.cfg.ReplicaID,
+		stopping: stopping,
+		log:      s.log,
+		ca:       &s.ca,
+		caWanted: s.cfg.CA.Enabled,
+		sessions: s.metrics.sessions,
+		refused:  s.metrics.refused,
 	})
 	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub, policies: s.policies, replica: s.cfg.ReplicaID,
 		purgesRecorded: s.metrics.purges, tracer: s.tracer()})
@@ -362,9 +380,9 @@ func (s *Server) watchEpochs(ctx context.Context) error {
 	return nil
 }
 
-// Failed authentications are limited per caller address: authLimitBurst
-// failures, then one per authLimitEvery, for at most authLimitCallers
-// addresses tracked.
+// Failed authentications are limited per credential and caller:
+// authLimitBurst failures, then one per authLimitEvery (see authlimit),
+// for at most authLimitCallers callers tracked.
 const (
 	authLimitBurst   = 10
 	authLimitEvery   = 6 * time.Second
@@ -384,20 +402,41 @@ func caller(ctx context.Context) string {
 	return host
 }
 
-// authAllowed refuses, unread, the credential of a caller that failed too
-// often (ResourceExhausted, with when to come back).
-func (s *Server) authAllowed(ctx context.Context, credential string) error {
-	if ok, wait := s.authLimit.Allow(caller(ctx), time.Now()); !ok {
-		s.metrics.authThrottled.WithLabelValues(credential).Inc()
-		return status.Errorf(codes.ResourceExhausted, "too many failed authentications from %s; retry in %s", caller(ctx), wait.Round(time.Second))
+// adminCaller names the credential an admin call presents and the caller
+// its failures are held against: the address it came from, or, for a
+// PURGE a node relays with its join token, the client the node names.
+func (s *Server) adminCaller(ctx context.Context) (cred, who string) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if client := md.Get(pb.PurgeForMetadata); len(client) == 1 && client[0] != "" {
+		if relay := md.Get(pb.RelayTokenMetadata); len(relay) == 1 && secretEqual(relay[0], s.cfg.JoinToken) {
+			return credPurge, authlimit.Key(client[0])
+		}
 	}
-	return nil
+	return credAdmin, authlimit.Key(caller(ctx))
 }
 
-// authFailed records a failed authentication: counted, logged, and held
-// against its caller.
-func (s *Server) authFailed(ctx context.Context, credential string) {
-	s.authLimit.Fail(caller(ctx), time.Now())
-	s.metrics.authFailures.WithLabelValues(credential).Inc()
-	s.log.Warn("failed authentication", "credential", credential, "caller", caller(ctx))
+// secretEqual compares a presented secret with the configured one in
+// constant time; nothing matches an unset secret.
+func secretEqual(got, want string) bool {
+	return want != "" && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// checkCredential verifies a credential of who's within the limits of
+// cred: a failure is counted, logged and held against who; a caller out
+// of failures waits before it is verified, and is refused
+// (ResourceExhausted) only while another attempt of its waits.
+func (s *Server) checkCredential(ctx context.Context, cred, who string, verify func() bool) error {
+	err := s.limits[cred].Check(ctx, who, verify)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, authlimit.ErrWrong):
+		s.metrics.authFailures.WithLabelValues(cred).Inc()
+		s.log.Warn("failed authentication", "credential", cred, "caller", who)
+		return err
+	case errors.Is(err, authlimit.ErrThrottled):
+		s.metrics.authThrottled.WithLabelValues(cred).Inc()
+		return status.Errorf(codes.ResourceExhausted, "too many failed authentications from %s; retry in %s", who, s.cfg.AuthRetryEvery)
+	}
+	return status.FromContextError(err).Err()
 }

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/authlimit"
 )
 
 // helloTimeout bounds how long a new stream may stay silent before its hello.
@@ -43,13 +44,16 @@ type nodeService struct {
 	policies  *policyHub
 	purges    *purgeHub
 	joinToken string
-	// authAllowed and authFailed limit failed join tokens per caller.
-	authAllowed func(context.Context, string) error
-	authFailed  func(context.Context, string)
-	leaseTTL    time.Duration
-	replica     string
-	stopping    <-chan struct{}
-	log         *slog.Logger
+	// tlsNames are the names the control plane serves TLS as: no node
+	// gets a peer certificate for one.
+	tlsNames []string
+	// checkJoin verifies a join token within the limits of failed ones
+	// per caller (Server.checkCredential).
+	checkJoin func(ctx context.Context, verify func() bool) error
+	leaseTTL  time.Duration
+	replica   string
+	stopping  <-chan struct{}
+	log       *slog.Logger
 	// ca issues peer-hop certificates once loaded; caWanted says whether it
 	// is configured at all.
 	ca       *atomic.Pointer[certAuthority]
@@ -471,12 +475,14 @@ func (n *nodeService) recvHello(stream pb.NodeService_SessionServer) (*pb.Hello,
 		return nil, status.Error(codes.InvalidArgument, "the first session message must be a hello")
 	}
 	if n.joinToken != "" {
-		if err := n.authAllowed(stream.Context(), "join"); err != nil {
-			return nil, err
-		}
-		if subtle.ConstantTimeCompare([]byte(hello.GetJoinToken()), []byte(n.joinToken)) != 1 {
-			n.authFailed(stream.Context(), "join")
+		err := n.checkJoin(stream.Context(), func() bool {
+			return subtle.ConstantTimeCompare([]byte(hello.GetJoinToken()), []byte(n.joinToken)) == 1
+		})
+		if errors.Is(err, authlimit.ErrWrong) {
 			return nil, status.Error(codes.Unauthenticated, "node session: missing or wrong join token")
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	if err := validateMember(hello.GetMember()); err != nil {

@@ -421,9 +421,11 @@ func checkNode(t *testing.T, m *manifests, node workload, flags map[string]bool)
 	if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" {
 		t.Errorf("node: probes on %s and %s, want /readyz and /healthz", c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
 	}
-	// The drain runs inside the pod: /drain is served to loopback callers
-	// (or with the admin token), and a kubelet's httpGet comes from outside.
-	if want := []string{"/usr/local/bin/shardcache", "drain", "--ops=127.0.0.1:" + strconv.Itoa(int(containerPort(t, node, "ops")))}; c.Lifecycle == nil ||
+	// The drain runs inside the pod, with the admin token the pod mounts:
+	// /drain is a POST the ops listener takes with that token only, and a
+	// kubelet's httpGet can send neither.
+	if want := []string{"/usr/local/bin/shardcache", "drain", "--ops=127.0.0.1:" + strconv.Itoa(int(containerPort(t, node, "ops"))),
+		"--admin-token-file=" + a["admin-token-file"]}; c.Lifecycle == nil ||
 		c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec == nil || !slices.Equal(c.Lifecycle.PreStop.Exec.Command, want) {
 		t.Errorf("node: no preStop %v", want)
 	}
@@ -511,20 +513,35 @@ func checkSecurity(t *testing.T, m *manifests, ws []workload, node, control work
 			t.Errorf("node: --%s set; insecure, or a secret on the command line", f)
 		}
 	}
-	for _, f := range []string{"join-token-file", "admin-token-file"} {
+	for _, f := range []string{"join-token-file", "admin-token-file", "control-plane-ca"} {
 		secretFile(t, node, na, f)
 	}
 	ca := args(t, control, flags["control"])
 	if ca["ca"] != "true" || ca["ca-seal-key-file"] == "" {
 		t.Error("control plane: no certificate authority (--ca=true) with its key sealed (--ca-seal-key-file)")
 	}
-	for _, f := range []string{"insecure-open-join", "join-token", "admin-token"} {
+	for _, f := range []string{"insecure-open-join", "insecure-plaintext", "join-token", "admin-token"} {
 		if _, ok := ca[f]; ok {
 			t.Errorf("control plane: --%s set; insecure, or a secret on the command line", f)
 		}
 	}
-	for _, f := range []string{"join-token-file", "admin-token-file", "ca-seal-key-file"} {
+	// The control plane's gRPC is TLS: tokens never cross the pod network
+	// in the clear, and nodes verify whom they give them to.
+	for _, f := range []string{"join-token-file", "admin-token-file", "ca-seal-key-file", "tls-cert", "tls-key"} {
 		secretFile(t, control, ca, f)
+	}
+	// An etcd outside the cluster is reached over TLS, with a client
+	// certificate from a Secret.
+	for _, e := range strings.Split(ca["etcd-endpoints"], ",") {
+		if strings.Contains(e, ".etcd:") {
+			continue // the bundled etcd, which only the control plane may reach (its NetworkPolicy)
+		}
+		if !strings.HasPrefix(e, "https://") {
+			t.Errorf("control plane: etcd endpoint %s is not TLS", e)
+		}
+		for _, f := range []string{"etcd-ca", "etcd-cert", "etcd-key"} {
+			secretFile(t, control, ca, f)
+		}
 	}
 	for _, s := range m.services {
 		if len(selected(t, s, []workload{node})) == 0 {

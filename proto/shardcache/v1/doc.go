@@ -9,3 +9,12 @@ package shardcachev1
 // SessionEnd name as its reason, why the control plane refused or ended a
 // node's session.
 const SessionEndDomain = "shardcache"
+
+// Metadata of an AdminService call a node makes on behalf of a client (a
+// PURGE it relays). The control plane believes PurgeForMetadata, the
+// client's address, only with RelayTokenMetadata, the node's join token:
+// it then charges a wrong admin token to that client, not to the node.
+const (
+	PurgeForMetadata   = "x-shardcache-purge-for"
+	RelayTokenMetadata = "x-shardcache-relay-token"
+)
