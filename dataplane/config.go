@@ -115,6 +115,20 @@ type Config struct {
 	// ClientHeaderTimeout bounds how long a client may take to send a
 	// request's header (slow clients holding connections open). Default 10s.
 	ClientHeaderTimeout time.Duration
+	// ClientSendTimeout closes a client connection on which no byte of
+	// an answer has been taken for this long (nginx's send_timeout): it
+	// bounds waiting on a client that stopped reading, never a transfer's
+	// length. Default 60 s; negative: none.
+	ClientSendTimeout time.Duration
+	// ClientBodyTimeout bounds each wait for a client's request body to
+	// bring more bytes (nginx's client_body_timeout). Default 60 s;
+	// negative: none.
+	ClientBodyTimeout time.Duration
+	// ClientMaxConnsPerAddr bounds the connections one client address
+	// holds open on the client listener (TrustedProxies are not bounded);
+	// a connection past it is answered 503 and closed. Default 1024;
+	// negative: no bound.
+	ClientMaxConnsPerAddr int
 	// DrainGrace is how long a stopping node, already out of the ring,
 	// keeps serving so that its peers take its keys by handoff; it stops
 	// sooner once its peer listener has been idle for a second. 0 means
@@ -142,6 +156,14 @@ type Config struct {
 	// requests from PurgeAllow. PURGE requests carrying their own
 	// "Authorization: Bearer" token are made with that token instead.
 	AdminToken string
+	// OpsToken, when set, is a read-only token for the ops listener's
+	// operator views (/stats, /inspect, /log); the AdminToken serves them
+	// too, and alone serves /drain and pprof.
+	OpsToken string
+	// OpsTrustLoopback serves the ops listener's guarded endpoints to
+	// loopback callers without a token. Off by default: in a pod, a
+	// sidecar proxy's connections come from loopback too.
+	OpsTrustLoopback bool
 	// AccessLog receives one JSON line per client request; nil turns the
 	// access log off.
 	AccessLog io.Writer
@@ -237,6 +259,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.ClientHeaderTimeout == 0 {
 		c.ClientHeaderTimeout = 10 * time.Second
+	}
+	if c.ClientSendTimeout == 0 {
+		c.ClientSendTimeout = 60 * time.Second
+	}
+	if c.ClientBodyTimeout == 0 {
+		c.ClientBodyTimeout = 60 * time.Second
+	}
+	if c.ClientMaxConnsPerAddr == 0 {
+		c.ClientMaxConnsPerAddr = 1024
 	}
 	if c.DrainGrace == 0 {
 		c.DrainGrace = 10 * time.Second

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/front"
 	"github.com/shardcache/shardcache/dataplane/hotkey"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/clientconn"
 	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
 	"github.com/shardcache/shardcache/dataplane/logstream"
@@ -126,7 +128,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.origin = origin.New(origin.Config{
 		Default:       originURL,
-		Via:           cfg.ID,
+		Via:           routes.Via(cfg.ID, cfg.AdvertisePeerAddr),
 		HeaderTimeout: cfg.OriginTimeout,
 		Wrap:          func(rt http.RoundTripper) http.RoundTripper { return n.traceTransport(rt, "origin") },
 		Observe:       func(d time.Duration) { n.metrics.OriginDuration.Observe(d.Seconds()) },
@@ -218,12 +220,22 @@ func New(cfg Config) (*Node, error) {
 // configured.
 func (n *Node) peerServer() *http.Server {
 	s := &http.Server{Handler: n.traceHandler(http.HandlerFunc(n.front.ServePeer), "shardcache.peer"), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute,
-		MaxHeaderBytes: 64 << 10, Protocols: relay.Protocols(true), HTTP2: relay.PeerServerHTTP2()}
+		MaxHeaderBytes: relay.MaxHeaderList, Protocols: relay.Protocols(true), HTTP2: relay.PeerServerHTTP2()}
 	if n.serverTLS != nil {
 		s.TLSConfig = n.serverTLS
 		s.Protocols = relay.ServerProtocols()
 	}
 	return s
+}
+
+// trustedProxy reports whether a is one of the configured trusted proxies.
+func (n *Node) trustedProxy(a netip.Addr) bool {
+	for _, p := range n.cfg.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // peerID names the member listening at a peer address in the current epoch.
@@ -384,13 +396,20 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		n.addrs[i].Store(l.Addr().(*net.TCPAddr))
 		if a.name == "client" {
-			l = coalesce.Listener{Listener: l}
+			l = coalesce.Listener{Listener: clientconn.NewListener(l, clientconn.Config{
+				WriteTimeout: max(n.cfg.ClientSendTimeout, 0), MaxPerAddr: max(n.cfg.ClientMaxConnsPerAddr, 0),
+				Exempt: n.trustedProxy, OnRefused: n.metrics.ClientConnsRefused.Inc,
+			})}
 		}
 		listeners = append(listeners, l)
 	}
 	servers := []*http.Server{
 		{Handler: n.traceHandler(http.HandlerFunc(n.front.ServeClient), "shardcache.client"), ReadHeaderTimeout: n.cfg.ClientHeaderTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: maxClientHeader,
-			ConnContext: coalesce.ConnContext}, // small answers in one write: listeners[0] is a coalesce.Listener
+			// Small answers in one write, and the connection's bounds:
+			// listeners[0] is a coalesce.Listener over a clientconn.Listener.
+			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+				return clientconn.ConnContext(coalesce.ConnContext(ctx, c), c)
+			}},
 		n.peerServer(),
 		{Handler: n.opsHandler(), ReadHeaderTimeout: 10 * time.Second},
 	}
@@ -471,7 +490,7 @@ func (n *Node) Run(ctx context.Context) error {
 	})
 	close(n.ready)
 	n.log.Info("node serving", "client", listeners[0].Addr().String(), "peer", listeners[1].Addr().String(),
-		"ops", listeners[2].Addr().String(), "control_plane", n.cfg.ControlPlane, "origin", n.cfg.Origin)
+		"ops", listeners[2].Addr().String(), "control_plane", n.cfg.ControlPlane, "origin", redactURL(n.cfg.Origin))
 	err = g.Wait()
 	// Clients are gone; end the fills still running (nothing partial is
 	// stored) before the store closes.
@@ -524,9 +543,10 @@ func (n *Node) build() {
 		CutOff: n.cutOff,
 	})
 	n.front = front.New(front.Config{
-		ID: c.ID, RelayTimeout: c.RelayTimeout, OriginTimeout: c.OriginTimeout,
-		PeerMTLS: n.serverTLS != nil, HotThreshold: c.HotThreshold, HotCopyMaxObject: c.HotCopyMaxObject, Hot: n.hot, HotKeys: &n.hotKeys, HotCopies: n.hotCopies, Logs: &n.logs,
-		TrustedProxies: c.TrustedProxies, PurgeAllow: c.PurgeAllow, AdminToken: c.AdminToken,
+		ID: c.ID, Via: routes.Via(c.ID, c.AdvertisePeerAddr), RelayTimeout: c.RelayTimeout, OriginTimeout: c.OriginTimeout,
+		BodyTimeout: max(c.ClientBodyTimeout, 0),
+		PeerMTLS:    n.serverTLS != nil, HotThreshold: c.HotThreshold, HotCopyMaxObject: c.HotCopyMaxObject, Hot: n.hot, HotKeys: &n.hotKeys, HotCopies: n.hotCopies, Logs: &n.logs,
+		TrustedProxies: c.TrustedProxies, PurgeAllow: c.PurgeAllow, AdminToken: c.AdminToken, JoinToken: c.JoinToken,
 		Admin: n.admin, ControlPlane: c.ControlPlane, AccessLog: n.access, AccessLogSample: c.AccessLogSample,
 		RequestEpoch: n.session.RequestEpoch,
 		Owner:        n.owner, Answers: n.owner, Origin: n.origin, Peers: n.peers, Routes: &n.routes, Policies: &n.policies,

@@ -1098,8 +1098,11 @@ func TestDrainEndpointLeavesTheRingAndKeepsServing(t *testing.T) {
 	o := &testOrigin{}
 	origin := httptest.NewServer(o)
 	defer origin.Close()
-	_, b, _ := startPair(t, origin.URL)
-	resp, body := do(t, "GET", "http://"+b.OpsAddr().String()+"/drain")
+	_, b, _ := startPair(t, origin.URL, func(c *Config) { c.AdminToken = "s3cret-token" })
+	if resp, _ := do(t, "GET", "http://"+b.OpsAddr().String()+"/drain", "Authorization", "Bearer s3cret-token"); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET /drain: %d, want 405: what changes the node is a POST", resp.StatusCode)
+	}
+	resp, body := do(t, "POST", "http://"+b.OpsAddr().String()+"/drain", "Authorization", "Bearer s3cret-token")
 	if resp.StatusCode != 200 || !strings.Contains(body, "safe to stop") {
 		t.Fatalf("/drain: %d %q", resp.StatusCode, body)
 	}

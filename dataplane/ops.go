@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -93,7 +94,13 @@ func (n *Node) opsHandler() http.Handler {
 		fmt.Fprintf(w, "ready epoch=%d members=%d policies=%d control=%s peer_hop=%s\n", rt.Epoch.GetEpoch(), len(rt.Epoch.GetMembers()),
 			n.policies.Load().Revision(), control, n.cfg.peerHop())
 	})
-	mux.HandleFunc("GET /drain", n.opsGuard(func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /drain", func(w http.ResponseWriter, _ *http.Request) {
+		// What changes the node's state is a POST: a link, a prefetch or
+		// a crawler following one must not drain it.
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "ops listener: /drain takes the node out of the ring: send it as a POST", http.StatusMethodNotAllowed)
+	})
+	mux.HandleFunc("POST /drain", n.opsGuard(adminOnly, func(w http.ResponseWriter, _ *http.Request) {
 		// A pod's preStop hook: leave the ring, hand the keys off, then
 		// answer; the node keeps running until it is told to stop.
 		if leave := n.leave.Load(); leave != nil {
@@ -102,46 +109,66 @@ func (n *Node) opsHandler() http.Handler {
 		n.drain()
 		fmt.Fprintln(w, "drained: out of the ring; safe to stop")
 	}))
-	mux.HandleFunc("GET /stats", n.opsGuard(n.serveStats))
-	mux.HandleFunc("GET /inspect", n.opsGuard(n.serveInspect))
-	mux.HandleFunc("GET /log", n.opsGuard(n.serveLog))
+	mux.HandleFunc("GET /stats", n.opsGuard(readOnly, n.serveStats))
+	mux.HandleFunc("GET /inspect", n.opsGuard(readOnly, n.serveInspect))
+	mux.HandleFunc("GET /log", n.opsGuard(readOnly, n.serveLog))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
-	mux.HandleFunc("/debug/pprof/", n.opsGuard(pprof.Index))
-	mux.HandleFunc("/debug/pprof/cmdline", n.opsGuard(func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/debug/pprof/", n.opsGuard(adminOnly, pprof.Index))
+	mux.HandleFunc("/debug/pprof/cmdline", n.opsGuard(adminOnly, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprint(w, strings.Join(redactArgs(os.Args), "\x00"))
 	}))
-	mux.HandleFunc("/debug/pprof/profile", n.opsGuard(pprof.Profile))
-	mux.HandleFunc("/debug/pprof/symbol", n.opsGuard(pprof.Symbol))
-	mux.HandleFunc("/debug/pprof/trace", n.opsGuard(pprof.Trace))
+	mux.HandleFunc("/debug/pprof/profile", n.opsGuard(adminOnly, pprof.Profile))
+	mux.HandleFunc("/debug/pprof/symbol", n.opsGuard(adminOnly, pprof.Symbol))
+	mux.HandleFunc("/debug/pprof/trace", n.opsGuard(adminOnly, pprof.Trace))
 	return mux
 }
 
-// opsGuard lets h serve only a loopback caller, or one that sends the
-// admin token: what takes the node out of the ring or reads its insides
-// is not for anyone who can reach the ops port (the probes' and the
-// scraper's /healthz, /readyz and /metrics stay open).
-func (n *Node) opsGuard(h http.HandlerFunc) http.HandlerFunc {
+// What an ops endpoint needs of its caller: the admin token, or for what
+// only reads the node's figures and logs the read-only ops token too.
+const (
+	adminOnly = false
+	readOnly  = true
+)
+
+// opsGuard lets h serve only a caller that sends the admin token (or, for
+// a read-only endpoint, the ops token): what takes the node out of the
+// ring or reads its insides is not for anyone who can reach the ops port.
+// A loopback caller is no exception (a sidecar proxy connects from
+// loopback), unless the node was told to trust loopback
+// (OpsTrustLoopback). The probes' and the scraper's /healthz, /readyz and
+// /metrics stay open.
+func (n *Node) opsGuard(reads bool, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		if a, err := netip.ParseAddr(host); err == nil && a.Unmap().IsLoopback() {
-			h(w, r)
-			return
+		if n.cfg.OpsTrustLoopback {
+			host, _, _ := net.SplitHostPort(r.RemoteAddr)
+			if a, err := netip.ParseAddr(host); err == nil && a.Unmap().IsLoopback() {
+				h(w, r)
+				return
+			}
 		}
 		token, sent := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		matches := func(want string) bool {
+			return want != "" && subtle.ConstantTimeCompare([]byte(token), []byte(want)) == 1
+		}
 		switch {
-		case sent && n.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(n.cfg.AdminToken)) == 1:
+		case sent && (matches(n.cfg.AdminToken) || reads && matches(n.cfg.OpsToken)):
 			h(w, r)
 			return
 		case sent:
 			n.metrics.OpsRefused.WithLabelValues("bad_token").Inc()
-			n.log.Warn("refused an ops request: wrong admin token", "path", r.URL.Path, "remote", r.RemoteAddr)
+			n.log.Warn("refused an ops request: wrong token", "path", r.URL.Path, "remote", r.RemoteAddr)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="shardcache ops"`)
-			http.Error(w, "ops listener: the admin token does not match", http.StatusUnauthorized)
+			http.Error(w, "ops listener: the token does not match", http.StatusUnauthorized)
 		default:
 			n.metrics.OpsRefused.WithLabelValues("no_token").Inc()
-			n.log.Warn("refused an ops request: not from loopback and no admin token", "path", r.URL.Path, "remote", r.RemoteAddr)
-			http.Error(w, "ops listener: "+r.URL.Path+" is served to loopback callers, or with Authorization: Bearer <admin token>", http.StatusForbidden)
+			n.log.Warn("refused an ops request: no token", "path", r.URL.Path, "remote", r.RemoteAddr)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="shardcache ops"`)
+			want := "the admin token"
+			if reads {
+				want = "the admin or the ops token"
+			}
+			http.Error(w, "ops listener: "+r.URL.Path+" needs Authorization: Bearer <"+want+">", http.StatusUnauthorized)
 		}
 	}
 }
@@ -164,11 +191,12 @@ func redactArgs(args []string) []string {
 	}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		out[i] = a
+		out[i] = redactURL(a)
 		if !strings.HasPrefix(a, "-") {
 			continue
 		}
-		if name, _, ok := strings.Cut(a, "="); ok {
+		if name, v, ok := strings.Cut(a, "="); ok {
+			out[i] = name + "=" + redactURL(v)
 			if secret(name) {
 				out[i] = name + "=REDACTED"
 			}
@@ -180,6 +208,19 @@ func redactArgs(args []string) []string {
 		}
 	}
 	return out
+}
+
+// redactURL is s with the password of a URL in it replaced ("xxxxx"), for
+// logs and the command line; anything else as it is.
+func redactURL(s string) string {
+	if !strings.Contains(s, "@") || !strings.Contains(s, "://") {
+		return s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return s
+	}
+	return u.Redacted()
 }
 
 // loadReport is what the session reports to the control plane.

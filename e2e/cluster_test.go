@@ -145,7 +145,7 @@ func (c *cluster) addNode() *node {
 	t := c.t
 	nd := &node{id: fmt.Sprintf("node-%d", i), client: freeAddr(t), peer: freeAddr(t), ops: freeAddr(t)}
 	nd.args = []string{"node", "--id", nd.id, "--client", nd.client, "--peer", nd.peer, "--ops", nd.ops,
-		"--control-plane", c.control, "--origin", c.originURL, "--join-token", "e2e-join",
+		"--control-plane", c.control, "--origin", c.originURL, "--join-token", "e2e-join", "--admin-token", c.token,
 		"--drain-grace", "-1s", // a test's nodes stop together at its end, unless nodeArgs say otherwise
 		"--access-log", "off"} // unless nodeArgs ask for it: a test that reads no access log need not carry it
 	if c.nodeArgs != nil {

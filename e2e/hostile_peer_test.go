@@ -212,8 +212,10 @@ func TestHostilePeersAreRefused(t *testing.T) {
 		t.Fatalf("after the invalidation attempts GET %s: %s, %d origin requests; want the stored HIT", kept, cache, origin.count(kept))
 	}
 	// The nodes were given the join token as a flag; the command line
-	// pprof shows (to a loopback caller) never carries it.
-	resp, err := http.Get("http://" + owner.ops + "/debug/pprof/cmdline")
+	// pprof shows (with the admin token) never carries it.
+	req, _ := http.NewRequest("GET", "http://"+owner.ops+"/debug/pprof/cmdline", nil)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

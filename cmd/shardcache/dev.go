@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -273,7 +274,11 @@ func printBanner(out io.Writer, o *devOptions, origin, dataDir, tokenPath string
 	if o.origin == "" {
 		w("  origin         %s  (demo: GET /obj/<id>?size=N)", origin)
 	} else {
-		w("  origin         %s", origin)
+		shown := origin
+		if u, err := url.Parse(origin); err == nil {
+			shown = u.Redacted() // no password on the screen
+		}
+		w("  origin         %s", shown)
 	}
 	for _, n := range nodes {
 		w("  %-13s  client http://%s  peer %s  ops http://%s", n.ID(), n.ClientAddr(), n.PeerAddr(), n.OpsAddr())

@@ -19,6 +19,7 @@ type nodeOptions struct {
 	access                        accessLogOptions
 	controlCA                     string
 	joinTokenFile, adminTokenFile string
+	opsTokenFile                  string
 	diskSync                      string // --disk-sync: none or data
 }
 
@@ -54,6 +55,9 @@ func newNodeCommand() *cobra.Command {
 			if o.cfg.JoinToken, err = secret.Resolve("join-token", o.cfg.JoinToken, o.joinTokenFile, "SHARDCACHE_JOIN_TOKEN"); err != nil {
 				return err
 			}
+			if o.cfg.OpsToken, err = secret.Resolve("ops-token", o.cfg.OpsToken, o.opsTokenFile, "SHARDCACHE_OPS_TOKEN"); err != nil {
+				return err
+			}
 			if o.cfg.AdminToken, err = secret.Resolve("admin-token", o.cfg.AdminToken, o.adminTokenFile, "SHARDCACHE_TOKEN"); err != nil {
 				return err
 			}
@@ -80,7 +84,7 @@ func newNodeCommand() *cobra.Command {
 	f.StringVar(&o.cfg.ID, "id", "", "stable node id hashed by the ring (default the host name: a StatefulSet pod's name)")
 	f.StringVar(&o.cfg.ClientAddr, "client", "127.0.0.1:8081", "client HTTP listen address")
 	f.StringVar(&o.cfg.PeerAddr, "peer", "127.0.0.1:9081", "peer listen address (relayed requests)")
-	f.StringVar(&o.cfg.OpsAddr, "ops", "127.0.0.1:9191", "ops listen address (/healthz, /readyz, /metrics open; /drain and pprof for loopback or the admin token)")
+	f.StringVar(&o.cfg.OpsAddr, "ops", "127.0.0.1:9191", "ops listen address (/healthz, /readyz, /metrics open; /stats, /inspect, /log with the admin or ops token; /drain and pprof with the admin token)")
 	f.StringVar(&o.cfg.AdvertisePeerAddr, "advertise-peer", "", "peer address other nodes dial (default --peer)")
 	f.StringVar(&o.cfg.PublicURL, "public-url", "", "client-facing base URL (default http://<client>)")
 	f.StringVar(&o.cfg.OpsURL, "ops-url", "", "the ops listener's base URL as cachectl reaches it, for live stats and inspect (default http://<ops>)")
@@ -103,6 +107,10 @@ func newNodeCommand() *cobra.Command {
 	f.Var(units.Value{N: &o.cfg.DiskMinFree}, "disk-min-free", "free space kept on the data directory's file system; below it nothing new is stored (default 1GiB)")
 	f.Var(units.Value{N: &o.cfg.MaxObjectBytes}, "max-object", "largest response stored; larger ones are streamed unstored (default disk/4)")
 	f.DurationVar(&o.cfg.OriginTimeout, "origin-timeout", 0, "timeout of one origin request (default 60s)")
+	f.DurationVar(&o.cfg.ClientHeaderTimeout, "client-header-timeout", 0, "how long a client may take to send a request's header (default 10s)")
+	f.DurationVar(&o.cfg.ClientSendTimeout, "client-send-timeout", 0, "close a client connection that has taken no byte of an answer for this long, as nginx's send_timeout (default 60s; negative: never)")
+	f.DurationVar(&o.cfg.ClientBodyTimeout, "client-body-timeout", 0, "fail a request whose body brings no byte for this long, as nginx's client_body_timeout (default 60s; negative: never)")
+	f.IntVar(&o.cfg.ClientMaxConnsPerAddr, "client-max-conns-per-addr", 0, "open client connections one address may hold (--trusted-proxies are not bounded); more are answered 503 (default 1024; negative: no bound)")
 	f.DurationVar(&o.cfg.CutOffBound, "cut-off-revalidate-after", 0, "cut off from the control plane this long, the node revalidates with the origin what it stored longer ago than this before serving it, as a purge may have been missed (default 30s; negative: never)")
 	f.DurationVar(&o.cfg.HandoffWindow, "handoff-window", 0, "after a ring change, how long a new owner asks a key's previous owner before the origin (default 10m; negative: off)")
 	f.DurationVar(&o.cfg.DrainGrace, "drain-grace", 0, "on stop, how long the node, out of the ring, keeps serving its peers' handoff requests; it stops after 1s without one (default 10s; negative: stop at once)")
@@ -111,7 +119,10 @@ func newNodeCommand() *cobra.Command {
 	f.StringVar(&o.cfg.DataDir, "data-dir", "", "directory of the node's persistent data, the disk tier among it (default: a temporary directory removed on exit)")
 	f.Var(prefixList{&o.cfg.TrustedProxies}, "trusted-proxies", "CIDRs of proxies whose X-Forwarded-For, Forwarded and X-Real-IP are kept, e.g. 10.0.0.0/8,192.168.1.7")
 	f.Var(prefixList{&o.cfg.PurgeAllow}, "purge-allow", "CIDRs whose PURGE requests need no token (they use --admin-token), e.g. 10.0.0.0/8")
-	f.StringVar(&o.cfg.AdminToken, "admin-token", "", "control plane's admin token, for PURGE requests from --purge-allow and for /drain and /debug/pprof/ off loopback (prefer --admin-token-file; default $SHARDCACHE_TOKEN)")
+	f.StringVar(&o.cfg.AdminToken, "admin-token", "", "control plane's admin token, for PURGE requests from --purge-allow and for the ops listener's /drain, pprof and operator views (prefer --admin-token-file; default $SHARDCACHE_TOKEN)")
+	f.StringVar(&o.cfg.OpsToken, "ops-token", "", "read-only token for the ops listener's /stats, /inspect and /log (prefer --ops-token-file; default $SHARDCACHE_OPS_TOKEN)")
+	f.StringVar(&o.opsTokenFile, "ops-token-file", "", "file holding the ops token (a mounted secret)")
+	f.BoolVar(&o.cfg.OpsTrustLoopback, "ops-trust-loopback", false, "serve the ops listener's guarded endpoints to loopback callers without a token (a sidecar proxy's connections come from loopback too)")
 	f.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the admin token (a mounted secret)")
 	o.access.register(cmd, "stdout")
 	o.log.register(cmd)

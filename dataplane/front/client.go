@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/clientconn"
 	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/internal/wait"
@@ -28,6 +30,8 @@ import (
 // serveClient is the client listener's handler: every request starts here.
 func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	// Decided once, before anything reads the request (arrive.go).
+	p, refused := f.arrive(r)
 	// The hop headers mean something only on the peer listener; a client
 	// sending them is ignored, never trusted.
 	client := f.forwardedFor(r)
@@ -61,7 +65,7 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 		logged := f.cfg.AccessLog != nil && (rec.Status >= 500 || f.cfg.AccessLogSample >= 1 || rand.Float64() < f.cfg.AccessLogSample)
 		if streamed := f.cfg.Logs.Active(); logged || streamed {
 			lr := logstream.Record{Start: start, Client: client, ForwardedFor: r.Header.Get("X-Forwarded-For"),
-				Method: r.Method, Host: r.Host, Path: r.URL.RequestURI(), Proto: r.Proto, Status: rec.Status, Bytes: rec.Bytes,
+				Method: r.Method, Host: r.Host, Path: loggedURI(r.URL), Proto: r.Proto, Status: rec.Status, Bytes: rec.Bytes,
 				DurationMS: float64(elapsed.Microseconds()) / 1000, Cache: cache, Route: route, ServedBy: rec.Header().Get("X-Cache-Node"),
 				Node: f.cfg.ID, TraceID: traceID(r.Context()), Referer: r.Referer(), UserAgent: r.UserAgent()}
 			if logged {
@@ -78,9 +82,23 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 		}
 		if !rec.Broken {
 			coalesce.Settle(rec, r) // a held answer's last bytes leave after it is counted
+		} else if cc := clientconn.From(r.Context()); cc != nil && r.ProtoMajor == 1 {
+			// A reset, not a close: an HTTP/1.0 client reading an answer
+			// of no length to the close must not take it for whole.
+			cc.Reset()
 		}
 		rec.AbortIfBroken()
 	}()
+	if cc := clientconn.From(r.Context()); cc != nil && cc.SawTransferEncoding() && r.ProtoMajor == 1 && r.ProtoMinor == 0 {
+		// An HTTP/1.0 request naming Transfer-Encoding, which net/http
+		// drops unread: its framing is faulty (RFC 9112 6.1). Answer it,
+		// then close, so that what it sent as a body is never read as a
+		// request.
+		rec.Header().Set("Connection", "close")
+	}
+	if r.Body != nil && r.Body != http.NoBody && f.cfg.BodyTimeout > 0 {
+		r.Body = &progressBody{ReadCloser: r.Body, rc: http.NewResponseController(w), wait: f.cfg.BodyTimeout}
+	}
 	if len(r.TransferEncoding) > 0 && r.ProtoMajor == 1 {
 		// The body was read by its Transfer-Encoding, any Content-Length
 		// dropped (RFC 9112 6.1). A front proxy that read it by a
@@ -89,21 +107,17 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 		// taken for a request.
 		rec.Header().Set("Connection", "close")
 	}
-	if strings.Contains(r.URL.Path, "/.") {
-		p, ok := removeDotSegments(r.URL.Path)
-		if !ok {
-			route = metrics.RouteRejected
-			http.Error(rec, "shardcache: the path climbs above the root", http.StatusBadRequest)
-			return
-		}
-		r.URL.Path, r.URL.RawPath = p, ""
+	if refused != nil {
+		route = metrics.RouteRejected
+		http.Error(rec, refused.msg, refused.status)
+		return
 	}
 	if r.Method == "PURGE" {
 		route = metrics.RoutePurge
 		f.servePurge(rec, r, client)
 		return
 	}
-	route = f.route(rec, r)
+	route = f.route(rec, r, p)
 }
 
 // route serves r by bypass, redirect, relay or from this node's store, as
@@ -114,8 +128,7 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 // than the origin. A node that owns a hot key not at all relays it to one
 // of its owners, picked per request, and keeps a local copy for as long as
 // the object stays fresh.
-func (f *Front) route(w http.ResponseWriter, r *http.Request) string {
-	p := f.cfg.Policies.Load().Match(policy.Host(r), r.URL.Path)
+func (f *Front) route(w http.ResponseWriter, r *http.Request, p *policy.Policy) string {
 	if rec, ok := w.(*reply.Recorder); ok {
 		rec.Strip = p.Targeted // the cluster's own targeted field is for this cluster only
 	}
@@ -157,7 +170,7 @@ func (f *Front) route(w http.ResponseWriter, r *http.Request) string {
 			return metrics.RouteLocal
 		}
 	}
-	if hot && f.serveHotCopy(w, r, key) {
+	if hot && f.serveHotCopy(w, r, key, p) {
 		return metrics.RouteLocal
 	}
 	// A hot key's owners share the requests relayed to it: each one goes
@@ -298,6 +311,37 @@ func (f *Front) logAccess(lr *logstream.Record) {
 		slog.String("node", lr.Node),
 		slog.String("trace_id", lr.TraceID),
 	)
+}
+
+// secretParams are query parameters (lower case) whose values are
+// credentials: signed URLs, API keys, tokens. Their values are never
+// written to the access log or its streams.
+var secretParams = map[string]bool{"token": true, "access_token": true, "id_token": true, "refresh_token": true,
+	"auth": true, "authorization": true, "api_key": true, "apikey": true, "key": true, "password": true, "passwd": true,
+	"secret": true, "sig": true, "signature": true, "session": true, "sessionid": true, "jwt": true, "code": true,
+	"x-amz-signature": true, "x-amz-credential": true, "x-amz-security-token": true,
+	"x-goog-signature": true, "x-goog-credential": true}
+
+// loggedURI is u's request URI as the access log shows it: the values of
+// secretParams replaced by REDACTED, the rest as sent.
+func loggedURI(u *url.URL) string {
+	uri := u.RequestURI()
+	if u.RawQuery == "" {
+		return uri
+	}
+	path, query, _ := strings.Cut(uri, "?")
+	parts := strings.Split(query, "&")
+	changed := false
+	for i, part := range parts {
+		name, _, hasValue := strings.Cut(part, "=")
+		if n, err := url.QueryUnescape(name); err == nil && hasValue && secretParams[strings.ToLower(n)] {
+			parts[i], changed = name+"=REDACTED", true
+		}
+	}
+	if !changed {
+		return uri
+	}
+	return path + "?" + strings.Join(parts, "&")
 }
 
 // ownerJudged reads, from the owner's Cache-Status member (the first), how

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"strconv"
 	"strings"
 
@@ -30,7 +31,7 @@ func (f *Front) forwardedFor(r *http.Request) string {
 	// header's keys does both.
 	var drop func(string) bool
 	if !f.trusted(peer) {
-		drop = untrustedField
+		drop = rewriteField
 	}
 	relay.StripInternal(h, drop)
 	var buf [4]string
@@ -91,19 +92,28 @@ func (f *Front) forwardedFor(r *http.Request) string {
 	return client
 }
 
-// untrustedFields are the request fields taken only from trusted proxies
-// (in canonical form): the forwarded chain, and the rewrite fields that
-// origins and their frameworks read as the request's real host, scheme,
-// port, path or method. None of those is part of a cache key, so a client
-// could use one to have a poisoned answer stored under a key other clients
-// read.
-var untrustedFields = map[string]bool{"X-Forwarded-For": true, "Forwarded": true, "X-Real-Ip": true,
-	"X-Forwarded-Host": true, "X-Forwarded-Proto": true, "X-Forwarded-Port": true, "X-Forwarded-Scheme": true,
-	"X-Forwarded-Server": true, "X-Forwarded-Prefix": true, "X-Original-Url": true, "X-Rewrite-Url": true,
-	"X-Original-Host": true, "X-Host": true, "X-Http-Method-Override": true, "X-Http-Method": true, "X-Method-Override": true}
+// rewriteFields are the request fields (canonical) taken only from
+// trusted proxies, beside every X-Forwarded-* field: the forwarded chain,
+// and the rewrite fields that origins and their frameworks read as the
+// request's real client, host, scheme, port, path or method. None of those
+// is part of a cache key, so a client could use one to have a poisoned
+// answer stored under a key other clients read.
+var rewriteFields = map[string]bool{"Forwarded": true, "X-Real-Ip": true, "True-Client-Ip": true, "Cf-Connecting-Ip": true,
+	"Fastly-Client-Ip": true, "X-Client-Ip": true, "X-Cluster-Client-Ip": true,
+	"X-Original-Url": true, "X-Original-Uri": true, "X-Rewrite-Url": true, "X-Original-Host": true, "X-Host": true,
+	"X-Http-Host-Override": true, "X-Url-Scheme": true, "X-Scheme": true, "Front-End-Https": true,
+	"X-Http-Method-Override": true, "X-Http-Method": true, "X-Method-Override": true}
 
-// untrustedField reports whether canonical key k is one of untrustedFields.
-func untrustedField(k string) bool { return untrustedFields[k] }
+// rewriteField reports whether canonical key k is a forwarded or rewrite
+// field in any spelling: one of rewriteFields or X-Forwarded-*, also with
+// underscores for dashes (X_Forwarded_Host), which some frameworks read
+// as the dashed field.
+func rewriteField(k string) bool {
+	if strings.IndexByte(k, '_') >= 0 {
+		k = textproto.CanonicalMIMEHeaderKey(strings.ReplaceAll(k, "_", "-"))
+	}
+	return rewriteFields[k] || strings.HasPrefix(k, "X-Forwarded-")
+}
 
 // removeDotSegments resolves "." and ".." segments in an absolute path
 // (RFC 3986 5.2.4), so that one resource has one cache key; ok is false

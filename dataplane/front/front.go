@@ -61,9 +61,15 @@ type Answerer interface {
 // Config is what a Front is built from.
 type Config struct {
 	ID string
+	// Via is the name this node gives itself in the Via of the requests it
+	// sends (routes.Via): a client request naming it has looped.
+	Via string
 	// RelayTimeout and OriginTimeout bound the wait for a peer's or the
 	// origin's answer where the policy does not.
 	RelayTimeout, OriginTimeout time.Duration
+	// BodyTimeout bounds each wait for a client's request body to bring a
+	// byte (nginx's client_body_timeout); zero: none.
+	BodyTimeout time.Duration
 	// PeerMTLS says the peer listener is mutual TLS: a peer request is
 	// served only when its certificate names a member of the ring.
 	PeerMTLS bool
@@ -81,6 +87,9 @@ type Config struct {
 	// without a token, as AdminToken.
 	TrustedProxies, PurgeAllow []netip.Prefix
 	AdminToken                 string
+	// JoinToken proves to the control plane that a PURGE is relayed by a
+	// node, which names its client.
+	JoinToken string
 	// Admin calls the control plane (at ControlPlane, for messages) for
 	// PURGE requests.
 	Admin        []pb.AdminServiceClient
@@ -123,9 +132,9 @@ type Front struct {
 
 // A client may send purgeAuthBurst PURGE requests with a wrong token,
 // then one per purgeAuthEvery; purgeAuthClients are tracked at most. The
-// burst is half the control plane's, which sees the node's address for
-// every PURGE it relays: one client guessing through a node does not use
-// up that node's allowance there.
+// control plane holds the failures against the same client (the node
+// names it, proven by its join token), so many clients guessing through a
+// node spend only their own allowances, never the node's.
 const (
 	purgeAuthBurst   = 5
 	purgeAuthEvery   = 6 * time.Second

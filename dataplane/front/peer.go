@@ -136,6 +136,7 @@ func (f *Front) serveHotKeys(w http.ResponseWriter, r *http.Request) {
 // counts it by reason.
 func (f *Front) refusePeer(w http.ResponseWriter, r *http.Request, reason string, code int, msg string) {
 	f.cfg.Metrics.PeerRefused.WithLabelValues(reason).Inc()
+	w.Header().Set(relay.RefusedHeader, reason)
 	f.cfg.Logger.Warn("refused a peer request", "reason", reason, "remote", r.RemoteAddr, "detail", msg)
 	http.Error(w, msg, code)
 }

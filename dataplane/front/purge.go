@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/purge"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/authlimit"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -71,14 +73,14 @@ func DialAdmin(addrs string, tlsConfig *tls.Config) ([]pb.AdminServiceClient, []
 func (f *Front) servePurge(w http.ResponseWriter, r *http.Request, client string) {
 	token, hasToken := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if hasToken {
-		if ok, wait := f.purgeAuth.Allow(client, time.Now()); !ok {
+		if ok, wait := f.purgeAuth.Allow(authlimit.Key(client), time.Now()); !ok {
 			f.cfg.Metrics.PurgeAuthRefused.WithLabelValues("throttled").Inc()
 			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 			purgeError(w, http.StatusTooManyRequests, "too many PURGE requests with a wrong token from "+client)
 			return
 		}
 		if !tokenShaped(token) {
-			f.purgeAuth.Fail(client, time.Now())
+			f.purgeAuth.Fail(authlimit.Key(client), time.Now())
 			f.cfg.Metrics.PurgeAuthRefused.WithLabelValues("malformed").Inc()
 			purgeError(w, http.StatusUnauthorized, "the bearer token is malformed (want 8 to 512 printable characters, no spaces)")
 			return
@@ -100,6 +102,12 @@ func (f *Front) servePurge(w http.ResponseWriter, r *http.Request, client string
 	ctx, cancel := context.WithTimeout(r.Context(), purgeCallTimeout)
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	if hasToken && f.cfg.JoinToken != "" {
+		// The client's own token: a wrong one is held against the client
+		// at the control plane, never against this node, which proves it
+		// relays with its join token.
+		ctx = metadata.AppendToOutgoingContext(ctx, pb.PurgeForMetadata, client, pb.RelayTokenMetadata, f.cfg.JoinToken)
+	}
 	out := struct {
 		Complete bool              `json:"complete"`
 		Purges   []json.RawMessage `json:"purges"`
@@ -107,11 +115,14 @@ func (f *Front) servePurge(w http.ResponseWriter, r *http.Request, client string
 	for _, call := range calls {
 		st, err := f.callAdmin(ctx, call)
 		if hasToken && status.Code(err) == codes.Unauthenticated {
-			f.purgeAuth.Fail(client, time.Now())
+			f.purgeAuth.Fail(authlimit.Key(client), time.Now())
 			f.cfg.Metrics.PurgeAuthRefused.WithLabelValues("wrong").Inc()
 		}
 		if err != nil {
 			code, msg := purgeStatusCode(err, f.cfg.ControlPlane)
+			if len(out.Purges) > 0 {
+				msg = fmt.Sprintf("%s (%d of the request's %d purges were recorded before this one failed)", msg, len(out.Purges), len(calls))
+			}
 			purgeError(w, code, msg)
 			return
 		}
@@ -142,6 +153,10 @@ func (f *Front) purgeAllowed(a netip.Addr) bool {
 	return false
 }
 
+// MaxPurgeTags bounds the tags one PURGE request may name: each is a
+// purge of its own, recorded and sent to every node.
+const MaxPurgeTags = 32
+
 // purgeCall is one AdminService purge call.
 type purgeCall func(context.Context, pb.AdminServiceClient) (*pb.PurgeStatus, error)
 
@@ -149,7 +164,15 @@ type purgeCall func(context.Context, pb.AdminServiceClient) (*pb.PurgeStatus, er
 func (f *Front) purgeCalls(r *http.Request) ([]purgeCall, error) {
 	id := r.Header.Get("X-Request-Id")
 	var tags []string
-	purge.EntryTags(r.Header, func(t string) bool { tags = append(tags, t); return false })
+	purge.EntryTags(r.Header, func(t string) bool {
+		if !slices.Contains(tags, t) {
+			tags = append(tags, t)
+		}
+		return len(tags) > MaxPurgeTags
+	})
+	if len(tags) > MaxPurgeTags {
+		return nil, fmt.Errorf("PURGE names more than %d tags (Surrogate-Key, Cache-Tag); send at most %d per request", MaxPurgeTags, MaxPurgeTags)
+	}
 	if len(tags) > 0 {
 		calls := make([]purgeCall, 0, len(tags))
 		for i, t := range tags {

@@ -41,10 +41,16 @@ func (f *Front) isHot(key string, p *policy.Policy) bool {
 	return true
 }
 
-// serveHotCopy answers from a local copy of a hot object, if fresh.
-func (f *Front) serveHotCopy(w http.ResponseWriter, r *http.Request, key string) bool {
+// serveHotCopy answers from a local copy of a hot object, when the copy
+// is fresh as the request asks (its no-cache, max-age and min-fresh obeyed
+// as the owner obeys them): else the owner decides.
+func (f *Front) serveHotCopy(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy) bool {
 	e, ok := f.cfg.HotCopies.Get(key)
-	if !ok || !e.Fresh(time.Now()) || !f.cfg.Answers.Usable(e) {
+	if !ok || !f.cfg.Answers.Usable(e) {
+		return false
+	}
+	req := httpcache.ForRequest(r.Header)
+	if httpcache.Decide(e.Age(time.Now()), e.Lifetime, e.Header, req, 0, p.Targeted...) != httpcache.UseFresh {
 		return false
 	}
 	f.cfg.Metrics.Hot.WithLabelValues("copy_hit").Inc()
@@ -70,8 +76,17 @@ func (f *Front) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, 
 	sent := time.Now()
 	resp, err := f.cfg.Peers.Forward(ctx, owner.GetPeerAddress(), r, f.relayHeader(r))
 	f.cfg.Metrics.PeerDuration.Observe(time.Since(sent).Seconds())
+	if errors.Is(err, relay.ErrHeaderTooLarge) {
+		// The client's request, not the owner, is at fault.
+		http.Error(w, "shardcache: the request's header fields are too large to pass on", http.StatusRequestHeaderFieldsTooLarge)
+		return true
+	}
 	if errors.Is(err, relay.ErrPeerDown) {
 		f.cfg.Metrics.PeerReqs.WithLabelValues(owner.GetId(), "skipped").Inc()
+		return false
+	}
+	if errors.Is(err, relay.ErrRefused) {
+		f.cfg.Metrics.PeerReqs.WithLabelValues(owner.GetId(), "refused").Inc()
 		return false
 	}
 	if err != nil {

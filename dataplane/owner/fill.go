@@ -170,7 +170,10 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 		return
 	}
 	status := relay.CacheMiss
-	if stale != nil {
+	// A refusal under authorize_every_request says nothing of what is
+	// stored: an unauthorised client learns no more than that it was
+	// refused.
+	if stale != nil && !(p.AuthorizeEach && resp.StatusCode >= 400) {
 		status = relay.CacheExpired
 	}
 	maxObject := o.maxObject(p)

@@ -41,6 +41,9 @@ const (
 	// behind this node may hold what this node purged, and is not kept as
 	// a copy.
 	PurgeRevisionHeader = "X-Shardcache-Purge-Revision"
+	// RefusedHeader, on a peer listener's answer, says the request was
+	// refused unserved, and why: the sender serves it otherwise.
+	RefusedHeader = "X-Shardcache-Refused"
 )
 
 // InternalPrefix starts every header field above; StripInternal deletes
@@ -50,7 +53,7 @@ const InternalPrefix = "X-Shardcache-"
 // InternalHeaders are every header field above: taken from no client, sent
 // to no origin.
 var InternalHeaders = []string{HopHeader, EpochHeader, SchemeHeader, InvalidateHeader, SliceHeader, SliceVersionHeader,
-	HandoffHeader, HotKeysHeader, PrecopyHeader, PurgeRevisionHeader}
+	HandoffHeader, HotKeysHeader, PrecopyHeader, PurgeRevisionHeader, RefusedHeader}
 
 // X-Cache values: how the node that served from its store (X-Cache-Node)
 // answered.

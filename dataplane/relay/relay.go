@@ -48,6 +48,23 @@ type Config struct {
 // ErrPeerDown is returned without trying while a peer's circuit is open.
 var ErrPeerDown = errors.New("relay: peer marked down after repeated failures")
 
+// ErrRefused is returned when a peer refused the request unserved (its
+// answer carries RefusedHeader): this node is not one of its members yet,
+// or no longer. The peer is not down.
+var ErrRefused = errors.New("relay: the peer refused the request")
+
+// ErrHeaderTooLarge is returned, without trying, for a request whose header
+// is larger than a peer listener takes (MaxHeaderList): the request's
+// fault, not the peer's.
+var ErrHeaderTooLarge = errors.New("relay: the request's header is larger than the peer hop takes")
+
+// MaxHeaderList bounds a relayed request's header as HTTP/2 counts it
+// (RFC 9113 6.5.2: each field's name and value and 32 bytes): the peer
+// listener's limit. It is well above what the client listener takes
+// (64 KiB of header, whatever its number of fields), with room for the
+// fields a node adds.
+const MaxHeaderList = 1 << 20
+
 // Circuit breaker settings: after breakerFailures failures in a row a peer is
 // skipped for breakerOpen, then tried again (one success closes it).
 const (
@@ -174,28 +191,58 @@ func Protocols(server bool) *http.Protocols {
 // A peer that failed breakerFailures times in a row is not tried for
 // breakerOpen: Forward returns ErrPeerDown at once, so a dead or partitioned
 // owner does not cost every request a dial timeout.
+//
+// Only a failure of the peer counts towards its breaker: one to reach it,
+// or one after the request's header went out. A request that could not be
+// sent as it is (a header too large, a field HTTP/2 does not carry) is its
+// sender's error and leaves the peer's record alone.
 func (c *Client) Forward(ctx context.Context, peerAddr string, r *http.Request, header http.Header) (*http.Response, error) {
+	if headerListSize(r, header) > MaxHeaderList {
+		return nil, fmt.Errorf("relay to %s: %w", peerAddr, ErrHeaderTooLarge)
+	}
 	b := c.breaker(peerAddr)
 	if c.now().UnixNano() < b.openUntil.Load() {
 		return nil, fmt.Errorf("relay to %s: %w", peerAddr, ErrPeerDown)
 	}
+	var reached, sent atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			reached.Store(true)
+			if c.onConn != nil {
+				c.onConn(info.Reused)
+			}
+		},
+		WroteHeaders: func() { sent.Store(true) },
+	})
 	resp, err := c.forward(ctx, peerAddr, r, header)
 	if err != nil {
-		if ctx.Err() == nil && b.failures.Add(1) >= breakerFailures {
+		peerFault := !reached.Load() || sent.Load()
+		if ctx.Err() == nil && peerFault && b.failures.Add(1) >= breakerFailures {
 			b.openUntil.Store(c.now().Add(breakerOpen).UnixNano())
 		}
 		return nil, err
 	}
 	b.failures.Store(0)
+	if why := resp.Header.Get(RefusedHeader); why != "" {
+		resp.Body.Close()
+		return nil, fmt.Errorf("relay to %s: %w (%s, %s)", peerAddr, ErrRefused, resp.Status, why)
+	}
 	return resp, nil
 }
 
-func (c *Client) forward(ctx context.Context, peerAddr string, r *http.Request, header http.Header) (*http.Response, error) {
-	if c.onConn != nil {
-		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-			GotConn: func(info httptrace.GotConnInfo) { c.onConn(info.Reused) },
-		})
+// headerListSize is the size of a relayed request's header as HTTP/2
+// counts it against the peer's limit, pseudo-header fields included.
+func headerListSize(r *http.Request, h http.Header) int {
+	n := len(":method") + len(r.Method) + len(":path") + len(r.URL.RequestURI()) + len(":authority") + len(r.Host) + len(":scheme") + 5 + 4*32
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 32
+		}
 	}
+	return n
+}
+
+func (c *Client) forward(ctx context.Context, peerAddr string, r *http.Request, header http.Header) (*http.Response, error) {
 	out, err := http.NewRequestWithContext(ctx, r.Method, c.scheme+"://"+peerAddr+r.URL.RequestURI(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("relay to %s: %w", peerAddr, err)

@@ -6,6 +6,7 @@ package routes
 
 import (
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -20,6 +21,7 @@ type Table struct {
 	ring   *ring.Ring
 	peers  map[string]*pb.Member
 	byAddr map[string]string // peer address -> member id
+	vias   map[string]bool   // the members' Via names
 	// Prev is the epoch this one replaced (its own Prev dropped), and
 	// Applied when this one took over: handoff asks Prev's owners.
 	Prev    *Table
@@ -64,16 +66,18 @@ func New(e *pb.RingEpoch) (*Table, error) {
 	members := make([]ring.Member, 0, len(e.GetMembers()))
 	peers := make(map[string]*pb.Member, len(e.GetMembers()))
 	byAddr := make(map[string]string, len(e.GetMembers()))
+	vias := make(map[string]bool, len(e.GetMembers()))
 	for _, m := range e.GetMembers() {
 		members = append(members, ring.Member{ID: m.GetId(), Weight: m.GetWeight()})
 		peers[m.GetId()] = m
 		byAddr[m.GetPeerAddress()] = m.GetId()
+		vias[Via(m.GetId(), m.GetPeerAddress())] = true
 	}
 	r, err := ring.New(e.GetEpoch(), members)
 	if err != nil {
 		return nil, fmt.Errorf("epoch %d: %w", e.GetEpoch(), err)
 	}
-	return &Table{Epoch: e, ring: r, peers: peers, byAddr: byAddr}, nil
+	return &Table{Epoch: e, ring: r, peers: peers, byAddr: byAddr, vias: vias}, nil
 }
 
 // Owner returns the member that owns key.
@@ -90,25 +94,39 @@ func (rt *Table) Owners(dst []*pb.Member, key string, n int) []*pb.Member {
 	return dst
 }
 
+// Via is the name a member gives itself in the Via field of the requests
+// it sends (RFC 9110 7.6.3): its id and a short hash of its peer address.
+// The hash tells this cluster's node-1 from another cluster's, so a
+// request that comes back to the cluster is told from one that passed
+// through another cluster built from the same manifests.
+func Via(id, peerAddr string) string {
+	h := fnv.New32a()
+	h.Write([]byte(peerAddr))
+	return fmt.Sprintf("%s.%06x", id, h.Sum32()&0xffffff)
+}
+
+// ViaMember reports whether name is the Via name of a member of this
+// epoch; a nil table has none.
+func (rt *Table) ViaMember(name string) bool {
+	return rt != nil && rt.vias[name]
+}
+
 // PeerID names the member listening at a peer address.
 func (rt *Table) PeerID(addr string) (string, bool) {
 	id, ok := rt.byAddr[addr]
 	return id, ok
 }
 
-// Member reports whether id is a member of this epoch or of the one it
-// replaced (a node that has just left still answers handoff requests, and
-// one that has just joined may relay before this node has its epoch).
+// Member reports whether id is a member of this epoch. A node that left
+// the ring (or was removed by its lease) is no member from the epoch that
+// leaves it out: its peer certificate is refused at once. (A node that
+// has just joined and relays before this node has its epoch is refused
+// too, and serves the request itself; see front's epochHint.) A nil table
+// has no members.
 func (rt *Table) Member(id string) bool {
 	if rt == nil {
 		return false
 	}
-	if _, ok := rt.peers[id]; ok {
-		return true
-	}
-	if rt.Prev != nil {
-		_, ok := rt.Prev.peers[id]
-		return ok
-	}
-	return false
+	_, ok := rt.peers[id]
+	return ok
 }

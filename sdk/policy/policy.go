@@ -85,6 +85,7 @@ type Policy struct {
 	heuristic []uint32
 	excluded  []*pb.StatusRange
 	bypass    []*pb.BypassRule
+	fields    []string // canonical; see Fields
 }
 
 // keyPart is a literal or a variable of a key template.
@@ -185,6 +186,15 @@ func Compile(p *pb.CachePolicy) (*Policy, error) {
 	c.key = key
 	for _, part := range key {
 		c.keyLen += len(part.literal)
+		switch {
+		case strings.HasPrefix(part.variable, "http_"):
+			c.fields = appendField(c.fields, part.literal)
+		case strings.HasPrefix(part.variable, "cookie_"):
+			c.fields = appendField(c.fields, "Cookie")
+		}
+	}
+	for _, f := range c.VaryBy {
+		c.fields = appendField(c.fields, textproto.CanonicalMIMEHeaderKey(f))
 	}
 	for _, r := range c.bypass {
 		for _, pat := range r.GetPathPatterns() {
@@ -194,6 +204,18 @@ func Compile(p *pb.CachePolicy) (*Policy, error) {
 		}
 	}
 	return c, nil
+}
+
+// Fields are the request header fields (canonical) the policy keys or
+// varies by, beyond the node's own: its key template's $http_<name> and
+// $cookie_<name>, and vary_by.
+func (p *Policy) Fields() []string { return p.fields }
+
+func appendField(fs []string, f string) []string {
+	if slices.Contains(fs, f) {
+		return fs
+	}
+	return append(fs, f)
 }
 
 // TemplateVariables names what a key template may use.

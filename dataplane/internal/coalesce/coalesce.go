@@ -155,6 +155,9 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	return io.Copy(struct{ io.Writer }{c.Conn}, r)
 }
 
+// NetConn is the connection under c.
+func (c *Conn) NetConn() net.Conn { return c.Conn }
+
 // CloseWrite passes on to the connection's, which net/http uses to close
 // a connection gracefully.
 func (c *Conn) CloseWrite() error {
