@@ -394,7 +394,11 @@ func TestJoiningMemberRampsUpOverEpochs(t *testing.T) {
 	conn := dial(t, s)
 	a := openSession(t, conn, "node-a")
 	openSession(t, conn, "node-b")
-	a.waitEpoch(t, "node-a", "node-b")
+	// node-b ramps up too, as it joined a running ring: node-c joins once
+	// it is at full weight, so that only node-c's ramp is measured.
+	for e := a.waitEpoch(t, "node-a", "node-b"); e.GetMembers()[1].GetWeight() != 0; {
+		e = a.waitEpoch(t, "node-a", "node-b")
+	}
 	openSession(t, conn, "node-c")
 	var got []string
 	for {

@@ -398,7 +398,7 @@ func (n *Node) Run(ctx context.Context) error {
 		if a.name == "client" {
 			l = coalesce.Listener{Listener: clientconn.NewListener(l, clientconn.Config{
 				WriteTimeout: max(n.cfg.ClientSendTimeout, 0), MaxPerAddr: max(n.cfg.ClientMaxConnsPerAddr, 0),
-				Exempt: n.trustedProxy, OnRefused: n.metrics.ClientConnsRefused.Inc,
+				Exempt: n.trustedProxy, OnRefused: n.metrics.ClientConnsRefused.Inc, OnStalled: n.metrics.ClientStalled.Inc,
 			})}
 		}
 		listeners = append(listeners, l)

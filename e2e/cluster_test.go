@@ -84,6 +84,7 @@ type cluster struct {
 	nodeArgs    func(i int) []string
 	nodes       []*node
 	etcd        string // the client URL of the control plane's etcd
+	ca          string // the CA of the control plane's TLS, when it serves TLS
 }
 
 // startCluster starts a control plane, n nodes and an origin, and waits
@@ -182,7 +183,7 @@ func waitReadyz(ctx context.Context, nd *node, want string) error {
 
 // cachectl runs the real CLI with -o json and decodes its output.
 func (c *cluster) cachectl(ctx context.Context, out any, args ...string) error {
-	args = append([]string{"--control-plane", c.control, "--token", c.token, "-o", "json"}, args...)
+	args = append(append(c.controlArgs(), "-o", "json"), args...)
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "cachectl"), args...)
 	b, err := cmd.Output()
 	if err != nil {
@@ -197,12 +198,21 @@ func (c *cluster) cachectl(ctx context.Context, out any, args ...string) error {
 
 // cachectlText runs the real CLI for its effect; the error carries its output.
 func (c *cluster) cachectlText(ctx context.Context, args ...string) error {
-	args = append([]string{"--control-plane", c.control, "--token", c.token}, args...)
+	args = append(c.controlArgs(), args...)
 	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "cachectl"), args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("cachectl %v: %v: %s", args, err, out)
 	}
 	return nil
+}
+
+// controlArgs are cachectl's flags to reach c's control plane.
+func (c *cluster) controlArgs() []string {
+	args := []string{"--control-plane", c.control, "--token", c.token}
+	if c.ca != "" {
+		args = append(args, "--ca", c.ca)
+	}
+	return args
 }
 
 // ringJSON is the part of `cachectl ring -o json` the tests read.
@@ -465,7 +475,7 @@ func TestOwnerKilledUnderLoad(t *testing.T) {
 // some did not).
 func (c *cluster) purgeStatus(ctx context.Context, args ...string) purgeJSON {
 	c.t.Helper()
-	args = append([]string{"--control-plane", c.control, "--token", c.token, "-o", "json"}, args...)
+	args = append(append(c.controlArgs(), "-o", "json"), args...)
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "cachectl"), args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

@@ -101,8 +101,18 @@ func TestNetworkFaults(t *testing.T) {
 	}
 	bin := filepath.Join(binDir, "shardcache")
 	lab.start(origin, "origin", bin, "origin", "--listen", labAddr(origin)+":8090")
-	c := &cluster{t: t, token: "e2e-token", control: labAddr(control) + ":7070", controlOps: labAddr(control) + ":9190"}
+	// Off loopback the control plane serves TLS: files from
+	// shardcache tls-files, verified by the nodes and cachectl.
+	tlsDir := filepath.Join(t.TempDir(), "control-tls")
+	gen := startProcess(t, "tls-files", bin, "tls-files", "--names", labAddr(control), "--out", tlsDir)
+	<-gen.done
+	if gen.err != nil {
+		t.Fatalf("tls-files: %v %s", gen.err, gen.Output())
+	}
+	c := &cluster{t: t, token: "e2e-token", control: labAddr(control) + ":7070", controlOps: labAddr(control) + ":9190",
+		ca: filepath.Join(tlsDir, "ca.crt")}
 	c.controlProc = lab.start(control, "control", bin, "control", "--listen", c.control, "--ops", c.controlOps,
+		"--tls-cert", filepath.Join(tlsDir, "tls.crt"), "--tls-key", filepath.Join(tlsDir, "tls.key"),
 		"--admin-token", c.token, "--join-token", "e2e-join", "--lease-ttl", "2s", "--epoch-batch-window", "200ms",
 		"--etcd-dir", filepath.Join(t.TempDir(), "etcd"), "--etcd-client-url", "http://127.0.0.1:2379", "--etcd-peer-url", "http://127.0.0.1:2380")
 	if err := c.controlProc.WaitLine(ctx, "control plane serving"); err != nil {
@@ -112,7 +122,7 @@ func TestNetworkFaults(t *testing.T) {
 		a := labAddr(10 + i)
 		nd := &node{id: fmt.Sprintf("node-%d", i), client: a + ":8080", peer: a + ":9080", ops: a + ":9191"}
 		nd.args = []string{"node", "--id", nd.id, "--client", nd.client, "--peer", nd.peer, "--ops", nd.ops,
-			"--control-plane", c.control, "--origin", "http://" + labAddr(origin) + ":8090", "--join-token", "e2e-join",
+			"--control-plane", c.control, "--control-plane-ca", c.ca, "--origin", "http://" + labAddr(origin) + ":8090", "--join-token", "e2e-join",
 			"--drain-grace", "-1s", "--hot-threshold", "-1", "--access-log", "off",
 			// An origin cut off mid-request is given up on at the origin
 			// timeout (60 s by default, as nginx's proxy_read_timeout).

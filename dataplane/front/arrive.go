@@ -52,9 +52,12 @@ func (f *Front) arrive(r *http.Request) (*policy.Policy, *refusal) {
 	return p, nil
 }
 
-// keyedHost is a Host field as the cache keys it: lower case, without a
-// trailing dot or a port. A port that is not a number is refused: it is no
-// port, and an origin building links from the Host would put it in them.
+// keyedHost is a Host field as the cache keys it and sends it on: lower
+// case, without a trailing dot, its port (which the key leaves out) kept
+// when it is a number, so that an origin building links for the node the
+// client reached builds them right. A port that is not a number is
+// refused: it is no port, and an origin building links from the Host
+// would put it in them for every client sharing the key.
 func keyedHost(h string) (string, error) {
 	host, port := h, ""
 	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.HasSuffix(h, "]") {
@@ -73,7 +76,11 @@ func keyedHost(h string) (string, error) {
 			return "", hostError("Host " + quote(h) + " is not an IPv6 literal")
 		}
 	}
-	return strings.ToLower(strings.TrimRight(host, ".")), nil
+	host = strings.ToLower(strings.TrimRight(host, "."))
+	if port != "" {
+		return host + ":" + port, nil
+	}
+	return host, nil
 }
 
 type hostError string
@@ -183,27 +190,41 @@ func (f *Front) viaLoop(h http.Header) string {
 // read waits at most wait for the client's next bytes (the connection's
 // read deadline, renewed by every read), never bounding the upload's
 // length. At its end the deadline is cleared, so that it does not cut the
-// connection while the answer is sent.
+// connection while the answer is sent. A body that stops coming fails
+// (stalled is set) and the connection closes after the answer: what is
+// left of the body would be read as the next request.
 type progressBody struct {
 	io.ReadCloser
 	rc      *http.ResponseController
+	header  http.Header // the answer's, to close the connection after it
 	wait    time.Duration
 	renewed time.Time
 	done    bool
+	stalled bool
 }
 
 func (b *progressBody) Read(p []byte) (int, error) {
 	if b.done {
 		return b.ReadCloser.Read(p)
 	}
-	if now := time.Now(); now.Sub(b.renewed) >= time.Second {
+	if now := time.Now(); now.Sub(b.renewed) >= min(b.wait/8, time.Second) {
 		b.renewed = now
 		b.rc.SetReadDeadline(now.Add(b.wait))
 	}
 	n, err := b.ReadCloser.Read(p)
-	if err != nil {
+	switch ne, _ := err.(net.Error); {
+	case err == io.EOF:
 		b.done = true
 		b.rc.SetReadDeadline(time.Time{})
+	case ne != nil && ne.Timeout():
+		b.stalled = true
+		b.header.Set("Connection", "close")
 	}
 	return n, err
+}
+
+// bodyStalled reports whether r's body stopped coming for the body timeout.
+func bodyStalled(r *http.Request) bool {
+	b, ok := r.Body.(*progressBody)
+	return ok && b.stalled
 }

@@ -97,7 +97,7 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 		rec.Header().Set("Connection", "close")
 	}
 	if r.Body != nil && r.Body != http.NoBody && f.cfg.BodyTimeout > 0 {
-		r.Body = &progressBody{ReadCloser: r.Body, rc: http.NewResponseController(w), wait: f.cfg.BodyTimeout}
+		r.Body = &progressBody{ReadCloser: r.Body, rc: http.NewResponseController(w), header: rec.Header(), wait: f.cfg.BodyTimeout}
 	}
 	if len(r.TransferEncoding) > 0 && r.ProtoMajor == 1 {
 		// The body was read by its Transfer-Encoding, any Content-Length
@@ -255,6 +255,10 @@ func (f *Front) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy,
 		m.Cache = "METHOD"
 	case "no-store":
 		m.Cache = "REQUEST"
+	}
+	if err != nil && bodyStalled(r) {
+		http.Error(w, "shardcache: the request body stopped coming (client body timeout)", http.StatusRequestTimeout)
+		return
 	}
 	if err != nil {
 		f.cfg.Metrics.OriginReqs.WithLabelValues("bypass", "error").Inc()

@@ -50,13 +50,14 @@ type Set struct {
 	// PurgeAuthRefused counts PURGE tokens refused, by reason.
 	PurgeAuthRefused *prometheus.CounterVec
 	// ClientConnsRefused counts client connections refused at the
-	// per-address bound.
-	ClientConnsRefused prometheus.Counter
-	RingEpoch          prometheus.Gauge
-	RingMembers        prometheus.Gauge
-	Session            prometheus.Gauge
-	CutOff             prometheus.Gauge
-	Member             prometheus.Gauge
+	// per-address bound, ClientStalled those cut because their client
+	// took no byte for the send timeout.
+	ClientConnsRefused, ClientStalled prometheus.Counter
+	RingEpoch                         prometheus.Gauge
+	RingMembers                       prometheus.Gauge
+	Session                           prometheus.Gauge
+	CutOff                            prometheus.Gauge
+	Member                            prometheus.Gauge
 	// BackgroundPanics counts panics recovered in background tasks.
 	BackgroundPanics *prometheus.CounterVec
 	MemberLost       *prometheus.CounterVec
@@ -138,6 +139,9 @@ func New() *Set {
 		}, []string{"reason"}),
 		ClientConnsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shardcache_client_conns_refused_total", Help: "Client connections refused (503) because their address held its bound of open connections (--client-max-conns-per-addr).",
+		}),
+		ClientStalled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardcache_client_stalled_total", Help: "Client connections closed because the client took no byte of an answer for --client-send-timeout.",
 		}),
 		RelayFallback: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shardcache_relay_fallbacks_total", Help: "Relays that failed before a response and were served by this node instead.",
@@ -230,7 +234,7 @@ func New() *Set {
 		}
 	}
 	m.Registry.MustRegister(m.OriginDuration, m.PeerDuration, m.Purges, m.PurgeRevision, m.Bans, m.PeerCerts, m.PeerCertExpiry, m.Requests, m.Duration, m.ResponseSize, m.OriginReqs, m.OriginBytes, m.PeerReqs,
-		m.PeerConns, m.PeerBytes, m.PeerRefused, m.OpsRefused, m.PurgeAuthRefused, m.ClientConnsRefused, m.RelayFallback, m.RingEpoch, m.RingMembers, m.Session, m.CutOff, m.Member, m.MemberLost, m.BackgroundPanics, m.Collapsed, m.PolicyRevision, m.Hot, m.Handoffs, &m.storeStats,
+		m.PeerConns, m.PeerBytes, m.PeerRefused, m.OpsRefused, m.PurgeAuthRefused, m.ClientConnsRefused, m.ClientStalled, m.RelayFallback, m.RingEpoch, m.RingMembers, m.Session, m.CutOff, m.Member, m.MemberLost, m.BackgroundPanics, m.Collapsed, m.PolicyRevision, m.Hot, m.Handoffs, &m.storeStats,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -143,5 +144,48 @@ func TestRemoveHopByHop(t *testing.T) {
 	RemoveHopByHop(h)
 	if len(h) != 1 || h.Get("X-End-To-End") != "kept" {
 		t.Fatalf("after removal: %v", h)
+	}
+}
+
+// A request the hop cannot carry (a header past the peer's limit, a field
+// HTTP/2 does not take) is its sender's error: however many, the peer's
+// breaker stays closed. A peer's refusal is ErrRefused, not a failure.
+func TestTheRequestsOwnErrorsAreNoPeerFailures(t *testing.T) {
+	var served atomic.Int64
+	addr := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		if r.Header.Get("X-Refuse") != "" {
+			w.Header().Set(RefusedHeader, "not_a_member")
+			http.Error(w, "refused", http.StatusForbidden)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	c := New(Config{})
+	defer c.CloseIdle()
+	huge := http.Header{HopHeader: {"a"}}
+	for i := range 40000 {
+		huge.Set(fmt.Sprintf("X-F%d", i), "v")
+	}
+	bad := http.Header{HopHeader: {"a"}, "Connection": {"x-private"}} // refused by HTTP/2 before it is sent
+	for range 2 * breakerFailures {
+		req := httptest.NewRequest("GET", "/x", nil)
+		if _, err := c.Forward(context.Background(), addr, req, huge); !errors.Is(err, ErrHeaderTooLarge) {
+			t.Fatalf("a header past the limit: %v, want ErrHeaderTooLarge", err)
+		}
+		if _, err := c.Forward(context.Background(), addr, req, bad); err == nil || errors.Is(err, ErrPeerDown) {
+			t.Fatalf("a request HTTP/2 cannot carry: %v; want its own error", err)
+		}
+		if _, err := c.Forward(context.Background(), addr, req, http.Header{HopHeader: {"a"}, "X-Refuse": {"1"}}); !errors.Is(err, ErrRefused) {
+			t.Fatalf("a refusal: %v, want ErrRefused", err)
+		}
+	}
+	resp, err := c.Forward(context.Background(), addr, httptest.NewRequest("GET", "/x", nil), http.Header{HopHeader: {"a"}})
+	if err != nil {
+		t.Fatalf("after the request's own errors the peer is skipped: %v", err)
+	}
+	resp.Body.Close()
+	if n := served.Load(); n != 2*breakerFailures+1 {
+		t.Fatalf("the peer served %d requests, want %d: only the refused ones and the last", n, 2*breakerFailures+1)
 	}
 }
