@@ -3,8 +3,6 @@ package controlplane
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/buildinfo"
 )
 
 // adminService implements AdminService. The current ring is answered from
@@ -318,25 +317,6 @@ func (a *adminService) PolicyStatus(ctx context.Context, _ *pb.PolicyStatusReque
 
 // GetVersion describes this replica's build.
 func (a *adminService) GetVersion(context.Context, *pb.GetVersionRequest) (*pb.GetVersionResponse, error) {
-	v, goVersion := buildVersion()
-	return &pb.GetVersionResponse{Version: v, GoVersion: goVersion, ReplicaId: a.replica}, nil
-}
-
-// buildVersion is the main module's version, or its VCS revision when it
-// was built from a checkout, and the Go version.
-func buildVersion() (version, goVersion string) {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown", runtime.Version()
-	}
-	version = bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && (version == "" || version == "(devel)") {
-			version = s.Value
-		}
-	}
-	if version == "" {
-		version = "(devel)"
-	}
-	return version, bi.GoVersion
+	bi := buildinfo.Read()
+	return &pb.GetVersionResponse{Version: bi.Version, GoVersion: bi.GoVersion, ReplicaId: a.replica}, nil
 }

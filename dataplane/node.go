@@ -37,6 +37,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/session"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/buildinfo"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -177,6 +178,7 @@ func New(cfg Config) (*Node, error) {
 			Zone:          cfg.Zone,
 			CapacityBytes: cfg.MemoryBytes,
 			PeerHop:       cfg.peerHop(),
+			Version:       buildinfo.Read().Version,
 		},
 		Load:          n.loadReport,
 		JoinToken:     cfg.JoinToken,

@@ -112,6 +112,7 @@ func (n *Node) opsHandler() http.Handler {
 	mux.HandleFunc("GET /stats", n.opsGuard(readOnly, n.serveStats))
 	mux.HandleFunc("GET /inspect", n.opsGuard(readOnly, n.serveInspect))
 	mux.HandleFunc("GET /log", n.opsGuard(readOnly, n.serveLog))
+	mux.HandleFunc("GET /members", n.opsGuard(readOnly, n.serveMembers))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("/debug/pprof/", n.opsGuard(adminOnly, pprof.Index))
 	mux.HandleFunc("/debug/pprof/cmdline", n.opsGuard(adminOnly, func(w http.ResponseWriter, _ *http.Request) {

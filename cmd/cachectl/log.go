@@ -40,7 +40,7 @@ slows serving. Ctrl-C ends it.`,
 				return fmt.Errorf("--rate %d: want 1 to 5000 records a second per node", rate)
 			}
 			return g.withClient(func(c *admin.Client) error {
-				resp, err := c.ListNodes(cmd.Context())
+				resp, err := g.listNodes(cmd.Context(), c)
 				if err != nil {
 					return err
 				}

@@ -5,9 +5,11 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -77,7 +79,7 @@ func TestNodesTable(t *testing.T) {
 	}}
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	nodesTable(tw, resp, now)
+	nodesTable(tw, resp, now, false)
 	tw.Flush()
 	golden(t, "nodes.table", b.Bytes())
 }
@@ -85,5 +87,20 @@ func TestNodesTable(t *testing.T) {
 func TestBadOutputFormat(t *testing.T) {
 	if err := render(&bytes.Buffer{}, "xml", testEpoch(), nil); err == nil {
 		t.Fatal("-o xml accepted")
+	}
+}
+
+// The default tables fit a terminal of 80 columns (-o wide may not).
+func TestTablesFit80Columns(t *testing.T) {
+	for _, name := range []string{"nodes", "inspect", "inspect-none", "stats", "ring", "purge", "version"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name+".table"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if n := utf8.RuneCountInString(line); n > 80 {
+				t.Errorf("%s.table line %d is %d columns:\n%s", name, i+1, n, line)
+			}
+		}
 	}
 }

@@ -43,7 +43,7 @@ scripts).`,
 				return fmt.Errorf("--interval %s: want at least 100ms", interval)
 			}
 			return g.withClient(func(c *admin.Client) error {
-				t := &top{c: c, interval: interval, sortBy: 'r', desc: true}
+				t := &top{c: c, list: g.listNodes, interval: interval, sortBy: 'r', desc: true}
 				if once {
 					v, err := t.sample(cmd.Context())
 					if err != nil {
@@ -97,6 +97,7 @@ type hotKey struct {
 
 type top struct {
 	c        *admin.Client
+	list     func(context.Context, *admin.Client) (*pb.ListNodesResponse, error)
 	interval time.Duration
 	sortBy   rune
 	desc     bool
@@ -106,7 +107,7 @@ type top struct {
 
 // read asks every node for its live figures at once.
 func (t *top) read(ctx context.Context) (*pb.ListNodesResponse, liveStats, error) {
-	resp, err := t.c.ListNodes(ctx)
+	resp, err := t.list(ctx, t.c)
 	if err != nil {
 		return nil, liveStats{}, err
 	}
