@@ -18,7 +18,9 @@ import (
 func newNodesCommand(g *globalOptions) *cobra.Command {
 	return showCommand(g, "nodes", "List the registered nodes with their version and load",
 		func(ctx context.Context, c *admin.Client) (*pb.ListNodesResponse, error) { return c.ListNodes(ctx) },
-		func(tw *tabwriter.Writer, resp *pb.ListNodesResponse) { nodesTable(tw, resp, time.Now(), g.output == "wide") })
+		func(tw *tabwriter.Writer, resp *pb.ListNodesResponse) {
+			nodesTable(tw, resp, time.Now(), g.output == "wide")
+		})
 }
 
 // showCommand is a command without arguments that renders what get

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/admin"
 	"github.com/shardcache/shardcache/sdk/buildinfo"
 )
@@ -32,8 +33,9 @@ type build struct {
 // nodeVersion is a node's version; empty when it reported none (an older
 // node).
 type nodeVersion struct {
-	Node    string `json:"node"`
-	Version string `json:"version"`
+	Node        string `json:"node"`
+	Version     string `json:"version"`
+	Unreachable string `json:"unreachable,omitempty"`
 }
 
 func newVersionCommand(g *globalOptions) *cobra.Command {
@@ -62,8 +64,20 @@ plane is not: the versions are then those of the ring the first node that answer
 				if err != nil {
 					return fmt.Errorf("node versions: %w", err)
 				}
-				for _, n := range resp.GetNodes() {
-					v.Nodes = append(v.Nodes, nodeVersion{Node: n.GetMember().GetId(), Version: n.GetMember().GetVersion()})
+				if len(g.nodes) == 0 {
+					for _, n := range resp.GetNodes() {
+						v.Nodes = append(v.Nodes, nodeVersion{Node: n.GetMember().GetId(), Version: n.GetMember().GetVersion()})
+					}
+					return nil
+				}
+				// Without the control plane, each node says its own.
+				answers, errs := askNodes(resp.GetNodes(), func(n *pb.Node) (string, error) { return c.NodeVersion(cmd.Context(), n) })
+				for i, n := range resp.GetNodes() {
+					nv := nodeVersion{Node: n.GetMember().GetId(), Version: answers[i]}
+					if errs[i] != nil {
+						nv.Unreachable = errs[i].Error()
+					}
+					v.Nodes = append(v.Nodes, nv)
 				}
 				return nil
 			})
@@ -86,6 +100,10 @@ func versionTable(tw *tabwriter.Writer, v *versions, viaNodes bool) {
 		fmt.Fprintln(tw, "control plane\tunreachable")
 	}
 	for _, n := range v.Nodes {
+		if n.Unreachable != "" {
+			fmt.Fprintf(tw, "%s\tunreachable\n", n.Node)
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\n", n.Node, dash(n.Version))
 	}
 }

@@ -23,7 +23,7 @@ func newRootCommand() *cobra.Command {
 		Use:   "shardcache",
 		Short: "A sharded HTTP cache cluster with an etcd-backed control plane",
 	}
-	root.AddCommand(newControlCommand(), newNodeCommand(), newDevCommand(), newOriginCommand(), newDrainCommand(), newCertsCommand())
+	root.AddCommand(newControlCommand(), newNodeCommand(), newDevCommand(), newOriginCommand(), newDrainCommand(), newCertsCommand(), newVersionCommand())
 	return root
 }
 

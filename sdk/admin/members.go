@@ -105,3 +105,16 @@ func nodesOf(b []byte, base string) (*pb.ListNodesResponse, error) {
 	}
 	return resp, nil
 }
+
+// NodeVersion asks n's ops listener which version it runs.
+func (c *Client) NodeVersion(ctx context.Context, n *pb.Node) (string, error) {
+	b, err := c.opsGet(ctx, n, "/members")
+	if err != nil {
+		return "", err
+	}
+	var m Members
+	if err := json.Unmarshal(b, &m); err != nil {
+		return "", fmt.Errorf("%s /members: %w", n.GetMember().GetId(), err)
+	}
+	return m.Version, nil
+}
