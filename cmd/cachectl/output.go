@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
+
+	"github.com/shardcache/shardcache/cmd/internal/command"
 )
 
 // outputFormats are the values of -o.
@@ -21,7 +23,7 @@ func checkFormat(format string) error {
 	if slices.Contains(outputFormats, format) {
 		return nil
 	}
-	return fmt.Errorf("-o %q: want table, wide, json or yaml", format)
+	return command.Usage(fmt.Errorf("-o %q: want table, wide, json or yaml", format))
 }
 
 // render writes v as JSON or YAML, or calls table for the table format.

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/shardcache/shardcache/cmd/internal/command"
 	"github.com/shardcache/shardcache/cmd/internal/units"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/admin"
@@ -40,7 +41,7 @@ scripts).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval < 100*time.Millisecond {
-				return fmt.Errorf("--interval %s: want at least 100ms", interval)
+				return command.Usage(fmt.Errorf("--interval %s: want at least 100ms", interval))
 			}
 			return g.withClient(func(c *admin.Client) error {
 				t := &top{c: c, list: g.listNodes, interval: interval, sortBy: 'r', desc: true}

@@ -16,7 +16,7 @@ import (
 	"github.com/shardcache/shardcache/cmd/internal/command"
 )
 
-func main() { command.Main("shardcache", newRootCommand()) }
+func main() { command.Main("shardcache", newRootCommand(), nil) }
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
