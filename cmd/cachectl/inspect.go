@@ -69,14 +69,14 @@ type nodeInspection struct {
 func inspect(ctx context.Context, c *admin.Client, resp *pb.ListNodesResponse, rawURL string) *inspection {
 	nodes := resp.GetNodes()
 	answers, errs := askNodes(nodes, func(n *pb.Node) (*admin.Inspection, error) { return c.Inspect(ctx, n, rawURL) })
-	in := &inspection{URL: rawURL, Nodes: []nodeInspection{}}
+	in := &inspection{URL: rawURL, Owners: []string{}, Nodes: []nodeInspection{}}
 	for i, n := range nodes {
 		ni := nodeInspection{Node: n.GetMember().GetId(), Objects: []admin.StoredObject{}}
 		if errs[i] != nil {
 			ni.Unreachable = errs[i].Error()
 		} else {
 			a := answers[i]
-			if in.Key == "" {
+			if in.Key == "" && a.Key != "" {
 				in.Policy, in.Key, in.Owners = a.Policy, a.Key, a.Owners
 			}
 			ni.Owner, ni.Objects = a.Owner, a.Objects

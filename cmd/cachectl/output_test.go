@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -102,5 +106,58 @@ func TestTablesFit80Columns(t *testing.T) {
 				t.Errorf("%s.table line %d is %d columns:\n%s", name, i+1, n, line)
 			}
 		}
+	}
+}
+
+// Every -o json has one style: snake_case names, numbers as numbers,
+// empty lists as [].
+func TestOneJSONStyle(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatal(files, err)
+	}
+	snake := regexp.MustCompile(`^[a-z0-9]+(_[a-z0-9]+)*$`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		var walk func(path string, v any)
+		walk = func(path string, v any) {
+			switch v := v.(type) {
+			case map[string]any:
+				for k, e := range v {
+					if !snake.MatchString(k) {
+						t.Errorf("%s: %s.%s is not snake_case", f, path, k)
+					}
+					walk(path+"."+k, e)
+				}
+			case []any:
+				for i, e := range v {
+					walk(fmt.Sprintf("%s[%d]", path, i), e)
+				}
+			case string:
+				if _, err := strconv.ParseInt(v, 10, 64); err == nil && !strings.HasSuffix(path, "version") {
+					t.Errorf("%s: %s is the number %s in a string", f, path, v)
+				}
+			}
+		}
+		walk("", v)
+	}
+	if b, _ := os.ReadFile("testdata/ring.json"); !strings.Contains(string(b), `"epoch": 7,`) {
+		t.Fatalf("ring.json: the epoch is not the number 7:\n%s", b)
+	}
+	// An empty list is [] in a message and in a struct alike.
+	var b bytes.Buffer
+	if err := render(&b, "json", &pb.ListNodesResponse{}, nil); err != nil || !strings.Contains(b.String(), `"nodes": []`) {
+		t.Fatalf("an empty node list: %s, %v", b.String(), err)
+	}
+	b.Reset()
+	if err := render(&b, "json", &versions{Nodes: []nodeVersion{}}, nil); err != nil || !strings.Contains(b.String(), `"nodes": []`) {
+		t.Fatalf("an empty version list: %s, %v", b.String(), err)
 	}
 }
