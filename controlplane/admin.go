@@ -235,7 +235,7 @@ func (a *adminService) PutPolicies(ctx context.Context, req *pb.PutPoliciesReque
 	}
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	rev, err := a.state.putPolicies(ctx, ps)
+	rev, unchanged, err := a.state.changePolicies(ctx, policyChange{puts: ps, action: "apply"})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -243,6 +243,9 @@ func (a *adminService) PutPolicies(ctx context.Context, req *pb.PutPoliciesReque
 	for i, p := range ps {
 		out[i] = proto.Clone(p).(*pb.CachePolicy)
 		out[i].Revision = rev
+		if r, ok := unchanged[p.GetName()]; ok {
+			out[i].Revision = r // as it was: nothing written
+		}
 	}
 	return &pb.PutPoliciesResponse{Policies: out}, nil
 }
@@ -290,7 +293,7 @@ func (a *adminService) listPolicies(ctx context.Context) (*pb.ListPoliciesRespon
 func (a *adminService) DeletePolicy(ctx context.Context, req *pb.DeletePolicyRequest) (*pb.DeletePolicyResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	rev, err := a.state.deletePolicy(ctx, req.GetName())
+	rev, _, err := a.state.changePolicies(ctx, policyChange{deletes: []string{req.GetName()}, action: "delete"})
 	if err != nil {
 		return nil, toStatus(err)
 	}
