@@ -57,6 +57,7 @@ type Node struct {
 	// leave ends the session, which takes the node out of the ring; set
 	// by Run.
 	leave   atomic.Pointer[context.CancelFunc]
+	self    selfDrain // a drain the node asked for itself (/drain)
 	log     *slog.Logger
 	access  *slog.Logger // nil: no access log
 	metrics *metrics.Set
@@ -289,6 +290,7 @@ func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
 		rt.Prev = routes.Without(e, n.cfg.ID)
 	}
 	n.routes.Store(rt)
+	n.followSelfDrain(e)
 	n.peers.Ring(peerChange(rt.Prev, e))
 	if rt.Prev != nil && !again && n.hot != nil && n.cfg.HandoffWindow > 0 && n.owner != nil {
 		n.tasks.Go("precopy", func() { n.owner.Precopy(rt) })

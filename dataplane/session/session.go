@@ -107,6 +107,7 @@ type Client struct {
 	// named.
 	epochReq  chan struct{}
 	epochSeen atomic.Uint64
+	drainReq  chan struct{} // the node drains itself (RequestDrain)
 	// instance tells this process's sessions apart from those of another
 	// process started with the same id.
 	instance string
@@ -210,7 +211,7 @@ func New(cfg Config, apply Applier) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Client{cfg: cfg, apply: apply, certReq: make(chan struct{}, 1), resultReq: make(chan struct{}, 1), epochReq: make(chan struct{}, 1),
+	c := &Client{cfg: cfg, apply: apply, certReq: make(chan struct{}, 1), resultReq: make(chan struct{}, 1), epochReq: make(chan struct{}, 1), drainReq: make(chan struct{}, 1),
 		instance: fmt.Sprintf("%016x", rand.Uint64())}
 	c.heard.Store(time.Now().UnixNano()) // objects stored before the start wait for the first snapshot anyway
 	c.notMember.Store(&notRegistered)
@@ -478,6 +479,10 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 			}
 			req := &pb.SessionRequest{Msg: &pb.SessionRequest_EpochRequest{EpochRequest: &pb.EpochRequest{Seen: c.epochSeen.Load()}}}
 			if err := stream.send(req); err != nil {
+				return established, err
+			}
+		case <-c.drainReq:
+			if err := c.sendDrain(stream, established); err != nil {
 				return established, err
 			}
 		case <-c.resultReq:
