@@ -268,6 +268,12 @@ func (n *Node) PolicyRevision() int64 { return n.policies.Load().Revision() }
 
 // ApplyEpoch installs a ring epoch pushed by the control plane.
 func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
+	if len(e.GetMembers()) == 0 {
+		// Every node left (the cluster stopped): not an error, and nothing
+		// to route by. This node's own join makes the next epoch.
+		n.log.Info("ring epoch has no members; waiting for the next", "epoch", e.GetEpoch())
+		return
+	}
 	rt, err := routes.New(e)
 	if err != nil {
 		n.log.Error("refusing ring epoch", "epoch", e.GetEpoch(), "err", err)

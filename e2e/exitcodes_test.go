@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -24,20 +25,22 @@ func TestCachectlExitCodes(t *testing.T) {
 		args  []string
 		pause bool
 		want  int
+		say   string // what the output must say, when not empty
 	}{
-		{"success", append(cp, "ring"), false, 0},
-		{"unknown flag", append(cp, "ring", "--bogus"), false, 2},
-		{"unknown command", append(cp, "rnig"), false, 2},
-		{"missing argument", append(cp, "inspect"), false, 2},
-		{"bad output format", append(cp, "-o", "xml", "ring"), false, 2},
-		{"bad flag value", append(cp, "purge", "--prefix", "no-slash"), false, 2},
-		{"control plane unreachable", []string{"--control-plane", nobody, "--token", c.token, "--timeout", "1s", "ring"}, false, 3},
-		{"no node answers", append(cp, "--nodes", nobody, "stats"), false, 3},
-		{"wrong token", []string{"--control-plane", c.control, "--token", "wrong", "ring"}, false, 4},
-		{"no such policy", append(cp, "policy", "get", "nosuch"), false, 5},
-		{"no such node", append(cp, "drain", "nosuch"), false, 5},
-		{"a node does not acknowledge", append(cp, "purge", "http://127.0.0.1/x", "--wait", "1s"), true, 6},
-		{"bench requests fail", append(cp, "bench", "-q", "--targets", "http://"+nobody, "-n", "20", "-c", "2"), false, 1},
+		{"success", append(cp, "ring"), false, 0, ""},
+		{"unknown flag", append(cp, "ring", "--bogus"), false, 2, ""},
+		{"unknown command", append(cp, "rnig"), false, 2, ""},
+		{"missing argument", append(cp, "inspect"), false, 2, ""},
+		{"bad output format", append(cp, "-o", "xml", "ring"), false, 2, ""},
+		{"bad flag value", append(cp, "purge", "--prefix", "no-slash"), false, 2, ""},
+		{"control plane unreachable", []string{"--control-plane", nobody, "--token", c.token, "--timeout", "1s", "ring"}, false, 3, ""},
+		{"no node answers", append(cp, "--nodes", nobody, "stats"), false, 3, ""},
+		{"wrong token", []string{"--control-plane", c.control, "--token", "wrong", "ring"}, false, 4, ""},
+		{"no such policy", append(cp, "policy", "get", "nosuch"), false, 5, ""},
+		{"no such node", append(cp, "drain", "nosuch"), false, 5, ""},
+		{"no such epoch yet", append(cp, "ring", "diff", "9", "10"), false, 5, "there is no epoch 9 yet: the current epoch is "},
+		{"a node does not acknowledge", append(cp, "purge", "http://127.0.0.1/x", "--wait", "1s"), true, 6, ""},
+		{"bench requests fail", append(cp, "bench", "-q", "--targets", "http://"+nobody, "-n", "20", "-c", "2"), false, 1, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.pause {
@@ -54,8 +57,8 @@ func TestCachectlExitCodes(t *testing.T) {
 			} else if err != nil {
 				t.Fatal(err)
 			}
-			if code != tc.want {
-				t.Fatalf("cachectl %v: exit %d, want %d\n%s", tc.args, code, tc.want, out)
+			if code != tc.want || !strings.Contains(string(out), tc.say) {
+				t.Fatalf("cachectl %v: exit %d, want %d saying %q\n%s", tc.args, code, tc.want, tc.say, out)
 			}
 			t.Logf("exit %d: %s", code, out)
 		})

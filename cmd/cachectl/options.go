@@ -68,7 +68,7 @@ func (g *globalOptions) client() (*admin.Client, error) {
 		return nil, err
 	}
 	if token == "" && g.cert == "" {
-		t, err := devtoken.Read()
+		t, err := devtoken.Read(g.controlPlane)
 		if err != nil {
 			return nil, err
 		}
