@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -133,7 +134,7 @@ is (no new revision).`,
 }
 
 func (o *policyApplyOptions) run(cmd *cobra.Command) error {
-	policies, err := readPolicyFile(cmd, o.file)
+	policies, data, err := readPolicyFile(cmd, o.file)
 	if err != nil {
 		return err
 	}
@@ -145,7 +146,7 @@ func (o *policyApplyOptions) run(cmd *cobra.Command) error {
 		// All the file's policies, or none: one call, one transaction.
 		stored, err := c.PutPolicies(cmd.Context(), policies, o.dryRun)
 		if err != nil {
-			return err
+			return withLines(err, o.file, data)
 		}
 		for _, stored := range stored {
 			switch {
@@ -163,7 +164,7 @@ func (o *policyApplyOptions) run(cmd *cobra.Command) error {
 
 // readPolicyFile reads and parses the policies of file (- for standard
 // input); a refused file is a usage error naming the file.
-func readPolicyFile(cmd *cobra.Command, file string) ([]*pb.CachePolicy, error) {
+func readPolicyFile(cmd *cobra.Command, file string) ([]*pb.CachePolicy, []byte, error) {
 	var data []byte
 	var err error
 	if file == "-" {
@@ -172,17 +173,50 @@ func readPolicyFile(cmd *cobra.Command, file string) ([]*pb.CachePolicy, error) 
 		data, err = os.ReadFile(file)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading policy file: %w", err)
+		return nil, nil, fmt.Errorf("reading policy file: %w", err)
 	}
 	if len(data) > maxPolicyFile {
-		return nil, command.Usage(fmt.Errorf("%s: larger than %d bytes", file, maxPolicyFile))
+		return nil, nil, command.Usage(fmt.Errorf("%s: larger than %d bytes", file, maxPolicyFile))
 	}
 	policies, err := policyfile.Parse(data)
 	if err != nil {
-		return nil, command.Usage(fmt.Errorf("%s: %w", file, err))
+		return nil, nil, command.Usage(fmt.Errorf("%s: %w", file, err))
 	}
-	return policies, nil
+	return policies, data, nil
 }
+
+// withLines gives each field the control plane refused its line in the
+// file, as the file's own mistakes have.
+func withLines(err error, file string, data []byte) error {
+	var ve *admin.ValidationError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	return &locatedError{file: file, data: data, ve: ve}
+}
+
+// locatedError is a refused policy, each field named with its line.
+type locatedError struct {
+	file string
+	data []byte
+	ve   *admin.ValidationError
+}
+
+func (e *locatedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: policy %q is refused:", e.file, e.ve.Policy)
+	for _, f := range e.ve.Fields {
+		b.WriteString("\n  ")
+		if line := policyfile.Line(e.data, e.ve.Policy, f.Field); line > 0 {
+			fmt.Fprintf(&b, "line %d: ", line)
+		}
+		fmt.Fprintf(&b, "%s: %s", f.Field, f.Description)
+	}
+	return b.String()
+}
+
+// Unwrap keeps the validation error (and so ErrInvalid) in the chain.
+func (e *locatedError) Unwrap() error { return e.ve }
 
 // maxPolicyFile bounds what is read of a policy file: 100 policies of at
 // most 4 KiB encoded, with room for YAML's spelling.

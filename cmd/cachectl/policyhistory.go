@@ -24,13 +24,13 @@ func newPolicyDiffCommand(g *globalOptions) *cobra.Command {
 		Short: "Show what policy apply -f FILE would change, line by line, after validating it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			policies, err := readPolicyFile(cmd, file)
+			policies, data, err := readPolicyFile(cmd, file)
 			if err != nil {
 				return err
 			}
 			return g.withClient(func(c *admin.Client) error {
 				if _, err := c.PutPolicies(cmd.Context(), policies, true); err != nil {
-					return err // refused: the diff would not apply
+					return withLines(err, file, data) // refused: the diff would not apply
 				}
 				list, err := c.ListPolicies(cmd.Context())
 				if err != nil {

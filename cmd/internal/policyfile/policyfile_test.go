@@ -107,3 +107,22 @@ func TestErrorMessages(t *testing.T) {
 		})
 	}
 }
+
+func TestLineOfARefusedField(t *testing.T) {
+	data := []byte("- name: a\n  path_prefix: /a/\n- name: b\n  hosts:\n    - ok.example.com\n    - Bad_Host\n  bypass:\n    - methods: [get]\n  pathPrefix: nope\n")
+	for _, tc := range []struct {
+		policy, field string
+		want          int
+	}{
+		{"b", "hosts[1]", 6},
+		{"b", "bypass[0].methods", 8},
+		{"b", "path_prefix", 9},
+		{"b", "slice_size", 3}, // not in the file: the policy's line
+		{"a", "path_prefix", 2},
+		{"c", "name", 0},
+	} {
+		if got := Line(data, tc.policy, tc.field); got != tc.want {
+			t.Errorf("Line(%s, %s) = %d, want %d", tc.policy, tc.field, got, tc.want)
+		}
+	}
+}
