@@ -64,7 +64,7 @@ func TestDrainedByPreStopCanBeUndrained(t *testing.T) {
 	shardcache := filepath.Join(binDir, "shardcache")
 	drain := func(nd *node) {
 		t.Helper()
-		out, err := exec.CommandContext(ctx, shardcache, "drain", "--ops", nd.ops, "--timeout", "1m").CombinedOutput()
+		out, err := exec.CommandContext(ctx, shardcache, "drain", "--ops", nd.ops, "--admin-token", c.token, "--timeout", "1m").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "drained") {
 			t.Fatalf("shardcache drain %s: %v\n%s", nd.id, err, out)
 		}
