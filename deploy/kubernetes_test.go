@@ -484,24 +484,6 @@ func findDeployment(m *manifests, name string) *appsv1.Deployment {
 	return nil
 }
 
-// secretFile checks that flag names a file of a mounted Secret volume.
-func secretFile(t *testing.T, w workload, a map[string]string, flag string) {
-	t.Helper()
-	path := a[flag]
-	c := w.template.Spec.Containers[0]
-	for _, vm := range c.VolumeMounts {
-		if !strings.HasPrefix(path, vm.MountPath+"/") {
-			continue
-		}
-		for _, v := range w.template.Spec.Volumes {
-			if v.Name == vm.Name && v.Secret != nil {
-				return
-			}
-		}
-	}
-	t.Errorf("%s: --%s=%q is not a file of a mounted Secret", w.name, flag, path)
-}
-
 // checkSecurity: the peer hop is mutual TLS, joins and admin calls need
 // tokens read from mounted secrets, the CA key is sealed, no address is
 // trusted by default, the ops port is not on the client Service, and

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -113,4 +114,22 @@ func checkContainerSecurity(t *testing.T, name string, c corev1.Container, psc *
 	if sc.AppArmorProfile != nil && sc.AppArmorProfile.Type == corev1.AppArmorProfileTypeUnconfined {
 		t.Errorf("%s: AppArmor unconfined", name)
 	}
+}
+
+// secretFile checks that flag names a file of a mounted Secret volume.
+func secretFile(t *testing.T, w workload, a map[string]string, flag string) {
+	t.Helper()
+	path := a[flag]
+	c := w.template.Spec.Containers[0]
+	for _, vm := range c.VolumeMounts {
+		if !strings.HasPrefix(path, vm.MountPath+"/") {
+			continue
+		}
+		for _, v := range w.template.Spec.Volumes {
+			if v.Name == vm.Name && v.Secret != nil {
+				return
+			}
+		}
+	}
+	t.Errorf("%s: --%s=%q is not a file of a mounted Secret", w.name, flag, path)
 }
