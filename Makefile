@@ -20,9 +20,14 @@ help: ## list the targets
 run: build ## start the dev cluster (embedded etcd, control plane, 3 nodes, demo origin); ARGS="--origin URL" etc.
 	exec $(BIN)/shardcache dev $(ARGS)
 
-build: ## build shardcache and cachectl into .bin/
-	$(GO) build -o $(BIN)/shardcache ./cmd/shardcache
-	$(GO) build -o $(BIN)/cachectl ./cmd/cachectl
+# The version every binary reports: git describe, or "(devel)" outside a
+# git checkout (then the binaries fall back to Go's build information).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+LDFLAGS := -X github.com/shardcache/shardcache/sdk/buildinfo.version=$(VERSION)
+
+build: ## build shardcache and cachectl into .bin/, stamped with git describe
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/shardcache ./cmd/shardcache
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/cachectl ./cmd/cachectl
 
 test: verify-proto lint tidy-check test-deps ## every check and every test, e2e included
 	$(GO) test $(TEST_FLAGS) work

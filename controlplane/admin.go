@@ -3,8 +3,6 @@ package controlplane
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/buildinfo"
 )
 
 // adminService implements AdminService. The current ring is answered from
@@ -236,7 +235,7 @@ func (a *adminService) PutPolicies(ctx context.Context, req *pb.PutPoliciesReque
 	}
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	rev, err := a.state.putPolicies(ctx, ps)
+	rev, unchanged, err := a.state.changePolicies(ctx, policyChange{puts: ps, action: "apply"})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -244,6 +243,9 @@ func (a *adminService) PutPolicies(ctx context.Context, req *pb.PutPoliciesReque
 	for i, p := range ps {
 		out[i] = proto.Clone(p).(*pb.CachePolicy)
 		out[i].Revision = rev
+		if r, ok := unchanged[p.GetName()]; ok {
+			out[i].Revision = r // as it was: nothing written
+		}
 	}
 	return &pb.PutPoliciesResponse{Policies: out}, nil
 }
@@ -291,7 +293,7 @@ func (a *adminService) listPolicies(ctx context.Context) (*pb.ListPoliciesRespon
 func (a *adminService) DeletePolicy(ctx context.Context, req *pb.DeletePolicyRequest) (*pb.DeletePolicyResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	rev, err := a.state.deletePolicy(ctx, req.GetName())
+	rev, _, err := a.state.changePolicies(ctx, policyChange{deletes: []string{req.GetName()}, action: "delete"})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -318,25 +320,6 @@ func (a *adminService) PolicyStatus(ctx context.Context, _ *pb.PolicyStatusReque
 
 // GetVersion describes this replica's build.
 func (a *adminService) GetVersion(context.Context, *pb.GetVersionRequest) (*pb.GetVersionResponse, error) {
-	v, goVersion := buildVersion()
-	return &pb.GetVersionResponse{Version: v, GoVersion: goVersion, ReplicaId: a.replica}, nil
-}
-
-// buildVersion is the main module's version, or its VCS revision when it
-// was built from a checkout, and the Go version.
-func buildVersion() (version, goVersion string) {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown", runtime.Version()
-	}
-	version = bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && (version == "" || version == "(devel)") {
-			version = s.Value
-		}
-	}
-	if version == "" {
-		version = "(devel)"
-	}
-	return version, bi.GoVersion
+	bi := buildinfo.Read()
+	return &pb.GetVersionResponse{Version: bi.Version, GoVersion: bi.GoVersion, ReplicaId: a.replica}, nil
 }

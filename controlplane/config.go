@@ -69,6 +69,10 @@ type Config struct {
 	// PurgeCompactInterval is how often the leader deletes purges past the
 	// retention. Default 1m.
 	PurgeCompactInterval time.Duration
+	// PolicyHistory is how many changes of the policy set are kept for
+	// `policy history` and `policy rollback`, oldest forgotten first.
+	// Default 100.
+	PolicyHistory int
 
 	// AdminToken is the bearer token AdminService calls must carry. Required.
 	AdminToken string
@@ -200,6 +204,9 @@ func (c *Config) setDefaults() {
 	if c.ForgetAbsentAfter == 0 {
 		c.ForgetAbsentAfter = time.Hour
 	}
+	if c.PolicyHistory == 0 {
+		c.PolicyHistory = 100
+	}
 	if c.PurgeMaxRecords == 0 {
 		c.PurgeMaxRecords = 100000
 	}
@@ -240,6 +247,9 @@ func (c *Config) Validate() error {
 	}
 	if c.EpochsKept < 1 {
 		return fmt.Errorf("epochs kept is %d; keep at least 1", c.EpochsKept)
+	}
+	if c.PolicyHistory < 1 || c.PolicyHistory > 10000 {
+		return fmt.Errorf("policy history %d: keep 1 to 10000 changes", c.PolicyHistory)
 	}
 	if c.PurgeRetention < time.Minute || c.PurgeMaxRecords < 1 || c.PurgeCompactInterval < 0 {
 		return fmt.Errorf("purge retention %s and records %d: keep at least a minute and one record", c.PurgeRetention, c.PurgeMaxRecords)

@@ -29,6 +29,11 @@ var (
 	// ErrPurgeConflict is returned when a request id is reused for a
 	// different purge.
 	ErrPurgeConflict = errors.New("controlplane: request id already used by a different purge")
+	// ErrRevisionNotKept is returned for a rollback to a revision older
+	// than the policy history holds, or newer than the current one.
+	ErrRevisionNotKept = errors.New("controlplane: policy revision not in the history")
+	// ErrPolicyConflict: the policy set kept changing under a write.
+	ErrPolicyConflict = errors.New("controlplane: the policy set changed concurrently; retry")
 )
 
 // Errors that never leave the package.
@@ -54,6 +59,8 @@ var codeTable = []struct {
 	{ErrSessionConflict, codes.Aborted},
 	{ErrPurgeNotFound, codes.NotFound},
 	{ErrPurgeConflict, codes.AlreadyExists},
+	{ErrRevisionNotKept, codes.NotFound},
+	{ErrPolicyConflict, codes.Aborted},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 	{rpctypes.ErrNoLeader, codes.Unavailable},

@@ -237,8 +237,9 @@ func rampWeights(want []*pb.Member, cur *pb.RingEpoch, ramps map[string]time.Tim
 }
 
 // ringMembers selects the members that own keys (active, not drained) and
-// keeps only the fields that define the ring, so a reconnect (new
-// joined_at) is not a change.
+// keeps only the fields that define the ring, and where each member's
+// ops listener is (so that any node can tell cachectl where its peers'
+// are), so a reconnect (new joined_at) is not a change.
 func ringMembers(registered []*pb.Member, drained map[string]bool) []*pb.Member {
 	out := make([]*pb.Member, 0, len(registered))
 	for _, m := range registered {
@@ -252,6 +253,7 @@ func ringMembers(registered []*pb.Member, drained map[string]bool) []*pb.Member 
 			Weight:      m.GetWeight(),
 			State:       m.GetState(),
 			Zone:        m.GetZone(),
+			OpsUrl:      m.GetOpsUrl(),
 		})
 	}
 	slices.SortFunc(out, func(a, b *pb.Member) int { return strings.Compare(a.GetId(), b.GetId()) })

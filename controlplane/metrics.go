@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/shardcache/shardcache/sdk/buildinfo"
 )
 
 // rpcBuckets reach a minute: admin calls that wait for acknowledgements
@@ -71,7 +73,13 @@ func newMetrics(s *Server) *metrics {
 	epoch := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "shardcache_control_ring_epoch", Help: "Current ring epoch as this replica sees it.",
 	}, func() float64 { return float64(s.hub.epoch().GetEpoch()) })
-	m.reg.MustRegister(m.grpc, m.etcd, m.sessions, m.refused, m.purges, m.authFailures, m.authThrottled, epochs, leader, epoch,
+	bi := buildinfo.Read()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shardcache_build_info", Help: "Always 1; the labels name the build this process runs.",
+		ConstLabels: prometheus.Labels{"component": "control", "version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
+	})
+	build.Set(1)
+	m.reg.MustRegister(m.grpc, m.etcd, m.sessions, m.refused, m.purges, m.authFailures, m.authThrottled, epochs, leader, epoch, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -168,7 +168,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("etcd at %s unreachable: %w", strings.Join(endpoints, ","), err)
 	}
 	s.etcd = cli
-	s.state = &state{kv: cli, prefix: s.cfg.Prefix, forgetAbsent: s.cfg.ForgetAbsentAfter}
+	s.state = &state{kv: cli, prefix: s.cfg.Prefix, forgetAbsent: s.cfg.ForgetAbsentAfter, historyMax: s.cfg.PolicyHistory}
 	if s.cfg.CA.Enabled {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.EtcdDialTimeout)
 		ca, err := s.loadCA(cctx)

@@ -99,6 +99,10 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 		}
 		return toStatus(err)
 	}
+	// A drain a former process of the id made of itself ended with it.
+	if err := n.state.clearSelfDrain(ctx, m.GetId(), "", hello.GetInstance()); err != nil {
+		log.Warn("clearing a former process's drain", "err", err)
+	}
 	// However the session ends, its id is free for a new process at once;
 	// the member record stays until the lease expires unless revoked.
 	revoke, left := false, false
@@ -107,6 +111,11 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 		defer cancel()
 		if rerr := n.state.release(rctx, m.GetId(), lease.ID, revoke, left); rerr != nil {
 			log.Warn("ending the session in etcd", "err", rerr)
+		}
+		if left { // the process is gone: so is the drain it made of itself
+			if rerr := n.state.clearSelfDrain(rctx, m.GetId(), hello.GetInstance(), ""); rerr != nil {
+				log.Warn("clearing the node's drain", "err", rerr)
+			}
 		}
 	}()
 	kaCtx, stopKeepAlive := context.WithCancel(context.WithoutCancel(ctx))
@@ -271,6 +280,13 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 					return err
 				}
 				sent = e.GetEpoch()
+				continue
+			case *pb.SessionRequest_DrainRequest:
+				if err := n.state.setSelfDrained(ctx, m.GetId(), hello.GetInstance()); err != nil {
+					log.Warn("draining the node at its request", "err", err)
+				} else {
+					log.Info("node drains itself (undrain gives its keys back while it runs)")
+				}
 				continue
 			case *pb.SessionRequest_CertificateRequest:
 				cert := n.certificate(msg.CertificateRequest.GetCsr(), m.GetId())

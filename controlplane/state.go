@@ -22,6 +22,9 @@ type state struct {
 	// forgetAbsent is how long a node unheard of is still waited for by
 	// purges (Config.ForgetAbsentAfter).
 	forgetAbsent time.Duration
+	// historyMax is how many changes of the policy set are kept
+	// (Config.PolicyHistory).
+	historyMax int
 }
 
 // seenKey holds a node's status as last heard, bound to no lease: when the
@@ -297,81 +300,10 @@ func decodeEpoch(b []byte) (*pb.RingEpoch, error) {
 	return e, nil
 }
 
-// Policy records: policies/<name> holds a CachePolicy; policies-revision is
-// rewritten in the same transaction as every policy change, so its mod
-// revision is the revision of the whole set.
-func (s *state) policiesPrefix() string       { return s.prefix + "policies" }
-func (s *state) policyKey(name string) string { return s.prefix + "policies/" + name }
-func (s *state) policyRevKey() string         { return s.prefix + "policies-revision" }
-func (s *state) drainKey(id string) string    { return s.prefix + "drain/" + id }
-func (s *state) drainPrefix() string          { return s.prefix + "drain/" }
-
-// putPolicies writes policies and the set's revision in one transaction,
-// and returns the revision they share.
-func (s *state) putPolicies(ctx context.Context, ps []*pb.CachePolicy) (int64, error) {
-	ops := make([]clientv3.Op, 0, len(ps)+1)
-	for _, p := range ps {
-		p = proto.Clone(p).(*pb.CachePolicy)
-		p.Revision = 0 // the record's mod revision is the truth
-		b, err := proto.Marshal(p)
-		if err != nil {
-			return 0, fmt.Errorf("encoding policy %s: %w", p.GetName(), err)
-		}
-		ops = append(ops, clientv3.OpPut(s.policyKey(p.GetName()), string(b)))
-	}
-	resp, err := s.kv.Txn(ctx).Then(append(ops, clientv3.OpPut(s.policyRevKey(), ""))...).Commit()
-	if err != nil {
-		return 0, etcdErr(err, "writing %d policies", len(ps))
-	}
-	return resp.Header.Revision, nil
-}
-
-// deletePolicy removes a policy and returns the revision of the set after it.
-func (s *state) deletePolicy(ctx context.Context, name string) (int64, error) {
-	key := s.policyKey(name)
-	resp, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).
-		Then(clientv3.OpDelete(key), clientv3.OpPut(s.policyRevKey(), "")).Commit()
-	if err != nil {
-		return 0, etcdErr(err, "deleting policy %s", name)
-	}
-	if !resp.Succeeded {
-		return 0, fmt.Errorf("%w: %q", ErrPolicyNotFound, name)
-	}
-	return resp.Header.Revision, nil
-}
-
-// policies returns every policy sorted by name, the set's revision, and the
-// etcd revision read at.
-func (s *state) policies(ctx context.Context) ([]*pb.CachePolicy, int64, int64, error) {
-	resp, err := s.kv.Get(ctx, s.policiesPrefix(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, 0, 0, etcdErr(err, "reading policies")
-	}
-	var out []*pb.CachePolicy
-	var rev int64
-	for _, kv := range resp.Kvs {
-		if string(kv.Key) == s.policyRevKey() {
-			rev = kv.ModRevision
-			continue
-		}
-		p, err := decodePolicy(kv.Value, kv.ModRevision)
-		if err != nil {
-			return nil, 0, 0, err
-		}
-		out = append(out, p)
-	}
-	slices.SortFunc(out, func(a, b *pb.CachePolicy) int { return strings.Compare(a.GetName(), b.GetName()) })
-	return out, rev, resp.Header.Revision, nil
-}
-
-func decodePolicy(b []byte, rev int64) (*pb.CachePolicy, error) {
-	p := &pb.CachePolicy{}
-	if err := proto.Unmarshal(b, p); err != nil {
-		return nil, fmt.Errorf("decoding policy: %w", err)
-	}
-	p.Revision = rev
-	return p, nil
-}
+// Drain records: drain/<id> marks a node drained, apart from its
+// lease-bound member record.
+func (s *state) drainKey(id string) string { return s.prefix + "drain/" + id }
+func (s *state) drainPrefix() string       { return s.prefix + "drain/" }
 
 // setDrained records or clears a drain; it outlives the node's session.
 func (s *state) setDrained(ctx context.Context, id string, drained bool) error {

@@ -37,6 +37,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/session"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/buildinfo"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -56,6 +57,7 @@ type Node struct {
 	// leave ends the session, which takes the node out of the ring; set
 	// by Run.
 	leave   atomic.Pointer[context.CancelFunc]
+	self    selfDrain // a drain the node asked for itself (/drain)
 	log     *slog.Logger
 	access  *slog.Logger // nil: no access log
 	metrics *metrics.Set
@@ -177,6 +179,7 @@ func New(cfg Config) (*Node, error) {
 			Zone:          cfg.Zone,
 			CapacityBytes: cfg.MemoryBytes,
 			PeerHop:       cfg.peerHop(),
+			Version:       buildinfo.Read().Version,
 		},
 		Load:          n.loadReport,
 		JoinToken:     cfg.JoinToken,
@@ -265,6 +268,12 @@ func (n *Node) PolicyRevision() int64 { return n.policies.Load().Revision() }
 
 // ApplyEpoch installs a ring epoch pushed by the control plane.
 func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
+	if len(e.GetMembers()) == 0 {
+		// Every node left (the cluster stopped): not an error, and nothing
+		// to route by. This node's own join makes the next epoch.
+		n.log.Info("ring epoch has no members; waiting for the next", "epoch", e.GetEpoch())
+		return
+	}
 	rt, err := routes.New(e)
 	if err != nil {
 		n.log.Error("refusing ring epoch", "epoch", e.GetEpoch(), "err", err)
@@ -287,6 +296,7 @@ func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
 		rt.Prev = routes.Without(e, n.cfg.ID)
 	}
 	n.routes.Store(rt)
+	n.followSelfDrain(e)
 	n.peers.Ring(peerChange(rt.Prev, e))
 	if rt.Prev != nil && !again && n.hot != nil && n.cfg.HandoffWindow > 0 && n.owner != nil {
 		n.tasks.Go("precopy", func() { n.owner.Precopy(rt) })

@@ -100,18 +100,11 @@ func (n *Node) opsHandler() http.Handler {
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "ops listener: /drain takes the node out of the ring: send it as a POST", http.StatusMethodNotAllowed)
 	})
-	mux.HandleFunc("POST /drain", n.opsGuard(adminOnly, func(w http.ResponseWriter, _ *http.Request) {
-		// A pod's preStop hook: leave the ring, hand the keys off, then
-		// answer; the node keeps running until it is told to stop.
-		if leave := n.leave.Load(); leave != nil {
-			(*leave)()
-		}
-		n.drain()
-		fmt.Fprintln(w, "drained: out of the ring; safe to stop")
-	}))
+	mux.HandleFunc("POST /drain", n.opsGuard(adminOnly, n.serveDrain)) // a pod's preStop hook
 	mux.HandleFunc("GET /stats", n.opsGuard(readOnly, n.serveStats))
 	mux.HandleFunc("GET /inspect", n.opsGuard(readOnly, n.serveInspect))
 	mux.HandleFunc("GET /log", n.opsGuard(readOnly, n.serveLog))
+	mux.HandleFunc("GET /members", n.opsGuard(readOnly, n.serveMembers))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("/debug/pprof/", n.opsGuard(adminOnly, pprof.Index))
 	mux.HandleFunc("/debug/pprof/cmdline", n.opsGuard(adminOnly, func(w http.ResponseWriter, _ *http.Request) {

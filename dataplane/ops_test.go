@@ -28,7 +28,7 @@ func TestOpsListenerGuardsWhatChangesOrReadsTheNode(t *testing.T) {
 		ops.ServeHTTP(w, r)
 		return w
 	}
-	guarded := []string{"POST /drain", "GET /debug/pprof/", "GET /debug/pprof/cmdline", "GET /debug/pprof/symbol", "GET /stats", "GET /inspect?url=/x"}
+	guarded := []string{"POST /drain", "GET /debug/pprof/", "GET /debug/pprof/cmdline", "GET /debug/pprof/symbol", "GET /stats", "GET /inspect?url=/x", "GET /members"}
 	for _, remote := range []string{"192.0.2.1:1234", "127.0.0.1:1234", "[::1]:1234"} {
 		for _, mp := range guarded {
 			method, path, _ := strings.Cut(mp, " ")

@@ -18,6 +18,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/admin"
+	"github.com/shardcache/shardcache/sdk/buildinfo"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -246,4 +247,20 @@ func (n *Node) serveLog(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// serveMembers answers who this node is and the ring it serves with, so
+// that cachectl finds every node's ops listener without the control plane.
+func (n *Node) serveMembers(w http.ResponseWriter, _ *http.Request) {
+	m := admin.Members{Node: n.cfg.ID, Version: buildinfo.Read().Version, OpsURL: n.cfg.OpsURL, Epoch: json.RawMessage("null")}
+	if rt := n.routes.Load(); rt != nil {
+		b, err := protojson.Marshal(rt.Epoch)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		m.Epoch = b
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(m)
 }

@@ -34,6 +34,7 @@ type manifests struct {
 	services     []*corev1.Service
 	pdbs         []*policyv1.PodDisruptionBudget
 	monitors     []*monitoringv1.ServiceMonitor
+	rules        []*monitoringv1.PrometheusRule
 	netpols      []*networkingv1.NetworkPolicy
 }
 
@@ -83,6 +84,8 @@ func decodeDoc(doc []byte) (any, error) {
 		obj = new(monitoringv1.ServiceMonitor)
 	case "networking.k8s.io/v1 NetworkPolicy":
 		obj = new(networkingv1.NetworkPolicy)
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		obj = new(monitoringv1.PrometheusRule)
 	default:
 		return nil, fmt.Errorf("unexpected %s %s", tm.APIVersion, tm.Kind)
 	}
@@ -132,6 +135,8 @@ func build(t *testing.T, dir string) *manifests {
 			m.monitors = append(m.monitors, o)
 		case *networkingv1.NetworkPolicy:
 			m.netpols = append(m.netpols, o)
+		case *monitoringv1.PrometheusRule:
+			m.rules = append(m.rules, o)
 		default:
 			t.Fatalf("%s: a %T among the built objects", dir, obj)
 		}
@@ -184,6 +189,7 @@ func TestOverlaysAreWiredTogether(t *testing.T) {
 			checkNode(t, m, node, flags["node"])
 			checkControl(t, m, control, flags["control"], strings.HasSuffix(dir, "production"))
 			checkSecurity(t, m, ws, node, control, flags)
+			checkPodSecurity(t, ws)
 		})
 	}
 }
@@ -476,24 +482,6 @@ func findDeployment(m *manifests, name string) *appsv1.Deployment {
 		}
 	}
 	return nil
-}
-
-// secretFile checks that flag names a file of a mounted Secret volume.
-func secretFile(t *testing.T, w workload, a map[string]string, flag string) {
-	t.Helper()
-	path := a[flag]
-	c := w.template.Spec.Containers[0]
-	for _, vm := range c.VolumeMounts {
-		if !strings.HasPrefix(path, vm.MountPath+"/") {
-			continue
-		}
-		for _, v := range w.template.Spec.Volumes {
-			if v.Name == vm.Name && v.Secret != nil {
-				return
-			}
-		}
-	}
-	t.Errorf("%s: --%s=%q is not a file of a mounted Secret", w.name, flag, path)
 }
 
 // checkSecurity: the peer hop is mutual TLS, joins and admin calls need

@@ -217,7 +217,7 @@ func (c *cluster) controlArgs() []string {
 
 // ringJSON is the part of `cachectl ring -o json` the tests read.
 type ringJSON struct {
-	Epoch   string `json:"epoch"`
+	Epoch   uint64 `json:"epoch"`
 	Members []struct {
 		ID string `json:"id"`
 	} `json:"members"`
@@ -229,8 +229,7 @@ func (r ringJSON) ring(t *testing.T) *ring.Ring {
 	for _, m := range r.Members {
 		members = append(members, ring.Member{ID: m.ID})
 	}
-	n, _ := strconv.ParseUint(r.Epoch, 10, 64)
-	rg, err := ring.New(n, members)
+	rg, err := ring.New(r.Epoch, members)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,21 +71,21 @@ func TestLeaderKilled(t *testing.T) {
 	if err := c.cachectl(ctx, &cur, "ring"); err != nil {
 		t.Fatal(err)
 	}
-	last, _ := strconv.ParseUint(cur.Epoch, 10, 64)
+	last := cur.Epoch
 	if last < 2 {
 		t.Fatalf("current epoch %d, want at least 2", last)
 	}
 	var prevCreated time.Time
 	for n := uint64(1); n <= last; n++ {
 		var e struct {
-			Epoch         string    `json:"epoch"`
-			PreviousEpoch string    `json:"previousEpoch"`
-			CreatedAt     time.Time `json:"createdAt"`
+			Epoch         uint64    `json:"epoch"`
+			PreviousEpoch uint64    `json:"previous_epoch"`
+			CreatedAt     time.Time `json:"created_at"`
 		}
 		if err := c.cachectl(ctx, &e, "ring", "--epoch", strconv.FormatUint(n, 10)); err != nil {
 			t.Fatal(err)
 		}
-		if e.Epoch != strconv.FormatUint(n, 10) || e.PreviousEpoch != strconv.FormatUint(n-1, 10) || !e.CreatedAt.After(prevCreated) {
+		if e.Epoch != n || e.PreviousEpoch != n-1 || !e.CreatedAt.After(prevCreated) {
 			t.Fatalf("epoch %d: %+v does not follow epoch %d created %s", n, e, n-1, prevCreated)
 		}
 		prevCreated = e.CreatedAt

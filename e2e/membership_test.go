@@ -136,13 +136,13 @@ func TestASecondProcessWithALiveNodesIDIsRefused(t *testing.T) {
 		Nodes []struct {
 			Member struct {
 				ID          string `json:"id"`
-				PeerAddress string `json:"peerAddress"`
+				PeerAddress string `json:"peer_address"`
 			} `json:"member"`
-			InRing      bool `json:"inRing"`
+			InRing      bool `json:"in_ring"`
 			LastRefused *struct {
-				PeerAddress string `json:"peerAddress"`
+				PeerAddress string `json:"peer_address"`
 				Reason      string `json:"reason"`
-			} `json:"lastRefused"`
+			} `json:"last_refused"`
 		} `json:"nodes"`
 	}
 	if err := c.cachectl(ctx, &nodes, "nodes"); err != nil {

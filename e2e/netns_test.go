@@ -166,7 +166,7 @@ func TestNetworkFaults(t *testing.T) {
 		Nodes []struct {
 			Member struct {
 				ID      string `json:"id"`
-				PeerHop string `json:"peerHop"`
+				PeerHop string `json:"peer_hop"`
 			} `json:"member"`
 		} `json:"nodes"`
 	}

@@ -157,12 +157,17 @@ func freeAddr(t *testing.T) string {
 
 // buildBinaries builds shardcache and cachectl into dir, from the workspace
 // at the repository's root (also when the tests run with GOWORK=off).
+// e2eVersion is the version the binaries under test are stamped with, as
+// make build stamps them with git describe.
+const e2eVersion = "v0.0.0-e2e"
+
 func buildBinaries(dir string) error {
 	root, err := filepath.Abs("..")
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./cmd/shardcache", "./cmd/cachectl")
+	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/shardcache/shardcache/sdk/buildinfo.version="+e2eVersion,
+		"-o", dir+string(os.PathSeparator), "./cmd/shardcache", "./cmd/cachectl")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOWORK="+filepath.Join(root, "go.work"))
 	cmd.Stderr = os.Stderr

@@ -123,12 +123,12 @@ type purgeJSON struct {
 	Complete bool     `json:"complete"`
 	Pending  []string `json:"pending"`
 	Results  []struct {
-		NodeID         string `json:"nodeId"`
-		ObjectsRemoved string `json:"objectsRemoved"`
+		NodeID         string `json:"node_id"`
+		ObjectsRemoved uint64 `json:"objects_removed"`
 		Sweeping       bool   `json:"sweeping"`
 	} `json:"results"`
 	Unreachable []struct {
-		NodeID string `json:"nodeId"`
+		NodeID string `json:"node_id"`
 		Since  string `json:"since"`
 	} `json:"unreachable"`
 }
@@ -138,8 +138,7 @@ type purgeJSON struct {
 func (p purgeJSON) removed() (int, bool) {
 	sum, final := 0, true
 	for _, r := range p.Results {
-		n, _ := strconv.Atoi(r.ObjectsRemoved)
-		sum += n
+		sum += int(r.ObjectsRemoved)
 		final = final && !r.Sweeping
 	}
 	return sum, final

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardcache/shardcache/cmd/internal/command"
 	"github.com/shardcache/shardcache/cmd/internal/loadgen"
 	"github.com/shardcache/shardcache/cmd/internal/units"
 )
@@ -63,11 +64,11 @@ func (o *benchOptions) run(cmd *cobra.Command) error {
 	}
 	keys, err := loadgen.ParseKeys(o.dist, o.keys)
 	if err != nil {
-		return fmt.Errorf("--dist: %w", err)
+		return command.Usage(fmt.Errorf("--dist: %w", err))
 	}
 	sizes, err := loadgen.ParseSizes(o.size)
 	if err != nil {
-		return fmt.Errorf("--size: %w", err)
+		return command.Usage(fmt.Errorf("--size: %w", err))
 	}
 	cfg := loadgen.Config{
 		Targets: o.targets, Path: o.path, Concurrency: o.concurrency, Duration: o.duration,
@@ -84,7 +85,30 @@ func (o *benchOptions) run(cmd *cobra.Command) error {
 	if progress != nil {
 		fmt.Fprintln(cmd.ErrOrStderr())
 	}
-	return renderBench(cmd.OutOrStdout(), o.output, res)
+	if err := renderBench(cmd.OutOrStdout(), o.output, res); err != nil {
+		return err
+	}
+	return benchOutcome(res)
+}
+
+// failedRequests counts the requests that failed: no answer, an error
+// status or a short body (the load generator's error kinds).
+func failedRequests(res *loadgen.Result) int64 {
+	var n int64
+	for _, c := range res.Errors {
+		n += c
+	}
+	return n
+}
+
+// benchOutcome fails a run in which requests failed: its throughput is
+// not that of a cache serving.
+func benchOutcome(res *loadgen.Result) error {
+	n := failedRequests(res)
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d requests failed (%s; statuses %s)", n, res.Requests, counts(res.Errors), counts(res.Statuses))
 }
 
 // progressLine rewrites one status line on a terminal, and prints a line
@@ -109,7 +133,7 @@ func progressLine(w io.Writer) func(loadgen.Progress) {
 
 func renderBench(w io.Writer, format string, res *loadgen.Result) error {
 	return render(w, format, res, func(tw *tabwriter.Writer) {
-		fmt.Fprintf(tw, "requests\t%d in %.1fs\n", res.Requests, res.Seconds)
+		fmt.Fprintf(tw, "requests\t%d in %.1fs, %d failed\n", res.Requests, res.Seconds, failedRequests(res))
 		fmt.Fprintf(tw, "throughput\t%.0f req/s, %s/s\n", res.PerSecond, units.Bytes(int64(float64(res.Bytes)/max(res.Seconds, 1e-9))))
 		l := res.LatencyMs
 		fmt.Fprintf(tw, "latency\tp50 %.3fms  p90 %.3fms  p99 %.3fms  max %.3fms\n", l.P50, l.P90, l.P99, l.Max)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -31,11 +32,12 @@ with the admin token; a node that does not answer is shown as unreachable.`,
 				return err
 			}
 			return g.withClient(func(c *admin.Client) error {
-				resp, err := c.ListNodes(cmd.Context())
+				resp, err := g.listNodes(cmd.Context(), c)
 				if err != nil {
 					return err
 				}
 				in := inspect(cmd.Context(), c, resp, u.String())
+				in.wide = g.output == "wide"
 				return render(cmd.OutOrStdout(), g.output, in, func(tw *tabwriter.Writer) { inspectTable(tw, in) })
 			})
 		},
@@ -51,6 +53,7 @@ type inspection struct {
 	// Stored says whether any node that answered holds anything for it.
 	Stored bool             `json:"stored"`
 	Nodes  []nodeInspection `json:"nodes"`
+	wide   bool             // every column on one line, not the 80 that fit a terminal
 }
 
 // nodeInspection is one node's answer: what it holds, or why it did not
@@ -66,14 +69,14 @@ type nodeInspection struct {
 func inspect(ctx context.Context, c *admin.Client, resp *pb.ListNodesResponse, rawURL string) *inspection {
 	nodes := resp.GetNodes()
 	answers, errs := askNodes(nodes, func(n *pb.Node) (*admin.Inspection, error) { return c.Inspect(ctx, n, rawURL) })
-	in := &inspection{URL: rawURL, Nodes: []nodeInspection{}}
+	in := &inspection{URL: rawURL, Owners: []string{}, Nodes: []nodeInspection{}}
 	for i, n := range nodes {
 		ni := nodeInspection{Node: n.GetMember().GetId(), Objects: []admin.StoredObject{}}
 		if errs[i] != nil {
 			ni.Unreachable = errs[i].Error()
 		} else {
 			a := answers[i]
-			if in.Key == "" {
+			if in.Key == "" && a.Key != "" {
 				in.Policy, in.Key, in.Owners = a.Policy, a.Key, a.Owners
 			}
 			ni.Owner, ni.Objects = a.Owner, a.Objects
@@ -84,13 +87,38 @@ func inspect(ctx context.Context, c *admin.Client, resp *pb.ListNodesResponse, r
 	return in
 }
 
+// inspectTable fits 80 columns: each stored object is a row, and the
+// line under it says where its freshness comes from, its variant,
+// validators and tags. -o wide puts them all on the row.
 func inspectTable(tw *tabwriter.Writer, in *inspection) {
 	owners := strings.Join(in.Owners, ", ")
 	if len(in.Owners) > 1 {
 		owners = in.Owners[0] + " (and " + strings.Join(in.Owners[1:], ", ") + " while the key is hot)"
 	}
 	fmt.Fprintf(tw, "URL\t%s\nPOLICY\t%s\nKEY\t%s\nOWNER\t%s\n\n", in.URL, in.Policy, in.Key, owners)
-	fmt.Fprintln(tw, "NODE\tKIND\tVARIANT\tTIER\tSIZE\tAGE\tFRESH FOR\tFRESHNESS\tVALIDATORS\tTAGS")
+	// The rows are aligned apart from the detail lines under them, which
+	// a tabwriter would take as the end of the columns.
+	var rows bytes.Buffer
+	rt := tabwriter.NewWriter(&rows, 0, 4, 2, ' ', 0)
+	var details []string // under each row after the header; "" for none
+	if in.wide {
+		fmt.Fprintln(rt, "NODE\tKIND\tVARIANT\tTIER\tSIZE\tAGE\tFRESH FOR\tFRESHNESS\tVALIDATORS\tTAGS")
+	} else {
+		fmt.Fprintln(rt, "NODE\tKIND\tTIER\tSIZE\tAGE\tFRESH FOR")
+	}
+	cells := func(cs ...string) {
+		if !in.wide { // NODE KIND TIER SIZE AGE FRESH FOR; the rest below
+			var d []string
+			for i, label := range []string{"", "", "variant ", "", "", "", "", "freshness ", "validators ", "tags "} {
+				if label != "" && cs[i] != "-" {
+					d = append(d, label+cs[i])
+				}
+			}
+			details = append(details, wrap(strings.Join(d, "; "), 76))
+			cs = []string{cs[0], cs[1], cs[3], cs[4], cs[5], cs[6]}
+		}
+		fmt.Fprintln(rt, strings.Join(cs, "\t"))
+	}
 	var unreachable []string
 	for _, n := range in.Nodes {
 		name := n.Node
@@ -103,10 +131,10 @@ func inspectTable(tw *tabwriter.Writer, in *inspection) {
 		// Every row has every cell, so that the columns stay aligned.
 		switch {
 		case n.Unreachable != "":
-			fmt.Fprintf(tw, "%s\tunreachable\t-\t-\t-\t-\t-\t-\t-\t-\n", name)
+			cells(name, "unreachable", "-", "-", "-", "-", "-", "-", "-", "-")
 			unreachable = append(unreachable, n.Node+": "+n.Unreachable)
 		case len(n.Objects) == 0 && len(in.Owners) > 0 && n.Node == in.Owners[0]:
-			fmt.Fprintf(tw, "%s\tnot stored\t-\t-\t-\t-\t-\t-\t-\t-\n", name)
+			cells(name, "not stored", "-", "-", "-", "-", "-", "-", "-", "-")
 		}
 		for _, o := range n.Objects {
 			variant := dash(o.Variant)
@@ -121,12 +149,20 @@ func inspectTable(tw *tabwriter.Writer, in *inspection) {
 				fresh = "stale " + (time.Duration(-o.FreshFor) * time.Second).String()
 			}
 			validators := strings.TrimSpace(o.ETag + " " + o.LastModified)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, o.Kind, variant, o.Tier, units.Bytes(o.Size),
-				time.Duration(o.Age)*time.Second, fresh, o.Freshness, dash(validators), dash(strings.Join(o.Tags, ",")))
+			cells(name, o.Kind, variant, o.Tier, units.Bytes(o.Size), (time.Duration(o.Age) * time.Second).String(), fresh,
+				dash(o.Freshness), dash(validators), dash(strings.Join(o.Tags, ",")))
+		}
+	}
+	rt.Flush()
+	lines := strings.Split(strings.TrimSuffix(rows.String(), "\n"), "\n")
+	for i, l := range lines {
+		fmt.Fprintln(tw, strings.TrimRight(l, " "))
+		if i > 0 && i-1 < len(details) && details[i-1] != "" {
+			fmt.Fprintln(tw, "  "+strings.ReplaceAll(details[i-1], "\n  ", "\n    "))
 		}
 	}
 	for _, u := range unreachable {
-		fmt.Fprintf(tw, "\n%s", u)
+		fmt.Fprintf(tw, "\n%s", wrap(u, 80))
 	}
 	if len(unreachable) > 0 {
 		fmt.Fprintln(tw)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardcache/shardcache/cmd/internal/command"
 	"github.com/shardcache/shardcache/sdk/admin"
 )
 
@@ -28,19 +29,19 @@ slows serving. Ctrl-C ends it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.MinDuration < 0 {
-				return fmt.Errorf("--min-duration %s: want a duration of zero or more", f.MinDuration)
+				return command.Usage(fmt.Errorf("--min-duration %s: want a duration of zero or more", f.MinDuration))
 			}
 			if _, err := admin.ParseLogFilter(f.Query()); err != nil {
 				return err
 			}
 			if format != "json" && format != "ncsa" {
-				return fmt.Errorf("--format %q: want json or ncsa", format)
+				return command.Usage(fmt.Errorf("--format %q: want json or ncsa", format))
 			}
 			if rate < 1 || rate > 5000 {
-				return fmt.Errorf("--rate %d: want 1 to 5000 records a second per node", rate)
+				return command.Usage(fmt.Errorf("--rate %d: want 1 to 5000 records a second per node", rate))
 			}
 			return g.withClient(func(c *admin.Client) error {
-				resp, err := c.ListNodes(cmd.Context())
+				resp, err := g.listNodes(cmd.Context(), c)
 				if err != nil {
 					return err
 				}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -15,9 +16,11 @@ import (
 )
 
 func newNodesCommand(g *globalOptions) *cobra.Command {
-	return showCommand(g, "nodes", "List the registered nodes with their load",
+	return showCommand(g, "nodes", "List the registered nodes with their version and load",
 		func(ctx context.Context, c *admin.Client) (*pb.ListNodesResponse, error) { return c.ListNodes(ctx) },
-		func(tw *tabwriter.Writer, resp *pb.ListNodesResponse) { nodesTable(tw, resp, time.Now()) })
+		func(tw *tabwriter.Writer, resp *pb.ListNodesResponse) {
+			nodesTable(tw, resp, time.Now(), g.output == "wide")
+		})
 }
 
 // showCommand is a command without arguments that renders what get
@@ -39,30 +42,77 @@ func showCommand[T any](g *globalOptions, use, short string, get func(context.Co
 	}
 }
 
-func nodesTable(tw *tabwriter.Writer, resp *pb.ListNodesResponse, now time.Time) {
-	fmt.Fprintln(tw, "ID\tSTATE\tIN RING\tEPOCH\tREPLICA\tOBJECTS\tMEMORY\tREQUESTS\tHITS\tLAST REPORT")
+// nodesTable fits 80 columns; wide adds the session replica and the
+// raw counters.
+func nodesTable(tw *tabwriter.Writer, resp *pb.ListNodesResponse, now time.Time, wide bool) {
+	fmt.Fprint(tw, "ID\tSTATE\tRING\tEPOCH\tVERSION\tMEMORY\tHIT\tREPORT")
+	if wide {
+		fmt.Fprint(tw, "\tREPLICA\tOBJECTS\tREQUESTS\tHITS")
+	}
+	fmt.Fprintln(tw)
 	for _, n := range resp.GetNodes() {
 		l := n.GetLoad()
 		last := "-"
 		if n.GetLastReportAt() != nil {
 			last = now.Sub(n.GetLastReportAt().AsTime()).Round(time.Second).String() + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%t\t%d\t%s\t%d\t%s\t%d\t%d\t%s\n", n.GetMember().GetId(), stateName(n.GetMember().GetState()),
-			n.GetInRing(), n.GetServingEpoch(), dash(n.GetSessionReplica()), l.GetMemoryObjects(),
-			units.Bytes(l.GetMemoryBytes()), l.GetRequestsTotal(), l.GetHitsTotal(), last)
+		ring := "out"
+		if n.GetInRing() {
+			ring = "in"
+		}
+		var hit *float64
+		if l.GetRequestsTotal() > 0 {
+			r := float64(l.GetHitsTotal()) / float64(l.GetRequestsTotal())
+			hit = &r
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s", n.GetMember().GetId(), stateName(n.GetMember().GetState()),
+			ring, n.GetServingEpoch(), short(dash(n.GetMember().GetVersion()), 14), units.Bytes(l.GetMemoryBytes()), percent(hit), last)
+		if wide {
+			fmt.Fprintf(tw, "\t%s\t%d\t%d\t%d", dash(n.GetSessionReplica()), l.GetMemoryObjects(), l.GetRequestsTotal(), l.GetHitsTotal())
+		}
+		fmt.Fprintln(tw)
 	}
 	// Refused hellos after the table: a second process with a live
 	// node's id is an operator's mistake to see at once.
 	for _, n := range resp.GetNodes() {
 		if m := n.GetMember(); m.GetPeerHop() == "insecure" {
-			fmt.Fprintf(tw, "\nINSECURE %s: its peer hop at %s authenticates no one (--insecure-peer-hop): whoever reaches it can fill its cache\n",
-				m.GetId(), m.GetPeerAddress())
+			fmt.Fprintf(tw, "\n%s\n", wrap(fmt.Sprintf("INSECURE %s: its peer hop at %s authenticates no one (--insecure-peer-hop): whoever reaches it can fill its cache",
+				m.GetId(), m.GetPeerAddress()), 80))
 		}
 		if r := n.GetLastRefused(); r != nil {
-			fmt.Fprintf(tw, "\nREFUSED %s: a second process (peer %s, from %s) said hello %s ago on %s: %s\n", n.GetMember().GetId(),
-				dash(r.GetPeerAddress()), dash(r.GetRemoteAddress()), now.Sub(r.GetAt().AsTime()).Round(time.Second), dash(r.GetReplica()), r.GetReason())
+			fmt.Fprintf(tw, "\n%s\n", wrap(fmt.Sprintf("REFUSED %s: a second process (peer %s, from %s) said hello %s ago on %s: %s", n.GetMember().GetId(),
+				dash(r.GetPeerAddress()), dash(r.GetRemoteAddress()), now.Sub(r.GetAt().AsTime()).Round(time.Second), dash(r.GetReplica()), r.GetReason()), 80))
 		}
 	}
+}
+
+// short cuts s to n characters, marking the cut with "~".
+func short(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "~"
+}
+
+// wrap breaks s into lines of at most width columns at spaces (a word
+// longer than width stays whole), continuation lines indented by two.
+func wrap(s string, width int) string {
+	var b strings.Builder
+	col := 0
+	for i, w := range strings.Fields(s) {
+		switch {
+		case i == 0:
+		case col+1+len(w) > width:
+			b.WriteString("\n  ")
+			col = 2
+		default:
+			b.WriteByte(' ')
+			col++
+		}
+		b.WriteString(w)
+		col += len(w)
+	}
+	return b.String()
 }
 
 // askNodes calls ask for every node at once; its answers and errors are

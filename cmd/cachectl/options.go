@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -10,6 +13,7 @@ import (
 	"github.com/shardcache/shardcache/cmd/internal/devtoken"
 	"github.com/shardcache/shardcache/cmd/internal/secret"
 	"github.com/shardcache/shardcache/cmd/internal/tlsfiles"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/admin"
 )
 
@@ -22,6 +26,9 @@ type globalOptions struct {
 	timeout      time.Duration
 	ca           string
 	cert, key    string
+	// nodes are ops addresses to learn the members from instead of the
+	// control plane.
+	nodes []string
 }
 
 func (g *globalOptions) register(root *cobra.Command) {
@@ -35,6 +42,11 @@ func (g *globalOptions) register(root *cobra.Command) {
 	f.StringVar(&g.tokenFile, "token-file", "", "file holding the admin token")
 	f.StringVarP(&g.output, "output", "o", "table", "output format: table, wide (every column), json or yaml")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
+	var nodes []string
+	if env := os.Getenv("SHARDCACHE_NODES"); env != "" {
+		nodes = strings.Split(env, ",")
+	}
+	f.StringSliceVar(&g.nodes, "nodes", nodes, "ops addresses (host:port,...) of nodes to learn the members from, for stats, top, log, inspect and version without the control plane ($SHARDCACHE_NODES sets the default)")
 	f.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each call")
 	f.StringVar(&g.ca, "ca", "", "CA that signed the control plane's TLS certificate (enables TLS)")
 	f.StringVar(&g.cert, "cert", "", "client certificate for mTLS (replaces the token)")
@@ -56,7 +68,7 @@ func (g *globalOptions) client() (*admin.Client, error) {
 		return nil, err
 	}
 	if token == "" && g.cert == "" {
-		t, err := devtoken.Read()
+		t, err := devtoken.Read(g.controlPlane)
 		if err != nil {
 			return nil, err
 		}
@@ -67,6 +79,20 @@ func (g *globalOptions) client() (*admin.Client, error) {
 		return nil, fmt.Errorf("--control-plane: %w", err)
 	}
 	return c, nil
+}
+
+// listNodes returns the cluster's nodes: from the first of --nodes that
+// answers, or else from the control plane. A control plane that does not
+// answer gets an error that names --nodes.
+func (g *globalOptions) listNodes(ctx context.Context, c *admin.Client) (*pb.ListNodesResponse, error) {
+	if len(g.nodes) > 0 {
+		return c.NodesFrom(ctx, g.nodes)
+	}
+	resp, err := c.ListNodes(ctx)
+	if errors.Is(err, admin.ErrUnavailable) {
+		return nil, fmt.Errorf("%w (--nodes HOST:PORT of any node's ops listener reads the nodes without it)", err)
+	}
+	return resp, err
 }
 
 // withClient runs f with an admin client built from the flags, and closes it.

@@ -7,10 +7,15 @@ import (
 	"io"
 	"slices"
 	"text/tabwriter"
+	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	"sigs.k8s.io/yaml"
+
+	"github.com/shardcache/shardcache/cmd/internal/command"
 )
 
 // outputFormats are the values of -o.
@@ -21,12 +26,13 @@ func checkFormat(format string) error {
 	if slices.Contains(outputFormats, format) {
 		return nil
 	}
-	return fmt.Errorf("-o %q: want table, wide, json or yaml", format)
+	return command.Usage(fmt.Errorf("-o %q: want table, wide, json or yaml", format))
 }
 
 // render writes v as JSON or YAML, or calls table for the table format.
-// Protobuf messages use protobuf's JSON mapping, so field names are stable;
-// other values use encoding/json.
+// Every command's JSON has one style: snake_case names (a protobuf
+// message's proto field names), numbers as numbers (64-bit ones too),
+// every field present, and empty lists as [] and empty maps as {}.
 func render(w io.Writer, format string, v any, table func(*tabwriter.Writer)) error {
 	switch format {
 	case "table", "wide":
@@ -37,15 +43,13 @@ func render(w io.Writer, format string, v any, table func(*tabwriter.Writer)) er
 		var raw []byte
 		var err error
 		if msg, ok := v.(proto.Message); ok {
-			raw, err = protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(msg)
+			raw, err = json.Marshal(messageJSON(msg.ProtoReflect()))
 		} else {
 			raw, err = json.Marshal(v)
 		}
 		if err != nil {
 			return fmt.Errorf("encoding output: %w", err)
 		}
-		// protojson varies its spacing on purpose; indent it ourselves so
-		// the output is stable for scripts and golden files.
 		var buf bytes.Buffer
 		if err := json.Indent(&buf, raw, "", "  "); err != nil {
 			return fmt.Errorf("encoding output: %w", err)
@@ -60,4 +64,60 @@ func render(w io.Writer, format string, v any, table func(*tabwriter.Writer)) er
 		return err
 	}
 	return checkFormat(format)
+}
+
+// messageJSON is msg as encoding/json writes it in the one style: every
+// field by its proto name; 64-bit integers as numbers; enums by name;
+// timestamps in RFC 3339; durations as Go writes them (1m30s); unset
+// messages null, lists [] and maps {} when empty.
+func messageJSON(msg protoreflect.Message) any {
+	switch m := msg.Interface().(type) {
+	case *timestamppb.Timestamp:
+		return m.AsTime().UTC().Format(time.RFC3339Nano)
+	case *durationpb.Duration:
+		return m.AsDuration().String()
+	}
+	out := map[string]any{}
+	fields := msg.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		name := string(fd.Name())
+		v := msg.Get(fd)
+		switch {
+		case fd.IsList():
+			l := v.List()
+			items := make([]any, l.Len())
+			for j := range l.Len() {
+				items[j] = scalarJSON(fd, l.Get(j))
+			}
+			out[name] = items
+		case fd.IsMap():
+			m := map[string]any{}
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				m[k.String()] = scalarJSON(fd.MapValue(), mv)
+				return true
+			})
+			out[name] = m
+		case fd.Kind() == protoreflect.MessageKind && !msg.Has(fd):
+			out[name] = nil
+		default:
+			out[name] = scalarJSON(fd, v)
+		}
+	}
+	return out
+}
+
+func scalarJSON(fd protoreflect.FieldDescriptor, v protoreflect.Value) any {
+	switch fd.Kind() {
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return messageJSON(v.Message())
+	case protoreflect.EnumKind:
+		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
+			return string(ev.Name())
+		}
+		return int32(v.Enum())
+	case protoreflect.BytesKind:
+		return v.Bytes()
+	}
+	return v.Interface() // bool, string, the integers and floats as numbers
 }

@@ -2,12 +2,18 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -77,7 +83,7 @@ func TestNodesTable(t *testing.T) {
 	}}
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	nodesTable(tw, resp, now)
+	nodesTable(tw, resp, now, false)
 	tw.Flush()
 	golden(t, "nodes.table", b.Bytes())
 }
@@ -85,5 +91,73 @@ func TestNodesTable(t *testing.T) {
 func TestBadOutputFormat(t *testing.T) {
 	if err := render(&bytes.Buffer{}, "xml", testEpoch(), nil); err == nil {
 		t.Fatal("-o xml accepted")
+	}
+}
+
+// The default tables fit a terminal of 80 columns (-o wide may not).
+func TestTablesFit80Columns(t *testing.T) {
+	for _, name := range []string{"nodes", "inspect", "inspect-none", "stats", "ring", "purge", "version"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name+".table"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if n := utf8.RuneCountInString(line); n > 80 {
+				t.Errorf("%s.table line %d is %d columns:\n%s", name, i+1, n, line)
+			}
+		}
+	}
+}
+
+// Every -o json has one style: snake_case names, numbers as numbers,
+// empty lists as [].
+func TestOneJSONStyle(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatal(files, err)
+	}
+	snake := regexp.MustCompile(`^[a-z0-9]+(_[a-z0-9]+)*$`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		var walk func(path string, v any)
+		walk = func(path string, v any) {
+			switch v := v.(type) {
+			case map[string]any:
+				for k, e := range v {
+					if !snake.MatchString(k) {
+						t.Errorf("%s: %s.%s is not snake_case", f, path, k)
+					}
+					walk(path+"."+k, e)
+				}
+			case []any:
+				for i, e := range v {
+					walk(fmt.Sprintf("%s[%d]", path, i), e)
+				}
+			case string:
+				if _, err := strconv.ParseInt(v, 10, 64); err == nil && !strings.HasSuffix(path, "version") {
+					t.Errorf("%s: %s is the number %s in a string", f, path, v)
+				}
+			}
+		}
+		walk("", v)
+	}
+	if b, _ := os.ReadFile("testdata/ring.json"); !strings.Contains(string(b), `"epoch": 7,`) {
+		t.Fatalf("ring.json: the epoch is not the number 7:\n%s", b)
+	}
+	// An empty list is [] in a message and in a struct alike.
+	var b bytes.Buffer
+	if err := render(&b, "json", &pb.ListNodesResponse{}, nil); err != nil || !strings.Contains(b.String(), `"nodes": []`) {
+		t.Fatalf("an empty node list: %s, %v", b.String(), err)
+	}
+	b.Reset()
+	if err := render(&b, "json", &versions{Nodes: []nodeVersion{}}, nil); err != nil || !strings.Contains(b.String(), `"nodes": []`) {
+		t.Fatalf("an empty version list: %s, %v", b.String(), err)
 	}
 }

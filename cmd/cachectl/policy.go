@@ -1,20 +1,18 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/encoding/protojson"
-	"sigs.k8s.io/yaml"
 
+	"github.com/shardcache/shardcache/cmd/internal/command"
+	"github.com/shardcache/shardcache/cmd/internal/policyfile"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/admin"
 )
@@ -42,23 +40,31 @@ func newPolicyCommand(g *globalOptions) *cobra.Command {
 			},
 		},
 		&cobra.Command{
-			Use: "get NAME", Short: "Show one policy (YAML by default)", Args: cobra.ExactArgs(1),
+			Use: "get NAME", Short: "Show one policy in the file format policy apply takes (YAML, or -o json)", Args: cobra.ExactArgs(1),
 			ValidArgsFunction: completePolicies(g),
 			RunE: func(cmd *cobra.Command, args []string) error {
+				if err := checkFormat(g.output); err != nil {
+					return err
+				}
 				return g.withClient(func(c *admin.Client) error {
 					p, err := c.GetPolicy(cmd.Context(), args[0])
 					if err != nil {
 						return err
 					}
-					format := g.output
-					if format == "table" {
-						format = "yaml" // a policy has too many fields for a table
+					format := "yaml" // a policy has too many fields for a table
+					if g.output == "json" {
+						format = "json"
 					}
-					return render(cmd.OutOrStdout(), format, p, nil)
+					b, err := policyfile.Marshal([]*pb.CachePolicy{p}, format)
+					if err != nil {
+						return err
+					}
+					_, err = cmd.OutOrStdout().Write(b)
+					return err
 				})
 			},
 		},
-		newPolicyApplyCommand(g),
+		newPolicyApplyCommand(g), newPolicyDiffCommand(g), newPolicyHistoryCommand(g), newPolicyRollbackCommand(g),
 		&cobra.Command{
 			Use: "delete NAME", Short: "Delete a policy", Args: cobra.ExactArgs(1),
 			ValidArgsFunction: completePolicies(g),
@@ -112,9 +118,12 @@ func newPolicyApplyCommand(g *globalOptions) *cobra.Command {
 		Use:   "apply -f FILE",
 		Short: "Create or replace the policies in a YAML or JSON file (- for standard input)",
 		Long: `Create or replace the policies in FILE: one policy, or a list of them, in YAML or
-JSON with the fields of shardcache.v1.CachePolicy. Conveniences: mode may be written
-sharded, local, redirect or bypass; excluded_statuses may be "404" or "300-399";
-a status_ttls entry may be {status: "200-299", ttl: 10m}. Every bad field is named.`,
+JSON with the fields of shardcache.v1.CachePolicy by name, as policy get prints them.
+mode is sharded, local, redirect or bypass; durations are 90s, 10m or 1h30m; slice_size and
+max_object_size take units (8MiB, 10GiB, 10GB, 512mib, 10g); excluded_statuses entries are
+"404" or "300-399"; a status_ttls entry is {status: "200-299", ttl: 10m}. Every mistake is
+named with its line, and what is allowed. A policy equal to the stored one is left as it
+is (no new revision).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
@@ -125,30 +134,27 @@ a status_ttls entry may be {status: "200-299", ttl: 10m}. Every bad field is nam
 }
 
 func (o *policyApplyOptions) run(cmd *cobra.Command) error {
-	var data []byte
-	var err error
-	if o.file == "-" {
-		data, err = io.ReadAll(cmd.InOrStdin())
-	} else {
-		data, err = os.ReadFile(o.file)
-	}
+	policies, data, err := readPolicyFile(cmd, o.file)
 	if err != nil {
-		return fmt.Errorf("reading policy file: %w", err)
-	}
-	policies, err := parsePolicies(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", o.file, err)
+		return err
 	}
 	return o.withClient(func(c *admin.Client) error {
-		// All the file's policies, or none: one call, one transaction.
-		stored, err := c.PutPolicies(cmd.Context(), policies, o.dryRun)
+		before, err := c.ListPolicies(cmd.Context())
 		if err != nil {
 			return err
 		}
+		// All the file's policies, or none: one call, one transaction.
+		stored, err := c.PutPolicies(cmd.Context(), policies, o.dryRun)
+		if err != nil {
+			return withLines(err, o.file, data)
+		}
 		for _, stored := range stored {
-			if o.dryRun {
+			switch {
+			case o.dryRun:
 				fmt.Fprintf(cmd.OutOrStdout(), "policy %s is valid (dry run, nothing changed)\n", stored.GetName())
-			} else {
+			case stored.GetRevision() <= before.GetRevision():
+				fmt.Fprintf(cmd.OutOrStdout(), "policy %s unchanged (revision %d)\n", stored.GetName(), stored.GetRevision())
+			default:
 				fmt.Fprintf(cmd.OutOrStdout(), "policy %s applied (revision %d)\n", stored.GetName(), stored.GetRevision())
 			}
 		}
@@ -156,127 +162,65 @@ func (o *policyApplyOptions) run(cmd *cobra.Command) error {
 	})
 }
 
-// parsePolicies reads one policy or a list of them from YAML or JSON.
-func parsePolicies(data []byte) ([]*pb.CachePolicy, error) {
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, fmt.Errorf("not YAML or JSON: %w", err)
-	}
-	var items []map[string]any
-	if trimmed := bytes.TrimSpace(js); len(trimmed) > 0 && trimmed[0] == '[' {
-		err = json.Unmarshal(js, &items)
+// readPolicyFile reads and parses the policies of file (- for standard
+// input); a refused file is a usage error naming the file.
+func readPolicyFile(cmd *cobra.Command, file string) ([]*pb.CachePolicy, []byte, error) {
+	var data []byte
+	var err error
+	if file == "-" {
+		data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxPolicyFile+1))
 	} else {
-		var one map[string]any
-		err = json.Unmarshal(js, &one)
-		items = []map[string]any{one}
+		data, err = os.ReadFile(file)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("want a policy or a list of policies: %w", err)
+		return nil, nil, fmt.Errorf("reading policy file: %w", err)
 	}
-	var out []*pb.CachePolicy
-	for i, item := range items {
-		if err := expandShorthands(item); err != nil {
-			return nil, fmt.Errorf("policy %d: %w", i+1, err)
-		}
-		b, _ := json.Marshal(item)
-		p := &pb.CachePolicy{}
-		if err := protojson.Unmarshal(b, p); err != nil {
-			return nil, fmt.Errorf("policy %d: %w", i+1, err)
-		}
-		out = append(out, p)
+	if len(data) > maxPolicyFile {
+		return nil, nil, command.Usage(fmt.Errorf("%s: larger than %d bytes", file, maxPolicyFile))
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no policy in the file")
-	}
-	return out, nil
-}
-
-// durationFields take Go durations ("10m", "1h30m") in files, converted to
-// the seconds protobuf JSON wants.
-var durationFields = []string{"default_ttl", "defaultTtl", "stale_while_revalidate", "staleWhileRevalidate", "stale_if_error",
-	"staleIfError", "collapse_timeout", "collapseTimeout", "origin_timeout", "originTimeout", "relay_timeout", "relayTimeout"}
-
-func expandDuration(m map[string]any, key string) error {
-	s, ok := m[key].(string)
-	if !ok {
-		return nil
-	}
-	d, err := time.ParseDuration(s)
+	policies, err := policyfile.Parse(data)
 	if err != nil {
-		return fmt.Errorf("%s %q: want a duration such as 90s, 10m or 1h", key, s)
+		return nil, nil, command.Usage(fmt.Errorf("%s: %w", file, err))
 	}
-	m[key] = strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
-	return nil
+	return policies, data, nil
 }
 
-// expandShorthands turns the file's conveniences into protobuf JSON.
-func expandShorthands(p map[string]any) error {
-	for _, f := range durationFields {
-		if err := expandDuration(p, f); err != nil {
-			return err
-		}
+// withLines gives each field the control plane refused its line in the
+// file, as the file's own mistakes have.
+func withLines(err error, file string, data []byte) error {
+	var ve *admin.ValidationError
+	if !errors.As(err, &ve) {
+		return err
 	}
-	if m, ok := p["mode"].(string); ok && !strings.HasPrefix(m, "CACHE_MODE_") {
-		p["mode"] = "CACHE_MODE_" + strings.ToUpper(m)
-	}
-	for _, key := range []string{"excluded_statuses", "excludedStatuses"} {
-		list, ok := p[key].([]any)
-		if !ok {
-			continue
-		}
-		for i, v := range list {
-			s, ok := v.(string)
-			if !ok {
-				continue
-			}
-			from, to, err := statusRange(s)
-			if err != nil {
-				return fmt.Errorf("%s[%d]: %w", key, i, err)
-			}
-			list[i] = map[string]any{"from": from, "to": to}
-		}
-	}
-	for _, key := range []string{"status_ttls", "statusTtls"} {
-		list, ok := p[key].([]any)
-		if !ok {
-			continue
-		}
-		for i, v := range list {
-			m, ok := v.(map[string]any)
-			if !ok {
-				continue
-			}
-			if err := expandDuration(m, "ttl"); err != nil {
-				return fmt.Errorf("%s[%d]: %w", key, i, err)
-			}
-			if s, ok := m["status"].(string); ok {
-				from, to, err := statusRange(s)
-				if err != nil {
-					return fmt.Errorf("%s[%d]: %w", key, i, err)
-				}
-				delete(m, "status")
-				m["status_from"], m["status_to"] = from, to
-			}
-		}
-	}
-	return nil
+	return &locatedError{file: file, data: data, ve: ve}
 }
 
-// statusRange parses "404" or "300-399".
-func statusRange(s string) (uint32, uint32, error) {
-	a, b, isRange := strings.Cut(strings.TrimSpace(s), "-")
-	from, err := strconv.ParseUint(strings.TrimSpace(a), 10, 32)
-	if err != nil {
-		return 0, 0, fmt.Errorf("status %q: want a code like 404 or a range like 300-399", s)
-	}
-	to := from
-	if isRange {
-		if to, err = strconv.ParseUint(strings.TrimSpace(b), 10, 32); err != nil {
-			return 0, 0, fmt.Errorf("status %q: want a code like 404 or a range like 300-399", s)
-		}
-	}
-	return uint32(from), uint32(to), nil
+// locatedError is a refused policy, each field named with its line.
+type locatedError struct {
+	file string
+	data []byte
+	ve   *admin.ValidationError
 }
+
+func (e *locatedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: policy %q is refused:", e.file, e.ve.Policy)
+	for _, f := range e.ve.Fields {
+		b.WriteString("\n  ")
+		if line := policyfile.Line(e.data, e.ve.Policy, f.Field); line > 0 {
+			fmt.Fprintf(&b, "line %d: ", line)
+		}
+		fmt.Fprintf(&b, "%s: %s", f.Field, f.Description)
+	}
+	return b.String()
+}
+
+// Unwrap keeps the validation error (and so ErrInvalid) in the chain.
+func (e *locatedError) Unwrap() error { return e.ve }
+
+// maxPolicyFile bounds what is read of a policy file: 100 policies of at
+// most 4 KiB encoded, with room for YAML's spelling.
+const maxPolicyFile = 4 << 20
 
 func modeName(m pb.CacheMode) string {
 	if m == pb.CacheMode_CACHE_MODE_UNSPECIFIED {

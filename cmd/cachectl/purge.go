@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardcache/shardcache/cmd/internal/command"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/admin"
 )
@@ -163,7 +164,7 @@ func prefixTarget(host, prefix string) string {
 func (o *purgeOptions) run(cmd *cobra.Command, args []string) error {
 	t, err := o.target(cmd, args)
 	if err != nil {
-		return err
+		return command.Usage(err)
 	}
 	id := o.requestID
 	if id == "" {
@@ -245,10 +246,10 @@ func purgeOutcome(st *pb.PurgeStatus, wait time.Duration) error {
 	id := st.GetPurge().GetId()
 	switch p := st.GetPending(); {
 	case len(failed) > 0:
-		return fmt.Errorf("purge %s failed on %s", id, strings.Join(failed, "; "))
+		return command.WithCode(command.ExitPartial, fmt.Errorf("purge %s failed on %s", id, strings.Join(failed, "; ")))
 	case !st.GetComplete():
-		return fmt.Errorf("purge %s: %d of %d nodes did not acknowledge within %s (%s); it is recorded, and they apply it when they reconnect, before they serve again",
-			id, len(p), len(p)+len(st.GetResults()), wait, pendingList(st))
+		return command.WithCode(command.ExitPartial, fmt.Errorf("purge %s: %d of %d nodes did not acknowledge within %s (%s); it is recorded, and they apply it when they reconnect, before they serve again",
+			id, len(p), len(p)+len(st.GetResults()), wait, pendingList(st)))
 	}
 	return nil
 }

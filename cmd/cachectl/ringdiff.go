@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shardcache/shardcache/cmd/internal/command"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/admin"
 	"github.com/shardcache/shardcache/sdk/ring"
@@ -39,19 +41,30 @@ func newRingDiffCommand(g *globalOptions) *cobra.Command {
 			for i, a := range args {
 				n, err := strconv.ParseUint(a, 10, 64)
 				if err != nil || n == 0 {
-					return fmt.Errorf("epoch %q: want a positive epoch number", a)
+					return command.Usage(fmt.Errorf("epoch %q: want a positive epoch number", a))
 				}
 				nums[i] = n
 			}
 			return g.withClient(func(c *admin.Client) error {
-				a, err := c.GetRing(cmd.Context(), nums[0])
+				cur, err := c.GetRing(cmd.Context(), 0)
 				if err != nil {
-					return fmt.Errorf("epoch %d: %w", nums[0], err)
+					return err
 				}
-				b, err := c.GetRing(cmd.Context(), nums[1])
-				if err != nil {
-					return fmt.Errorf("epoch %d: %w", nums[1], err)
+				var epochs [2]*pb.RingEpoch
+				for i, n := range nums {
+					if n > cur.GetEpoch() {
+						return command.WithCode(command.ExitNotFound, fmt.Errorf("there is no epoch %d yet: the current epoch is %d", n, cur.GetEpoch()))
+					}
+					e, err := c.GetRing(cmd.Context(), n)
+					if errors.Is(err, admin.ErrNotFound) {
+						return command.WithCode(command.ExitNotFound, fmt.Errorf("epoch %d is no longer kept (the current epoch is %d)", n, cur.GetEpoch()))
+					}
+					if err != nil {
+						return err
+					}
+					epochs[i] = e
 				}
+				a, b := epochs[0], epochs[1]
 				d, err := diffEpochs(a, b, diffSampleKeys)
 				if err != nil {
 					return err

@@ -3,6 +3,7 @@ package main
 import (
 	"testing"
 
+	"github.com/shardcache/shardcache/cmd/internal/policyfile"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
@@ -49,7 +50,7 @@ func TestParsePolicies(t *testing.T) {
   mode: bypass
   path_prefix: /api/
 `)
-	ps, err := parsePolicies(yml)
+	ps, err := policyfile.Parse(yml)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestParsePolicies(t *testing.T) {
 		"unknown field": "name: x\nbogus: 1\n",
 		"bad status":    "name: x\nexcluded_statuses: [\"4xx\"]\n",
 	} {
-		if _, err := parsePolicies([]byte(bad)); err == nil {
+		if _, err := policyfile.Parse([]byte(bad)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}

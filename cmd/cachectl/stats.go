@@ -59,7 +59,7 @@ type trafficStats struct {
 func newStatsCommand(g *globalOptions) *cobra.Command {
 	return showCommand(g, "stats", "Show each node's hit ratio, origin offload, relay fraction and response bytes since it started",
 		func(ctx context.Context, c *admin.Client) (*clusterStats, error) {
-			resp, err := c.ListNodes(ctx)
+			resp, err := g.listNodes(ctx, c)
 			if err != nil {
 				return nil, err
 			}

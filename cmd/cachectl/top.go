@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/shardcache/shardcache/cmd/internal/command"
 	"github.com/shardcache/shardcache/cmd/internal/units"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/admin"
@@ -40,10 +41,10 @@ scripts).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval < 100*time.Millisecond {
-				return fmt.Errorf("--interval %s: want at least 100ms", interval)
+				return command.Usage(fmt.Errorf("--interval %s: want at least 100ms", interval))
 			}
 			return g.withClient(func(c *admin.Client) error {
-				t := &top{c: c, interval: interval, sortBy: 'r', desc: true}
+				t := &top{c: c, list: g.listNodes, interval: interval, sortBy: 'r', desc: true}
 				if once {
 					v, err := t.sample(cmd.Context())
 					if err != nil {
@@ -97,6 +98,7 @@ type hotKey struct {
 
 type top struct {
 	c        *admin.Client
+	list     func(context.Context, *admin.Client) (*pb.ListNodesResponse, error)
 	interval time.Duration
 	sortBy   rune
 	desc     bool
@@ -106,7 +108,7 @@ type top struct {
 
 // read asks every node for its live figures at once.
 func (t *top) read(ctx context.Context) (*pb.ListNodesResponse, liveStats, error) {
-	resp, err := t.c.ListNodes(ctx)
+	resp, err := t.list(ctx, t.c)
 	if err != nil {
 		return nil, liveStats{}, err
 	}

@@ -4,18 +4,22 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"text/tabwriter"
 
 	"github.com/shardcache/shardcache/sdk/admin"
+	"github.com/shardcache/shardcache/sdk/buildinfo"
 )
 
 func TestVersionOutput(t *testing.T) {
 	v := &versions{
 		Client:       build{Version: "v0.4.0", GoVersion: "go1.26.0"},
 		ControlPlane: &build{Version: "0d9c1a2e5b7f", GoVersion: "go1.26.0", Replica: "cp-2"},
+		Nodes:        []nodeVersion{{Node: "node-1", Version: "v0.4.0"}, {Node: "node-2", Version: "v0.3.9"}, {Node: "node-3"}},
 	}
-	goldenFormats(t, "version", v, versionTable)
+	goldenFormats(t, "version", v, func(tw *tabwriter.Writer, v *versions) { versionTable(tw, v, false) })
 	t.Run("unreachable", func(t *testing.T) {
-		goldenFormats(t, "version-unreachable", &versions{Client: v.Client}, versionTable)
+		goldenFormats(t, "version-unreachable", &versions{Client: v.Client, Nodes: []nodeVersion{}},
+			func(tw *tabwriter.Writer, v *versions) { versionTable(tw, v, false) })
 	})
 }
 
@@ -26,7 +30,7 @@ func TestVersionUnreachable(t *testing.T) {
 	if !errors.Is(err, admin.ErrUnavailable) || !strings.HasPrefix(err.Error(), "control plane version: ") {
 		t.Fatalf("err = %v, want the control plane unavailable", err)
 	}
-	c := clientBuild()
+	c := buildinfo.Read()
 	if !strings.Contains(out, "client  ") || !strings.Contains(out, c.GoVersion) || !strings.Contains(out, "control plane  unreachable") {
 		t.Fatalf("output:\n%s", out)
 	}

@@ -58,6 +58,7 @@ SHARDCACHE_TOKEN and SHARDCACHE_JOIN_TOKEN.`,
 	f.DurationVar(&o.cfg.CA.CertTTL, "peer-cert-ttl", 0, "lifetime of an issued peer certificate (default 1h)")
 	f.StringVar(&o.cfg.OpsAddr, "ops", "127.0.0.1:9190", "ops listen address: /metrics (Prometheus) and /healthz; empty: none")
 	f.DurationVar(&o.cfg.ForgetAbsentAfter, "forget-absent-after", time.Hour, "how long purges report a node with no session (cut off, or dead without leaving) as unreachable and wait for it; negative: always")
+	f.IntVar(&o.cfg.PolicyHistory, "policy-history", 0, "changes of the policy set kept for cachectl policy history and rollback (default 100)")
 	f.DurationVar(&o.cfg.PurgeRetention, "purge-retention", 24*time.Hour, "how long purges stay recorded for nodes that are away; a node away longer drops everything it stored")
 	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret nodes must present to join (prefer --join-token-file; default $SHARDCACHE_JOIN_TOKEN)")
 	f.StringVar(&o.joinTokenFile, "join-token-file", "", "file holding the join token (a mounted secret)")

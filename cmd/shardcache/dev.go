@@ -135,12 +135,6 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tokenPath, err := devtoken.Write(token)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tokenPath)
-
 	// One tracer provider for the whole dev cluster, when OTEL_* asks for it.
 	tp, stopTracing, err := telemetry.Tracing(ctx, "shardcache-dev", "dev")
 	if err != nil {
@@ -222,6 +216,14 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 		case <-gctx.Done():
 			return nil
 		}
+		// Written once the control plane holds its address: a second
+		// cluster started on it by mistake fails before it touches the
+		// first one's token.
+		tokenPath, err := devtoken.Write(o.control, token)
+		if err != nil {
+			return err
+		}
+		defer devtoken.Remove(tokenPath, token)
 		ng, nctx := errgroup.WithContext(gctx)
 		for _, n := range nodes {
 			ng.Go(func() error { return n.Run(nctx) })
@@ -286,8 +288,12 @@ func printBanner(out io.Writer, o *devOptions, origin, dataDir, tokenPath string
 	w("Try:")
 	w("  curl -si http://%s/obj/1?size=1000    # X-Cache: MISS", nodes[min(1, len(nodes)-1)].ClientAddr())
 	w("  curl -si http://%s/obj/1?size=1000    # X-Cache: HIT, from the same owner", nodes[0].ClientAddr())
-	w("  go run ./cmd/cachectl ring")
-	w("  go run ./cmd/cachectl nodes")
+	cachectl := cachectlCommand()
+	if o.control != devtoken.DefaultControlPlane {
+		cachectl += " --control-plane " + o.control
+	}
+	w("  %s ring", cachectl)
+	w("  %s nodes", cachectl)
 	w("Stop with Ctrl-C.")
 	w("")
 }
@@ -322,4 +328,23 @@ func newToken() (string, error) {
 		return "", fmt.Errorf("making the admin token: %w", err)
 	}
 	return hex.EncodeToString(b), nil
+}
+
+// cachectlCommand is how to run cachectl from here: the binary built
+// beside this one (make build puts both in .bin/), else go run.
+func cachectlCommand() string {
+	self, err := os.Executable()
+	if err != nil {
+		return "go run ./cmd/cachectl"
+	}
+	bin := filepath.Join(filepath.Dir(self), "cachectl")
+	if _, err := os.Stat(bin); err != nil {
+		return "go run ./cmd/cachectl"
+	}
+	if wd, err := os.Getwd(); err == nil {
+		if rel, err := filepath.Rel(wd, bin); err == nil && !strings.HasPrefix(rel, "..") {
+			return "./" + rel
+		}
+	}
+	return bin
 }

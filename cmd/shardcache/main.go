@@ -16,14 +16,14 @@ import (
 	"github.com/shardcache/shardcache/cmd/internal/command"
 )
 
-func main() { command.Main("shardcache", newRootCommand()) }
+func main() { command.Main("shardcache", newRootCommand(), nil) }
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "shardcache",
 		Short: "A sharded HTTP cache cluster with an etcd-backed control plane",
 	}
-	root.AddCommand(newControlCommand(), newNodeCommand(), newDevCommand(), newOriginCommand(), newDrainCommand(), newCertsCommand())
+	root.AddCommand(newControlCommand(), newNodeCommand(), newDevCommand(), newOriginCommand(), newDrainCommand(), newCertsCommand(), newVersionCommand())
 	return root
 }
 

@@ -263,7 +263,7 @@ func (f *Front) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy,
 	if err != nil {
 		f.cfg.Metrics.OriginReqs.WithLabelValues("bypass", "error").Inc()
 		w.Header()["Cache-Status"] = []string{m.String()}
-		w.Header()["Proxy-Status"] = []string{httpcache.ProxyStatus(f.statusName, httpcache.ErrorType(err), err.Error())}
+		w.Header()["Proxy-Status"] = []string{httpcache.ProxyStatus(f.statusName, httpcache.ErrorType(err), httpcache.ErrorDetails(err))}
 		http.Error(w, "shardcache: origin unreachable", http.StatusBadGateway)
 		return
 	}

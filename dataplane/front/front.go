@@ -158,7 +158,10 @@ func (f *Front) ServePeer(w http.ResponseWriter, r *http.Request) { f.servePeer(
 // handoff requests until it stops.
 func (f *Front) Drain() { f.draining.Store(true) }
 
-// Draining reports whether Drain was called.
+// Undrain ends a drain: the node is in the ring again.
+func (f *Front) Undrain() { f.draining.Store(false) }
+
+// Draining reports whether Drain was called (and Undrain not since).
 func (f *Front) Draining() bool { return f.draining.Load() }
 
 // LastPeer is when the peer listener last got a request while draining.

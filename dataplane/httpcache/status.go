@@ -7,6 +7,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -151,3 +153,32 @@ func ErrorType(err error) string {
 	}
 	return "proxy_internal_error"
 }
+
+// ErrorDetails describes err, from reaching the origin, for a client to
+// read in Proxy-Status: what failed, never the origin's URL or address,
+// which are the cluster's own (they stay in the node's log).
+func ErrorDetails(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // "Get \"http://origin.internal/...\": ..." without the URL
+	}
+	var dns *net.DNSError
+	var op *net.OpError
+	switch {
+	case errors.As(err, &dns):
+		return "name lookup: " + dns.Err
+	case errors.As(err, &op):
+		if op.Err != nil {
+			return op.Op + ": " + strings.TrimPrefix(op.Err.Error(), op.Op+" ") // no addresses
+		}
+		return op.Op + " failed"
+	}
+	s := err.Error()
+	if strings.Contains(s, "://") || hostPort.MatchString(s) {
+		return "origin request failed"
+	}
+	return s
+}
+
+// hostPort finds an address (host:port) in a message.
+var hostPort = regexp.MustCompile(`[A-Za-z0-9.\-\]]:[0-9]{1,5}\b`)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -62,5 +64,26 @@ func TestErrorTypes(t *testing.T) {
 	}
 	if h := ProxyStatus("node-1", "connection_refused", `dial "x"`); h != `node-1; error=connection_refused; details="dial \"x\""` {
 		t.Errorf("ProxyStatus: %s", h)
+	}
+}
+
+// What a client reads of an origin failure names no origin address.
+func TestErrorDetailsHideTheOrigin(t *testing.T) {
+	refused := &url.Error{Op: "Get", URL: "http://origin.internal:8080/a", Err: &net.OpError{Op: "dial", Net: "tcp",
+		Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 5), Port: 8080}, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
+	dns := &url.Error{Op: "Get", URL: "http://origin.internal/a", Err: &net.OpError{Op: "dial", Net: "tcp",
+		Err: &net.DNSError{Err: "no such host", Name: "origin.internal"}}}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{refused, "dial: connect: connection refused"},
+		{dns, "name lookup: no such host"},
+		{errors.New(`read from http://origin.internal:8080: broken`), "origin request failed"},
+		{errors.New("unexpected EOF"), "unexpected EOF"},
+	} {
+		if got := ErrorDetails(tc.err); got != tc.want {
+			t.Errorf("ErrorDetails(%v) = %q, want %q", tc.err, got, tc.want)
+		}
 	}
 }

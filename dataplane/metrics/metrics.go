@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/shardcache/shardcache/dataplane/store"
+	"github.com/shardcache/shardcache/sdk/buildinfo"
 )
 
 // Routes, the label that tells relayed requests from local ones.
@@ -235,8 +236,20 @@ func New() *Set {
 	}
 	m.Registry.MustRegister(m.OriginDuration, m.PeerDuration, m.Purges, m.PurgeRevision, m.Bans, m.PeerCerts, m.PeerCertExpiry, m.Requests, m.Duration, m.ResponseSize, m.OriginReqs, m.OriginBytes, m.PeerReqs,
 		m.PeerConns, m.PeerBytes, m.PeerRefused, m.OpsRefused, m.PurgeAuthRefused, m.ClientConnsRefused, m.ClientStalled, m.RelayFallback, m.RingEpoch, m.RingMembers, m.Session, m.CutOff, m.Member, m.MemberLost, m.BackgroundPanics, m.Collapsed, m.PolicyRevision, m.Hot, m.Handoffs, &m.storeStats,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	return m
+}
+
+// buildInfo is shardcache_build_info: 1, labelled with the build, so that
+// a mixed-version rollout shows in one query.
+func buildInfo() prometheus.Collector {
+	bi := buildinfo.Read()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shardcache_build_info", Help: "Always 1; the labels name the build this process runs.",
+		ConstLabels: prometheus.Labels{"component": "node", "version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
+	})
+	g.Set(1)
+	return g
 }
 
 // WatchShadow exports the local-only estimate.

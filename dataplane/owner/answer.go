@@ -203,7 +203,7 @@ func (o *Owner) statusHeaders(h http.Header, status string, code int) {
 func (o *Owner) originError(w http.ResponseWriter, code int, err error, msg string) {
 	h := w.Header()
 	o.statusHeaders(h, relay.CacheMiss, 0)
-	h["Proxy-Status"] = []string{httpcache.ProxyStatus(o.statusName, httpcache.ErrorType(err), err.Error())}
+	h["Proxy-Status"] = []string{httpcache.ProxyStatus(o.statusName, httpcache.ErrorType(err), httpcache.ErrorDetails(err))}
 	http.Error(w, "shardcache: "+msg, code)
 }
 

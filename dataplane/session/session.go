@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,12 +27,10 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/status"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
@@ -107,6 +104,7 @@ type Client struct {
 	// named.
 	epochReq  chan struct{}
 	epochSeen atomic.Uint64
+	drainReq  chan struct{} // the node drains itself (RequestDrain)
 	// instance tells this process's sessions apart from those of another
 	// process started with the same id.
 	instance string
@@ -210,7 +208,7 @@ func New(cfg Config, apply Applier) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Client{cfg: cfg, apply: apply, certReq: make(chan struct{}, 1), resultReq: make(chan struct{}, 1), epochReq: make(chan struct{}, 1),
+	c := &Client{cfg: cfg, apply: apply, certReq: make(chan struct{}, 1), resultReq: make(chan struct{}, 1), epochReq: make(chan struct{}, 1), drainReq: make(chan struct{}, 1),
 		instance: fmt.Sprintf("%016x", rand.Uint64())}
 	c.heard.Store(time.Now().UnixNano()) // objects stored before the start wait for the first snapshot anyway
 	c.notMember.Store(&notRegistered)
@@ -240,33 +238,6 @@ func (c *Client) setMember(member bool, cause, reason string) {
 	}
 	if (was != member || !member) && c.cfg.OnMembership != nil {
 		c.cfg.OnMembership(member, cause, reason)
-	}
-}
-
-// ended records what the status a session ended with says of the node's
-// membership.
-func (c *Client) ended(err error, addr string) {
-	st, ok := status.FromError(err)
-	if !ok {
-		return
-	}
-	end := pb.SessionEnd_SESSION_END_UNSPECIFIED
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == pb.SessionEndDomain {
-			end = pb.SessionEnd(pb.SessionEnd_value[info.GetReason()])
-		}
-	}
-	cause := strings.ToLower(strings.TrimPrefix(end.String(), "SESSION_END_"))
-	switch end {
-	// The state is recorded before it is logged: whoever reads the log
-	// line finds /readyz saying the same.
-	case pb.SessionEnd_SESSION_END_DUPLICATE_ID:
-		c.setMember(false, cause, "refused by the control plane: "+st.Message())
-		c.cfg.Logger.Error("the control plane refused this node: another process has an open session with the same id; retrying until it ends",
-			"control_plane", addr, "id", c.cfg.Member.GetId(), "reason", st.Message())
-	case pb.SessionEnd_SESSION_END_RECORD_DELETED, pb.SessionEnd_SESSION_END_RECORD_REPLACED, pb.SessionEnd_SESSION_END_LEASE_LOST:
-		c.setMember(false, cause, "membership lost: "+st.Message()+"; registering again")
-		c.cfg.Logger.Warn("membership lost; registering again", "control_plane", addr, "reason", st.Message())
 	}
 }
 
@@ -321,13 +292,15 @@ func (c *Client) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		c.ended(err, addr)
+		refused := c.ended(err, addr)
 		if established {
 			backoff = c.cfg.MinBackoff
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		c.cfg.Logger.Warn("control plane unreachable; serving with the last epoch and retrying",
-			"control_plane", addr, "err", err, "retry_in", wait.Round(time.Millisecond), "epoch", c.Epoch())
+		if !refused { // a refusal was logged as what it is
+			c.cfg.Logger.Warn("control plane unreachable; serving with the last epoch and retrying",
+				"control_plane", addr, "err", err, "retry_in", wait.Round(time.Millisecond), "epoch", c.Epoch())
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -478,6 +451,10 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 			}
 			req := &pb.SessionRequest{Msg: &pb.SessionRequest_EpochRequest{EpochRequest: &pb.EpochRequest{Seen: c.epochSeen.Load()}}}
 			if err := stream.send(req); err != nil {
+				return established, err
+			}
+		case <-c.drainReq:
+			if err := c.sendDrain(stream, established); err != nil {
 				return established, err
 			}
 		case <-c.resultReq:

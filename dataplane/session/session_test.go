@@ -378,3 +378,39 @@ func TestMissedPurgesAheadOfTheSnapshot(t *testing.T) {
 		t.Errorf("applied %v, want %s", rec.events, want)
 	}
 }
+
+// A control plane that refuses the join token is reachable: the node says
+// the token was refused (and /readyz why), never "unreachable".
+func TestAWrongJoinTokenIsNotAnOutage(t *testing.T) {
+	c := startControl(t, func(int, pb.NodeService_SessionServer) error {
+		return status.Error(codes.Unauthenticated, "node session: missing or wrong join token")
+	})
+	var logs syncLog
+	cl := runClient(t, c, func(cfg *Config) { cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	c.waitHellos(t, 3)
+	if ok, why := cl.Member(); ok || !strings.Contains(why, "wrong join token") {
+		t.Fatalf("member %t (%q); want not, naming the join token", ok, why)
+	}
+	out := logs.String()
+	if strings.Contains(out, "unreachable") || !strings.Contains(out, "refused this node's join") {
+		t.Fatalf("logs:\n%s\nwant the join refused, not the control plane unreachable", out)
+	}
+}
+
+// syncLog is a log destination safe to read while the client writes.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

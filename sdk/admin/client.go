@@ -5,10 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"time"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -48,8 +48,9 @@ type Config struct {
 	// cancellation is never retried. Default 4; negative disables retries.
 	MaxRetries int
 	// RetryBackoff is the pause before the first retry; it doubles on each
-	// retry up to MaxRetryBackoff. Half of each pause is random, so that
-	// clients that failed together do not retry in step. Default 100ms.
+	// retry up to MaxRetryBackoff, each pause made up to half longer or
+	// shorter at random, so that clients that failed together do not retry
+	// in step. Default 100ms.
 	RetryBackoff time.Duration
 	// MaxRetryBackoff caps the pause between retries. Default 2s.
 	MaxRetryBackoff time.Duration
@@ -106,14 +107,25 @@ func New(cfg Config) (*Client, error) {
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
 	}
+	// Calls are retried by go-grpc-middleware's retry interceptor, while
+	// the control plane answers Unavailable, within the call's deadline.
+	retries := retry.UnaryClientInterceptor(retry.WithCodes(codes.Unavailable), retry.WithMax(uint(cfg.MaxRetries)+1),
+		retry.WithBackoff(backoffOf(cfg)))
 	conn, err := grpc.NewClient(cfg.Address,
 		grpc.WithTransportCredentials(creds),
-		grpc.WithUnaryInterceptor(withToken),
+		grpc.WithChainUnaryInterceptor(retries, withToken),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", cfg.Address, err)
 	}
 	return &Client{conn: conn, rpc: pb.NewAdminServiceClient(conn), cfg: cfg}, nil
+}
+
+// backoffOf is the pause before each retry: RetryBackoff doubled on each
+// retry up to MaxRetryBackoff, up to half of it longer or shorter at
+// random.
+func backoffOf(cfg Config) retry.BackoffFunc {
+	return retry.BackoffExponentialWithJitterBounded(cfg.RetryBackoff, 0.5, cfg.MaxRetryBackoff)
 }
 
 // Close releases the connection.
@@ -150,27 +162,29 @@ func invokeHeld[Req, Resp any](ctx context.Context, c *Client, held time.Duratio
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.Timeout+held)
 		defer cancel()
 	}
-	var prev error
-	for attempt := 1; ; attempt++ {
-		resp, err := rpc(ctx, req)
-		if err == nil {
-			return resp, nil
-		}
-		cut := cutOff(ctx, err)
-		if prev != nil && cut {
-			// A retry cut off by the deadline says less than the failure
-			// that caused it (such as the control plane naming etcd).
-			err = prev
-		}
-		prev = err
-		if status.Code(err) != codes.Unavailable || cut || attempt > c.cfg.MaxRetries || !c.pause(ctx, attempt) {
-			var zero Resp
-			if attempt > 1 {
-				return zero, fmt.Errorf("%w (tried %d times)", fromStatus(err), attempt)
-			}
-			return zero, fromStatus(err)
-		}
+	// The interceptor retries; the call options see each failure, so that
+	// the error returned says how often it was tried, and a retry cut off
+	// by the deadline does not hide the failure that caused it (such as
+	// the control plane naming etcd).
+	var last error
+	tries := 1
+	resp, err := rpc(ctx, req,
+		retry.WithRetriable(func(err error) bool {
+			last = err
+			return status.Code(err) == codes.Unavailable
+		}),
+		retry.WithOnRetryCallback(func(context.Context, uint, error) { tries++ }))
+	if err == nil {
+		return resp, nil
 	}
+	if c := status.Code(last); last != nil && cutOff(ctx, err) && c != codes.DeadlineExceeded && c != codes.Canceled {
+		err = last
+	}
+	var zero Resp
+	if tries > 1 {
+		return zero, fmt.Errorf("%w (tried %d times)", fromStatus(err), tries)
+	}
+	return zero, fromStatus(err)
 }
 
 // cutOffMargin is how close to its deadline a failed call counts as cut
@@ -185,34 +199,6 @@ func cutOff(ctx context.Context, err error) bool {
 	}
 	deadline, ok := ctx.Deadline()
 	return ctx.Err() != nil || ok && time.Until(deadline) < cutOffMargin
-}
-
-// pause waits before retry n (from 1). It returns false, at once, when ctx
-// ends first or its deadline would pass before the retry could start.
-func (c *Client) pause(ctx context.Context, n int) bool {
-	d := c.backoff(n)
-	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= d {
-		return false
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// backoff is the pause before retry n: RetryBackoff doubled n-1 times, at
-// most MaxRetryBackoff, of which a random half is jitter.
-func (c *Client) backoff(n int) time.Duration {
-	d := c.cfg.RetryBackoff
-	for i := 1; i < n && d < c.cfg.MaxRetryBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, c.cfg.MaxRetryBackoff)
-	return d/2 + rand.N(d/2+1)
 }
 
 // codeErrors maps gRPC codes back to the client's sentinels.

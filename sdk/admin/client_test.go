@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -42,12 +43,12 @@ func TestErrorsMapCodesAndKeepDetails(t *testing.T) {
 }
 
 func TestBackoffDoublesWithJitter(t *testing.T) {
-	c := &Client{cfg: Config{}.withDefaults()}
+	backoff := backoffOf(Config{}.withDefaults())
 	for n, ms := range []time.Duration{100, 200, 400, 800, 1600, 2000, 2000} {
 		want := ms * time.Millisecond
 		for range 100 {
-			if d := c.backoff(n + 1); d < want/2 || d > want {
-				t.Fatalf("backoff(%d) = %s, want %s to %s", n+1, d, want/2, want)
+			if d := backoff(context.Background(), uint(n+1)); d < want/2 || d > min(want*3/2, 2*time.Second) {
+				t.Fatalf("backoff before retry %d = %s, want %s to %s", n+1, d, want/2, min(want*3/2, 2*time.Second))
 			}
 		}
 	}

@@ -121,11 +121,16 @@ func startDevCluster(dir string) (*devCluster, error) {
 		err := c.stop(5 * time.Second)
 		return nil, fmt.Errorf("shardcache dev was not ready within 2m (stop: %v):\n%s", err, c.output())
 	}
-	raw, err := os.ReadFile(filepath.Join(runtimeDir, "shardcache", "dev-token"))
+	// Each dev cluster's token file is named by its control plane's address.
+	controlPlane = net.JoinHostPort("127.0.0.1", strconv.Itoa(devPorts[0]+offset))
+	name := "dev-token"
+	if offset != 0 {
+		name += "-" + strings.ReplaceAll(controlPlane, ":", "_")
+	}
+	raw, err := os.ReadFile(filepath.Join(runtimeDir, "shardcache", name))
 	if err != nil {
 		return c, fmt.Errorf("reading the dev token: %w", err)
 	}
-	controlPlane = net.JoinHostPort("127.0.0.1", strconv.Itoa(devPorts[0]+offset))
 	token = strings.TrimSpace(string(raw))
 	return c, nil
 }

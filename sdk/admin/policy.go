@@ -115,3 +115,20 @@ func (c *Client) UndrainNode(ctx context.Context, id string) (*pb.Member, error)
 	resp, err := invoke(ctx, c, c.rpc.UndrainNode, &pb.UndrainNodeRequest{NodeId: id})
 	return resp.GetMember(), err
 }
+
+// PolicyHistory returns the recorded changes of the policy set, newest
+// first (only those of the policy name when it is not empty).
+func (c *Client) PolicyHistory(ctx context.Context, name string) (*pb.PolicyHistoryResponse, error) {
+	return invoke(ctx, c, c.rpc.PolicyHistory, &pb.PolicyHistoryRequest{Name: name})
+}
+
+// RollbackPolicies restores the policy set as it was at revision, as one
+// new change; with validateOnly it only says what would change.
+// ErrNotFound when the history does not reach back that far.
+func (c *Client) RollbackPolicies(ctx context.Context, revision int64, validateOnly bool) (*pb.RollbackPoliciesResponse, error) {
+	resp, err := invoke(ctx, c, c.rpc.RollbackPolicies, &pb.RollbackPoliciesRequest{Revision: revision, ValidateOnly: validateOnly})
+	if err != nil {
+		return nil, validationError("", err)
+	}
+	return resp, nil
+}

@@ -1,8 +1,11 @@
 // Package devtoken locates the admin token file that `shardcache dev`
 // writes and cachectl reads, so the dev cluster needs no token typed by hand.
+// Each dev cluster has a file of its own, named by its control plane's
+// address, so that two clusters side by side (--port-offset) keep theirs.
 package devtoken
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -10,9 +13,15 @@ import (
 	"strings"
 )
 
-// Path is the dev token file: $XDG_RUNTIME_DIR/shardcache/dev-token when set,
-// else shardcache/dev-token under the user's config directory.
-func Path() (string, error) {
+// DefaultControlPlane is the dev cluster's control-plane address without
+// a port offset; its token file is plain dev-token.
+const DefaultControlPlane = "127.0.0.1:7070"
+
+// Path is the dev token file of the cluster whose control plane is at
+// control: $XDG_RUNTIME_DIR/shardcache/dev-token when set, else
+// shardcache/dev-token under the user's config directory; another address
+// than the default adds it to the name (dev-token-127.0.0.1_7170).
+func Path(control string) (string, error) {
 	base := os.Getenv("XDG_RUNTIME_DIR")
 	if base == "" {
 		var err error
@@ -20,12 +29,17 @@ func Path() (string, error) {
 			return "", fmt.Errorf("locating the dev token file: %w", err)
 		}
 	}
-	return filepath.Join(base, "shardcache", "dev-token"), nil
+	name := "dev-token"
+	if control != DefaultControlPlane {
+		name += "-" + strings.NewReplacer(":", "_", "/", "_", "[", "", "]", "").Replace(control)
+	}
+	return filepath.Join(base, "shardcache", name), nil
 }
 
-// Write stores token in the dev token file, readable by the user only.
-func Write(token string) (string, error) {
-	p, err := Path()
+// Write stores token in the dev token file of control, readable by the
+// user only.
+func Write(control, token string) (string, error) {
+	p, err := Path(control)
 	if err != nil {
 		return "", err
 	}
@@ -38,10 +52,18 @@ func Write(token string) (string, error) {
 	return p, nil
 }
 
-// Read returns the token in the dev token file; the error says where it
-// looked when there is none.
-func Read() (string, error) {
-	p, err := Path()
+// Remove deletes the file at path if it still holds token: a cluster that
+// took the address over since keeps its own.
+func Remove(path, token string) {
+	if b, err := os.ReadFile(path); err == nil && bytes.Equal(bytes.TrimSpace(b), []byte(token)) {
+		os.Remove(path)
+	}
+}
+
+// Read returns the token in the dev token file of control; the error says
+// where it looked when there is none.
+func Read(control string) (string, error) {
+	p, err := Path(control)
 	if err != nil {
 		return "", err
 	}

@@ -18,6 +18,18 @@ func TestParseBytes(t *testing.T) {
 		{"1GB", 1e9, false},
 		{"1.5K", 1536, false},
 		{" 2 GiB ", 2 << 30, false},
+		{"10GiB", 10 << 30, false},
+		{"512MiB", 512 << 20, false},
+		{"512mib", 512 << 20, false},
+		{"10gb", 10e9, false},
+		{"10GB", 10e9, false},
+		{"10g", 10 << 30, false},
+		{"10G", 10 << 30, false},
+		{"10Gi", 10 << 30, false},
+		{"64ki", 64 << 10, false},
+		{"100b", 100, false},
+		{"10 gigs", 0, true},
+		{"GiB", 0, true},
 		{"-1", 0, true},
 		{"lots", 0, true},
 		{"NaN", 0, true},
@@ -58,5 +70,17 @@ func TestUnsetSizeFlagShowsNoZeroDefault(t *testing.T) {
 	n = 1 << 30
 	if got := (Value{N: &n}).String(); got != "1.0GiB" {
 		t.Fatalf("String() = %q, want 1.0GiB", got)
+	}
+}
+
+func TestExactReadsBack(t *testing.T) {
+	for _, n := range []int64{0, 1, 1000, 1024, 1536, 8 << 20, 3 << 30, 5 << 40} {
+		got, err := ParseBytes(Exact(n))
+		if err != nil || got != n {
+			t.Errorf("ParseBytes(Exact(%d) = %q) = %d, %v", n, Exact(n), got, err)
+		}
+	}
+	if Exact(8<<20) != "8MiB" || Exact(1000) != "1000" {
+		t.Fatalf("Exact: %q %q", Exact(8<<20), Exact(1000))
 	}
 }

@@ -1931,7 +1931,7 @@ var File_shardcache_v1_admin_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x19shardcache/v1/admin.proto\x12\rshardcache.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcache/v1/node.proto\x1a\x1ashardcache/v1/policy.proto\x1a\x19shardcache/v1/purge.proto\x1a\x18shardcache/v1/ring.proto\"&\n" +
+	"\x19shardcache/v1/admin.proto\x12\rshardcache.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcache/v1/node.proto\x1a\x1ashardcache/v1/policy.proto\x1a!shardcache/v1/policyhistory.proto\x1a\x19shardcache/v1/purge.proto\x1a\x18shardcache/v1/ring.proto\"&\n" +
 	"\x0eGetRingRequest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"A\n" +
 	"\x0fGetRingResponse\x12.\n" +
@@ -2044,7 +2044,7 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"go_version\x18\x02 \x01(\tR\tgoVersion\x12\x1d\n" +
 	"\n" +
-	"replica_id\x18\x03 \x01(\tR\treplicaId2\xd6\t\n" +
+	"replica_id\x18\x03 \x01(\tR\treplicaId2\x97\v\n" +
 	"\fAdminService\x12H\n" +
 	"\aGetRing\x12\x1d.shardcache.v1.GetRingRequest\x1a\x1e.shardcache.v1.GetRingResponse\x12N\n" +
 	"\tListNodes\x12\x1f.shardcache.v1.ListNodesRequest\x1a .shardcache.v1.ListNodesResponse\x12N\n" +
@@ -2055,7 +2055,9 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\tGetPolicy\x12\x1f.shardcache.v1.GetPolicyRequest\x1a .shardcache.v1.GetPolicyResponse\x12W\n" +
 	"\fListPolicies\x12\".shardcache.v1.ListPoliciesRequest\x1a#.shardcache.v1.ListPoliciesResponse\x12W\n" +
 	"\fDeletePolicy\x12\".shardcache.v1.DeletePolicyRequest\x1a#.shardcache.v1.DeletePolicyResponse\x12W\n" +
-	"\fPolicyStatus\x12\".shardcache.v1.PolicyStatusRequest\x1a#.shardcache.v1.PolicyStatusResponse\x12B\n" +
+	"\fPolicyStatus\x12\".shardcache.v1.PolicyStatusRequest\x1a#.shardcache.v1.PolicyStatusResponse\x12Z\n" +
+	"\rPolicyHistory\x12#.shardcache.v1.PolicyHistoryRequest\x1a$.shardcache.v1.PolicyHistoryResponse\x12c\n" +
+	"\x10RollbackPolicies\x12&.shardcache.v1.RollbackPoliciesRequest\x1a'.shardcache.v1.RollbackPoliciesResponse\x12B\n" +
 	"\x05Purge\x12\x1b.shardcache.v1.PurgeRequest\x1a\x1c.shardcache.v1.PurgeResponse\x12T\n" +
 	"\vPurgePrefix\x12!.shardcache.v1.PurgePrefixRequest\x1a\".shardcache.v1.PurgePrefixResponse\x12K\n" +
 	"\bPurgeTag\x12\x1e.shardcache.v1.PurgeTagRequest\x1a\x1f.shardcache.v1.PurgeTagResponse\x12K\n" +
@@ -2077,49 +2079,53 @@ func file_shardcache_v1_admin_proto_rawDescGZIP() []byte {
 
 var file_shardcache_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_shardcache_v1_admin_proto_goTypes = []any{
-	(*GetRingRequest)(nil),        // 0: shardcache.v1.GetRingRequest
-	(*GetRingResponse)(nil),       // 1: shardcache.v1.GetRingResponse
-	(*ListNodesRequest)(nil),      // 2: shardcache.v1.ListNodesRequest
-	(*Node)(nil),                  // 3: shardcache.v1.Node
-	(*RefusedSession)(nil),        // 4: shardcache.v1.RefusedSession
-	(*ListNodesResponse)(nil),     // 5: shardcache.v1.ListNodesResponse
-	(*DrainNodeRequest)(nil),      // 6: shardcache.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),     // 7: shardcache.v1.DrainNodeResponse
-	(*UndrainNodeRequest)(nil),    // 8: shardcache.v1.UndrainNodeRequest
-	(*UndrainNodeResponse)(nil),   // 9: shardcache.v1.UndrainNodeResponse
-	(*PutPolicyRequest)(nil),      // 10: shardcache.v1.PutPolicyRequest
-	(*PutPoliciesRequest)(nil),    // 11: shardcache.v1.PutPoliciesRequest
-	(*PutPoliciesResponse)(nil),   // 12: shardcache.v1.PutPoliciesResponse
-	(*PutPolicyResponse)(nil),     // 13: shardcache.v1.PutPolicyResponse
-	(*GetPolicyRequest)(nil),      // 14: shardcache.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),     // 15: shardcache.v1.GetPolicyResponse
-	(*ListPoliciesRequest)(nil),   // 16: shardcache.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),  // 17: shardcache.v1.ListPoliciesResponse
-	(*DeletePolicyRequest)(nil),   // 18: shardcache.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),  // 19: shardcache.v1.DeletePolicyResponse
-	(*PolicyStatusRequest)(nil),   // 20: shardcache.v1.PolicyStatusRequest
-	(*NodePolicyStatus)(nil),      // 21: shardcache.v1.NodePolicyStatus
-	(*PolicyStatusResponse)(nil),  // 22: shardcache.v1.PolicyStatusResponse
-	(*PurgeRequest)(nil),          // 23: shardcache.v1.PurgeRequest
-	(*PurgePrefixRequest)(nil),    // 24: shardcache.v1.PurgePrefixRequest
-	(*PurgeTagRequest)(nil),       // 25: shardcache.v1.PurgeTagRequest
-	(*GetPurgeRequest)(nil),       // 26: shardcache.v1.GetPurgeRequest
-	(*PurgeStatus)(nil),           // 27: shardcache.v1.PurgeStatus
-	(*UnreachableNode)(nil),       // 28: shardcache.v1.UnreachableNode
-	(*PurgeResponse)(nil),         // 29: shardcache.v1.PurgeResponse
-	(*PurgePrefixResponse)(nil),   // 30: shardcache.v1.PurgePrefixResponse
-	(*PurgeTagResponse)(nil),      // 31: shardcache.v1.PurgeTagResponse
-	(*GetPurgeResponse)(nil),      // 32: shardcache.v1.GetPurgeResponse
-	(*GetVersionRequest)(nil),     // 33: shardcache.v1.GetVersionRequest
-	(*GetVersionResponse)(nil),    // 34: shardcache.v1.GetVersionResponse
-	(*RingEpoch)(nil),             // 35: shardcache.v1.RingEpoch
-	(*Member)(nil),                // 36: shardcache.v1.Member
-	(*LoadReport)(nil),            // 37: shardcache.v1.LoadReport
-	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
-	(*CachePolicy)(nil),           // 39: shardcache.v1.CachePolicy
-	(*durationpb.Duration)(nil),   // 40: google.protobuf.Duration
-	(*Purge)(nil),                 // 41: shardcache.v1.Purge
-	(*PurgeResult)(nil),           // 42: shardcache.v1.PurgeResult
+	(*GetRingRequest)(nil),           // 0: shardcache.v1.GetRingRequest
+	(*GetRingResponse)(nil),          // 1: shardcache.v1.GetRingResponse
+	(*ListNodesRequest)(nil),         // 2: shardcache.v1.ListNodesRequest
+	(*Node)(nil),                     // 3: shardcache.v1.Node
+	(*RefusedSession)(nil),           // 4: shardcache.v1.RefusedSession
+	(*ListNodesResponse)(nil),        // 5: shardcache.v1.ListNodesResponse
+	(*DrainNodeRequest)(nil),         // 6: shardcache.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),        // 7: shardcache.v1.DrainNodeResponse
+	(*UndrainNodeRequest)(nil),       // 8: shardcache.v1.UndrainNodeRequest
+	(*UndrainNodeResponse)(nil),      // 9: shardcache.v1.UndrainNodeResponse
+	(*PutPolicyRequest)(nil),         // 10: shardcache.v1.PutPolicyRequest
+	(*PutPoliciesRequest)(nil),       // 11: shardcache.v1.PutPoliciesRequest
+	(*PutPoliciesResponse)(nil),      // 12: shardcache.v1.PutPoliciesResponse
+	(*PutPolicyResponse)(nil),        // 13: shardcache.v1.PutPolicyResponse
+	(*GetPolicyRequest)(nil),         // 14: shardcache.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),        // 15: shardcache.v1.GetPolicyResponse
+	(*ListPoliciesRequest)(nil),      // 16: shardcache.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),     // 17: shardcache.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),      // 18: shardcache.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),     // 19: shardcache.v1.DeletePolicyResponse
+	(*PolicyStatusRequest)(nil),      // 20: shardcache.v1.PolicyStatusRequest
+	(*NodePolicyStatus)(nil),         // 21: shardcache.v1.NodePolicyStatus
+	(*PolicyStatusResponse)(nil),     // 22: shardcache.v1.PolicyStatusResponse
+	(*PurgeRequest)(nil),             // 23: shardcache.v1.PurgeRequest
+	(*PurgePrefixRequest)(nil),       // 24: shardcache.v1.PurgePrefixRequest
+	(*PurgeTagRequest)(nil),          // 25: shardcache.v1.PurgeTagRequest
+	(*GetPurgeRequest)(nil),          // 26: shardcache.v1.GetPurgeRequest
+	(*PurgeStatus)(nil),              // 27: shardcache.v1.PurgeStatus
+	(*UnreachableNode)(nil),          // 28: shardcache.v1.UnreachableNode
+	(*PurgeResponse)(nil),            // 29: shardcache.v1.PurgeResponse
+	(*PurgePrefixResponse)(nil),      // 30: shardcache.v1.PurgePrefixResponse
+	(*PurgeTagResponse)(nil),         // 31: shardcache.v1.PurgeTagResponse
+	(*GetPurgeResponse)(nil),         // 32: shardcache.v1.GetPurgeResponse
+	(*GetVersionRequest)(nil),        // 33: shardcache.v1.GetVersionRequest
+	(*GetVersionResponse)(nil),       // 34: shardcache.v1.GetVersionResponse
+	(*RingEpoch)(nil),                // 35: shardcache.v1.RingEpoch
+	(*Member)(nil),                   // 36: shardcache.v1.Member
+	(*LoadReport)(nil),               // 37: shardcache.v1.LoadReport
+	(*timestamppb.Timestamp)(nil),    // 38: google.protobuf.Timestamp
+	(*CachePolicy)(nil),              // 39: shardcache.v1.CachePolicy
+	(*durationpb.Duration)(nil),      // 40: google.protobuf.Duration
+	(*Purge)(nil),                    // 41: shardcache.v1.Purge
+	(*PurgeResult)(nil),              // 42: shardcache.v1.PurgeResult
+	(*PolicyHistoryRequest)(nil),     // 43: shardcache.v1.PolicyHistoryRequest
+	(*RollbackPoliciesRequest)(nil),  // 44: shardcache.v1.RollbackPoliciesRequest
+	(*PolicyHistoryResponse)(nil),    // 45: shardcache.v1.PolicyHistoryResponse
+	(*RollbackPoliciesResponse)(nil), // 46: shardcache.v1.RollbackPoliciesResponse
 }
 var file_shardcache_v1_admin_proto_depIdxs = []int32{
 	35, // 0: shardcache.v1.GetRingResponse.epoch:type_name -> shardcache.v1.RingEpoch
@@ -2160,28 +2166,32 @@ var file_shardcache_v1_admin_proto_depIdxs = []int32{
 	16, // 35: shardcache.v1.AdminService.ListPolicies:input_type -> shardcache.v1.ListPoliciesRequest
 	18, // 36: shardcache.v1.AdminService.DeletePolicy:input_type -> shardcache.v1.DeletePolicyRequest
 	20, // 37: shardcache.v1.AdminService.PolicyStatus:input_type -> shardcache.v1.PolicyStatusRequest
-	23, // 38: shardcache.v1.AdminService.Purge:input_type -> shardcache.v1.PurgeRequest
-	24, // 39: shardcache.v1.AdminService.PurgePrefix:input_type -> shardcache.v1.PurgePrefixRequest
-	25, // 40: shardcache.v1.AdminService.PurgeTag:input_type -> shardcache.v1.PurgeTagRequest
-	26, // 41: shardcache.v1.AdminService.GetPurge:input_type -> shardcache.v1.GetPurgeRequest
-	33, // 42: shardcache.v1.AdminService.GetVersion:input_type -> shardcache.v1.GetVersionRequest
-	1,  // 43: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
-	5,  // 44: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
-	7,  // 45: shardcache.v1.AdminService.DrainNode:output_type -> shardcache.v1.DrainNodeResponse
-	9,  // 46: shardcache.v1.AdminService.UndrainNode:output_type -> shardcache.v1.UndrainNodeResponse
-	13, // 47: shardcache.v1.AdminService.PutPolicy:output_type -> shardcache.v1.PutPolicyResponse
-	12, // 48: shardcache.v1.AdminService.PutPolicies:output_type -> shardcache.v1.PutPoliciesResponse
-	15, // 49: shardcache.v1.AdminService.GetPolicy:output_type -> shardcache.v1.GetPolicyResponse
-	17, // 50: shardcache.v1.AdminService.ListPolicies:output_type -> shardcache.v1.ListPoliciesResponse
-	19, // 51: shardcache.v1.AdminService.DeletePolicy:output_type -> shardcache.v1.DeletePolicyResponse
-	22, // 52: shardcache.v1.AdminService.PolicyStatus:output_type -> shardcache.v1.PolicyStatusResponse
-	29, // 53: shardcache.v1.AdminService.Purge:output_type -> shardcache.v1.PurgeResponse
-	30, // 54: shardcache.v1.AdminService.PurgePrefix:output_type -> shardcache.v1.PurgePrefixResponse
-	31, // 55: shardcache.v1.AdminService.PurgeTag:output_type -> shardcache.v1.PurgeTagResponse
-	32, // 56: shardcache.v1.AdminService.GetPurge:output_type -> shardcache.v1.GetPurgeResponse
-	34, // 57: shardcache.v1.AdminService.GetVersion:output_type -> shardcache.v1.GetVersionResponse
-	43, // [43:58] is the sub-list for method output_type
-	28, // [28:43] is the sub-list for method input_type
+	43, // 38: shardcache.v1.AdminService.PolicyHistory:input_type -> shardcache.v1.PolicyHistoryRequest
+	44, // 39: shardcache.v1.AdminService.RollbackPolicies:input_type -> shardcache.v1.RollbackPoliciesRequest
+	23, // 40: shardcache.v1.AdminService.Purge:input_type -> shardcache.v1.PurgeRequest
+	24, // 41: shardcache.v1.AdminService.PurgePrefix:input_type -> shardcache.v1.PurgePrefixRequest
+	25, // 42: shardcache.v1.AdminService.PurgeTag:input_type -> shardcache.v1.PurgeTagRequest
+	26, // 43: shardcache.v1.AdminService.GetPurge:input_type -> shardcache.v1.GetPurgeRequest
+	33, // 44: shardcache.v1.AdminService.GetVersion:input_type -> shardcache.v1.GetVersionRequest
+	1,  // 45: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
+	5,  // 46: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
+	7,  // 47: shardcache.v1.AdminService.DrainNode:output_type -> shardcache.v1.DrainNodeResponse
+	9,  // 48: shardcache.v1.AdminService.UndrainNode:output_type -> shardcache.v1.UndrainNodeResponse
+	13, // 49: shardcache.v1.AdminService.PutPolicy:output_type -> shardcache.v1.PutPolicyResponse
+	12, // 50: shardcache.v1.AdminService.PutPolicies:output_type -> shardcache.v1.PutPoliciesResponse
+	15, // 51: shardcache.v1.AdminService.GetPolicy:output_type -> shardcache.v1.GetPolicyResponse
+	17, // 52: shardcache.v1.AdminService.ListPolicies:output_type -> shardcache.v1.ListPoliciesResponse
+	19, // 53: shardcache.v1.AdminService.DeletePolicy:output_type -> shardcache.v1.DeletePolicyResponse
+	22, // 54: shardcache.v1.AdminService.PolicyStatus:output_type -> shardcache.v1.PolicyStatusResponse
+	45, // 55: shardcache.v1.AdminService.PolicyHistory:output_type -> shardcache.v1.PolicyHistoryResponse
+	46, // 56: shardcache.v1.AdminService.RollbackPolicies:output_type -> shardcache.v1.RollbackPoliciesResponse
+	29, // 57: shardcache.v1.AdminService.Purge:output_type -> shardcache.v1.PurgeResponse
+	30, // 58: shardcache.v1.AdminService.PurgePrefix:output_type -> shardcache.v1.PurgePrefixResponse
+	31, // 59: shardcache.v1.AdminService.PurgeTag:output_type -> shardcache.v1.PurgeTagResponse
+	32, // 60: shardcache.v1.AdminService.GetPurge:output_type -> shardcache.v1.GetPurgeResponse
+	34, // 61: shardcache.v1.AdminService.GetVersion:output_type -> shardcache.v1.GetVersionResponse
+	45, // [45:62] is the sub-list for method output_type
+	28, // [28:45] is the sub-list for method input_type
 	28, // [28:28] is the sub-list for extension type_name
 	28, // [28:28] is the sub-list for extension extendee
 	0,  // [0:28] is the sub-list for field type_name
@@ -2194,6 +2204,7 @@ func file_shardcache_v1_admin_proto_init() {
 	}
 	file_shardcache_v1_node_proto_init()
 	file_shardcache_v1_policy_proto_init()
+	file_shardcache_v1_policyhistory_proto_init()
 	file_shardcache_v1_purge_proto_init()
 	file_shardcache_v1_ring_proto_init()
 	type x struct{}

@@ -19,21 +19,23 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_GetRing_FullMethodName      = "/shardcache.v1.AdminService/GetRing"
-	AdminService_ListNodes_FullMethodName    = "/shardcache.v1.AdminService/ListNodes"
-	AdminService_DrainNode_FullMethodName    = "/shardcache.v1.AdminService/DrainNode"
-	AdminService_UndrainNode_FullMethodName  = "/shardcache.v1.AdminService/UndrainNode"
-	AdminService_PutPolicy_FullMethodName    = "/shardcache.v1.AdminService/PutPolicy"
-	AdminService_PutPolicies_FullMethodName  = "/shardcache.v1.AdminService/PutPolicies"
-	AdminService_GetPolicy_FullMethodName    = "/shardcache.v1.AdminService/GetPolicy"
-	AdminService_ListPolicies_FullMethodName = "/shardcache.v1.AdminService/ListPolicies"
-	AdminService_DeletePolicy_FullMethodName = "/shardcache.v1.AdminService/DeletePolicy"
-	AdminService_PolicyStatus_FullMethodName = "/shardcache.v1.AdminService/PolicyStatus"
-	AdminService_Purge_FullMethodName        = "/shardcache.v1.AdminService/Purge"
-	AdminService_PurgePrefix_FullMethodName  = "/shardcache.v1.AdminService/PurgePrefix"
-	AdminService_PurgeTag_FullMethodName     = "/shardcache.v1.AdminService/PurgeTag"
-	AdminService_GetPurge_FullMethodName     = "/shardcache.v1.AdminService/GetPurge"
-	AdminService_GetVersion_FullMethodName   = "/shardcache.v1.AdminService/GetVersion"
+	AdminService_GetRing_FullMethodName          = "/shardcache.v1.AdminService/GetRing"
+	AdminService_ListNodes_FullMethodName        = "/shardcache.v1.AdminService/ListNodes"
+	AdminService_DrainNode_FullMethodName        = "/shardcache.v1.AdminService/DrainNode"
+	AdminService_UndrainNode_FullMethodName      = "/shardcache.v1.AdminService/UndrainNode"
+	AdminService_PutPolicy_FullMethodName        = "/shardcache.v1.AdminService/PutPolicy"
+	AdminService_PutPolicies_FullMethodName      = "/shardcache.v1.AdminService/PutPolicies"
+	AdminService_GetPolicy_FullMethodName        = "/shardcache.v1.AdminService/GetPolicy"
+	AdminService_ListPolicies_FullMethodName     = "/shardcache.v1.AdminService/ListPolicies"
+	AdminService_DeletePolicy_FullMethodName     = "/shardcache.v1.AdminService/DeletePolicy"
+	AdminService_PolicyStatus_FullMethodName     = "/shardcache.v1.AdminService/PolicyStatus"
+	AdminService_PolicyHistory_FullMethodName    = "/shardcache.v1.AdminService/PolicyHistory"
+	AdminService_RollbackPolicies_FullMethodName = "/shardcache.v1.AdminService/RollbackPolicies"
+	AdminService_Purge_FullMethodName            = "/shardcache.v1.AdminService/Purge"
+	AdminService_PurgePrefix_FullMethodName      = "/shardcache.v1.AdminService/PurgePrefix"
+	AdminService_PurgeTag_FullMethodName         = "/shardcache.v1.AdminService/PurgeTag"
+	AdminService_GetPurge_FullMethodName         = "/shardcache.v1.AdminService/GetPurge"
+	AdminService_GetVersion_FullMethodName       = "/shardcache.v1.AdminService/GetVersion"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -63,6 +65,12 @@ type AdminServiceClient interface {
 	DeletePolicy(ctx context.Context, in *DeletePolicyRequest, opts ...grpc.CallOption) (*DeletePolicyResponse, error)
 	// PolicyStatus says which policy revision each node runs.
 	PolicyStatus(ctx context.Context, in *PolicyStatusRequest, opts ...grpc.CallOption) (*PolicyStatusResponse, error)
+	// PolicyHistory returns the recorded changes of the policy set, newest first (a bounded
+	// number of them).
+	PolicyHistory(ctx context.Context, in *PolicyHistoryRequest, opts ...grpc.CallOption) (*PolicyHistoryResponse, error)
+	// RollbackPolicies restores the policy set as it was at a revision still in the history, as
+	// one new change.
+	RollbackPolicies(ctx context.Context, in *RollbackPoliciesRequest, opts ...grpc.CallOption) (*RollbackPoliciesResponse, error)
 	// Purge removes one URL (every variant, slice and hot copy of it) or one cache key from
 	// every node. It is recorded in etcd first, so a node that is away applies it when it
 	// reconnects; the answer lists each node's result and the nodes still pending.
@@ -185,6 +193,26 @@ func (c *adminServiceClient) PolicyStatus(ctx context.Context, in *PolicyStatusR
 	return out, nil
 }
 
+func (c *adminServiceClient) PolicyHistory(ctx context.Context, in *PolicyHistoryRequest, opts ...grpc.CallOption) (*PolicyHistoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PolicyHistoryResponse)
+	err := c.cc.Invoke(ctx, AdminService_PolicyHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RollbackPolicies(ctx context.Context, in *RollbackPoliciesRequest, opts ...grpc.CallOption) (*RollbackPoliciesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RollbackPoliciesResponse)
+	err := c.cc.Invoke(ctx, AdminService_RollbackPolicies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) Purge(ctx context.Context, in *PurgeRequest, opts ...grpc.CallOption) (*PurgeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PurgeResponse)
@@ -262,6 +290,12 @@ type AdminServiceServer interface {
 	DeletePolicy(context.Context, *DeletePolicyRequest) (*DeletePolicyResponse, error)
 	// PolicyStatus says which policy revision each node runs.
 	PolicyStatus(context.Context, *PolicyStatusRequest) (*PolicyStatusResponse, error)
+	// PolicyHistory returns the recorded changes of the policy set, newest first (a bounded
+	// number of them).
+	PolicyHistory(context.Context, *PolicyHistoryRequest) (*PolicyHistoryResponse, error)
+	// RollbackPolicies restores the policy set as it was at a revision still in the history, as
+	// one new change.
+	RollbackPolicies(context.Context, *RollbackPoliciesRequest) (*RollbackPoliciesResponse, error)
 	// Purge removes one URL (every variant, slice and hot copy of it) or one cache key from
 	// every node. It is recorded in etcd first, so a node that is away applies it when it
 	// reconnects; the answer lists each node's result and the nodes still pending.
@@ -313,6 +347,12 @@ func (UnimplementedAdminServiceServer) DeletePolicy(context.Context, *DeletePoli
 }
 func (UnimplementedAdminServiceServer) PolicyStatus(context.Context, *PolicyStatusRequest) (*PolicyStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PolicyStatus not implemented")
+}
+func (UnimplementedAdminServiceServer) PolicyHistory(context.Context, *PolicyHistoryRequest) (*PolicyHistoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PolicyHistory not implemented")
+}
+func (UnimplementedAdminServiceServer) RollbackPolicies(context.Context, *RollbackPoliciesRequest) (*RollbackPoliciesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RollbackPolicies not implemented")
 }
 func (UnimplementedAdminServiceServer) Purge(context.Context, *PurgeRequest) (*PurgeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Purge not implemented")
@@ -530,6 +570,42 @@ func _AdminService_PolicyStatus_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_PolicyHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PolicyHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).PolicyHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_PolicyHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).PolicyHistory(ctx, req.(*PolicyHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RollbackPolicies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RollbackPoliciesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RollbackPolicies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RollbackPolicies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RollbackPolicies(ctx, req.(*RollbackPoliciesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_Purge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PurgeRequest)
 	if err := dec(in); err != nil {
@@ -666,6 +742,14 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PolicyStatus",
 			Handler:    _AdminService_PolicyStatus_Handler,
+		},
+		{
+			MethodName: "PolicyHistory",
+			Handler:    _AdminService_PolicyHistory_Handler,
+		},
+		{
+			MethodName: "RollbackPolicies",
+			Handler:    _AdminService_RollbackPolicies_Handler,
 		},
 		{
 			MethodName: "Purge",

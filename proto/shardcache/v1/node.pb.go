@@ -102,6 +102,7 @@ type SessionRequest struct {
 	//	*SessionRequest_PolicyAck
 	//	*SessionRequest_CertificateRequest
 	//	*SessionRequest_EpochRequest
+	//	*SessionRequest_DrainRequest
 	Msg           isSessionRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -198,6 +199,15 @@ func (x *SessionRequest) GetEpochRequest() *EpochRequest {
 	return nil
 }
 
+func (x *SessionRequest) GetDrainRequest() *DrainRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*SessionRequest_DrainRequest); ok {
+			return x.DrainRequest
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Msg interface {
 	isSessionRequest_Msg()
 }
@@ -230,6 +240,11 @@ type SessionRequest_EpochRequest struct {
 	EpochRequest *EpochRequest `protobuf:"bytes,6,opt,name=epoch_request,json=epochRequest,proto3,oneof"`
 }
 
+type SessionRequest_DrainRequest struct {
+	// The node drains itself (its pod's preStop hook, shardcache drain).
+	DrainRequest *DrainRequest `protobuf:"bytes,7,opt,name=drain_request,json=drainRequest,proto3,oneof"`
+}
+
 func (*SessionRequest_Hello) isSessionRequest_Msg() {}
 
 func (*SessionRequest_Load) isSessionRequest_Msg() {}
@@ -241,6 +256,48 @@ func (*SessionRequest_PolicyAck) isSessionRequest_Msg() {}
 func (*SessionRequest_CertificateRequest) isSessionRequest_Msg() {}
 
 func (*SessionRequest_EpochRequest) isSessionRequest_Msg() {}
+
+func (*SessionRequest_DrainRequest) isSessionRequest_Msg() {}
+
+// DrainRequest asks the control plane to drain the session's node, as DrainNode does: out of
+// ownership from the next epoch, still serving its peers' handoff. The drain is the process's
+// own: it ends when the process leaves (or another process takes the id over), so a restarted
+// node owns keys again; until then UndrainNode gives the running node its keys back.
+type DrainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRequest) Reset() {
+	*x = DrainRequest{}
+	mi := &file_shardcache_v1_node_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRequest) ProtoMessage() {}
+
+func (x *DrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_node_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
+func (*DrainRequest) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{1}
+}
 
 // EpochRequest asks for the current ring epoch: a peer's request named epoch seen, newer than
 // the node's. The control plane reads the epoch from etcd and sends it if it is newer than the
@@ -254,7 +311,7 @@ type EpochRequest struct {
 
 func (x *EpochRequest) Reset() {
 	*x = EpochRequest{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[1]
+	mi := &file_shardcache_v1_node_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +323,7 @@ func (x *EpochRequest) String() string {
 func (*EpochRequest) ProtoMessage() {}
 
 func (x *EpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[1]
+	mi := &file_shardcache_v1_node_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +336,7 @@ func (x *EpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochRequest.ProtoReflect.Descriptor instead.
 func (*EpochRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{1}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *EpochRequest) GetSeen() uint64 {
@@ -308,7 +365,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[2]
+	mi := &file_shardcache_v1_node_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +377,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[2]
+	mi := &file_shardcache_v1_node_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +390,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{2}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SessionResponse) GetMsg() isSessionResponse_Msg {
@@ -472,7 +529,7 @@ type MissedPurges struct {
 
 func (x *MissedPurges) Reset() {
 	*x = MissedPurges{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	mi := &file_shardcache_v1_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -484,7 +541,7 @@ func (x *MissedPurges) String() string {
 func (*MissedPurges) ProtoMessage() {}
 
 func (x *MissedPurges) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[3]
+	mi := &file_shardcache_v1_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -497,7 +554,7 @@ func (x *MissedPurges) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MissedPurges.ProtoReflect.Descriptor instead.
 func (*MissedPurges) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{3}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MissedPurges) GetPurges() []*Purge {
@@ -516,7 +573,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[4]
+	mi := &file_shardcache_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +585,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[4]
+	mi := &file_shardcache_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +598,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 // Hello registers a node as a member.
@@ -571,7 +628,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	mi := &file_shardcache_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +640,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	mi := &file_shardcache_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +653,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Hello) GetMember() *Member {
@@ -660,7 +717,7 @@ type CertificateRequest struct {
 
 func (x *CertificateRequest) Reset() {
 	*x = CertificateRequest{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[6]
+	mi := &file_shardcache_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +729,7 @@ func (x *CertificateRequest) String() string {
 func (*CertificateRequest) ProtoMessage() {}
 
 func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[6]
+	mi := &file_shardcache_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +742,7 @@ func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateRequest.ProtoReflect.Descriptor instead.
 func (*CertificateRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CertificateRequest) GetCsr() []byte {
@@ -712,7 +769,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[7]
+	mi := &file_shardcache_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +781,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[7]
+	mi := &file_shardcache_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +794,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Certificate) GetCertificate() []byte {
@@ -800,7 +857,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[8]
+	mi := &file_shardcache_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +869,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[8]
+	mi := &file_shardcache_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +882,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LoadReport) GetEpoch() uint64 {
@@ -952,7 +1009,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[9]
+	mi := &file_shardcache_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1021,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[9]
+	mi := &file_shardcache_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1034,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PolicySet) GetPolicies() []*CachePolicy {
@@ -1030,7 +1087,7 @@ type PolicyAck struct {
 
 func (x *PolicyAck) Reset() {
 	*x = PolicyAck{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[10]
+	mi := &file_shardcache_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1099,7 @@ func (x *PolicyAck) String() string {
 func (*PolicyAck) ProtoMessage() {}
 
 func (x *PolicyAck) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[10]
+	mi := &file_shardcache_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1112,7 @@ func (x *PolicyAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyAck.ProtoReflect.Descriptor instead.
 func (*PolicyAck) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PolicyAck) GetAppliedRevision() int64 {
@@ -1101,7 +1158,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[11]
+	mi := &file_shardcache_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1170,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[11]
+	mi := &file_shardcache_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1183,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Snapshot) GetEpoch() *RingEpoch {
@@ -1175,7 +1232,7 @@ var File_shardcache_v1_node_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x18shardcache/v1/node.proto\x12\rshardcache.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ashardcache/v1/policy.proto\x1a\x19shardcache/v1/purge.proto\x1a\x18shardcache/v1/ring.proto\"\x8c\x03\n" +
+	"\x18shardcache/v1/node.proto\x12\rshardcache.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ashardcache/v1/policy.proto\x1a\x19shardcache/v1/purge.proto\x1a\x18shardcache/v1/ring.proto\"\xd0\x03\n" +
 	"\x0eSessionRequest\x12,\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.shardcache.v1.HelloH\x00R\x05hello\x12/\n" +
 	"\x04load\x18\x02 \x01(\v2\x19.shardcache.v1.LoadReportH\x00R\x04load\x12?\n" +
@@ -1183,8 +1240,10 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"policy_ack\x18\x04 \x01(\v2\x18.shardcache.v1.PolicyAckH\x00R\tpolicyAck\x12T\n" +
 	"\x13certificate_request\x18\x05 \x01(\v2!.shardcache.v1.CertificateRequestH\x00R\x12certificateRequest\x12B\n" +
-	"\repoch_request\x18\x06 \x01(\v2\x1b.shardcache.v1.EpochRequestH\x00R\fepochRequestB\x05\n" +
-	"\x03msg\"\"\n" +
+	"\repoch_request\x18\x06 \x01(\v2\x1b.shardcache.v1.EpochRequestH\x00R\fepochRequest\x12B\n" +
+	"\rdrain_request\x18\a \x01(\v2\x1b.shardcache.v1.DrainRequestH\x00R\fdrainRequestB\x05\n" +
+	"\x03msg\"\x0e\n" +
+	"\fDrainRequest\"\"\n" +
 	"\fEpochRequest\x12\x12\n" +
 	"\x04seen\x18\x01 \x01(\x04R\x04seen\"\xa5\x03\n" +
 	"\x0fSessionResponse\x125\n" +
@@ -1280,62 +1339,64 @@ func file_shardcache_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_shardcache_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_shardcache_v1_node_proto_goTypes = []any{
 	(SessionEnd)(0),               // 0: shardcache.v1.SessionEnd
 	(*SessionRequest)(nil),        // 1: shardcache.v1.SessionRequest
-	(*EpochRequest)(nil),          // 2: shardcache.v1.EpochRequest
-	(*SessionResponse)(nil),       // 3: shardcache.v1.SessionResponse
-	(*MissedPurges)(nil),          // 4: shardcache.v1.MissedPurges
-	(*Heartbeat)(nil),             // 5: shardcache.v1.Heartbeat
-	(*Hello)(nil),                 // 6: shardcache.v1.Hello
-	(*CertificateRequest)(nil),    // 7: shardcache.v1.CertificateRequest
-	(*Certificate)(nil),           // 8: shardcache.v1.Certificate
-	(*LoadReport)(nil),            // 9: shardcache.v1.LoadReport
-	(*PolicySet)(nil),             // 10: shardcache.v1.PolicySet
-	(*PolicyAck)(nil),             // 11: shardcache.v1.PolicyAck
-	(*Snapshot)(nil),              // 12: shardcache.v1.Snapshot
-	nil,                           // 13: shardcache.v1.LoadReport.ResponseBytesByRouteEntry
-	(*PurgeResult)(nil),           // 14: shardcache.v1.PurgeResult
-	(*RingEpoch)(nil),             // 15: shardcache.v1.RingEpoch
-	(*Purge)(nil),                 // 16: shardcache.v1.Purge
-	(*Member)(nil),                // 17: shardcache.v1.Member
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
-	(*CachePolicy)(nil),           // 19: shardcache.v1.CachePolicy
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(*DrainRequest)(nil),          // 2: shardcache.v1.DrainRequest
+	(*EpochRequest)(nil),          // 3: shardcache.v1.EpochRequest
+	(*SessionResponse)(nil),       // 4: shardcache.v1.SessionResponse
+	(*MissedPurges)(nil),          // 5: shardcache.v1.MissedPurges
+	(*Heartbeat)(nil),             // 6: shardcache.v1.Heartbeat
+	(*Hello)(nil),                 // 7: shardcache.v1.Hello
+	(*CertificateRequest)(nil),    // 8: shardcache.v1.CertificateRequest
+	(*Certificate)(nil),           // 9: shardcache.v1.Certificate
+	(*LoadReport)(nil),            // 10: shardcache.v1.LoadReport
+	(*PolicySet)(nil),             // 11: shardcache.v1.PolicySet
+	(*PolicyAck)(nil),             // 12: shardcache.v1.PolicyAck
+	(*Snapshot)(nil),              // 13: shardcache.v1.Snapshot
+	nil,                           // 14: shardcache.v1.LoadReport.ResponseBytesByRouteEntry
+	(*PurgeResult)(nil),           // 15: shardcache.v1.PurgeResult
+	(*RingEpoch)(nil),             // 16: shardcache.v1.RingEpoch
+	(*Purge)(nil),                 // 17: shardcache.v1.Purge
+	(*Member)(nil),                // 18: shardcache.v1.Member
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*CachePolicy)(nil),           // 20: shardcache.v1.CachePolicy
+	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
 }
 var file_shardcache_v1_node_proto_depIdxs = []int32{
-	6,  // 0: shardcache.v1.SessionRequest.hello:type_name -> shardcache.v1.Hello
-	9,  // 1: shardcache.v1.SessionRequest.load:type_name -> shardcache.v1.LoadReport
-	14, // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
-	11, // 3: shardcache.v1.SessionRequest.policy_ack:type_name -> shardcache.v1.PolicyAck
-	7,  // 4: shardcache.v1.SessionRequest.certificate_request:type_name -> shardcache.v1.CertificateRequest
-	2,  // 5: shardcache.v1.SessionRequest.epoch_request:type_name -> shardcache.v1.EpochRequest
-	12, // 6: shardcache.v1.SessionResponse.snapshot:type_name -> shardcache.v1.Snapshot
-	15, // 7: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
-	10, // 8: shardcache.v1.SessionResponse.policies:type_name -> shardcache.v1.PolicySet
-	16, // 9: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
-	8,  // 10: shardcache.v1.SessionResponse.certificate:type_name -> shardcache.v1.Certificate
-	5,  // 11: shardcache.v1.SessionResponse.heartbeat:type_name -> shardcache.v1.Heartbeat
-	4,  // 12: shardcache.v1.SessionResponse.missed_purges:type_name -> shardcache.v1.MissedPurges
-	16, // 13: shardcache.v1.MissedPurges.purges:type_name -> shardcache.v1.Purge
-	17, // 14: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
-	18, // 15: shardcache.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	13, // 16: shardcache.v1.LoadReport.response_bytes_by_route:type_name -> shardcache.v1.LoadReport.ResponseBytesByRouteEntry
-	19, // 17: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
-	15, // 18: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
-	10, // 19: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
-	16, // 20: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
-	17, // 21: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
-	8,  // 22: shardcache.v1.Snapshot.certificate:type_name -> shardcache.v1.Certificate
-	20, // 23: shardcache.v1.Snapshot.heartbeat_interval:type_name -> google.protobuf.Duration
-	1,  // 24: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
-	3,  // 25: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
-	25, // [25:26] is the sub-list for method output_type
-	24, // [24:25] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	7,  // 0: shardcache.v1.SessionRequest.hello:type_name -> shardcache.v1.Hello
+	10, // 1: shardcache.v1.SessionRequest.load:type_name -> shardcache.v1.LoadReport
+	15, // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
+	12, // 3: shardcache.v1.SessionRequest.policy_ack:type_name -> shardcache.v1.PolicyAck
+	8,  // 4: shardcache.v1.SessionRequest.certificate_request:type_name -> shardcache.v1.CertificateRequest
+	3,  // 5: shardcache.v1.SessionRequest.epoch_request:type_name -> shardcache.v1.EpochRequest
+	2,  // 6: shardcache.v1.SessionRequest.drain_request:type_name -> shardcache.v1.DrainRequest
+	13, // 7: shardcache.v1.SessionResponse.snapshot:type_name -> shardcache.v1.Snapshot
+	16, // 8: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
+	11, // 9: shardcache.v1.SessionResponse.policies:type_name -> shardcache.v1.PolicySet
+	17, // 10: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
+	9,  // 11: shardcache.v1.SessionResponse.certificate:type_name -> shardcache.v1.Certificate
+	6,  // 12: shardcache.v1.SessionResponse.heartbeat:type_name -> shardcache.v1.Heartbeat
+	5,  // 13: shardcache.v1.SessionResponse.missed_purges:type_name -> shardcache.v1.MissedPurges
+	17, // 14: shardcache.v1.MissedPurges.purges:type_name -> shardcache.v1.Purge
+	18, // 15: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
+	19, // 16: shardcache.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	14, // 17: shardcache.v1.LoadReport.response_bytes_by_route:type_name -> shardcache.v1.LoadReport.ResponseBytesByRouteEntry
+	20, // 18: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
+	16, // 19: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
+	11, // 20: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
+	17, // 21: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
+	18, // 22: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
+	9,  // 23: shardcache.v1.Snapshot.certificate:type_name -> shardcache.v1.Certificate
+	21, // 24: shardcache.v1.Snapshot.heartbeat_interval:type_name -> google.protobuf.Duration
+	1,  // 25: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
+	4,  // 26: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
+	26, // [26:27] is the sub-list for method output_type
+	25, // [25:26] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_node_proto_init() }
@@ -1353,8 +1414,9 @@ func file_shardcache_v1_node_proto_init() {
 		(*SessionRequest_PolicyAck)(nil),
 		(*SessionRequest_CertificateRequest)(nil),
 		(*SessionRequest_EpochRequest)(nil),
+		(*SessionRequest_DrainRequest)(nil),
 	}
-	file_shardcache_v1_node_proto_msgTypes[2].OneofWrappers = []any{
+	file_shardcache_v1_node_proto_msgTypes[3].OneofWrappers = []any{
 		(*SessionResponse_Snapshot)(nil),
 		(*SessionResponse_Epoch)(nil),
 		(*SessionResponse_Policies)(nil),
@@ -1369,7 +1431,7 @@ func file_shardcache_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_node_proto_rawDesc), len(file_shardcache_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,54 @@
+package command
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+func TestRunExitStatus(t *testing.T) {
+	errOdd := errors.New("odd")
+	root := func() *cobra.Command {
+		r := &cobra.Command{Use: "tool"}
+		r.AddCommand(&cobra.Command{Use: "one ARG", Args: cobra.ExactArgs(1), RunE: func(*cobra.Command, []string) error { return nil }},
+			&cobra.Command{Use: "fail", RunE: func(*cobra.Command, []string) error { return errors.New("plain") }},
+			&cobra.Command{Use: "odd", RunE: func(*cobra.Command, []string) error { return errOdd }},
+			&cobra.Command{Use: "partial", RunE: func(*cobra.Command, []string) error { return WithCode(ExitPartial, errors.New("some")) }})
+		return r
+	}
+	classify := func(err error) int {
+		if errors.Is(err, errOdd) {
+			return ExitNotFound
+		}
+		return 0
+	}
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"one", "a"}, ExitOK},
+		{[]string{"one"}, ExitUsage},
+		{[]string{"one", "a", "--nope"}, ExitUsage},
+		{[]string{"nosuch"}, ExitUsage},
+		{[]string{"fail"}, ExitFailure},
+		{[]string{"odd"}, ExitNotFound},
+		{[]string{"partial"}, ExitPartial},
+	} {
+		var stderr bytes.Buffer
+		if got := Run(context.Background(), "tool", root(), tc.args, &stderr, classify); got != tc.want {
+			t.Errorf("tool %v: exit %d, want %d (%s)", tc.args, got, tc.want, stderr.String())
+		}
+		if tc.want != ExitOK && !strings.HasPrefix(stderr.String(), "tool: ") {
+			t.Errorf("tool %v: stderr %q, want one line starting tool: ", tc.args, stderr.String())
+		}
+	}
+	r := root()
+	markUsage(r)
+	if !strings.Contains(r.Long, "6  partial") {
+		t.Fatalf("the help does not list the exit statuses:\n%s", r.Long)
+	}
+}
