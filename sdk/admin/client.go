@@ -170,7 +170,9 @@ func invokeHeld[Req, Resp any](ctx context.Context, c *Client, held time.Duratio
 	tries := 1
 	resp, err := rpc(ctx, req,
 		retry.WithRetriable(func(err error) bool {
-			last = err
+			if !cutOff(ctx, err) {
+				last = err // a failure of its own, not one the deadline caused
+			}
 			return status.Code(err) == codes.Unavailable
 		}),
 		retry.WithOnRetryCallback(func(context.Context, uint, error) { tries++ }))
