@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
@@ -76,7 +77,7 @@ func TestBrokenBodyInAPreCopy(t *testing.T) {
 	var handoffs atomic.Int32
 	old := &http.Server{Protocols: relay.Protocols(true), Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := *path.Load()
-		if r.Header.Get(relay.HotKeysHeader) != "" {
+		if r.Header.Get(hop.HotKeysField) != "" {
 			json.NewEncoder(w).Encode([]map[string]any{{"key": "http127.0.0.1" + p, "host": "127.0.0.1", "uri": p, "rate": 1000}})
 			return
 		}
@@ -86,7 +87,7 @@ func TestBrokenBodyInAPreCopy(t *testing.T) {
 		}
 		w.Header().Set("Cache-Control", "max-age=3600")
 		w.Header().Set("Content-Length", "100000")
-		w.Header().Set(relay.PurgeRevisionHeader, "0") // it has applied every purge
+		w.Header().Set(hop.PurgeRevisionField, "0") // it has applied every purge
 		w.WriteHeader(http.StatusOK)
 		w.Write(make([]byte, 50000))
 		w.(http.Flusher).Flush()

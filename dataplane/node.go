@@ -26,6 +26,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/clientconn"
 	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
+	"github.com/shardcache/shardcache/dataplane/internal/sketch"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
 	"github.com/shardcache/shardcache/dataplane/logstream"
 	"github.com/shardcache/shardcache/dataplane/metrics"
@@ -66,7 +67,7 @@ type Node struct {
 	// hotCopies holds copies of hot objects this node does not own, so they
 	// stop paying the relay hop; nil when hot-key handling is off.
 	hotCopies *store.Memory
-	hot       *hotkey.Sketch
+	hot       *sketch.Sketch
 	hotKeys   hotkey.List
 	logs      logstream.Hub // the access-log streams operators open
 	routes    atomic.Pointer[routes.Table]
@@ -214,7 +215,7 @@ func New(cfg Config) (*Node, error) {
 		// 64k counters a row: a few hundred KiB that tell the hottest
 		// thousands of keys apart. Halving every 3s notices a hot key within
 		// seconds and forgets a cold one as fast.
-		n.hot = hotkey.New(1<<16, 3*time.Second, nil)
+		n.hot = sketch.New(1<<16, 3*time.Second, nil)
 	}
 	return n, nil
 }

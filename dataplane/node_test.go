@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
@@ -612,7 +613,7 @@ func TestPeerListenerOnlyServesRelayedRequests(t *testing.T) {
 	defer origin.Close()
 	a := startNode(t, "a", fc.addr, origin.URL)
 	// HTTP/1.1, even with the hop marker, is answered 505 and nothing else.
-	resp, _ := do(t, "GET", "http://"+a.PeerAddr().String()+"/x", relay.HopHeader, "b")
+	resp, _ := do(t, "GET", "http://"+a.PeerAddr().String()+"/x", hop.Marker, "b")
 	if resp.StatusCode != http.StatusHTTPVersionNotSupported {
 		t.Fatalf("HTTP/1.1 on the peer listener: %d, want 505", resp.StatusCode)
 	}

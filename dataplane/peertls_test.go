@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/hop"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
@@ -170,7 +170,7 @@ func TestPeerListenerRefusesCallersThatAreNotMembers(t *testing.T) {
 	mallory := tlsClient(ca.issue(t, "mallory"), roots)
 	send := func(c *http.Client, path string, hdr ...string) (*http.Response, error) {
 		req, _ := http.NewRequest("GET", "https://"+a.PeerAddr().String()+path, nil)
-		req.Header.Set(relay.HopHeader, "mallory")
+		req.Header.Set(hop.Marker, "mallory")
 		req.Header.Set("X-Forwarded-Host", "evil.example")
 		for i := 0; i < len(hdr); i += 2 {
 			req.Header.Set(hdr[i], hdr[i+1])
@@ -185,7 +185,7 @@ func TestPeerListenerRefusesCallersThatAreNotMembers(t *testing.T) {
 	for _, attempt := range []struct {
 		path string
 		hdr  []string
-	}{{"/poisoned", nil}, {"/kept", []string{relay.InvalidateHeader, "1"}}, {"/", []string{relay.HotKeysHeader, "10"}}} {
+	}{{"/poisoned", nil}, {"/kept", []string{hop.InvalidateField, "1"}}, {"/", []string{hop.HotKeysField, "10"}}} {
 		resp, err := send(mallory, attempt.path, attempt.hdr...)
 		if err != nil {
 			t.Fatal(err)

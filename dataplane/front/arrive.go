@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -145,7 +145,7 @@ func removeHopByHop(h http.Header, p *policy.Policy) string {
 // protectedField reports whether canonical field k is one a Connection
 // may not name.
 func protectedField(k string, p *policy.Policy) bool {
-	if readFields[k] || rewriteField(k) || strings.HasPrefix(k, relay.InternalPrefix) {
+	if readFields[k] || rewriteField(k) || strings.HasPrefix(k, hop.Prefix) {
 		return true
 	}
 	for _, f := range p.Fields() {

@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/origin"
-	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/routes"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
@@ -168,7 +168,7 @@ func FuzzArrivalSendsWhatItKeys(f *testing.F) {
 			return // answered without being sent anywhere
 		}
 		front.forwardedFor(r)
-		key := p.Key(relay.Scheme(r), r)
+		key := p.Key(hop.Scheme(r), r)
 		variant := httpcache.VariantKey(key, []string{"accept", "accept-encoding", "x-device"}, r.Header)
 		out, err := oc.Request(context.Background(), r, &url.URL{Scheme: "http", Host: "origin.example"}, true)
 		if err != nil {
@@ -179,7 +179,7 @@ func FuzzArrivalSendsWhatItKeys(f *testing.F) {
 				t.Fatalf("%s: keyed %q, sent %q (key %q, variant %q, Connection %q)", name, r.Header[name], out.Header[name], key, variant, conn)
 			}
 		}
-		if relayed := relay.RelayHeader(r, "a", 1); !slices.Equal(relayed["X-Tenant"], r.Header["X-Tenant"]) || !slices.Equal(relayed["Accept"], r.Header["Accept"]) {
+		if relayed := hop.RelayHeader(r, "a", 1); !slices.Equal(relayed["X-Tenant"], r.Header["X-Tenant"]) || !slices.Equal(relayed["Accept"], r.Header["Accept"]) {
 			t.Fatalf("relayed %v, keyed %v", relayed, r.Header)
 		}
 		if !strings.Contains(out.Header.Get("X-Forwarded-For"), "192.0.2.9") {

@@ -14,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/clientconn"
 	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
@@ -21,8 +22,6 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/wait"
 	"github.com/shardcache/shardcache/dataplane/logstream"
 	"github.com/shardcache/shardcache/dataplane/metrics"
-	"github.com/shardcache/shardcache/dataplane/origin"
-	"github.com/shardcache/shardcache/dataplane/relay"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
@@ -43,7 +42,7 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 			f.cfg.Metrics.Totals.Requests.Add(1)
 		}
 		cache := rec.Header().Get("X-Cache")
-		if cache == relay.CacheHit {
+		if cache == httpcache.CacheHit {
 			f.cfg.Metrics.Totals.Hits.Add(1)
 		}
 		elapsed := time.Since(start)
@@ -56,7 +55,7 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 		if c := f.cfg.Metrics.RouteBytes[route]; c != nil {
 			c.Add(uint64(rec.Bytes))
 		}
-		if rec.Key != "" && cache != relay.CacheBypass && cache != "" {
+		if rec.Key != "" && cache != httpcache.CacheBypass && cache != "" {
 			ttl, storable := ownerJudged(rec.Header())
 			f.cfg.Shadow.Observe(rec.Key, representationSize(r, rec), ttl, storable)
 		}
@@ -136,7 +135,7 @@ func (f *Front) route(w http.ResponseWriter, r *http.Request, p *policy.Policy) 
 		f.bypass(w, r, p, reason)
 		return metrics.RouteBypass
 	}
-	key := p.Key(relay.Scheme(r), r)
+	key := p.Key(hop.Scheme(r), r)
 	if rec, ok := w.(*reply.Recorder); ok {
 		rec.Key = key
 	}
@@ -247,9 +246,9 @@ func (f *Front) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy,
 	}
 	ctx, watch := wait.Start(r.Context(), first, timeout)
 	defer watch.Stop()
-	resp, err := f.cfg.Origin.Fetch(httptrace.WithClientTrace(ctx, origin.PassInterim(w)), r, p, false, nil)
+	resp, err := f.cfg.Origin.Fetch(httptrace.WithClientTrace(ctx, reply.PassInterim(w)), r, p, false, nil)
 	// Cache-Status says why the request went forward (RFC 9211 2.2).
-	m := httpcache.StatusMember{Node: f.statusName, Cache: relay.CacheBypass}
+	m := httpcache.StatusMember{Node: f.statusName, Cache: httpcache.CacheBypass}
 	switch reason {
 	case "method":
 		m.Cache = "METHOD"
@@ -272,9 +271,9 @@ func (f *Front) bypass(w http.ResponseWriter, r *http.Request, p *policy.Policy,
 	defer resp.Body.Close()
 	f.cfg.Metrics.OriginReqs.WithLabelValues("bypass", metrics.StatusClass(resp.StatusCode)).Inc()
 	f.cfg.Metrics.Totals.OriginRequests.Add(1) // origin traffic, for the offload figure
-	relay.RemoveHopByHop(resp.Header)
+	httpcache.RemoveHopByHop(resp.Header)
 	reply.CopyHeader(w.Header(), resp.Header)
-	w.Header().Set("X-Cache", relay.CacheBypass)
+	w.Header().Set("X-Cache", httpcache.CacheBypass)
 	m.Status = resp.StatusCode
 	w.Header().Add("Cache-Status", m.String())
 	if unsafeMethod(r.Method) && resp.StatusCode < 400 {

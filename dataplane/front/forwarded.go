@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/hop"
 )
 
 // forwardedFor extends the request's forwarded chain with the address it
@@ -33,7 +33,7 @@ func (f *Front) forwardedFor(r *http.Request) string {
 	if !f.trusted(peer) {
 		drop = rewriteField
 	}
-	relay.StripInternal(h, drop)
+	hop.Strip(h, drop)
 	var buf [4]string
 	chain := buf[:0]
 	// The keys are canonical: the fields are read and set without
@@ -60,7 +60,7 @@ func (f *Front) forwardedFor(r *http.Request) string {
 	// The host and scheme the client asked for (RFC 7239 5.3, 5.4), so
 	// that an origin builds the URLs it answers with for the cluster, not
 	// for itself.
-	scheme := relay.Scheme(r)
+	scheme := hop.Scheme(r)
 	elem := "for=" + node + ";proto=" + scheme
 	if r.Host != "" {
 		elem = "for=" + node + ";host=" + forwardedValue(r.Host) + ";proto=" + scheme

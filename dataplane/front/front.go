@@ -25,12 +25,12 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/hotkey"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/sketch"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
 	"github.com/shardcache/shardcache/dataplane/logstream"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/owner"
 	"github.com/shardcache/shardcache/dataplane/purge"
-	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/routes"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
@@ -77,7 +77,7 @@ type Config struct {
 	// and HotCopies are nil when hot-key handling is off.
 	HotThreshold     int
 	HotCopyMaxObject int64
-	Hot              *hotkey.Sketch
+	Hot              *sketch.Sketch
 	HotKeys          *hotkey.List
 	// Logs hands access-log records to the streams operators open
 	// (cachectl log); nil for none.
@@ -145,7 +145,7 @@ const (
 func New(cfg Config) *Front {
 	name := httpcache.SFItem(cfg.ID)
 	return &Front{cfg: cfg, purgeAuth: authlimit.New(purgeAuthEvery, purgeAuthBurst, purgeAuthClients),
-		statusName: name, relayStatus: httpcache.StatusMember{Node: name, Cache: relay.CacheMiss, Detail: "relayed"}.String()}
+		statusName: name, relayStatus: httpcache.StatusMember{Node: name, Cache: httpcache.CacheMiss, Detail: "relayed"}.String()}
 }
 
 // ServeClient is the client listener's handler.

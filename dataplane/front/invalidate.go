@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
@@ -46,7 +46,7 @@ func (f *Front) invalidate(r *http.Request, h http.Header) {
 		if rt == nil {
 			continue
 		}
-		hdr := relay.ControlHeader(f.cfg.ID, relay.InvalidateHeader, "1")
+		hdr := hop.ControlHeader(f.cfg.ID, hop.InvalidateField, "1")
 		for _, m := range rt.Epoch.GetMembers() {
 			if m.GetId() == f.cfg.ID {
 				continue

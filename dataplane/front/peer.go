@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/hotkey"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/relay"
@@ -28,7 +29,7 @@ func (f *Front) servePeer(w http.ResponseWriter, r *http.Request) {
 		f.refusePeer(w, r, "http1", http.StatusHTTPVersionNotSupported, "peer listener: HTTP/2 only; nodes speak it to each other")
 		return
 	}
-	if r.Header.Get(relay.HopHeader) == "" {
+	if r.Header.Get(hop.Marker) == "" {
 		f.refusePeer(w, r, "no_hop", http.StatusBadRequest, "peer listener: only requests relayed by shardcache nodes are served here")
 		return
 	}
@@ -59,7 +60,7 @@ func (f *Front) ServeLocal(w http.ResponseWriter, r *http.Request) { f.serveLoca
 // sender serves, when it is newer than this node's: this node's push is
 // late.
 func (f *Front) epochHint(r *http.Request) {
-	if seen, err := strconv.ParseUint(r.Header.Get(relay.EpochHeader), 10, 64); err == nil && seen > f.epoch() {
+	if seen, err := strconv.ParseUint(r.Header.Get(hop.EpochField), 10, 64); err == nil && seen > f.epoch() {
 		f.cfg.RequestEpoch(seen)
 	}
 }
@@ -71,7 +72,7 @@ func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request) {
 	}
 	// Meanwhile the request is served here, never relayed again.
 	f.epochHint(r)
-	if r.Header.Get(relay.HotKeysHeader) != "" {
+	if r.Header.Get(hop.HotKeysField) != "" {
 		f.serveHotKeys(w, r)
 		return
 	}
@@ -80,7 +81,7 @@ func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "peer listener: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if r.Header.Get(relay.InvalidateHeader) != "" {
+	if r.Header.Get(hop.InvalidateField) != "" {
 		if sl != nil {
 			f.drop(key) // one slice's head, as the assembler asks
 		} else {
@@ -93,10 +94,10 @@ func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request) {
 		annotate(r.Context(), attribute.String("shardcache.node", f.cfg.ID))
 	}
 	rec := reply.NewRecorder(w)
-	w.Header().Set(relay.PurgeRevisionHeader, strconv.FormatInt(f.cfg.Bans.Revision(), 10))
+	w.Header().Set(hop.PurgeRevisionField, strconv.FormatInt(f.cfg.Bans.Revision(), 10))
 	f.cfg.Owner.Serve(rec, r, key, p, f.replicaOf(r, key, p, sl), sl)
 	f.cfg.Metrics.PeerBytes.WithLabelValues("out").Add(float64(rec.Bytes))
-	if r.Header.Get(relay.HandoffHeader) != "" && rec.Status < 300 && !rec.Broken {
+	if r.Header.Get(hop.HandoffField) != "" && rec.Status < 300 && !rec.Broken {
 		f.cfg.Metrics.Totals.HandoffAnswers.Add(1)
 	}
 	rec.AbortIfBroken()
@@ -106,7 +107,7 @@ func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request) {
 // the scheme the client used, or the key of the slice it asks for.
 func (f *Front) peerKey(r *http.Request) (string, *policy.Policy, *slice.Req, error) {
 	p := f.cfg.Policies.Load().Match(policy.Host(r), r.URL.Path)
-	key := p.Key(relay.Scheme(r), r)
+	key := p.Key(hop.Scheme(r), r)
 	sl, err := slice.ParseHeader(r.Header)
 	if sl != nil {
 		key = sl.Key(key)
@@ -114,12 +115,12 @@ func (f *Front) peerKey(r *http.Request) (string, *policy.Policy, *slice.Req, er
 	return key, p, sl, err
 }
 
-// serveHotKeys answers a peer's relay.HotKeysHeader request: this node's hot
+// serveHotKeys answers a peer's hop.HotKeysField request: this node's hot
 // keys, hottest first.
 func (f *Front) serveHotKeys(w http.ResponseWriter, r *http.Request) {
-	limit, err := strconv.Atoi(r.Header.Get(relay.HotKeysHeader))
+	limit, err := strconv.Atoi(r.Header.Get(hop.HotKeysField))
 	if err != nil || limit <= 0 {
-		http.Error(w, "peer listener: "+relay.HotKeysHeader+" wants a positive count", http.StatusBadRequest)
+		http.Error(w, "peer listener: "+hop.HotKeysField+" wants a positive count", http.StatusBadRequest)
 		return
 	}
 	out := []*hotkey.Key{}
@@ -136,7 +137,7 @@ func (f *Front) serveHotKeys(w http.ResponseWriter, r *http.Request) {
 // counts it by reason.
 func (f *Front) refusePeer(w http.ResponseWriter, r *http.Request, reason string, code int, msg string) {
 	f.cfg.Metrics.PeerRefused.WithLabelValues(reason).Inc()
-	w.Header().Set(relay.RefusedHeader, reason)
+	w.Header().Set(hop.RefusedField, reason)
 	f.cfg.Logger.Warn("refused a peer request", "reason", reason, "remote", r.RemoteAddr, "detail", msg)
 	http.Error(w, msg, code)
 }
@@ -146,7 +147,7 @@ func (f *Front) refusePeer(w http.ResponseWriter, r *http.Request, reason string
 // fill from before the origin. Nil otherwise.
 func (f *Front) replicaOf(r *http.Request, key string, p *policy.Policy, sl *slice.Req) *pb.Member {
 	rt := f.cfg.Routes.Load()
-	if rt == nil || sl != nil || p.ReplicationFactor < 2 || r.Header.Get(relay.HandoffHeader) != "" {
+	if rt == nil || sl != nil || p.ReplicationFactor < 2 || r.Header.Get(hop.HandoffField) != "" {
 		return nil
 	}
 	var buf [4]*pb.Member

@@ -10,12 +10,12 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/internal/wait"
 	"github.com/shardcache/shardcache/dataplane/metrics"
-	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/owner"
 	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/relay"
@@ -54,13 +54,13 @@ func (f *Front) serveHotCopy(w http.ResponseWriter, r *http.Request, key string,
 		return false
 	}
 	f.cfg.Metrics.Hot.WithLabelValues("copy_hit").Inc()
-	f.cfg.Answers.Answer(w, r, e, nil, relay.CacheHit)
+	f.cfg.Answers.Answer(w, r, e, nil, httpcache.CacheHit)
 	return true
 }
 
 // relayHeader is the header of a client request relayed to a peer.
 func (f *Front) relayHeader(r *http.Request) http.Header {
-	return relay.RelayHeader(r, f.cfg.ID, f.epoch())
+	return hop.RelayHeader(r, f.cfg.ID, f.epoch())
 }
 
 // relay forwards r to owner and copies the answer; for a hot key it keeps a
@@ -72,7 +72,7 @@ func (f *Front) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, 
 	timeout := cmp.Or(p.RelayTimeout, f.cfg.RelayTimeout)
 	ctx, watch := wait.Start(r.Context(), timeout, timeout)
 	defer watch.Stop()
-	ctx = httptrace.WithClientTrace(ctx, origin.PassInterim(w))
+	ctx = httptrace.WithClientTrace(ctx, reply.PassInterim(w))
 	sent := time.Now()
 	resp, err := f.cfg.Peers.Forward(ctx, owner.GetPeerAddress(), r, f.relayHeader(r))
 	f.cfg.Metrics.PeerDuration.Observe(time.Since(sent).Seconds())
@@ -100,10 +100,10 @@ func (f *Front) relay(w http.ResponseWriter, r *http.Request, owner *pb.Member, 
 	resp.Body = watch.Body(resp.Body)
 	defer resp.Body.Close()
 	f.cfg.Metrics.PeerReqs.WithLabelValues(owner.GetId(), metrics.StatusClass(resp.StatusCode)).Inc()
-	relay.RemoveHopByHop(resp.Header)
+	httpcache.RemoveHopByHop(resp.Header)
 	// An owner behind this node's purges may answer with what this node
 	// purged: pass it on (the purge is not complete yet), keep no copy.
-	behind := f.cfg.Bans.Behind(relay.PurgeRevision(resp.Header))
+	behind := f.cfg.Bans.Behind(hop.PurgeRevision(resp.Header))
 	if hot && !behind && r.Method == http.MethodGet && f.admitHotCopy(w, r, key, p, resp) {
 		return true
 	}

@@ -1,3 +1,6 @@
+// Package hotkey remembers the keys a node has seen hot, with what rebuilds
+// a request for each, so that a node gaining them in a ring change can
+// take them from their previous owners before clients ask (pre-copy).
 package hotkey
 
 import (
@@ -7,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shardcache/shardcache/dataplane/internal/sketch"
 )
 
 // ListMax bounds the hot keys a List remembers.
@@ -70,7 +75,7 @@ func (h *List) pruneOld(now int64) bool {
 }
 
 // Hottest lists up to limit of the keys, hottest first by s's estimate.
-func (h *List) Hottest(s *Sketch, limit int) []*Key {
+func (h *List) Hottest(s *sketch.Sketch, limit int) []*Key {
 	var out []*Key
 	h.keys.Range(func(_, v any) bool {
 		k := v.(*Key)

@@ -182,3 +182,24 @@ func ErrorDetails(err error) string {
 
 // hostPort finds an address (host:port) in a message.
 var hostPort = regexp.MustCompile(`[A-Za-z0-9.\-\]]:[0-9]{1,5}\b`)
+
+// X-Cache values: how the node that served from its store (X-Cache-Node)
+// answered.
+const (
+	CacheHit    = "HIT"
+	CacheMiss   = "MISS"
+	CacheBypass = "BYPASS"
+	// CacheStale: served past its freshness, because the client allows it
+	// (max-stale) or the origin failed (stale-if-error).
+	CacheStale = "STALE"
+	// CacheUpdating: served stale while one request revalidates it
+	// (stale-while-revalidate).
+	CacheUpdating = "UPDATING"
+	// CacheRevalidated: the origin confirmed the stored response (304).
+	CacheRevalidated = "REVALIDATED"
+	// CacheExpired: a stored response had expired; the origin sent a new one.
+	CacheExpired = "EXPIRED"
+	// CachePartial: an answer assembled from slices some of which were
+	// stored and some fetched.
+	CachePartial = "PARTIAL"
+)

@@ -10,14 +10,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptrace"
-	"net/textproto"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
-	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -143,8 +141,8 @@ func (c *Client) Request(ctx context.Context, r *http.Request, origin *url.URL, 
 		return nil, fmt.Errorf("shardcache: building origin request: %w", err)
 	}
 	req.Header = r.Header.Clone()
-	relay.RemoveHopByHop(req.Header)
-	relay.StripInternal(req.Header, nil)
+	httpcache.RemoveHopByHop(req.Header)
+	hop.Strip(req.Header, nil)
 	if fill {
 		// A fill brings the whole object for every later client, not a 304
 		// or a range for this one.
@@ -158,25 +156,6 @@ func (c *Client) Request(ctx context.Context, r *http.Request, origin *url.URL, 
 	}
 	req.Header.Set("Via", via)
 	return req, nil
-}
-
-// PassInterim passes 1xx interim responses from the origin (103 Early
-// Hints, 100 Continue aside) on to w.
-func PassInterim(w http.ResponseWriter) *httptrace.ClientTrace {
-	return &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-		if code == http.StatusContinue || code == http.StatusSwitchingProtocols {
-			return nil
-		}
-		hdr := w.Header()
-		for k, v := range h {
-			hdr[k] = v
-		}
-		w.WriteHeader(code)
-		for k := range h {
-			hdr.Del(k)
-		}
-		return nil
-	}}
 }
 
 // relativeLocations rewrites Location and Content-Location fields that

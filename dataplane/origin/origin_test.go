@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -29,7 +29,7 @@ func TestRequestRewritesForTheOrigin(t *testing.T) {
 	r := httptest.NewRequest(http.MethodHead, "http://shop.example/a%2Fb/c?x=1", nil)
 	r.Header.Set("Connection", "X-Drop")
 	r.Header.Set("X-Drop", "1")
-	r.Header.Set(relay.HopHeader, "node-2")
+	r.Header.Set(hop.Marker, "node-2")
 	r.Header.Set("If-None-Match", `"v1"`)
 	r.Header.Set("Range", "bytes=0-1")
 	r.Header.Set("Via", "1.1 edge")
@@ -55,7 +55,7 @@ func TestRequestRewritesForTheOrigin(t *testing.T) {
 			if h.Get("Via") != "1.1 edge, 1.1 node-1" || h.Get("X-Forwarded-For") != "192.0.2.1" {
 				t.Fatalf("Via %q, X-Forwarded-For %q", h.Get("Via"), h.Get("X-Forwarded-For"))
 			}
-			if h.Get("X-Drop") != "" || h.Get("Connection") != "" || h.Get(relay.HopHeader) != "" {
+			if h.Get("X-Drop") != "" || h.Get("Connection") != "" || h.Get(hop.Marker) != "" {
 				t.Fatalf("hop-by-hop or internal fields reached the origin: %v", h)
 			}
 			if got := h.Get("If-None-Match") != "" && h.Get("Range") != ""; got != tt.conditionals {

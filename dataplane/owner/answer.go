@@ -14,7 +14,6 @@ import (
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
-	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
@@ -172,9 +171,9 @@ func (o *Owner) cacheHeaders(h http.Header, r *http.Request, e *store.Entry, sta
 		m.Key = e.Key
 	}
 	switch status {
-	case relay.CacheMiss, relay.CacheExpired, cacheCollapsed:
+	case httpcache.CacheMiss, httpcache.CacheExpired, cacheCollapsed:
 		m.Status, m.Stored = e.Status, true
-	case relay.CacheRevalidated:
+	case httpcache.CacheRevalidated:
 		m.Status, m.Stored = http.StatusNotModified, true
 	}
 	var buf [128]byte
@@ -202,7 +201,7 @@ func (o *Owner) statusHeaders(h http.Header, status string, code int) {
 // origin: Proxy-Status names the error's type (RFC 9209).
 func (o *Owner) originError(w http.ResponseWriter, code int, err error, msg string) {
 	h := w.Header()
-	o.statusHeaders(h, relay.CacheMiss, 0)
+	o.statusHeaders(h, httpcache.CacheMiss, 0)
 	h["Proxy-Status"] = []string{httpcache.ProxyStatus(o.statusName, httpcache.ErrorType(err), httpcache.ErrorDetails(err))}
 	http.Error(w, "shardcache: "+msg, code)
 }
@@ -216,10 +215,10 @@ var acceptRangesBytes = []string{"bytes"}
 var statusFields = map[string][]string{}
 
 func init() {
-	for _, s := range []string{relay.CacheHit, relay.CacheMiss, relay.CacheStale, relay.CacheBypass, relay.CacheRevalidated} {
+	for _, s := range []string{httpcache.CacheHit, httpcache.CacheMiss, httpcache.CacheStale, httpcache.CacheBypass, httpcache.CacheRevalidated} {
 		statusFields[s] = []string{s}
 	}
-	statusFields[cacheCollapsed] = statusFields[relay.CacheHit]
+	statusFields[cacheCollapsed] = statusFields[httpcache.CacheHit]
 }
 
 // cacheCollapsed is the status of an answer shared from another

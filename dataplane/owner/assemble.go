@@ -11,9 +11,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
-	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
 	"github.com/shardcache/shardcache/sdk/policy"
@@ -156,8 +156,8 @@ func wantsFirstSlice(r *http.Request, size int64) bool {
 // with: status 200, the head's header without its slice framing.
 func sliceEntry(key string, head *http.Response, total int64) *store.Entry {
 	h := head.Header.Clone()
-	relay.RemoveHopByHop(h)
-	for _, f := range []string{"Content-Range", "Content-Length", "X-Cache", "X-Cache-Node", "Cache-Status", "Age", relay.PurgeRevisionHeader} {
+	httpcache.RemoveHopByHop(h)
+	for _, f := range []string{"Content-Range", "Content-Length", "X-Cache", "X-Cache-Node", "Cache-Status", "Age", hop.PurgeRevisionField} {
 		h.Del(f)
 	}
 	age, _ := strconv.ParseInt(head.Header.Get("Age"), 10, 64)
@@ -168,8 +168,8 @@ func sliceEntry(key string, head *http.Response, total int64) *store.Entry {
 // passOn answers r with an owner's answer that is not a slice: the
 // object's error, redirect, or whole body.
 func (o *Owner) passOn(w http.ResponseWriter, r *http.Request, resp *http.Response) {
-	relay.RemoveHopByHop(resp.Header)
-	resp.Header.Del(relay.PurgeRevisionHeader)
+	httpcache.RemoveHopByHop(resp.Header)
+	resp.Header.Del(hop.PurgeRevisionField)
 	reply.CopyHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	if r.Method != http.MethodHead {

@@ -11,13 +11,12 @@ import (
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/flight"
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/internal/wait"
 	"github.com/shardcache/shardcache/dataplane/metrics"
-	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/purge"
-	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -70,7 +69,7 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 			cancel()
 		}
 	}()
-	ctx = httptrace.WithClientTrace(ctx, origin.PassInterim(w))
+	ctx = httptrace.WithClientTrace(ctx, reply.PassInterim(w))
 	// Purges wait for fills that began before them; see purge.Sweep.
 	endFill := o.cfg.Inflight.Begin()
 	defer func() {
@@ -87,7 +86,7 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 			resp = o.fillFromPeer(ctx, r, prev, true)
 		}
 	}
-	if resp == nil && r.Header.Get(relay.PrecopyHeader) != "" {
+	if resp == nil && r.Header.Get(hop.PrecopyField) != "" {
 		return // a pre-copy takes what a peer has, never the origin
 	}
 	fromOrigin := resp == nil
@@ -113,8 +112,8 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 			if resp != nil {
 				resp.Body.Close()
 			}
-			settle(&fillShare{e: stale, status: relay.CacheStale})
-			o.Answer(w, r, stale, nil, relay.CacheStale)
+			settle(&fillShare{e: stale, status: httpcache.CacheStale})
+			o.Answer(w, r, stale, nil, httpcache.CacheStale)
 			return
 		}
 		if err != nil {
@@ -139,7 +138,7 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 		o.cfg.Metrics.Totals.OriginRequests.Add(1)
 		o.cfg.Metrics.OriginReqs.WithLabelValues("fill", metrics.StatusClass(resp.StatusCode)).Inc()
 	}
-	relay.RemoveHopByHop(resp.Header)
+	httpcache.RemoveHopByHop(resp.Header)
 	if sl != nil {
 		if err := sl.FromOrigin(resp); err != nil {
 			code := http.StatusBadGateway
@@ -165,16 +164,16 @@ func (o *Owner) fill(w http.ResponseWriter, r *http.Request, key string, p *poli
 	}
 	if resp.StatusCode == http.StatusNotModified && stale != nil {
 		e := o.refreshed(stale, resp, p, r, requested, now)
-		settle(&fillShare{e: e, status: relay.CacheRevalidated})
-		o.Answer(w, r, e, nil, relay.CacheRevalidated)
+		settle(&fillShare{e: e, status: httpcache.CacheRevalidated})
+		o.Answer(w, r, e, nil, httpcache.CacheRevalidated)
 		return
 	}
-	status := relay.CacheMiss
+	status := httpcache.CacheMiss
 	// A refusal under authorize_every_request says nothing of what is
 	// stored: an unauthorised client learns no more than that it was
 	// refused.
 	if stale != nil && !(p.AuthorizeEach && resp.StatusCode >= 400) {
-		status = relay.CacheExpired
+		status = httpcache.CacheExpired
 	}
 	maxObject := o.maxObject(p)
 	judged := resp.StatusCode

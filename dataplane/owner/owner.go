@@ -21,11 +21,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardcache/shardcache/dataplane/flight"
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/purge"
-	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/routes"
 	"github.com/shardcache/shardcache/dataplane/store"
 	"github.com/shardcache/shardcache/sdk/policy"
@@ -166,7 +166,7 @@ func (o *Owner) relayHeader(r *http.Request) http.Header {
 	if rt := o.cfg.Routes.Load(); rt != nil {
 		epoch = rt.Epoch.GetEpoch()
 	}
-	return relay.RelayHeader(r, o.cfg.ID, epoch)
+	return hop.RelayHeader(r, o.cfg.ID, epoch)
 }
 
 // Precopying reports whether a pre-copy runs.

@@ -12,7 +12,6 @@ import (
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/purge"
-	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/store"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
@@ -151,7 +150,7 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 			http.Error(w, "shardcache: origin answered a range request with "+strconv.Itoa(resp.StatusCode), http.StatusBadGateway)
 			return false
 		}
-		o.writeResponse(w, r, resp, true, relay.CacheMiss) // the origin's answer to the client's range
+		o.writeResponse(w, r, resp, true, httpcache.CacheMiss) // the origin's answer to the client's range
 		return false
 	}
 	first, last, total, ok := httpcache.ParseContentRange(resp.Header.Get("Content-Range"))
@@ -160,14 +159,14 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 			http.Error(w, "shardcache: origin's range is not a piece of the stored part", http.StatusBadGateway)
 			return false
 		}
-		o.writeResponse(w, r, resp, true, relay.CacheMiss) // a 206 no part can be made of
+		o.writeResponse(w, r, resp, true, httpcache.CacheMiss) // a 206 no part can be made of
 		return false
 	}
 	want := plan.want
 	if !joined {
 		ranges, err := httpcache.ParseRange(plan.field, total)
 		if err != nil || len(ranges) != 1 {
-			o.writeResponse(w, r, resp, true, relay.CacheMiss)
+			o.writeResponse(w, r, resp, true, httpcache.CacheMiss)
 			return false
 		}
 		want = ranges[0]
@@ -223,7 +222,7 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 	}
 	if wr == nil {
 		defer closePart()
-		o.answerFollowing(w, r, e, body, got, want, relay.CacheMiss)
+		o.answerFollowing(w, r, e, body, got, want, httpcache.CacheMiss)
 		return false
 	}
 	rd, rdErr := wr.NewReader() // before the copy, as a fill's leader does
@@ -251,7 +250,7 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 		return true
 	}
 	defer rd.Close()
-	o.answerFollowing(w, r, wr.Entry(), rd, got, want, relay.CacheMiss)
+	o.answerFollowing(w, r, wr.Entry(), rd, got, want, httpcache.CacheMiss)
 	// The client's range may end before the stored span does: the answer
 	// ends with the fill, so that the connection's next request sees the
 	// part it stored.
@@ -263,7 +262,7 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 // ranges is nil.
 func (o *Owner) answerPart(w http.ResponseWriter, r *http.Request, part *store.Entry, sp span, ranges []httpcache.ByteRange) {
 	if httpcache.NotModified(r.Method, r.Header, http.StatusOK, part.Header) {
-		o.writeNotModified(w, r, part, relay.CacheHit)
+		o.writeNotModified(w, r, part, httpcache.CacheHit)
 		return
 	}
 	body, done, err := o.readerAt(part)
@@ -279,7 +278,7 @@ func (o *Owner) answerPart(w http.ResponseWriter, r *http.Request, part *store.E
 	h.Del("Content-Range")
 	h.Del("Content-Length")
 	h["Accept-Ranges"] = acceptRangesBytes
-	o.cacheHeaders(h, r, part, relay.CacheHit)
+	o.cacheHeaders(h, r, part, httpcache.CacheHit)
 	section := func(start, length int64) io.Reader { return io.NewSectionReader(body, start-sp.first, length) }
 	if err := answerRanges(w, r, part.Header, sp.total, ranges, section); err != nil && !reply.IsWriteError(err) {
 		reply.BreakOff(w)

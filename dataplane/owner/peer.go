@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/relay"
@@ -28,7 +29,7 @@ func (o *Owner) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Memb
 	h.Del("Accept-Encoding")
 	wait := o.cfg.RelayTimeout
 	if handoff {
-		h.Set(relay.HandoffHeader, "1")
+		h.Set(hop.HandoffField, "1")
 		h.Set("Cache-Control", "only-if-cached")
 		wait = handoffTimeout
 	}
@@ -39,7 +40,7 @@ func (o *Owner) fillFromPeer(ctx context.Context, r *http.Request, from *pb.Memb
 		}
 		return nil
 	}
-	if o.cfg.Bans.Behind(relay.PurgeRevision(resp.Header)) || resp.StatusCode >= 500 {
+	if o.cfg.Bans.Behind(hop.PurgeRevision(resp.Header)) || resp.StatusCode >= 500 {
 		resp.Body.Close()
 		if handoff {
 			o.cfg.Metrics.Handoffs.WithLabelValues("miss").Inc()
@@ -63,7 +64,7 @@ const handoffTimeout = 2 * time.Second
 // handoffFrom is the node to ask for key before the origin: its owner in
 // the previous epoch, within the handoff window of a change; nil if none.
 func (o *Owner) handoffFrom(key string, r *http.Request) *pb.Member {
-	if r.Header.Get(relay.HandoffHeader) != "" {
+	if r.Header.Get(hop.HandoffField) != "" {
 		return nil
 	}
 	return o.cfg.Routes.Load().HandoffFrom(key, o.cfg.ID, o.cfg.HandoffWindow, time.Now())

@@ -11,9 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/hotkey"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
-	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/routes"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
@@ -70,7 +70,7 @@ func (o *Owner) Precopy(rt *routes.Table) {
 		if err != nil {
 			continue
 		}
-		r := (&http.Request{Method: http.MethodGet, URL: u, Host: k.Host, Header: http.Header{relay.PrecopyHeader: {"1"}}}).WithContext(ctx)
+		r := (&http.Request{Method: http.MethodGet, URL: u, Host: k.Host, Header: http.Header{hop.PrecopyField: {"1"}}}).WithContext(ctx)
 		p := o.cfg.Policies.Load().Match(policy.Host(r), u.Path)
 		if p.SliceSize > 0 || p.Key("http", r) != k.Key {
 			continue // keyed by more than the URL, or sliced: left to handoff
@@ -87,7 +87,7 @@ func (o *Owner) Precopy(rt *routes.Table) {
 
 // peerHotKeys asks m for its hot keys; none when it cannot answer.
 func (o *Owner) peerHotKeys(ctx context.Context, m *pb.Member) []*hotkey.Key {
-	h := relay.ControlHeader(o.cfg.ID, relay.HotKeysHeader, strconv.Itoa(hotkey.ListMax))
+	h := hop.ControlHeader(o.cfg.ID, hop.HotKeysField, strconv.Itoa(hotkey.ListMax))
 	req := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/"}, Host: "shardcache", Header: h}
 	resp, err := o.forward(ctx, m, req, h, handoffTimeout)
 	if err != nil {

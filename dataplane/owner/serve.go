@@ -11,7 +11,6 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
-	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -82,17 +81,17 @@ func (o *Owner) Serve(w http.ResponseWriter, r *http.Request, key string, p *pol
 	if stale != nil {
 		switch decision {
 		case httpcache.UseFresh:
-			if o.Answer(w, r, stale, nil, relay.CacheHit) == nil {
+			if o.Answer(w, r, stale, nil, httpcache.CacheHit) == nil {
 				return
 			}
 			stale = nil // the record could not be read (and was discarded)
 		case httpcache.UseStale:
-			if o.Answer(w, r, stale, nil, relay.CacheStale) == nil {
+			if o.Answer(w, r, stale, nil, httpcache.CacheStale) == nil {
 				return
 			}
 			stale = nil
 		case httpcache.UseUpdating:
-			if o.Answer(w, r, stale, nil, relay.CacheUpdating) == nil {
+			if o.Answer(w, r, stale, nil, httpcache.CacheUpdating) == nil {
 				o.revalidateInBackground(key, r, p, stale, sl)
 				return
 			}

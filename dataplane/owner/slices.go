@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
-	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
@@ -72,7 +72,7 @@ func (o *Owner) dropSlice(r *http.Request, key string, p *policy.Policy, s *slic
 	}
 	ctx, cancel := context.WithTimeout(o.cfg.Tasks.Context(), 2*time.Second)
 	defer cancel()
-	h := relay.ControlHeader(o.cfg.ID, relay.InvalidateHeader, "1")
+	h := hop.ControlHeader(o.cfg.ID, hop.InvalidateField, "1")
 	s.SetHeader(h)
 	req := &http.Request{Method: http.MethodGet, URL: r.URL, Host: r.Host, Header: h}
 	if resp, err := o.cfg.Peers.Forward(ctx, owner.GetPeerAddress(), req, h); err == nil {
@@ -93,7 +93,7 @@ const maxProbes = 8
 func (o *Owner) slicesCache(ctx context.Context, r *http.Request, key string, p *policy.Policy, version string, plan []int64, head string) string {
 	var hits, misses atomic.Int32
 	if len(plan) > 0 && plan[0] == 0 {
-		if head == relay.CacheHit {
+		if head == httpcache.CacheHit {
 			hits.Add(1)
 		} else {
 			misses.Add(1)
@@ -111,7 +111,7 @@ func (o *Owner) slicesCache(ctx context.Context, r *http.Request, key string, p 
 		g.Go(func() error {
 			resp := o.askSlice(pctx, r, key, p, &slice.Req{Index: i, Size: p.SliceSize, Version: version}, http.MethodHead, true)
 			resp.Body.Close()
-			if resp.StatusCode < 300 && resp.Header.Get("X-Cache") == relay.CacheHit {
+			if resp.StatusCode < 300 && resp.Header.Get("X-Cache") == httpcache.CacheHit {
 				hits.Add(1)
 			} else {
 				misses.Add(1)
@@ -122,9 +122,9 @@ func (o *Owner) slicesCache(ctx context.Context, r *http.Request, key string, p 
 	g.Wait()
 	switch {
 	case misses.Load() == 0:
-		return relay.CacheHit
+		return httpcache.CacheHit
 	case hits.Load() == 0:
-		return relay.CacheMiss
+		return httpcache.CacheMiss
 	}
-	return relay.CachePartial
+	return httpcache.CachePartial
 }

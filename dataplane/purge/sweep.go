@@ -58,7 +58,7 @@ func Sweep(ctx context.Context, s *Set, idx Index, inflight *Inflight, swept fun
 }
 
 // Behind reports whether a peer's answer that carries purge revision rev
-// (ok false: none, as relay.PurgeRevision reads it) comes from a node that
+// (ok false: none, as hop.PurgeRevision reads it) comes from a node that
 // had applied fewer purges than s. An answer without one is taken as
 // behind.
 func (s *Set) Behind(rev int64, ok bool) bool { return !ok || rev < s.Revision() }

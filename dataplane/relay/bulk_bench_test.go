@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"testing"
+
+	"github.com/shardcache/shardcache/dataplane/hop"
 )
 
 // BenchmarkBulkBody relays one 64 MiB body over the peer hop (h2c on
@@ -29,7 +31,7 @@ func BenchmarkBulkBody(b *testing.B) {
 	b.SetBytes(size)
 	for b.Loop() {
 		req, _ := http.NewRequest("GET", "http://peer/bulk", nil)
-		resp, err := c.Forward(context.Background(), l.Addr().String(), req, http.Header{HopHeader: {"bench"}})
+		resp, err := c.Forward(context.Background(), l.Addr().String(), req, http.Header{hop.Marker: {"bench"}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,10 +15,11 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shardcache/shardcache/dataplane/hop"
 )
 
 // Config tunes the peer transport. Zero values mean the defaults.
@@ -49,7 +50,7 @@ type Config struct {
 var ErrPeerDown = errors.New("relay: peer marked down after repeated failures")
 
 // ErrRefused is returned when a peer refused the request unserved (its
-// answer carries RefusedHeader): this node is not one of its members yet,
+// answer carries hop.RefusedField): this node is not one of its members yet,
 // or no longer. The peer is not down.
 var ErrRefused = errors.New("relay: the peer refused the request")
 
@@ -223,7 +224,7 @@ func (c *Client) Forward(ctx context.Context, peerAddr string, r *http.Request, 
 		return nil, err
 	}
 	b.failures.Store(0)
-	if why := resp.Header.Get(RefusedHeader); why != "" {
+	if why := resp.Header.Get(hop.RefusedField); why != "" {
 		resp.Body.Close()
 		return nil, fmt.Errorf("relay to %s: %w (%s, %s)", peerAddr, ErrRefused, resp.Status, why)
 	}
@@ -286,25 +287,6 @@ func Identity(cert *x509.Certificate) string {
 
 // CloseIdle closes pooled connections that carry no request.
 func (c *Client) CloseIdle() { c.hc.CloseIdleConnections() }
-
-// hopByHop are the fields that describe one connection, never forwarded
-// (RFC 9110 7.6.1).
-var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
-// RemoveHopByHop deletes hop-by-hop fields from h, including those that
-// Connection names.
-func RemoveHopByHop(h http.Header) {
-	for _, v := range h.Values("Connection") {
-		for f := range strings.SplitSeq(v, ",") {
-			if f = strings.TrimSpace(f); f != "" {
-				h.Del(f)
-			}
-		}
-	}
-	for _, f := range hopByHop {
-		h.Del(f)
-	}
-}
 
 // PeerServerHTTP2 is the peer listener's HTTP/2 configuration: many
 // concurrent relays on one connection. (Bulk answers flow at the

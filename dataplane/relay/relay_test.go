@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shardcache/shardcache/dataplane/hop"
 )
 
 // h2cServer is a peer listener: HTTP/1.1 and h2c, as nodes serve it.
@@ -45,7 +47,7 @@ func TestTenThousandRelaysShareOneConnection(t *testing.T) {
 	defer c.CloseIdle()
 	do := func() error {
 		req := httptest.NewRequest("GET", "/x", nil)
-		resp, err := c.Forward(context.Background(), addr, req, http.Header{HopHeader: {"a"}})
+		resp, err := c.Forward(context.Background(), addr, req, http.Header{hop.Marker: {"a"}})
 		if err != nil {
 			return err
 		}
@@ -134,19 +136,6 @@ func TestBreakerSkipsADeadPeerThenRetries(t *testing.T) {
 	}
 }
 
-func TestRemoveHopByHop(t *testing.T) {
-	h := http.Header{}
-	h.Set("Connection", "keep-alive, X-Private")
-	h.Set("X-Private", "1")
-	h.Set("Keep-Alive", "timeout=5")
-	h.Set("Transfer-Encoding", "chunked")
-	h.Set("X-End-To-End", "kept")
-	RemoveHopByHop(h)
-	if len(h) != 1 || h.Get("X-End-To-End") != "kept" {
-		t.Fatalf("after removal: %v", h)
-	}
-}
-
 // A request the hop cannot carry (a header past the peer's limit, a field
 // HTTP/2 does not take) is its sender's error: however many, the peer's
 // breaker stays closed. A peer's refusal is ErrRefused, not a failure.
@@ -155,7 +144,7 @@ func TestTheRequestsOwnErrorsAreNoPeerFailures(t *testing.T) {
 	addr := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		served.Add(1)
 		if r.Header.Get("X-Refuse") != "" {
-			w.Header().Set(RefusedHeader, "not_a_member")
+			w.Header().Set(hop.RefusedField, "not_a_member")
 			http.Error(w, "refused", http.StatusForbidden)
 			return
 		}
@@ -163,11 +152,11 @@ func TestTheRequestsOwnErrorsAreNoPeerFailures(t *testing.T) {
 	}))
 	c := New(Config{})
 	defer c.CloseIdle()
-	huge := http.Header{HopHeader: {"a"}}
+	huge := http.Header{hop.Marker: {"a"}}
 	for i := range 40000 {
 		huge.Set(fmt.Sprintf("X-F%d", i), "v")
 	}
-	bad := http.Header{HopHeader: {"a"}, "Connection": {"x-private"}} // refused by HTTP/2 before it is sent
+	bad := http.Header{hop.Marker: {"a"}, "Connection": {"x-private"}} // refused by HTTP/2 before it is sent
 	for range 2 * breakerFailures {
 		req := httptest.NewRequest("GET", "/x", nil)
 		if _, err := c.Forward(context.Background(), addr, req, huge); !errors.Is(err, ErrHeaderTooLarge) {
@@ -176,11 +165,11 @@ func TestTheRequestsOwnErrorsAreNoPeerFailures(t *testing.T) {
 		if _, err := c.Forward(context.Background(), addr, req, bad); err == nil || errors.Is(err, ErrPeerDown) {
 			t.Fatalf("a request HTTP/2 cannot carry: %v; want its own error", err)
 		}
-		if _, err := c.Forward(context.Background(), addr, req, http.Header{HopHeader: {"a"}, "X-Refuse": {"1"}}); !errors.Is(err, ErrRefused) {
+		if _, err := c.Forward(context.Background(), addr, req, http.Header{hop.Marker: {"a"}, "X-Refuse": {"1"}}); !errors.Is(err, ErrRefused) {
 			t.Fatalf("a refusal: %v, want ErrRefused", err)
 		}
 	}
-	resp, err := c.Forward(context.Background(), addr, httptest.NewRequest("GET", "/x", nil), http.Header{HopHeader: {"a"}})
+	resp, err := c.Forward(context.Background(), addr, httptest.NewRequest("GET", "/x", nil), http.Header{hop.Marker: {"a"}})
 	if err != nil {
 		t.Fatalf("after the request's own errors the peer is skipped: %v", err)
 	}

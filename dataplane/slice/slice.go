@@ -29,8 +29,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
-	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -67,18 +67,18 @@ func (s *Req) Key(object string) string {
 
 // SetHeader marks a peer request as asking for s.
 func (s *Req) SetHeader(h http.Header) {
-	h.Set(relay.SliceHeader, strconv.FormatInt(s.Index, 10)+"/"+strconv.FormatInt(s.Size, 10))
+	h.Set(hop.SliceField, strconv.FormatInt(s.Index, 10)+"/"+strconv.FormatInt(s.Size, 10))
 	if s.Version != "" {
-		h.Set(relay.SliceVersionHeader, s.Version)
+		h.Set(hop.SliceVersionField, s.Version)
 	} else {
-		h.Del(relay.SliceVersionHeader)
+		h.Del(hop.SliceVersionField)
 	}
 }
 
 // ParseHeader reads the slice a peer request asks for; nil when it
 // asks for a whole object.
 func ParseHeader(h http.Header) (*Req, error) {
-	v := h.Get(relay.SliceHeader)
+	v := h.Get(hop.SliceField)
 	if v == "" {
 		return nil, nil
 	}
@@ -86,9 +86,9 @@ func ParseHeader(h http.Header) (*Req, error) {
 	index, err1 := strconv.ParseInt(i, 10, 64)
 	size, err2 := strconv.ParseInt(sz, 10, 64)
 	if !ok || err1 != nil || err2 != nil || index < 0 || size < policy.MinSliceSize || index > math.MaxInt64/size {
-		return nil, fmt.Errorf("bad %s %q: want <index>/<size>, size at least %d", relay.SliceHeader, v, policy.MinSliceSize)
+		return nil, fmt.Errorf("bad %s %q: want <index>/<size>, size at least %d", hop.SliceField, v, policy.MinSliceSize)
 	}
-	return &Req{Index: index, Size: size, Version: h.Get(relay.SliceVersionHeader)}, nil
+	return &Req{Index: index, Size: size, Version: h.Get(hop.SliceVersionField)}, nil
 }
 
 // OriginHeader is what a slice's origin request adds: its byte range,

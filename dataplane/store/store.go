@@ -11,7 +11,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/shardcache/shardcache/dataplane/hotkey"
+	"github.com/shardcache/shardcache/dataplane/internal/sketch"
 )
 
 // Config sizes a Store.
@@ -53,7 +53,7 @@ type Store struct {
 	log    *slog.Logger
 	// freq counts lookups by key, for the disk tier's admission; nil when
 	// it is off.
-	freq *hotkey.Sketch
+	freq *sketch.Sketch
 	sync bool // fsync each record before it is renamed into place
 }
 
@@ -81,7 +81,7 @@ func Open(cfg Config) (*Store, error) {
 		// Its own sketch, not the hot-key one: that one halves every few
 		// seconds to spot a burst, this one follows the slower rate at
 		// which the disk tier's contents turn over.
-		s.freq = hotkey.New(1<<16, cmp.Or(cfg.AdmissionPeriod, time.Minute), nil)
+		s.freq = sketch.New(1<<16, cmp.Or(cfg.AdmissionPeriod, time.Minute), nil)
 		d.freq = s.freq.Estimate
 	}
 	return s, nil

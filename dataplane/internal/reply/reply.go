@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"syscall"
 )
 
@@ -175,3 +177,22 @@ func (r *Recorder) ReadFrom(src io.Reader) (int64, error) {
 
 // Unwrap lets http.ResponseController reach the real writer.
 func (r *Recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// PassInterim passes 1xx interim responses from the origin (103 Early
+// Hints, 100 Continue aside) on to w.
+func PassInterim(w http.ResponseWriter) *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		if code == http.StatusContinue || code == http.StatusSwitchingProtocols {
+			return nil
+		}
+		hdr := w.Header()
+		for k, v := range h {
+			hdr[k] = v
+		}
+		w.WriteHeader(code)
+		for k := range h {
+			hdr.Del(k)
+		}
+		return nil
+	}}
+}

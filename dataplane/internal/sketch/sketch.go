@@ -1,10 +1,11 @@
-// Package hotkey estimates how often each cache key is requested, in bounded
-// memory, so a node can tell hot keys (worth a second owner and local
-// copies) from the long tail. It is a count-min sketch whose counters are
+// Package sketch estimates how often each cache key is requested, in
+// bounded memory: the one frequency sketch of the data plane, with which
+// the owner tells hot keys (worth a second owner and local copies) from the
+// long tail, and the disk tier admits what is asked for again. It is a count-min sketch whose counters are
 // halved every period, as TinyLFU does, so the estimate follows the recent
 // rate: at a steady r requests per period, a key's estimate settles near
 // 2r, and a key that stops being requested fades within a few periods.
-package hotkey
+package sketch
 
 import (
 	"hash/maphash"

@@ -1,4 +1,4 @@
-package hotkey
+package sketch
 
 import (
 	"fmt"

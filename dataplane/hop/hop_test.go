@@ -1,4 +1,4 @@
-package relay
+package hop
 
 import (
 	"go/ast"
@@ -14,7 +14,7 @@ import (
 )
 
 // Every internal header is named in hop.go alone, and every one of them is
-// in InternalHeaders, the list the client listener strips: a header added
+// in Fields, the list the client listener strips: a header added
 // elsewhere, or left off the list, would be one a client could send.
 func TestInternalHeadersAreNamedOnceAndAllStripped(t *testing.T) {
 	var outside []string
@@ -34,7 +34,7 @@ func TestInternalHeadersAreNamedOnceAndAllStripped(t *testing.T) {
 			}
 			v, _ := strconv.Unquote(lit.Value)
 			if strings.HasPrefix(strings.ToLower(v), "x-shardcache-") {
-				if filepath.Base(path) == "hop.go" && filepath.Base(filepath.Dir(path)) == "relay" {
+				if filepath.Base(path) == "hop.go" && filepath.Base(filepath.Dir(path)) == "hop" {
 					declared = append(declared, v)
 				} else {
 					outside = append(outside, path+": "+v)
@@ -48,36 +48,36 @@ func TestInternalHeadersAreNamedOnceAndAllStripped(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(outside) > 0 {
-		t.Errorf("internal header names outside relay/hop.go: %v", outside)
+		t.Errorf("internal header names outside hop/hop.go: %v", outside)
 	}
 	if len(declared) == 0 {
 		t.Fatal("no internal header found in hop.go")
 	}
 	for _, h := range declared {
-		if h == InternalPrefix {
+		if h == Prefix {
 			continue
 		}
-		if !slices.Contains(InternalHeaders, h) {
-			t.Errorf("%s is not in InternalHeaders: clients could send it", h)
+		if !slices.Contains(Fields, h) {
+			t.Errorf("%s is not in Fields: clients could send it", h)
 		}
-		if !strings.HasPrefix(h, InternalPrefix) {
-			t.Errorf("%s does not start with %s: StripInternal would let a client send it", h, InternalPrefix)
+		if !strings.HasPrefix(h, Prefix) {
+			t.Errorf("%s does not start with %s: Strip would let a client send it", h, Prefix)
 		}
 	}
 }
 
-// StripInternal removes every internal field (in any case a client sends
+// Strip removes every internal field (in any case a client sends
 // it, as net/http canonicalises it) and the fields drop names, and keeps
 // the rest.
 func TestStripInternal(t *testing.T) {
 	h := http.Header{}
-	for _, f := range InternalHeaders {
+	for _, f := range Fields {
 		h.Set(strings.ToLower(f), "x")
 	}
 	h.Set("X-Forwarded-Host", "evil.example")
 	h.Set("Accept", "*/*")
-	StripInternal(h, func(k string) bool { return k == "X-Forwarded-Host" })
+	Strip(h, func(k string) bool { return k == "X-Forwarded-Host" })
 	if len(h) != 1 || h.Get("Accept") != "*/*" {
-		t.Fatalf("after StripInternal: %v; want Accept only", h)
+		t.Fatalf("after Strip: %v; want Accept only", h)
 	}
 }
