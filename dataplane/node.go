@@ -19,7 +19,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 
 	"github.com/shardcache/shardcache/dataplane/front"
 	"github.com/shardcache/shardcache/dataplane/hotkey"
@@ -82,8 +81,7 @@ type Node struct {
 	certs   *relay.Certs
 	session *session.Client
 	// admin calls the control plane's AdminService for PURGE requests.
-	admin      []pb.AdminServiceClient
-	adminConns []*grpc.ClientConn
+	admin *session.Admin
 
 	ready chan struct{}
 	addrs [3]atomic.Pointer[net.TCPAddr] // client, peer, ops
@@ -204,7 +202,7 @@ func New(cfg Config) (*Node, error) {
 		n.log.Warn("the peer hop authenticates no one (--insecure-peer-hop): whoever reaches the peer listener can fill this node's cache",
 			"peer", cfg.PeerAddr)
 	}
-	if n.admin, n.adminConns, err = front.DialAdmin(cfg.ControlPlane, cfg.ControlPlaneTLS); err != nil {
+	if n.admin, err = session.DialAdmin(cfg.ControlPlane, cfg.ControlPlaneTLS); err != nil {
 		return nil, err
 	}
 	n.policies.Store(policy.Empty)
@@ -357,9 +355,7 @@ func (n *Node) Run(ctx context.Context) error {
 	defer n.peers.CloseIdle()
 	defer n.origin.CloseIdle()
 	defer func() {
-		for _, c := range n.adminConns {
-			c.Close()
-		}
+		n.admin.Close()
 	}()
 	dir := n.cfg.DataDir
 	if dir == "" {
@@ -549,21 +545,20 @@ func (n *Node) build() {
 	n.owner = owner.New(owner.Config{
 		ID: c.ID, OriginTimeout: c.OriginTimeout, RelayTimeout: c.RelayTimeout, HandoffWindow: c.HandoffWindow,
 		MaxObjectBytes: c.MaxObjectBytes, DiskBytes: c.DiskBytes,
-		Store: n.store, Origin: n.origin, Peers: n.peers, Routes: &n.routes, Policies: &n.policies,
-		Bans: n.bans, Inflight: &n.inflight, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
+		Store: n.store, Copies: n.hotCopies, CopyMaxObject: c.HotCopyMaxObject, Origin: n.origin, Peers: n.peers, Routes: &n.routes,
+		Policies: &n.policies, Bans: n.bans, Inflight: &n.inflight, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
 		CutOff: n.cutOff,
 	})
 	n.front = front.New(front.Config{
 		ID: c.ID, Via: routes.Via(c.ID, c.AdvertisePeerAddr), RelayTimeout: c.RelayTimeout, OriginTimeout: c.OriginTimeout,
 		BodyTimeout: max(c.ClientBodyTimeout, 0),
-		PeerMTLS:    n.serverTLS != nil, HotThreshold: c.HotThreshold, HotCopyMaxObject: c.HotCopyMaxObject, Hot: n.hot, HotKeys: &n.hotKeys, HotCopies: n.hotCopies, Logs: &n.logs,
+		PeerMTLS:    n.serverTLS != nil, HotThreshold: c.HotThreshold, Hot: n.hot, HotKeys: &n.hotKeys, Logs: &n.logs,
 		TrustedProxies: c.TrustedProxies, PurgeAllow: c.PurgeAllow, AdminToken: c.AdminToken, JoinToken: c.JoinToken,
-		Admin: n.admin, ControlPlane: c.ControlPlane, AccessLog: n.access, AccessLogSample: c.AccessLogSample,
+		Purger: n.admin, ControlPlane: c.ControlPlane, AccessLog: n.access, AccessLogSample: c.AccessLogSample,
 		RequestEpoch: n.session.RequestEpoch,
-		Owner:        n.owner, Answers: n.owner, Origin: n.origin, Peers: n.peers, Routes: &n.routes, Policies: &n.policies,
-		Bans: n.bans, Shadow: n.shadow, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
+		Owner:        n.owner, Origin: n.origin, Peers: n.peers, Routes: &n.routes, Policies: &n.policies,
+		Shadow: n.shadow, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
 	})
-	n.owner.SetLocal(n.front.ServeLocal)
 }
 
 // every calls f every period until ctx ends.

@@ -13,7 +13,6 @@ import (
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/logstream"
 	"github.com/shardcache/shardcache/dataplane/owner"
-	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -84,7 +83,7 @@ func (n *Node) serveInspect(w http.ResponseWriter, r *http.Request) {
 		o := admin.StoredObject{Kind: kind, Variant: variant, Tier: "disk", Status: e.Status, Size: e.Size,
 			Age: int64(e.Age(now) / time.Second), FreshFor: int64((e.Lifetime - e.Age(now)) / time.Second),
 			Freshness: freshnessSource(e, p), ETag: e.Header.Get("Etag"), LastModified: e.Header.Get("Last-Modified")}
-		purge.EntryTags(e.Header, func(tag string) bool {
+		httpcache.EntryTags(e.Header, func(tag string) bool {
 			o.Tags = append(o.Tags, tag)
 			return len(o.Tags) >= maxInspectTags
 		})

@@ -105,9 +105,7 @@ func (n *Node) purgeNow(b *purge.Ban) {
 		k := p.URLKeys(r)
 		keys = k[:]
 	default:
-		if n.hotCopies != nil {
-			n.hotCopies.Clear()
-		}
+		n.owner.DropCopies(nil)
 		return
 	}
 	idx := n.owner.Index()
@@ -115,10 +113,8 @@ func (n *Node) purgeNow(b *purge.Ban) {
 		if idx.Delete(k) {
 			b.Removed().Add(1)
 		}
-		if n.hotCopies != nil {
-			n.hotCopies.Delete(k)
-		}
 	}
+	n.owner.DropCopies(keys)
 }
 
 // swept is told of the bans a sweep applied: it keeps the state and

@@ -124,7 +124,10 @@ func policyCases() []rfcCase {
 // runtimeDir, and waits until every node has it.
 func applySuitePolicy(t *testing.T, ctx context.Context, control, runtimeDir, off string) {
 	t.Helper()
-	token, err := os.ReadFile(filepath.Join(runtimeDir, "shardcache", "dev-token"))
+	// The dev cluster names its token file by its control plane's
+	// address when that is not the default one (cmd/internal/devtoken).
+	name := "dev-token-" + strings.NewReplacer(":", "_", "/", "_", "[", "", "]", "").Replace(control)
+	token, err := os.ReadFile(filepath.Join(runtimeDir, "shardcache", name))
 	if err != nil {
 		t.Fatal(err)
 	}

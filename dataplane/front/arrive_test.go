@@ -87,7 +87,7 @@ func TestConnectionMayNotNameAFieldTheNodeReads(t *testing.T) {
 	} {
 		r := &http.Request{Method: "GET", Host: "shop.example", URL: &url.URL{Path: tt.path}, Header: http.Header{
 			"Connection": {tt.conn}, "Accept": {"text/html"}, "X-Private-Hop": {"1"}, "X-Tenant": {"t1"}, "Keep-Alive": {"timeout=5"}}}
-		_, refused := f.arrive(r)
+		_, refused := f.check(r)
 		switch {
 		case tt.refused == "" && refused != nil:
 			t.Errorf("Connection: %s refused: %s", tt.conn, refused.msg)
@@ -114,7 +114,7 @@ func TestViaNamingTheClusterIsALoop(t *testing.T) {
 		{[]string{strings.Repeat("1.1 p, ", 16) + "1.1 p"}, true},
 	} {
 		r := &http.Request{Method: "GET", Host: "shop.example", URL: &url.URL{Path: "/"}, Header: http.Header{"Via": tt.via}}
-		_, refused := f.arrive(r)
+		_, refused := f.check(r)
 		if got := refused != nil && refused.status == http.StatusLoopDetected; got != tt.loop {
 			t.Errorf("Via %q: loop %v (%+v), want %v", tt.via, got, refused, tt.loop)
 		}
@@ -163,7 +163,7 @@ func FuzzArrivalSendsWhatItKeys(f *testing.F) {
 			h[name] = append(h[name], value)
 		}
 		r := &http.Request{Method: "GET", Host: "shop.example", URL: &url.URL{Path: path}, Header: h, RemoteAddr: "192.0.2.9:1234"}
-		p, refused := front.arrive(r)
+		p, refused := front.check(r)
 		if refused != nil {
 			return // answered without being sent anywhere
 		}

@@ -1,20 +1,22 @@
 // Package front holds a node's two request handlers, and is the one place
-// that decides what a request is trusted with. The client listener's
-// handler (ServeClient) takes requests from anyone: it strips every
-// internal header, believes forwarded fields only from trusted proxies,
-// normalises the path, and routes the request by its policy: bypass to the
-// origin, redirect or relay to the key's owner, a hot copy, or this node's
-// owner (package owner). It also answers PURGE and invalidates what an
-// unsafe method changed. The peer listener's handler (ServePeer) takes
-// requests relayed by other nodes and hands them to the owner, never
-// relaying them again.
+// that decides what a request is trusted with and where it goes. The
+// client listener's handler (ServeClient) takes requests from anyone: it
+// decides each once on arrival (arrive.go), builds the one owner.Request
+// the rest reads, and routes it by its policy (route.go): around the cache
+// to the origin (bypass.go), to the key's owner over the peer hop
+// (relay.go) or by a redirect, or to this node's owner (package owner).
+// It records the owner's Outcome (record.go) and answers PURGE
+// (purgereq.go). The peer listener's handler (ServePeer, peer.go) is the
+// peer gate: it serves only members of the ring, believes their hop fields
+// as typed facts, and hands their requests to the owner, never relaying
+// them again.
 //
-// It imports the owner package for its exported rule (StoreLifetime) and
-// seams (Origin, Peers), and calls the owner through Owner and Answerer.
+// The cache itself (the store, purges, hot copies, invalidation) is the
+// owner's: the front reaches it through Owner alone.
 package front
 
 import (
-	"io"
+	"context"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -30,33 +32,35 @@ import (
 	"github.com/shardcache/shardcache/dataplane/logstream"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/owner"
-	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/routes"
-	"github.com/shardcache/shardcache/dataplane/slice"
-	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/authlimit"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
-// Owner is the owner's read path, for the keys this node owns.
+// Owner is the cache, for the requests this node serves.
 type Owner interface {
-	// Serve answers key from the store or fills it; from is a hot key's
-	// first owner to fill from, sl the slice asked for.
-	Serve(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, from *pb.Member, sl *slice.Req)
-	// ServeSliced answers from the object's slices; false, having written
-	// nothing, when it cannot be sliced.
-	ServeSliced(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy) bool
-	// Drop removes what the store holds under key.
-	Drop(key string)
+	// Serve answers req (its own key, a slice, an assembled object, a hot
+	// copy) and says how.
+	Serve(w http.ResponseWriter, req *owner.Request) owner.Outcome
+	// Keep answers req from resp, its owner's answer relayed, keeping a
+	// hot copy where it may; false, having written nothing, when it keeps
+	// none.
+	Keep(w http.ResponseWriter, req *owner.Request, resp *http.Response) bool
+	// Invalidate drops what an unsafe request changed (or a peer's
+	// invalidation names).
+	Invalidate(req *owner.Request, h http.Header)
 }
 
-// Answerer answers from an entry held outside the store (a hot copy) as
-// the owner answers from its own.
-type Answerer interface {
-	Usable(e *store.Entry) bool
-	Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd io.Reader, status string) error
+// Purger records purges with the control plane: PURGE requests reach it
+// through this alone (session.Admin).
+type Purger interface {
+	// Purge makes call on a control-plane replica that answers.
+	Purge(ctx context.Context, call func(context.Context, pb.AdminServiceClient) (*pb.PurgeStatus, error)) (*pb.PurgeStatus, error)
 }
+
+// PurgeCall is one AdminService purge call.
+type PurgeCall = func(context.Context, pb.AdminServiceClient) (*pb.PurgeStatus, error)
 
 // Config is what a Front is built from.
 type Config struct {
@@ -73,16 +77,14 @@ type Config struct {
 	// PeerMTLS says the peer listener is mutual TLS: a peer request is
 	// served only when its certificate names a member of the ring.
 	PeerMTLS bool
-	// HotThreshold is the node's hot-key rate (per minute); Hot, HotKeys
-	// and HotCopies are nil when hot-key handling is off.
-	HotThreshold     int
-	HotCopyMaxObject int64
-	Hot              *sketch.Sketch
-	HotKeys          *hotkey.List
+	// HotThreshold is the node's hot-key rate (per minute); Hot and
+	// HotKeys are nil when hot-key handling is off.
+	HotThreshold int
+	Hot          *sketch.Sketch
+	HotKeys      *hotkey.List
 	// Logs hands access-log records to the streams operators open
 	// (cachectl log); nil for none.
-	Logs      *logstream.Hub
-	HotCopies *store.Memory
+	Logs *logstream.Hub
 	// TrustedProxies may send forwarded fields; PurgeAllow may PURGE
 	// without a token, as AdminToken.
 	TrustedProxies, PurgeAllow []netip.Prefix
@@ -90,9 +92,9 @@ type Config struct {
 	// JoinToken proves to the control plane that a PURGE is relayed by a
 	// node, which names its client.
 	JoinToken string
-	// Admin calls the control plane (at ControlPlane, for messages) for
-	// PURGE requests.
-	Admin        []pb.AdminServiceClient
+	// Purger records PURGE requests' purges with the control plane (at
+	// ControlPlane, for messages).
+	Purger       Purger
 	ControlPlane string
 	// AccessLog, when set, gets a line for AccessLogSample of requests.
 	AccessLog       *slog.Logger
@@ -101,12 +103,10 @@ type Config struct {
 	RequestEpoch func(epoch uint64)
 
 	Owner    Owner
-	Answers  Answerer
 	Origin   owner.Origin
 	Peers    owner.Peers
 	Routes   *atomic.Pointer[routes.Table]
 	Policies *atomic.Pointer[policy.Set]
-	Bans     *purge.Set
 	Shadow   *metrics.Shadow
 	Metrics  *metrics.Set
 	Tasks    *tasks.Group
@@ -145,7 +145,7 @@ const (
 func New(cfg Config) *Front {
 	name := httpcache.SFItem(cfg.ID)
 	return &Front{cfg: cfg, purgeAuth: authlimit.New(purgeAuthEvery, purgeAuthBurst, purgeAuthClients),
-		statusName: name, relayStatus: httpcache.StatusMember{Node: name, Cache: httpcache.CacheMiss, Detail: "relayed"}.String()}
+		statusName: name, relayStatus: httpcache.RelayedMember(name)}
 }
 
 // ServeClient is the client listener's handler.
@@ -166,11 +166,3 @@ func (f *Front) Draining() bool { return f.draining.Load() }
 
 // LastPeer is when the peer listener last got a request while draining.
 func (f *Front) LastPeer() time.Time { return time.Unix(0, f.lastPeer.Load()) }
-
-// epoch is the ring epoch the node serves with, 0 before the first.
-func (f *Front) epoch() uint64 {
-	if rt := f.cfg.Routes.Load(); rt != nil {
-		return rt.Epoch.GetEpoch()
-	}
-	return 0
-}

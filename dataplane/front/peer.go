@@ -12,7 +12,9 @@ import (
 	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/hotkey"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
+	"github.com/shardcache/shardcache/dataplane/owner"
 	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/routes"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
@@ -33,6 +35,7 @@ func (f *Front) servePeer(w http.ResponseWriter, r *http.Request) {
 		f.refusePeer(w, r, "no_hop", http.StatusBadRequest, "peer listener: only requests relayed by shardcache nodes are served here")
 		return
 	}
+	rt := f.cfg.Routes.Load() // the epoch the request is served by, loaded once
 	if f.cfg.PeerMTLS {
 		// The handshake checked the certificate against the cluster CA;
 		// it must also name a member of the ring.
@@ -40,79 +43,68 @@ func (f *Front) servePeer(w http.ResponseWriter, r *http.Request) {
 		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 			id = relay.Identity(r.TLS.PeerCertificates[0])
 		}
-		if id == "" || !f.cfg.Routes.Load().Member(id) {
+		if id == "" || !rt.Member(id) {
 			// A node that has just joined relays before this node has
 			// the epoch naming it: ask for the epoch it has seen.
-			f.epochHint(r)
+			f.epochHint(r, rt)
 			f.refusePeer(w, r, "not_a_member", http.StatusForbidden,
 				fmt.Sprintf("peer listener: the certificate names %q, not a member of the ring", id))
 			return
 		}
 	}
-	f.serveLocal(w, r)
+	f.serveLocal(w, r, rt)
 }
-
-// ServeLocal serves a peer request made in process (a slice this node
-// serves itself): it has no transport to check.
-func (f *Front) ServeLocal(w http.ResponseWriter, r *http.Request) { f.serveLocal(w, r) }
 
 // epochHint asks the control plane for the epoch a peer request says its
 // sender serves, when it is newer than this node's: this node's push is
 // late.
-func (f *Front) epochHint(r *http.Request) {
-	if seen, err := strconv.ParseUint(r.Header.Get(hop.EpochField), 10, 64); err == nil && seen > f.epoch() {
+func (f *Front) epochHint(r *http.Request, rt *routes.Table) {
+	seen, err := strconv.ParseUint(r.Header.Get(hop.EpochField), 10, 64)
+	if err == nil && (rt == nil || seen > rt.Epoch.GetEpoch()) {
 		f.cfg.RequestEpoch(seen)
 	}
 }
 
-// serveLocal serves a peer request that passed servePeer's checks.
-func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request) {
+// serveLocal serves a peer request that passed servePeer's checks: its hop
+// fields, now believed, become the request's typed facts.
+func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request, rt *routes.Table) {
+	now := time.Now()
 	if f.draining.Load() {
-		f.lastPeer.Store(time.Now().UnixNano())
+		f.lastPeer.Store(now.UnixNano())
 	}
 	// Meanwhile the request is served here, never relayed again.
-	f.epochHint(r)
+	f.epochHint(r, rt)
 	if r.Header.Get(hop.HotKeysField) != "" {
 		f.serveHotKeys(w, r)
 		return
 	}
-	key, p, sl, err := f.peerKey(r)
+	p := f.cfg.Policies.Load().Match(policy.Host(r), r.URL.Path)
+	sl, err := slice.ParseHeader(r.Header)
 	if err != nil {
 		http.Error(w, "peer listener: "+err.Error(), http.StatusBadRequest)
 		return
 	}
+	req := &owner.Request{HTTP: r, Key: p.Key(hop.Scheme(r), r), Policy: p, Routes: rt, Now: now, Slice: sl,
+		Hop: owner.Hop{From: r.Header.Get(hop.Marker), Handoff: r.Header.Get(hop.HandoffField) != ""}}
+	if sl != nil {
+		req.Key = sl.Key(req.Key)
+	}
 	if r.Header.Get(hop.InvalidateField) != "" {
-		if sl != nil {
-			f.drop(key) // one slice's head, as the assembler asks
-		} else {
-			f.dropURL(r, p)
-		}
+		f.cfg.Owner.Invalidate(req, nil)
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	if f.cfg.Tracer != nil {
 		annotate(r.Context(), attribute.String("shardcache.node", f.cfg.ID))
 	}
+	req.From = f.replicaOf(req)
 	rec := reply.NewRecorder(w)
-	w.Header().Set(hop.PurgeRevisionField, strconv.FormatInt(f.cfg.Bans.Revision(), 10))
-	f.cfg.Owner.Serve(rec, r, key, p, f.replicaOf(r, key, p, sl), sl)
+	f.cfg.Owner.Serve(rec, req)
 	f.cfg.Metrics.PeerBytes.WithLabelValues("out").Add(float64(rec.Bytes))
-	if r.Header.Get(hop.HandoffField) != "" && rec.Status < 300 && !rec.Broken {
+	if req.Hop.Handoff && rec.Status < 300 && !rec.Broken {
 		f.cfg.Metrics.Totals.HandoffAnswers.Add(1)
 	}
 	rec.AbortIfBroken()
-}
-
-// peerKey is the key and policy of a peer request: its URL's key under
-// the scheme the client used, or the key of the slice it asks for.
-func (f *Front) peerKey(r *http.Request) (string, *policy.Policy, *slice.Req, error) {
-	p := f.cfg.Policies.Load().Match(policy.Host(r), r.URL.Path)
-	key := p.Key(hop.Scheme(r), r)
-	sl, err := slice.ParseHeader(r.Header)
-	if sl != nil {
-		key = sl.Key(key)
-	}
-	return key, p, sl, err
 }
 
 // serveHotKeys answers a peer's hop.HotKeysField request: this node's hot
@@ -125,13 +117,11 @@ func (f *Front) serveHotKeys(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []*hotkey.Key{}
 	if f.cfg.Hot != nil {
-		out = f.cfg.HotKeys.Hottest(f.cfg.Hot, limit)
+		out = append(out, f.cfg.HotKeys.Hottest(f.cfg.Hot, limit)...)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(out)
 }
-
-// precopy takes the hottest keys this node gained in rt from their previous
 
 // refusePeer answers a peer request that is not served, logs why and
 // counts it by reason.
@@ -145,13 +135,13 @@ func (f *Front) refusePeer(w http.ResponseWriter, r *http.Request, reason string
 // replicaOf is a hot key's first owner when this node is one of its later
 // owners (a request relayed here to share the key's load): the owner to
 // fill from before the origin. Nil otherwise.
-func (f *Front) replicaOf(r *http.Request, key string, p *policy.Policy, sl *slice.Req) *pb.Member {
-	rt := f.cfg.Routes.Load()
-	if rt == nil || sl != nil || p.ReplicationFactor < 2 || r.Header.Get(hop.HandoffField) != "" {
+func (f *Front) replicaOf(req *owner.Request) *pb.Member {
+	rt, p := req.Routes, req.Policy
+	if rt == nil || req.Slice != nil || p.ReplicationFactor < 2 || req.Hop.Handoff {
 		return nil
 	}
 	var buf [4]*pb.Member
-	owners := rt.Owners(buf[:0], key, p.ReplicationFactor)
+	owners := rt.Owners(buf[:0], req.Key, p.ReplicationFactor)
 	for i, o := range owners {
 		if i > 0 && o.GetId() == f.cfg.ID {
 			return owners[0]

@@ -36,8 +36,6 @@ const (
 	// HotKeysField, on a peer request, asks for the peer's hot keys
 	// instead of a cached response: at most its value of them.
 	HotKeysField = "X-Shardcache-Hot-Keys"
-	// PrecopyField marks the in-process request of a pre-copy.
-	PrecopyField = "X-Shardcache-Precopy"
 	// PurgeRevisionField tells a node, on a peer answer, the purge
 	// revision the answering owner had applied: an answer from an owner
 	// behind this node may hold what this node purged, and is not kept as
@@ -55,7 +53,7 @@ const Prefix = "X-Shardcache-"
 // Fields are every header field above: taken from no client, sent
 // to no origin.
 var Fields = []string{Marker, EpochField, SchemeField, InvalidateField, SliceField, SliceVersionField,
-	HandoffField, HotKeysField, PrecopyField, PurgeRevisionField, RefusedField}
+	HandoffField, HotKeysField, PurgeRevisionField, RefusedField}
 
 // RelayHeader is the header of a client request relayed to a peer by node
 // self at ring epoch (0: none yet): the client's end-to-end fields, the

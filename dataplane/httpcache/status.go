@@ -203,3 +203,9 @@ const (
 	// stored and some fetched.
 	CachePartial = "PARTIAL"
 )
+
+// RelayedMember is the Cache-Status member a node adds to an owner's
+// answer it relays: it did not serve it from its own store.
+func RelayedMember(node string) string {
+	return StatusMember{Node: node, Cache: CacheMiss, Detail: "relayed"}.String()
+}

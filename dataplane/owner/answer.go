@@ -2,7 +2,6 @@ package owner
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -15,55 +14,32 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/store"
-	"github.com/shardcache/shardcache/sdk/policy"
 )
 
-// Answer writes a stored entry to w, its body from memory, from its disk
-// record (by sendfile where the platform has it), or from rd, a reader
-// following the entry's fill as it streams in. The stored coding is sent
-// to a client that accepts it and decoded for one that does not. A client
-// whose conditional matches gets 304 (RFC 9111 4.3.2).
+// Answer is the last stage: it writes a stored entry, its body from
+// memory, from its disk record (by sendfile where the platform has it),
+// or from rd, a reader following the entry's fill as it streams in. The
+// stored coding is sent to a client that accepts it and decoded for one
+// that does not. A client whose conditional matches gets 304 (RFC 9111
+// 4.3.2); a Range is answered from a stored 200 (ranges.go).
 //
 // It returns an error, having written nothing, when the body cannot be
 // read at all. A fill that breaks off after the header was sent aborts the
 // response, so the client sees a broken transfer rather than a short body.
-func (o *Owner) Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, rd io.Reader, status string) error {
-	h := w.Header()
+func (s *serving) Answer(e *store.Entry, rd io.Reader, status string) error {
+	if rd == nil {
+		s.out.Source = SourceDisk
+		if e.InMemory() {
+			s.out.Source = SourceMemory
+		}
+	}
+	r := s.r
 	if httpcache.NotModified(r.Method, r.Header, e.Status, e.Header) {
-		o.writeNotModified(w, r, e, status)
+		s.writeNotModified(e, status)
 		return nil
 	}
-	switch ranges, err := rangesFor(r, e, rd != nil); {
-	case rd != nil && len(ranges) == 1:
-		// A range of an object still streaming in: answered as its bytes
-		// arrive, then the rest is read, so the answer ends with the fill.
-		o.answerFollowing(w, r, e, rd, span{0, e.Length - 1, e.Length}, ranges[0], status)
-		io.Copy(io.Discard, rd)
-		return nil
-	case rd != nil && errors.Is(err, httpcache.ErrRangeUnsatisfiable):
-		for k, v := range e.Header {
-			h[k] = v
-		}
-		o.cacheHeaders(h, r, e, status)
-		answerRanges(w, r, e.Header, e.Length, nil, nil)
-		return nil
-	case ranges != nil || errors.Is(err, httpcache.ErrRangeUnsatisfiable):
-		body, done, err := o.readerAt(e)
-		if err != nil {
-			return err
-		}
-		defer done()
-		for k, v := range e.Header {
-			h[k] = v
-		}
-		h.Del("Content-Length")
-		h.Set("Accept-Ranges", "bytes")
-		o.cacheHeaders(h, r, e, status)
-		section := func(start, length int64) io.Reader { return io.NewSectionReader(body, start, length) }
-		if err := answerRanges(w, r, e.Header, e.Length, ranges, section); err != nil && !reply.IsWriteError(err) {
-			return reply.BreakOff(w) // the stored body could not be read: do not end it cleanly
-		}
-		return nil
+	if ranges, err := rangesFor(r, e, rd != nil); ranges != nil || errors.Is(err, httpcache.ErrRangeUnsatisfiable) {
+		return s.answerRanges(e, rd, ranges, status)
 	}
 	var src io.Reader
 	var follow *reply.ErrReader
@@ -81,13 +57,14 @@ func (o *Owner) Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, r
 	case e.InMemory():
 		// Written below as it is.
 	default:
-		f, err := o.cfg.Store.Open(e)
+		f, err := s.cfg.Store.Open(e)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
 		src = &io.LimitedReader{R: f, N: e.Size} // what sendfile recognises
 	}
+	h := s.w.Header()
 	for k, v := range e.Header {
 		h[k] = v // entries are immutable; the slices are only read
 	}
@@ -109,19 +86,25 @@ func (o *Owner) Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, r
 	if length >= 0 && reply.BodyAllowed(e.Status) {
 		h.Set("Content-Length", strconv.FormatInt(length, 10))
 	}
-	o.cacheHeaders(h, r, e, status)
-	w.WriteHeader(e.Status)
+	s.cacheHeaders(h, e, status)
+	s.w.WriteHeader(e.Status)
 	if r.Method == http.MethodHead || !reply.BodyAllowed(e.Status) {
 		return nil
 	}
 	if e.InMemory() && rd == nil && !decode {
 		coalesce.Hold(r, int64(len(e.Body))) // a small answer from memory leaves in one write
-		w.Write(e.Body)
+		s.w.Write(e.Body)
 		return nil
 	}
 	if src == nil {
 		src = bytes.NewReader(e.Body) // in memory, decoded for this client
 	}
+	return s.writeBody(src, follow, decode)
+}
+
+// writeBody copies an answer's body, decoding it when the client does not
+// accept the stored coding; a body that breaks off is broken off.
+func (s *serving) writeBody(src io.Reader, follow *reply.ErrReader, decode bool) error {
 	if decode {
 		d := decoders.Get().(*zstd.Decoder)
 		defer func() {
@@ -129,21 +112,21 @@ func (o *Owner) Answer(w http.ResponseWriter, r *http.Request, e *store.Entry, r
 			decoders.Put(d)
 		}()
 		if err := d.Reset(src); err != nil {
-			return reply.BreakOff(w)
+			return reply.BreakOff(s.w)
 		}
 		src = d
 	}
-	_, err := io.Copy(w, src)
+	_, err := io.Copy(s.w, src)
 	if err != nil && (follow != nil && follow.Err != nil || decode && !reply.IsWriteError(err)) {
-		return reply.BreakOff(w) // the body broke off: do not end it cleanly
+		return reply.BreakOff(s.w) // the body broke off: do not end it cleanly
 	}
 	return nil
 }
 
 // writeNotModified answers 304 for e (RFC 9111 4.3.2): its header
 // fields but those describing the body.
-func (o *Owner) writeNotModified(w http.ResponseWriter, r *http.Request, e *store.Entry, status string) {
-	h := w.Header()
+func (s *serving) writeNotModified(e *store.Entry, status string) {
+	h := s.w.Header()
 	for k, v := range e.Header {
 		h[k] = v
 	}
@@ -154,20 +137,21 @@ func (o *Owner) writeNotModified(w http.ResponseWriter, r *http.Request, e *stor
 		httpcache.AddVary(h, "Accept-Encoding")
 		httpcache.WeakenETag(h)
 	}
-	o.cacheHeaders(h, r, e, status)
-	w.WriteHeader(http.StatusNotModified)
+	s.cacheHeaders(h, e, status)
+	s.w.WriteHeader(http.StatusNotModified)
 }
 
-// cacheHeaders sets Age, X-Cache, X-Cache-Node and Cache-Status. The
-// names are canonical already, so the fields are set without the work
-// Header.Set does to canonicalise them, on every answer.
-func (o *Owner) cacheHeaders(h http.Header, r *http.Request, e *store.Entry, status string) {
-	age := e.Age(time.Now())
+// cacheHeaders sets Age, X-Cache, X-Cache-Node and Cache-Status, and
+// records them as the outcome. The names are canonical already, so the
+// fields are set without the work Header.Set does to canonicalise them,
+// on every answer.
+func (s *serving) cacheHeaders(h http.Header, e *store.Entry, status string) {
+	age := e.Age(s.req.Now)
 	h["Age"] = []string{strconv.FormatInt(int64(age/time.Second), 10)}
 	h["X-Cache"] = statusField(status)
-	h["X-Cache-Node"] = o.nodeField
-	m := httpcache.StatusMember{Node: o.statusName, Cache: status, TTL: e.Lifetime - age, HasTTL: true}
-	if showsKey(r) {
+	h["X-Cache-Node"] = s.nodeField
+	m := httpcache.StatusMember{Node: s.statusName, Cache: status, TTL: e.Lifetime - age, HasTTL: true}
+	if s.p.CacheStatusKey {
 		m.Key = e.Key
 	}
 	switch status {
@@ -178,6 +162,7 @@ func (o *Owner) cacheHeaders(h http.Header, r *http.Request, e *store.Entry, sta
 	}
 	var buf [128]byte
 	addCacheStatus(h, string(m.Append(buf[:0])))
+	s.out.Member, s.out.Node = m, s.cfg.ID
 }
 
 // addCacheStatus adds this node's member to the Cache-Status of the
@@ -190,20 +175,49 @@ func addCacheStatus(h http.Header, member string) {
 // statusHeaders sets X-Cache, X-Cache-Node and Cache-Status for an answer
 // that is not stored: the origin's, with its status, or the node's own
 // error (status 0).
-func (o *Owner) statusHeaders(h http.Header, status string, code int) {
+func (s *serving) statusHeaders(h http.Header, status string, code int) {
 	h["X-Cache"] = statusField(status)
-	h["X-Cache-Node"] = o.nodeField
-	m := httpcache.StatusMember{Node: o.statusName, Cache: status, Status: code}
+	h["X-Cache-Node"] = s.nodeField
+	m := httpcache.StatusMember{Node: s.statusName, Cache: status, Status: code}
 	addCacheStatus(h, m.String())
+	s.out.Member, s.out.Node = m, s.cfg.ID
 }
 
 // originError answers code for a failure to get an answer from the
 // origin: Proxy-Status names the error's type (RFC 9209).
-func (o *Owner) originError(w http.ResponseWriter, code int, err error, msg string) {
-	h := w.Header()
-	o.statusHeaders(h, httpcache.CacheMiss, 0)
-	h["Proxy-Status"] = []string{httpcache.ProxyStatus(o.statusName, httpcache.ErrorType(err), httpcache.ErrorDetails(err))}
-	http.Error(w, "shardcache: "+msg, code)
+func (s *serving) originError(code int, err error, msg string) {
+	h := s.w.Header()
+	s.statusHeaders(h, httpcache.CacheMiss, 0)
+	s.out.Source = ""
+	h["Proxy-Status"] = []string{httpcache.ProxyStatus(s.statusName, httpcache.ErrorType(err), httpcache.ErrorDetails(err))}
+	http.Error(s.w, "shardcache: "+msg, code)
+}
+
+// writeResponse streams a fetched response that is not stored; a range of
+// a 200 is cut from it as it comes, and the rest is not fetched.
+func (s *serving) writeResponse(resp *http.Response, fromOrigin bool, status string) {
+	s.out.Source = SourcePeer
+	if fromOrigin {
+		s.out.Source = SourceOrigin
+	}
+	if rg, ok := passedRange(s.r, resp); ok {
+		e := &store.Entry{Status: resp.StatusCode, Header: resp.Header, Received: s.req.Now}
+		rd := io.Reader(resp.Body)
+		if fromOrigin {
+			rd = &countingReader{r: rd, add: s.cfg.Metrics.OriginBytes.Add}
+		}
+		s.answerFollowing(e, rd, span{0, resp.ContentLength - 1, resp.ContentLength}, rg, status)
+		return
+	}
+	reply.CopyHeader(s.w.Header(), resp.Header)
+	s.statusHeaders(s.w.Header(), status, resp.StatusCode)
+	s.w.WriteHeader(resp.StatusCode)
+	if s.r.Method != http.MethodHead {
+		nb, _ := reply.Pass(s.w, resp.Body)
+		if fromOrigin {
+			s.cfg.Metrics.OriginBytes.Add(float64(nb))
+		}
+	}
 }
 
 // acceptRangesBytes is Accept-Ranges: bytes, shared as statusFields are.
@@ -224,23 +238,6 @@ func init() {
 // cacheCollapsed is the status of an answer shared from another
 // request's fill: X-Cache says HIT, Cache-Status says collapsed.
 const cacheCollapsed = "COLLAPSED"
-
-// statusKey marks, in a request's context, a policy that shows the cache
-// key in Cache-Status.
-type statusKey struct{}
-
-// withStatusKey is r marked so when p says (cache_status_key).
-func withStatusKey(r *http.Request, p *policy.Policy) *http.Request {
-	if !p.CacheStatusKey {
-		return r
-	}
-	return r.WithContext(context.WithValue(r.Context(), statusKey{}, true))
-}
-
-func showsKey(r *http.Request) bool {
-	v, _ := r.Context().Value(statusKey{}).(bool)
-	return v
-}
 
 // statusField returns status as a header value.
 func statusField(status string) []string {

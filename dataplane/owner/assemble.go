@@ -16,35 +16,38 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
-	"github.com/shardcache/shardcache/sdk/policy"
 )
 
-// ServeSliced answers r from the slices of the object under key. It
-// reports false, having written nothing, when the object cannot be sliced
-// consistently (no validator): the caller then serves it whole.
-func (o *Owner) ServeSliced(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy) bool {
-	r = withStatusKey(r, p)
+// serveSliced answers the request from the slices of the object under
+// its key. It writes nothing (Outcome.Served false) when the object cannot
+// be sliced consistently (no validator): the front then serves it whole.
+func (s *serving) serveSliced() {
+	s.out.Source = SourceSlices
 	for attempt := 0; ; attempt++ {
-		err := o.serveSlicedOnce(w, r, key, p)
+		err := s.serveSlicedOnce()
 		switch {
 		case err == nil:
-			return true
+			s.out.Served = true
+			return
 		case errors.Is(err, errNotSliceable):
-			return false
+			return
 		case errors.Is(err, slice.ErrChanged) && attempt == 0:
 			continue // the stale head is dropped; start again from the new one
-		case r.Context().Err() != nil:
-			return true // the client went away
+		case s.r.Context().Err() != nil:
+			s.out.Served = true
+			return // the client went away
 		}
-		http.Error(w, "shardcache: "+err.Error(), http.StatusBadGateway)
-		return true
+		s.out.Served = true
+		http.Error(s.w, "shardcache: "+err.Error(), http.StatusBadGateway)
+		return
 	}
 }
 
 // serveSlicedOnce is one attempt of ServeSliced. It returns an error only
 // before anything is written; a failure while the body is sent aborts the
 // response, so the client sees a broken transfer, never a wrong body.
-func (o *Owner) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy) error {
+func (s *serving) serveSlicedOnce() error {
+	w, r, key, p := s.w, s.r, s.key, s.p
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	size := p.SliceSize
@@ -53,10 +56,10 @@ func (o *Owner) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key stri
 	if wantsFirstSlice(r, size) {
 		method = http.MethodGet
 	}
-	head := o.fetchSlice(ctx, r, key, p, headReq, method)
+	head := s.fetchSlice(ctx, headReq, method)
 	if head.StatusCode != http.StatusPartialContent {
 		defer head.Body.Close()
-		o.passOn(w, r, head)
+		s.passOn(head)
 		return nil
 	}
 	cr := head.Header.Get("Content-Range")
@@ -74,7 +77,7 @@ func (o *Owner) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key stri
 	xcache := head.Header.Get("X-Cache")
 	if httpcache.NotModified(r.Method, r.Header, e.Status, e.Header) {
 		head.Body.Close()
-		o.writeNotModified(w, r, e, xcache)
+		s.writeNotModified(e, xcache)
 		return nil
 	}
 	ranges, rerr := rangesFor(r, e, false)
@@ -89,7 +92,7 @@ func (o *Owner) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key stri
 	}
 	if len(plan) > 0 {
 		// The answer's X-Cache tells of every slice it uses, not slice 0's alone.
-		xcache = o.slicesCache(ctx, r, key, p, version, plan, xcache)
+		xcache = s.slicesCache(ctx, version, plan, xcache)
 	}
 	var first *http.Response
 	if len(plan) > 0 && plan[0] == 0 && method == http.MethodGet {
@@ -98,12 +101,12 @@ func (o *Owner) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key stri
 		head.Body.Close()
 	}
 	body := slice.NewBody(ctx, size, total, plan, func(ctx context.Context, i int64) (*http.Response, error) {
-		s := &slice.Req{Index: i, Size: size, Version: version}
-		resp := o.fetchSlice(ctx, r, key, p, s, http.MethodGet)
-		if err := slice.Check(resp, s, total); err != nil {
+		sl := &slice.Req{Index: i, Size: size, Version: version}
+		resp := s.fetchSlice(ctx, sl, http.MethodGet)
+		if err := slice.Check(resp, sl, total); err != nil {
 			resp.Body.Close()
 			if errors.Is(err, slice.ErrChanged) {
-				o.dropSlice(r, key, p, headReq)
+				s.dropSlice(headReq)
 			}
 			return nil, err
 		}
@@ -120,9 +123,9 @@ func (o *Owner) serveSlicedOnce(w http.ResponseWriter, r *http.Request, key stri
 	h := w.Header()
 	reply.CopyHeader(h, e.Header)
 	h.Set("Accept-Ranges", "bytes")
-	o.cacheHeaders(h, r, e, xcache)
+	s.cacheHeaders(h, e, xcache)
 	if ranges != nil || errors.Is(rerr, httpcache.ErrRangeUnsatisfiable) {
-		if err := answerRanges(w, r, e.Header, e.Length, ranges, body.Section); err != nil && !reply.IsWriteError(err) {
+		if err := writeRanges(w, r, e.Header, e.Length, ranges, body.Section); err != nil && !reply.IsWriteError(err) {
 			return reply.BreakOff(w)
 		}
 		return nil
@@ -165,9 +168,10 @@ func sliceEntry(key string, head *http.Response, total int64) *store.Entry {
 		InitialAge: time.Duration(age) * time.Second, Length: total, Size: total}
 }
 
-// passOn answers r with an owner's answer that is not a slice: the
-// object's error, redirect, or whole body.
-func (o *Owner) passOn(w http.ResponseWriter, r *http.Request, resp *http.Response) {
+// passOn answers with an owner's answer that is not a slice: the object's
+// error, redirect, or whole body.
+func (s *serving) passOn(resp *http.Response) {
+	w, r := s.w, s.r
 	httpcache.RemoveHopByHop(resp.Header)
 	resp.Header.Del(hop.PurgeRevisionField)
 	reply.CopyHeader(w.Header(), resp.Header)
@@ -177,16 +181,17 @@ func (o *Owner) passOn(w http.ResponseWriter, r *http.Request, resp *http.Respon
 	}
 }
 
-// inProcess serves a peer request with this node's peer handler, without
+// inProcess serves a slice request with this node's own stages, without
 // the network: the answer streams through a pipe as it is written.
-func (o *Owner) inProcess(req *http.Request) *http.Response {
+func (s *serving) inProcess(req *http.Request, sl *slice.Req) *http.Response {
 	pr, pw := io.Pipe()
 	w := &pipeWriter{h: http.Header{}, pw: pw, body: pr, ready: make(chan *http.Response, 1)}
-	o.cfg.Tasks.Go("slice", func() {
+	sreq := &Request{HTTP: req, Key: sl.Key(s.key), Policy: s.p, Routes: s.req.Routes, Now: time.Now(), Hop: Hop{From: s.cfg.ID}, Slice: sl}
+	s.cfg.Tasks.Go("slice", func() {
 		defer func() {
 			if v := recover(); v != nil {
 				if v != http.ErrAbortHandler {
-					o.cfg.Logger.Error("slice handler failed", "panic", v)
+					s.cfg.Logger.Error("slice handler failed", "panic", v)
 				}
 				w.WriteHeader(http.StatusBadGateway) // when nothing was written
 				pw.CloseWithError(errors.New("slice answer broke off"))
@@ -195,19 +200,28 @@ func (o *Owner) inProcess(req *http.Request) *http.Response {
 			w.WriteHeader(http.StatusOK) // when nothing was written
 			pw.Close()
 		}()
-		o.local(w, req)
+		ss := s.fork(w, sreq)
+		ss.serve()
+		if ss.out.Served && w.broken {
+			panic(http.ErrAbortHandler)
+		}
 	})
 	return <-w.ready
 }
 
 // pipeWriter is the ResponseWriter of an in-process peer request.
 type pipeWriter struct {
-	h     http.Header
-	pw    *io.PipeWriter
-	body  *io.PipeReader
-	ready chan *http.Response
-	wrote bool
+	h      http.Header
+	pw     *io.PipeWriter
+	body   *io.PipeReader
+	ready  chan *http.Response
+	wrote  bool
+	broken bool
 }
+
+// BreakOff marks the answer broken: the pipe is closed with an error, so
+// the assembler sees the slice break off.
+func (w *pipeWriter) BreakOff() { w.broken = true }
 
 func (w *pipeWriter) Header() http.Header { return w.h }
 
@@ -224,6 +238,9 @@ func (w *pipeWriter) WriteHeader(code int) {
 }
 
 func (w *pipeWriter) Write(p []byte) (int, error) {
+	if w.broken {
+		return 0, reply.ErrBrokenOff
+	}
 	w.WriteHeader(http.StatusOK)
 	return w.pw.Write(p)
 }

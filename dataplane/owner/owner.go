@@ -1,13 +1,21 @@
-// Package owner is a key owner's read path: lookup, decide, collapse,
-// fetch (the origin, the previous owner, the first owner of a hot key),
-// stream into the store, answer. It also keeps the Vary index, assembles
-// sliced objects from their slices' owners, and pre-copies the hot keys a
-// ring change gives this node.
+// Package owner is the cache: what a node does with a request for a key
+// it serves (its own, a hot key's copy, or the slices of a large object).
+// A request is one value (Request), built by the front, and goes one way
+// through the stages, one file each, every one calling only those after
+// it:
 //
-// The owner is called by the front (package front) for the keys this node
-// owns, and never calls it back but through Config.Local, the in-process
-// peer hop of a slice it owns. It imports the parts below it: httpcache
-// for the rules, store, flight, purge, relay, routes, origin and slice.
+//	serve.go    the way in: which path a request takes
+//	lookup.go   the stored response for the request (bans, Vary)
+//	decide.go   fresh, stale, or revalidate (RFC 9111 4, 5.2)
+//	collapse.go concurrent misses share one fill
+//	fetch.go    the origin, or a peer first (handoff, a hot key's first owner)
+//	admit.go    whether and where the answer is stored, streaming into the store
+//	answer.go   the stored (or streaming) response written to the client
+//
+// beside the paths that branch off it: partial content (partial.go),
+// sliced objects (assemble.go, slices.go), hot copies (copies.go), and
+// the work no client waits on (precopy.go, invalidate.go). Serve returns
+// the Outcome the front logs and counts.
 package owner
 
 import (
@@ -21,7 +29,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardcache/shardcache/dataplane/flight"
-	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
 	"github.com/shardcache/shardcache/dataplane/metrics"
@@ -51,10 +58,16 @@ type Config struct {
 	// MaxObjectBytes bounds a stored object; DiskBytes bounds a policy's.
 	MaxObjectBytes, DiskBytes int64
 
-	Store  *store.Store
-	Origin Origin
-	Peers  Peers
-	// Routes and Policies are the node's, swapped whole on every push.
+	Store *store.Store
+	// Copies holds copies of hot objects this node does not own, up to
+	// CopyMaxObject each, so they stop paying the relay hop; nil when
+	// hot-key handling is off.
+	Copies        *store.Memory
+	CopyMaxObject int64
+	Origin        Origin
+	Peers         Peers
+	// Routes and Policies are the node's, swapped whole on every push;
+	// the stages read the Routes a Request carries, loaded once.
 	Routes   *atomic.Pointer[routes.Table]
 	Policies *atomic.Pointer[policy.Set]
 	// Bans are the purges in force; Inflight the fills running, which a
@@ -82,8 +95,6 @@ type Owner struct {
 	// fill does.
 	fillingMu sync.Mutex
 	filling   map[string]int
-	// local serves a peer request in process; see SetLocal.
-	local http.HandlerFunc
 	// caughtUp is set once the first session of this run brought the
 	// purges missed while the node was away; until then objects stored
 	// before started are not served.
@@ -103,11 +114,6 @@ func New(cfg Config) *Owner {
 	return &Owner{cfg: cfg, started: time.Now(), nodeField: []string{cfg.ID}, statusName: httpcache.SFItem(cfg.ID), filling: map[string]int{}}
 }
 
-// SetLocal installs the peer listener's handler, which serves the slices
-// of an object this node owns (or whose owner does not answer) in process.
-// It is set once, before the node serves.
-func (o *Owner) SetLocal(h http.HandlerFunc) { o.local = h }
-
 // CaughtUp says the node has the purges issued while it was away: objects
 // it stored before this run may be served again, as far as the bans allow.
 func (o *Owner) CaughtUp() { o.caughtUp.Store(true) }
@@ -115,59 +121,27 @@ func (o *Owner) CaughtUp() { o.caughtUp.Store(true) }
 // Waiting is the number of requests waiting on another request's fill.
 func (o *Owner) Waiting() int64 { return o.waiting.Load() }
 
-// Usable reports whether a stored entry may be served: no ban matches it,
-// and, until the first session of this run has brought the purges the
-// node missed, it was stored by this run.
-//
-// A copy served without asking the origin (a hot copy) must also be
-// confirmed: not stored before a cut-off from the control plane longer
-// than the node's bound.
-func (o *Owner) Usable(e *store.Entry) bool {
-	return o.usable(e) && !o.unconfirmed(e)
-}
-
-// usable is Usable for what Serve looks up: it revalidates an unconfirmed
-// entry with the origin rather than dropping it.
-func (o *Owner) usable(e *store.Entry) bool {
-	if !o.caughtUp.Load() && e.Received.Before(o.started) {
-		return false
-	}
-	return o.cfg.Bans.Match(e) == nil
-}
-
-// unconfirmed reports whether e may have been purged while the node was
-// cut off from the control plane: the cut longer than the node's bound,
-// and e stored (or confirmed by the origin) longer ago than that. Such an
-// entry is served only once the origin has confirmed it (a conditional
-// request), never stale.
-func (o *Owner) unconfirmed(e *store.Entry) bool {
-	if o.cfg.CutOff == nil {
-		return false
-	}
-	before, cut := o.cfg.CutOff()
-	return cut && e.Received.Before(before)
-}
-
-// Drop removes what this node stores under key: the response or its
-// variants.
-func (o *Owner) Drop(key string) {
-	for _, k := range o.cfg.Store.Members(key) { // its variants, if it varies
-		o.cfg.Store.Delete(k)
-	}
-	o.cfg.Store.Delete(key)
-}
+// Precopying reports whether a pre-copy runs.
+func (o *Owner) Precopying() bool { return o.precopying.Load() }
 
 // Index is the store as purges see it.
 func (o *Owner) Index() purge.Index { return o.cfg.Store }
 
-// relayHeader is the header of a peer request this node sends for r.
-func (o *Owner) relayHeader(r *http.Request) http.Header {
-	var epoch uint64
-	if rt := o.cfg.Routes.Load(); rt != nil {
-		epoch = rt.Epoch.GetEpoch()
-	}
-	return hop.RelayHeader(r, o.cfg.ID, epoch)
-}
+// PurgeRevision is the purge revision this node has applied, which its
+// answers to peers carry.
+func (o *Owner) PurgeRevision() int64 { return o.cfg.Bans.Revision() }
 
-// Precopying reports whether a pre-copy runs.
-func (o *Owner) Precopying() bool { return o.precopying.Load() }
+// DropCopies removes hot copies: of keys, or every one when keys is nil
+// (a purge by prefix or tag, which copies are not indexed by).
+func (o *Owner) DropCopies(keys []string) {
+	if o.cfg.Copies == nil {
+		return
+	}
+	if keys == nil {
+		o.cfg.Copies.Clear()
+		return
+	}
+	for _, k := range keys {
+		o.cfg.Copies.Delete(k)
+	}
+}

@@ -7,13 +7,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/store"
-	"github.com/shardcache/shardcache/sdk/policy"
 )
 
 // Partial content (RFC 9111 3.3 and 3.4). Under a policy with
@@ -71,18 +69,19 @@ type partPlan struct {
 	have  bool                // part is set
 }
 
-// servePartial answers r, a GET with a Range field for key, of which no
-// complete response is stored, from key's part or by a range fill. It
-// returns false, having written nothing, to leave r to the whole fill: the
-// policy does not store parts, or the request is not one a part answers.
-func (o *Owner) servePartial(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, req httpcache.Directives) bool {
+// servePartial answers the request, a GET with a Range field for a key of
+// which no complete response is stored, from the key's part or by a range
+// fill. It returns false, having written nothing, to leave the request to
+// the whole fill: the policy does not store parts, or the request is not
+// one a part answers.
+func (s *serving) servePartial() bool {
+	r, p, req := s.r, s.p, s.dirs
 	field := r.Header.Get("Range")
 	if !p.PartialContent || p.AuthorizeEach || field == "" || r.Method != http.MethodGet {
 		return false
 	}
-	now := time.Now()
-	part, sp, have := o.part(key)
-	if have && (httpcache.Decide(part.Age(now), part.Lifetime, part.Header, req, 0, p.Targeted...) != httpcache.UseFresh || o.unconfirmed(part)) {
+	part, sp, have := s.part(s.key)
+	if have && (httpcache.Decide(part.Age(s.req.Now), part.Lifetime, part.Header, req, 0, p.Targeted...) != httpcache.UseFresh || s.unconfirmedEntry(part)) {
 		have = false // a stale part is replaced, never revalidated
 	}
 	if have && !httpcache.IfRangeHolds(r.Header, part.Header) {
@@ -95,7 +94,7 @@ func (o *Owner) servePartial(w http.ResponseWriter, r *http.Request, key string,
 		case errors.Is(err, httpcache.ErrRangeInvalid):
 			return false
 		case errors.Is(err, httpcache.ErrRangeUnsatisfiable):
-			o.answerPart(w, r, part, sp, nil)
+			s.answerPart(part, sp, nil)
 			return true
 		}
 		inside := true
@@ -103,7 +102,7 @@ func (o *Owner) servePartial(w http.ResponseWriter, r *http.Request, key string,
 			inside = inside && sp.covers(rg)
 		}
 		if inside {
-			o.answerPart(w, r, part, sp, ranges)
+			s.answerPart(part, sp, ranges)
 			return true
 		}
 		if len(ranges) > 1 {
@@ -135,22 +134,23 @@ func (o *Owner) servePartial(w http.ResponseWriter, r *http.Request, key string,
 	if req.Has("only-if-cached") {
 		return false
 	}
-	o.fill(w, r, key, p, nil, nil, nil, nil, plan)
+	s.fill(nil, plan)
 	return true
 }
 
-// storePart stores and answers resp, the origin's answer to plan's range
-// fill, unless it is a 200 (another version, or an origin that ignores
-// ranges), which the fill stores whole. It reports whether it handed
-// resp, and release with it, to a goroutine storing it.
-func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p *policy.Policy, resp *http.Response, plan *partPlan, requested, now time.Time, release func()) (handed bool) {
+// storePart stores and answers the origin's answer to the fill's range
+// plan, unless it is a 200 (another version, or an origin that ignores
+// ranges), which the fill stores whole. It reports whether it handed the
+// response, and its release, to a goroutine storing it.
+func (f *fill) storePart() (handed bool) {
+	w, r, key, p, resp, plan, requested, now, release := f.w, f.r, f.key, f.p, f.resp, f.plan, f.requested, f.received, f.release
 	joined := plan.have
 	if resp.StatusCode != http.StatusPartialContent {
 		if joined {
 			http.Error(w, "shardcache: origin answered a range request with "+strconv.Itoa(resp.StatusCode), http.StatusBadGateway)
 			return false
 		}
-		o.writeResponse(w, r, resp, true, httpcache.CacheMiss) // the origin's answer to the client's range
+		f.writeResponse(resp, true, httpcache.CacheMiss) // the origin's answer to the client's range
 		return false
 	}
 	first, last, total, ok := httpcache.ParseContentRange(resp.Header.Get("Content-Range"))
@@ -159,14 +159,14 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 			http.Error(w, "shardcache: origin's range is not a piece of the stored part", http.StatusBadGateway)
 			return false
 		}
-		o.writeResponse(w, r, resp, true, httpcache.CacheMiss) // a 206 no part can be made of
+		f.writeResponse(resp, true, httpcache.CacheMiss) // a 206 no part can be made of
 		return false
 	}
 	want := plan.want
 	if !joined {
 		ranges, err := httpcache.ParseRange(plan.field, total)
 		if err != nil || len(ranges) != 1 {
-			o.writeResponse(w, r, resp, true, httpcache.CacheMiss)
+			f.writeResponse(resp, true, httpcache.CacheMiss)
 			return false
 		}
 		want = ranges[0]
@@ -177,7 +177,7 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 	body := io.LimitReader(resp.Body, last-first+1)
 	closePart := func() {}
 	if joined {
-		rd, done, err := o.readerAt(plan.part)
+		rd, done, err := f.readerAt(plan.part)
 		if err != nil {
 			http.Error(w, "shardcache: stored part unreadable", http.StatusBadGateway)
 			return false
@@ -198,7 +198,7 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 		http.Error(w, "shardcache: origin's range does not hold the range asked for", http.StatusBadGateway)
 		return false
 	}
-	maxObject := o.maxObject(p)
+	maxObject := f.maxObject(p)
 	lifetime, storable := StoreLifetime(p, r, http.StatusOK, resp.Header, now, maxObject)
 	storable = storable && got.last-got.first+1 <= maxObject &&
 		len(httpcache.VaryFields(resp.Header)) == 0 && resp.Header.Get("Content-Encoding") == ""
@@ -216,33 +216,34 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 	var wr *store.Writer
 	if storable {
 		var err error
-		if wr, err = o.cfg.Store.Create(e, got.last-got.first+1, false, maxObject); err != nil {
+		if wr, err = f.cfg.Store.Create(e, got.last-got.first+1, false, maxObject); err != nil {
 			wr = nil // not admitted: answered unstored
 		}
 	}
 	if wr == nil {
 		defer closePart()
-		o.answerFollowing(w, r, e, body, got, want, httpcache.CacheMiss)
+		f.out.Source = SourceOrigin
+		f.answerFollowing(e, body, got, want, httpcache.CacheMiss)
 		return false
 	}
 	rd, rdErr := wr.NewReader() // before the copy, as a fill's leader does
-	o.cfg.Tasks.Go("partial fill", func() {
+	f.cfg.Tasks.Go("partial fill", func() {
 		defer release()
 		defer closePart()
 		n, err := io.Copy(wr, body)
-		o.cfg.Metrics.OriginBytes.Add(float64(n))
+		f.cfg.Metrics.OriginBytes.Add(float64(n))
 		if err == nil && n != got.last-got.first+1 {
 			err = io.ErrUnexpectedEOF
 		}
 		if err != nil {
-			o.cfg.Logger.Warn("partial response broke off; nothing stored", "key", key, "err", err)
+			f.cfg.Logger.Warn("partial response broke off; nothing stored", "key", key, "err", err)
 			wr.Abort(err)
 			return
 		}
 		if stored, err := wr.Commit(); err != nil {
-			o.cfg.Logger.Warn("storing a partial response failed", "key", key, "err", err)
+			f.cfg.Logger.Warn("storing a partial response failed", "key", key, "err", err)
 		} else if stored && whole {
-			o.cfg.Store.Delete(PartKey(key)) // the whole object is stored now
+			f.cfg.Store.Delete(PartKey(key)) // the whole object is stored now
 		}
 	})
 	if rdErr != nil {
@@ -250,7 +251,8 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 		return true
 	}
 	defer rd.Close()
-	o.answerFollowing(w, r, wr.Entry(), rd, got, want, httpcache.CacheMiss)
+	f.out.Source = SourceOrigin
+	f.answerFollowing(wr.Entry(), rd, got, want, httpcache.CacheMiss)
 	// The client's range may end before the stored span does: the answer
 	// ends with the fill, so that the connection's next request sees the
 	// part it stored.
@@ -258,14 +260,19 @@ func (o *Owner) storePart(w http.ResponseWriter, r *http.Request, key string, p 
 	return true
 }
 
-// answerPart answers ranges of r from part, whose span is sp; a 416 when
-// ranges is nil.
-func (o *Owner) answerPart(w http.ResponseWriter, r *http.Request, part *store.Entry, sp span, ranges []httpcache.ByteRange) {
+// answerPart answers ranges of the request from part, whose span is sp; a
+// 416 when ranges is nil.
+func (s *serving) answerPart(part *store.Entry, sp span, ranges []httpcache.ByteRange) {
+	w, r := s.w, s.r
+	s.out.Served, s.out.Source = true, SourceDisk
+	if part.InMemory() {
+		s.out.Source = SourceMemory
+	}
 	if httpcache.NotModified(r.Method, r.Header, http.StatusOK, part.Header) {
-		o.writeNotModified(w, r, part, httpcache.CacheHit)
+		s.writeNotModified(part, httpcache.CacheHit)
 		return
 	}
-	body, done, err := o.readerAt(part)
+	body, done, err := s.readerAt(part)
 	if err != nil {
 		http.Error(w, "shardcache: stored part unreadable", http.StatusBadGateway)
 		return
@@ -278,16 +285,17 @@ func (o *Owner) answerPart(w http.ResponseWriter, r *http.Request, part *store.E
 	h.Del("Content-Range")
 	h.Del("Content-Length")
 	h["Accept-Ranges"] = acceptRangesBytes
-	o.cacheHeaders(h, r, part, httpcache.CacheHit)
+	s.cacheHeaders(h, part, httpcache.CacheHit)
 	section := func(start, length int64) io.Reader { return io.NewSectionReader(body, start-sp.first, length) }
-	if err := answerRanges(w, r, part.Header, sp.total, ranges, section); err != nil && !reply.IsWriteError(err) {
+	if err := writeRanges(w, r, part.Header, sp.total, ranges, section); err != nil && !reply.IsWriteError(err) {
 		reply.BreakOff(w)
 	}
 }
 
 // answerFollowing answers want, inside span got, with a 206 from rd, a
 // reader of got's bytes as they are stored (or as they come).
-func (o *Owner) answerFollowing(w http.ResponseWriter, r *http.Request, e *store.Entry, rd io.Reader, got span, want httpcache.ByteRange, status string) {
+func (s *serving) answerFollowing(e *store.Entry, rd io.Reader, got span, want httpcache.ByteRange, status string) {
+	w := s.w
 	if _, err := io.CopyN(io.Discard, rd, want.Start-got.first); err != nil {
 		http.Error(w, "shardcache: origin response broke off", http.StatusBadGateway)
 		return
@@ -305,7 +313,7 @@ func (o *Owner) answerFollowing(w http.ResponseWriter, r *http.Request, e *store
 	h.Set("Content-Range", want.ContentRange(got.total))
 	h.Set("Content-Length", strconv.FormatInt(want.Length, 10))
 	h["Accept-Ranges"] = acceptRangesBytes
-	o.cacheHeaders(h, r, e, status)
+	s.cacheHeaders(h, e, status)
 	w.WriteHeader(http.StatusPartialContent)
 	if _, err := w.Write(first[:k]); err != nil {
 		return

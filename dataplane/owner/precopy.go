@@ -70,7 +70,7 @@ func (o *Owner) Precopy(rt *routes.Table) {
 		if err != nil {
 			continue
 		}
-		r := (&http.Request{Method: http.MethodGet, URL: u, Host: k.Host, Header: http.Header{hop.PrecopyField: {"1"}}}).WithContext(ctx)
+		r := (&http.Request{Method: http.MethodGet, URL: u, Host: k.Host, Header: http.Header{}}).WithContext(ctx)
 		p := o.cfg.Policies.Load().Match(policy.Host(r), u.Path)
 		if p.SliceSize > 0 || p.Key("http", r) != k.Key {
 			continue // keyed by more than the URL, or sliced: left to handoff
@@ -78,7 +78,7 @@ func (o *Owner) Precopy(rt *routes.Table) {
 		sem <- struct{}{}
 		wg.Go(o.cfg.Tasks.Guard("precopy", func() {
 			defer func() { <-sem }()
-			o.Serve(reply.NewDiscard(), r, k.Key, p, nil, nil)
+			o.Serve(reply.NewDiscard(), &Request{HTTP: r, Key: k.Key, Policy: p, Routes: rt, Now: time.Now(), Hop: Hop{Precopy: true}})
 		}))
 	}
 	wg.Wait()

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/store"
 )
 
@@ -33,11 +34,48 @@ func rangesFor(r *http.Request, e *store.Entry, streaming bool) ([]httpcache.Byt
 	return ranges, err
 }
 
-// answerRanges writes a 206 of ranges of a stored body (one part, or
+// answerRanges answers ranges of e (nil: a 416): from rd when e
+// is still streaming in (one range, answered as its bytes arrive, then
+// the rest read so that the answer ends with the fill), else from the
+// stored body.
+func (s *serving) answerRanges(e *store.Entry, rd io.Reader, ranges []httpcache.ByteRange, status string) error {
+	h := s.w.Header()
+	switch {
+	case rd != nil && len(ranges) == 1:
+		s.answerFollowing(e, rd, span{0, e.Length - 1, e.Length}, ranges[0], status)
+		io.Copy(io.Discard, rd)
+		return nil
+	case rd != nil:
+		for k, v := range e.Header {
+			h[k] = v
+		}
+		s.cacheHeaders(h, e, status)
+		writeRanges(s.w, s.r, e.Header, e.Length, nil, nil)
+		return nil
+	}
+	body, done, err := s.readerAt(e)
+	if err != nil {
+		return err
+	}
+	defer done()
+	for k, v := range e.Header {
+		h[k] = v
+	}
+	h.Del("Content-Length")
+	h.Set("Accept-Ranges", "bytes")
+	s.cacheHeaders(h, e, status)
+	section := func(start, length int64) io.Reader { return io.NewSectionReader(body, start, length) }
+	if err := writeRanges(s.w, s.r, e.Header, e.Length, ranges, section); err != nil && !reply.IsWriteError(err) {
+		return reply.BreakOff(s.w) // the stored body could not be read: do not end it cleanly
+	}
+	return nil
+}
+
+// writeRanges writes a 206 of ranges of a stored body (one part, or
 // multipart/byteranges) of a representation of size bytes with header
 // stored, or a 416 when ranges is nil; section reads a range of the
 // representation. Headers from the entry and the cache are set already.
-func answerRanges(w http.ResponseWriter, r *http.Request, stored http.Header, size int64, ranges []httpcache.ByteRange, section func(start, length int64) io.Reader) error {
+func writeRanges(w http.ResponseWriter, r *http.Request, stored http.Header, size int64, ranges []httpcache.ByteRange, section func(start, length int64) io.Reader) error {
 	h := w.Header()
 	if len(ranges) == 0 {
 		h.Del("Content-Type")

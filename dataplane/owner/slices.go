@@ -13,72 +13,72 @@ import (
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
-	"github.com/shardcache/shardcache/sdk/policy"
 )
 
-// sliceOwner is the member to ask for slice s of the object under key;
-// nil when this node serves it itself.
-func (o *Owner) sliceOwner(key string, s *slice.Req, p *policy.Policy) *pb.Member {
-	rt := o.cfg.Routes.Load()
-	if rt == nil || p.Mode == pb.CacheMode_CACHE_MODE_LOCAL {
+// sliceOwner is the member to ask for slice sl of the object; nil when
+// this node serves it itself.
+func (s *serving) sliceOwner(sl *slice.Req) *pb.Member {
+	rt := s.req.Routes
+	if rt == nil || s.p.Mode == pb.CacheMode_CACHE_MODE_LOCAL {
 		return nil
 	}
-	m := rt.Owner(s.Key(key))
-	if m == nil || m.GetId() == o.cfg.ID {
+	m := rt.Owner(sl.Key(s.key))
+	if m == nil || m.GetId() == s.cfg.ID {
 		return nil
 	}
 	return m
 }
 
-// fetchSlice asks slice s's owner for it (method GET or HEAD), or serves
+// fetchSlice asks slice sl's owner for it (method GET or HEAD), or serves
 // it in process when this node owns it or the owner cannot be reached.
-func (o *Owner) fetchSlice(ctx context.Context, r *http.Request, key string, p *policy.Policy, s *slice.Req, method string) *http.Response {
-	return o.askSlice(ctx, r, key, p, s, method, false)
+func (s *serving) fetchSlice(ctx context.Context, sl *slice.Req, method string) *http.Response {
+	return s.askSlice(ctx, sl, method, false)
 }
 
 // askSlice is fetchSlice; probe asks only whether the slice is stored
 // (HEAD, only-if-cached: nothing is fetched for it).
-func (o *Owner) askSlice(ctx context.Context, r *http.Request, key string, p *policy.Policy, s *slice.Req, method string, probe bool) *http.Response {
-	h := o.relayHeader(r)
+func (s *serving) askSlice(ctx context.Context, sl *slice.Req, method string, probe bool) *http.Response {
+	r, p := s.r, s.p
+	h := relayHeader(s.req, s.cfg.ID)
 	for _, f := range httpcache.ConditionalFields {
 		h.Del(f) // the assembling node answers those
 	}
 	if probe {
 		h["Cache-Control"] = []string{"only-if-cached"}
 	}
-	s.SetHeader(h)
+	sl.SetHeader(h)
 	req := (&http.Request{Method: method, URL: r.URL, Host: r.Host, Header: h}).WithContext(ctx)
-	if owner := o.sliceOwner(key, s, p); owner != nil {
+	if m := s.sliceOwner(sl); m != nil {
 		// The relay timeout bounds the wait for the answer's header; the
 		// body is read at the client's pace.
-		resp, err := o.forward(ctx, owner, req, h, cmp.Or(p.RelayTimeout, o.cfg.RelayTimeout))
+		resp, err := s.forward(ctx, m, req, h, cmp.Or(p.RelayTimeout, s.cfg.RelayTimeout))
 		if err == nil {
 			return resp
 		}
 		if ctx.Err() == nil {
-			o.cfg.Logger.Warn("slice owner did not answer; serving the slice here", "owner", owner.GetId(), "slice", s.Index, "err", err)
+			s.cfg.Logger.Warn("slice owner did not answer; serving the slice here", "owner", m.GetId(), "slice", sl.Index, "err", err)
 		}
 	}
-	return o.inProcess(req)
+	return s.inProcess(req, sl)
 }
 
-// dropSlice removes slice s of the object under key from its owner, so
-// that the next request fetches it anew.
-func (o *Owner) dropSlice(r *http.Request, key string, p *policy.Policy, s *slice.Req) {
-	owner := o.sliceOwner(key, s, p)
-	if owner == nil {
-		o.cfg.Store.Delete(s.Key(key))
+// dropSlice removes slice sl of the object from its owner, so that the
+// next request fetches it anew.
+func (s *serving) dropSlice(sl *slice.Req) {
+	m := s.sliceOwner(sl)
+	if m == nil {
+		s.cfg.Store.Delete(sl.Key(s.key))
 		return
 	}
-	ctx, cancel := context.WithTimeout(o.cfg.Tasks.Context(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(s.cfg.Tasks.Context(), 2*time.Second)
 	defer cancel()
-	h := hop.ControlHeader(o.cfg.ID, hop.InvalidateField, "1")
-	s.SetHeader(h)
-	req := &http.Request{Method: http.MethodGet, URL: r.URL, Host: r.Host, Header: h}
-	if resp, err := o.cfg.Peers.Forward(ctx, owner.GetPeerAddress(), req, h); err == nil {
+	h := hop.ControlHeader(s.cfg.ID, hop.InvalidateField, "1")
+	sl.SetHeader(h)
+	req := &http.Request{Method: http.MethodGet, URL: s.r.URL, Host: s.r.Host, Header: h}
+	if resp, err := s.cfg.Peers.Forward(ctx, m.GetPeerAddress(), req, h); err == nil {
 		resp.Body.Close()
 	} else {
-		o.cfg.Logger.Warn("could not drop a changed object's head", "owner", owner.GetId(), "err", err)
+		s.cfg.Logger.Warn("could not drop a changed object's head", "owner", m.GetId(), "err", err)
 	}
 }
 
@@ -90,7 +90,7 @@ const maxProbes = 8
 // when none found is. head is the X-Cache of slice 0's answer, when the
 // plan uses it. The other slices' owners are asked whether they hold them
 // (a HEAD that fetches nothing), a few at a time, until one does not.
-func (o *Owner) slicesCache(ctx context.Context, r *http.Request, key string, p *policy.Policy, version string, plan []int64, head string) string {
+func (s *serving) slicesCache(ctx context.Context, version string, plan []int64, head string) string {
 	var hits, misses atomic.Int32
 	if len(plan) > 0 && plan[0] == 0 {
 		if head == httpcache.CacheHit {
@@ -109,7 +109,7 @@ func (o *Owner) slicesCache(ctx context.Context, r *http.Request, key string, p 
 			break // not a HIT, whatever the rest holds
 		}
 		g.Go(func() error {
-			resp := o.askSlice(pctx, r, key, p, &slice.Req{Index: i, Size: p.SliceSize, Version: version}, http.MethodHead, true)
+			resp := s.askSlice(pctx, &slice.Req{Index: i, Size: s.p.SliceSize, Version: version}, http.MethodHead, true)
 			resp.Body.Close()
 			if resp.StatusCode < 300 && resp.Header.Get("X-Cache") == httpcache.CacheHit {
 				hits.Add(1)

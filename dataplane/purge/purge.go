@@ -103,26 +103,6 @@ func EntryURL(r *http.Request) string { return policy.Host(r) + r.URL.RequestURI
 // tell: older than that by the age it had when it arrived.
 func Generated(e *store.Entry) int64 { return e.Received.Add(-e.InitialAge).UnixNano() }
 
-// EntryTags are the tags of a stored response: Surrogate-Key values
-// separated by spaces, Cache-Tag values by commas.
-func EntryTags(h http.Header, fn func(tag string) bool) bool {
-	for _, v := range h.Values("Surrogate-Key") {
-		for t := range strings.FieldsSeq(v) {
-			if fn(t) {
-				return true
-			}
-		}
-	}
-	for _, v := range h.Values("Cache-Tag") {
-		for t := range strings.SplitSeq(v, ",") {
-			if t = strings.TrimSpace(t); t != "" && fn(t) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // Set is the set of bans in force, indexed so that a lookup costs O(1)
 // in the common case: an object generated after the newest ban is checked
 // with one atomic load; an older one with a map lookup for its URL, key
@@ -232,7 +212,7 @@ func (s *Set) Match(e *store.Entry) *Ban {
 		}
 	}
 	var found *Ban
-	if len(s.tags) > 0 && EntryTags(e.Header, func(t string) bool {
+	if len(s.tags) > 0 && httpcache.EntryTags(e.Header, func(t string) bool {
 		if b := s.tags[strings.ToLower(t)]; newer(b) {
 			found = b
 			return true

@@ -2,7 +2,6 @@ package front
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,15 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/shardcache/shardcache/dataplane/purge"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/authlimit"
 	"github.com/shardcache/shardcache/sdk/policy"
@@ -29,30 +25,6 @@ import (
 // purgeCallTimeout bounds a PURGE's call to the control plane: its default
 // wait for the nodes' acknowledgements, and some.
 const purgeCallTimeout = 15 * time.Second
-
-// DialAdmin connects to the control plane's AdminService at each of
-// addrs (comma-separated), one client per address; nothing is dialled
-// until the first PURGE. A nil tlsConfig dials without TLS.
-func DialAdmin(addrs string, tlsConfig *tls.Config) ([]pb.AdminServiceClient, []*grpc.ClientConn, error) {
-	creds := insecure.NewCredentials()
-	if tlsConfig != nil {
-		creds = credentials.NewTLS(tlsConfig)
-	}
-	var rpcs []pb.AdminServiceClient
-	var conns []*grpc.ClientConn
-	for _, addr := range strings.Split(addrs, ",") {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
-		if err != nil {
-			for _, c := range conns {
-				c.Close()
-			}
-			return nil, nil, fmt.Errorf("control plane %s: %w", addr, err)
-		}
-		conns = append(conns, conn)
-		rpcs = append(rpcs, pb.NewAdminServiceClient(conn))
-	}
-	return rpcs, conns, nil
-}
 
 // servePurge handles the PURGE method on the client listener, as the NGINX
 // Ingress proposal has it, through the same control-plane path as cachectl:
@@ -113,7 +85,7 @@ func (f *Front) servePurge(w http.ResponseWriter, r *http.Request, client string
 		Purges   []json.RawMessage `json:"purges"`
 	}{Complete: true}
 	for _, call := range calls {
-		st, err := f.callAdmin(ctx, call)
+		st, err := f.cfg.Purger.Purge(ctx, call)
 		if hasToken && status.Code(err) == codes.Unauthenticated {
 			f.purgeAuth.Fail(authlimit.Key(client), time.Now())
 			f.cfg.Metrics.PurgeAuthRefused.WithLabelValues("wrong").Inc()
@@ -157,14 +129,11 @@ func (f *Front) purgeAllowed(a netip.Addr) bool {
 // purge of its own, recorded and sent to every node.
 const MaxPurgeTags = 32
 
-// purgeCall is one AdminService purge call.
-type purgeCall func(context.Context, pb.AdminServiceClient) (*pb.PurgeStatus, error)
-
 // purgeCalls reads what a PURGE request asks for.
-func (f *Front) purgeCalls(r *http.Request) ([]purgeCall, error) {
+func (f *Front) purgeCalls(r *http.Request) ([]PurgeCall, error) {
 	id := r.Header.Get("X-Request-Id")
 	var tags []string
-	purge.EntryTags(r.Header, func(t string) bool {
+	httpcache.EntryTags(r.Header, func(t string) bool {
 		if !slices.Contains(tags, t) {
 			tags = append(tags, t)
 		}
@@ -174,7 +143,7 @@ func (f *Front) purgeCalls(r *http.Request) ([]purgeCall, error) {
 		return nil, fmt.Errorf("PURGE names more than %d tags (Surrogate-Key, Cache-Tag); send at most %d per request", MaxPurgeTags, MaxPurgeTags)
 	}
 	if len(tags) > 0 {
-		calls := make([]purgeCall, 0, len(tags))
+		calls := make([]PurgeCall, 0, len(tags))
 		for i, t := range tags {
 			tid := id
 			if id != "" && len(tags) > 1 {
@@ -196,29 +165,16 @@ func (f *Front) purgeCalls(r *http.Request) ([]purgeCall, error) {
 			return nil, fmt.Errorf("PURGE /* purges everything on %s: send X-Purge-All: true to confirm", policy.Host(r))
 		}
 		req := &pb.PurgePrefixRequest{RequestId: id, Host: policy.Host(r), PathPrefix: prefix, All: all}
-		return []purgeCall{func(ctx context.Context, c pb.AdminServiceClient) (*pb.PurgeStatus, error) {
+		return []PurgeCall{func(ctx context.Context, c pb.AdminServiceClient) (*pb.PurgeStatus, error) {
 			resp, err := c.PurgePrefix(ctx, req)
 			return resp.GetStatus(), err
 		}}, nil
 	}
 	req := &pb.PurgeRequest{RequestId: id, Url: "http://" + r.Host + r.URL.RequestURI()}
-	return []purgeCall{func(ctx context.Context, c pb.AdminServiceClient) (*pb.PurgeStatus, error) {
+	return []PurgeCall{func(ctx context.Context, c pb.AdminServiceClient) (*pb.PurgeStatus, error) {
 		resp, err := c.Purge(ctx, req)
 		return resp.GetStatus(), err
 	}}, nil
-}
-
-// callAdmin makes call on each control-plane address in turn until one is
-// reachable.
-func (f *Front) callAdmin(ctx context.Context, call purgeCall) (*pb.PurgeStatus, error) {
-	var err error
-	for _, c := range f.cfg.Admin {
-		var st *pb.PurgeStatus
-		if st, err = call(ctx, c); status.Code(err) != codes.Unavailable {
-			return st, err
-		}
-	}
-	return nil, err
 }
 
 // purgeStatusCode maps a failed call to the PURGE's answer.

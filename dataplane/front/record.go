@@ -1,0 +1,184 @@
+package front
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/clientconn"
+	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
+	"github.com/shardcache/shardcache/dataplane/internal/reply"
+	"github.com/shardcache/shardcache/dataplane/logstream"
+	"github.com/shardcache/shardcache/dataplane/metrics"
+	"github.com/shardcache/shardcache/dataplane/owner"
+)
+
+// record counts and logs a client request once it is answered (or
+// aborted), from the route it took and the Outcome it had: the metrics,
+// the local-only estimate, the access log and its streams, the trace. A
+// held answer's last bytes leave after it is counted; a broken one ends
+// its connection with a reset.
+func (f *Front) record(rec *reply.Recorder, req *owner.Request, route string, out owner.Outcome, client string) {
+	r := req.HTTP
+	if route != metrics.RoutePurge {
+		f.cfg.Metrics.Totals.Requests.Add(1)
+	}
+	cache := out.Member.Cache
+	if cache == httpcache.CacheHit {
+		f.cfg.Metrics.Totals.Hits.Add(1)
+	}
+	elapsed := time.Since(req.Now)
+	f.cfg.Metrics.Requests.WithLabelValues(route, cache, methodLabel(r.Method), metrics.StatusClass(rec.Status)).Inc()
+	exemplar := ""
+	if f.cfg.Tracer != nil {
+		exemplar = traceID(r.Context())
+	}
+	f.cfg.Metrics.ObserveRoute(route, elapsed, rec.Bytes, exemplar)
+	if c := f.cfg.Metrics.RouteBytes[route]; c != nil {
+		c.Add(uint64(rec.Bytes))
+	}
+	if req.Key != "" && cache != httpcache.CacheBypass && cache != "" {
+		f.cfg.Shadow.Observe(req.Key, representationSize(r, rec), out.Member.TTL, out.Kept())
+	}
+	// One record for the access log and the log streams, built only when
+	// one of them takes it.
+	logged := f.cfg.AccessLog != nil && (rec.Status >= 500 || f.cfg.AccessLogSample >= 1 || rand.Float64() < f.cfg.AccessLogSample)
+	if streamed := f.cfg.Logs.Active(); logged || streamed {
+		lr := logstream.Record{Start: req.Now, Client: client, ForwardedFor: r.Header.Get("X-Forwarded-For"),
+			Method: r.Method, Host: r.Host, Path: loggedURI(r.URL), Proto: r.Proto, Status: rec.Status, Bytes: rec.Bytes,
+			DurationMS: float64(elapsed.Microseconds()) / 1000, Cache: cache, Route: route, ServedBy: out.Node,
+			Node: f.cfg.ID, TraceID: traceID(r.Context()), Referer: r.Referer(), UserAgent: r.UserAgent()}
+		if logged {
+			f.logAccess(&lr)
+		}
+		if streamed {
+			shared := lr // the streams keep it; the log's copy stays on the stack
+			f.cfg.Logs.Publish(&shared)
+		}
+	}
+	if f.cfg.Tracer != nil {
+		annotate(r.Context(), attribute.String("shardcache.node", f.cfg.ID), attribute.String("shardcache.route", route),
+			attribute.String("shardcache.cache", cache))
+	}
+	if !rec.Broken {
+		coalesce.Settle(rec, r) // a held answer's last bytes leave after it is counted
+	} else if cc := clientconn.From(r.Context()); cc != nil && r.ProtoMajor == 1 {
+		// A reset, not a close: an HTTP/1.0 client reading an answer of no
+		// length to the close must not take it for whole.
+		cc.Reset()
+	}
+	rec.AbortIfBroken()
+}
+
+// relayedOutcome is the Outcome of an answer an owner sent over the peer
+// hop, as its fields say (the owner's X-Cache, X-Cache-Node and its
+// Cache-Status member, the first), to count and log it as the owner's own
+// would be.
+func relayedOutcome(h http.Header) owner.Outcome {
+	out := owner.Outcome{Served: true, Source: owner.SourcePeer, Node: h.Get("X-Cache-Node")}
+	out.Member.Cache = h.Get("X-Cache")
+	if v := h["Cache-Status"]; len(v) > 0 {
+		if members, ok := httpcache.ParseList(v[0]); ok && len(members) > 0 {
+			m := members[0].Params
+			_, out.Member.Stored = m["stored"]
+			if ttl, err := strconv.ParseInt(m["ttl"], 10, 64); err == nil {
+				out.Member.TTL, out.Member.HasTTL = time.Duration(ttl)*time.Second, true
+			}
+		}
+	}
+	return out
+}
+
+// methodLabel keeps the method label's values few: the standard methods
+// and PURGE, "other" for the rest.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch,
+		http.MethodOptions, "PURGE":
+		return m
+	}
+	return "other"
+}
+
+// logAccess writes the request's access-log line, one JSON object. The
+// caller decides whether the request is logged (the access log is on and
+// the request sampled; 5xx answers always).
+func (f *Front) logAccess(lr *logstream.Record) {
+	f.cfg.AccessLog.LogAttrs(context.Background(), slog.LevelInfo, "request",
+		slog.Time("start", lr.Start),
+		slog.String("client", lr.Client),
+		slog.String("forwarded_for", lr.ForwardedFor),
+		slog.String("method", lr.Method),
+		slog.String("host", lr.Host),
+		slog.String("path", lr.Path),
+		slog.Int("status", lr.Status),
+		slog.Int64("bytes", lr.Bytes),
+		slog.Float64("duration_ms", lr.DurationMS),
+		slog.String("cache", lr.Cache),
+		slog.String("route", lr.Route),
+		slog.String("served_by", lr.ServedBy),
+		slog.String("node", lr.Node),
+		slog.String("trace_id", lr.TraceID),
+	)
+}
+
+// secretParams are query parameters (lower case) whose values are
+// credentials: signed URLs, API keys, tokens. Their values are never
+// written to the access log or its streams.
+var secretParams = map[string]bool{"token": true, "access_token": true, "id_token": true, "refresh_token": true,
+	"auth": true, "authorization": true, "api_key": true, "apikey": true, "key": true, "password": true, "passwd": true,
+	"secret": true, "sig": true, "signature": true, "session": true, "sessionid": true, "jwt": true, "code": true,
+	"x-amz-signature": true, "x-amz-credential": true, "x-amz-security-token": true,
+	"x-goog-signature": true, "x-goog-credential": true}
+
+// loggedURI is u's request URI as the access log shows it: the values of
+// secretParams replaced by REDACTED, the rest as sent.
+func loggedURI(u *url.URL) string {
+	uri := u.RequestURI()
+	if u.RawQuery == "" {
+		return uri
+	}
+	path, query, _ := strings.Cut(uri, "?")
+	parts := strings.Split(query, "&")
+	changed := false
+	for i, part := range parts {
+		name, _, hasValue := strings.Cut(part, "=")
+		if n, err := url.QueryUnescape(name); err == nil && hasValue && secretParams[strings.ToLower(n)] {
+			parts[i], changed = name+"=REDACTED", true
+		}
+	}
+	if !changed {
+		return uri
+	}
+	return path + "?" + strings.Join(parts, "&")
+}
+
+// representationSize is the size of the object an answer is for, not of
+// the bytes it sent: a range's whole, a HEAD's Content-Length; -1 when the
+// answer does not say (a 304).
+func representationSize(r *http.Request, rec *reply.Recorder) int64 {
+	h := rec.Header()
+	if rec.Status == http.StatusPartialContent {
+		if _, _, total, ok := httpcache.ParseContentRange(h.Get("Content-Range")); ok && total >= 0 {
+			return total
+		}
+	}
+	if rec.Status == http.StatusNotModified {
+		return -1
+	}
+	if r.Method == http.MethodHead {
+		if n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64); err == nil {
+			return n
+		}
+		return -1
+	}
+	return rec.Bytes
+}

@@ -1,0 +1,151 @@
+package front
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"strings"
+
+	"github.com/shardcache/shardcache/dataplane/hop"
+	"github.com/shardcache/shardcache/dataplane/internal/reply"
+	"github.com/shardcache/shardcache/dataplane/metrics"
+	"github.com/shardcache/shardcache/dataplane/owner"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/policy"
+)
+
+// route serves req by bypass, redirect, relay or from this node's owner,
+// as its policy and the ring say, and returns the route taken and how the
+// request was answered.
+//
+// A hot key has the first replication-factor ring members as owners: each
+// serves it from its own store, a later owner filling from the first rather
+// than the origin. A node that owns a hot key not at all relays it to one
+// of its owners, picked per request, and keeps a local copy for as long as
+// the object stays fresh.
+func (f *Front) route(rec *reply.Recorder, req *owner.Request) (string, owner.Outcome) {
+	r, p := req.HTTP, req.Policy
+	rec.Strip = p.Targeted // the cluster's own targeted field is for this cluster only
+	if reason := bypassReason(r, p); p.Mode == pb.CacheMode_CACHE_MODE_BYPASS || reason != "" || p.Bypass(r) {
+		return metrics.RouteBypass, f.bypass(rec, req, reason)
+	}
+	req.Key = p.Key(hop.Scheme(r), r)
+	rec.Key = req.Key
+	if p.SliceSize > 0 {
+		sliced := *req
+		sliced.Assemble = true
+		if out := f.cfg.Owner.Serve(rec, &sliced); out.Served {
+			return metrics.RouteSliced, out
+		}
+	}
+	rt := req.Routes
+	if rt == nil || p.Mode == pb.CacheMode_CACHE_MODE_LOCAL {
+		return metrics.RouteLocal, f.cfg.Owner.Serve(rec, req)
+	}
+	hot := !p.AuthorizeEach && f.isHot(req) // a hot copy would serve without the origin's check
+	replicas := 1
+	if hot {
+		replicas = p.ReplicationFactor
+	}
+	var buf [4]*pb.Member
+	owners := rt.Owners(buf[:0], req.Key, replicas)
+	if len(owners) == 0 {
+		return metrics.RouteLocal, f.cfg.Owner.Serve(rec, req)
+	}
+	for i, o := range owners {
+		if o.GetId() == f.cfg.ID {
+			if i > 0 {
+				req.From = owners[0] // a replica fills from the first owner
+			}
+			return metrics.RouteLocal, f.cfg.Owner.Serve(rec, req)
+		}
+	}
+	if hot {
+		copied := *req
+		copied.Copy = true
+		if out := f.cfg.Owner.Serve(rec, &copied); out.Served {
+			return metrics.RouteLocal, out
+		}
+	}
+	return f.toOwners(rec, req, owners, hot)
+}
+
+// toOwners relays req to one of its owners or, in redirect mode, sends the
+// client there; when no owner answers, to the next ring member, which
+// owns the key once the owner leaves the ring; when that fails too, it
+// serves from here: an origin request, but the client is served until the
+// next epoch.
+func (f *Front) toOwners(rec *reply.Recorder, req *owner.Request, owners []*pb.Member, hot bool) (string, owner.Outcome) {
+	// A hot key's owners share the requests relayed to it: each one goes
+	// to an owner picked at random, the others tried after it. (A later
+	// owner that lacks the object fills from the first, not the origin.)
+	start := 0
+	if len(owners) > 1 {
+		start = rand.IntN(len(owners))
+	}
+	if m := owners[start]; req.Policy.Mode == pb.CacheMode_CACHE_MODE_REDIRECT && m.GetPublicUrl() != "" {
+		redirect(rec, req.HTTP, m)
+		return metrics.RouteRedirect, owner.Outcome{Served: true, Node: m.GetId()}
+	}
+	for i := range owners {
+		if out, ok := f.relay(rec, req, owners[(start+i)%len(owners)], hot); ok {
+			f.cfg.Metrics.Totals.Relayed.Add(1)
+			return metrics.RouteRelayed, out
+		}
+	}
+	f.cfg.Metrics.RelayFallback.Inc()
+	var buf [4]*pb.Member
+	if next := req.Routes.Owners(buf[:0], req.Key, len(owners)+1); len(next) > len(owners) {
+		if alt := next[len(owners)]; alt.GetId() != f.cfg.ID {
+			if out, ok := f.relay(rec, req, alt, hot); ok {
+				f.cfg.Metrics.Totals.Relayed.Add(1)
+				return metrics.RouteRelayed, out
+			}
+		}
+	}
+	return metrics.RouteLocal, f.cfg.Owner.Serve(rec, req)
+}
+
+// isHot counts a request for its key and says whether the key's rate at
+// this node is above the policy's (or the node's) threshold; a hot key's
+// request is remembered for pre-copy.
+func (f *Front) isHot(req *owner.Request) bool {
+	if f.cfg.Hot == nil {
+		return false
+	}
+	threshold := f.cfg.HotThreshold
+	if req.Policy.HotThreshold > 0 {
+		threshold = req.Policy.HotThreshold
+	}
+	if f.cfg.Hot.ObserveRate(req.Key) < float64(threshold) {
+		return false
+	}
+	f.cfg.Metrics.Hot.WithLabelValues("hot_request").Inc()
+	f.cfg.HotKeys.Note(req.Key, req.HTTP)
+	return true
+}
+
+// redirect answers 307 with the owner's public URL, so the body crosses the
+// network once. The owner serves the redirected request as its own.
+func redirect(w http.ResponseWriter, r *http.Request, m *pb.Member) {
+	w.Header().Set("Location", strings.TrimSuffix(m.GetPublicUrl(), "/")+r.URL.RequestURI())
+	w.Header().Set("X-Cache-Node", m.GetId())
+	w.WriteHeader(http.StatusTemporaryRedirect)
+}
+
+// bypassReason says why r must not go through the cache, or "".
+func bypassReason(r *http.Request, p *policy.Policy) string {
+	switch {
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		return "method"
+	case r.Header.Get("Authorization") != "" && !p.CacheAuthorized:
+		return "authorization"
+	case r.Header.Get("Upgrade") != "":
+		return "upgrade"
+	}
+	for _, v := range r.Header.Values("Cache-Control") {
+		if strings.Contains(strings.ToLower(v), "no-store") {
+			return "no-store"
+		}
+	}
+	return ""
+}

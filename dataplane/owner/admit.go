@@ -1,0 +1,249 @@
+package owner
+
+import (
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/purge"
+	"github.com/shardcache/shardcache/dataplane/slice"
+	"github.com/shardcache/shardcache/dataplane/store"
+	"github.com/shardcache/shardcache/sdk/policy"
+)
+
+// defaultMaxVariants bounds the variants stored per URL when the policy
+// does not.
+const defaultMaxVariants = 16
+
+// admit is the stage that decides what the fetched response becomes: a
+// stored part (a range fill's 206, partial.go), a stored response
+// refreshed (a 304 to a revalidation), a new stored response (or
+// variant) streaming into the store as it is answered, or an answer that
+// is not stored (not storable, over a bound, refused by the disk tier).
+func (f *fill) admit() {
+	resp := f.resp
+	if f.plan != nil && resp.StatusCode != http.StatusOK {
+		f.handed = f.storePart()
+		return
+	}
+	if resp.StatusCode == http.StatusNotModified && f.stale != nil {
+		e := f.refreshed()
+		f.settle(&fillShare{e: e, status: httpcache.CacheRevalidated})
+		f.Answer(e, nil, httpcache.CacheRevalidated)
+		return
+	}
+	status := httpcache.CacheMiss
+	// A refusal under authorize_every_request says nothing of what is
+	// stored: an unauthorised client learns no more than that it was
+	// refused.
+	if f.stale != nil && !(f.p.AuthorizeEach && resp.StatusCode >= 400) {
+		status = httpcache.CacheExpired
+	}
+	storeKey, lifetime, done, ok := f.storable()
+	if !ok {
+		f.settle(nil)
+		f.writeResponse(resp, f.fromOrigin, status)
+		return
+	}
+	e := &store.Entry{Key: storeKey, URL: purge.EntryURL(f.r), Status: resp.StatusCode, Header: resp.Header, Received: f.received,
+		InitialAge: httpcache.InitialAge(resp.Header, f.requested, f.received), Lifetime: lifetime}
+	compress := f.p.Compress && f.req.Slice == nil && compressible(resp.Header, resp.ContentLength)
+	wr, err := f.cfg.Store.Create(e, resp.ContentLength, compress, f.maxObject(f.p))
+	if err != nil {
+		// The disk tier does not admit it (full, or failing): serve it unstored.
+		done()
+		f.settle(nil)
+		f.writeResponse(resp, f.fromOrigin, status)
+		return
+	}
+	f.stream(wr, done, status)
+}
+
+// judged is the status the response is judged storable by: a slice's 206
+// is stored as the object's 200 would be.
+func (f *fill) judged() int {
+	if f.req.Slice != nil && f.resp.StatusCode == http.StatusPartialContent {
+		return http.StatusOK
+	}
+	return f.resp.StatusCode
+}
+
+// storable says whether the response is stored, for how long it is
+// fresh, and under which key (a variant's, for a response that varies);
+// done releases the variant's slot once its fill has stored it or given
+// up. The fields the policy says the origin varies on without naming them
+// are added to its Vary first.
+func (f *fill) storable() (key string, lifetime time.Duration, done func(), ok bool) {
+	resp, maxObject := f.resp, f.maxObject(f.p)
+	if f.req.Slice == nil {
+		addVary(f.p, f.r, resp.Header)
+	}
+	lifetime, ok = StoreLifetime(f.p, f.r, f.judged(), resp.Header, f.received, maxObject)
+	switch {
+	case !ok || resp.ContentLength > maxObject:
+		return "", 0, noop, false
+	case f.req.Slice != nil:
+		return f.key, lifetime, noop, slice.Storable(resp.Header)
+	}
+	if fields := httpcache.VaryFields(resp.Header); len(fields) > 0 {
+		key, done, ok = f.variant(fields)
+		return key, lifetime, done, ok
+	}
+	return f.key, lifetime, noop, true
+}
+
+// stream answers from wr, the response streaming into the store, which a
+// goroutine of its own writes; the requests collapsed onto the fill follow
+// it as readers too.
+func (f *fill) stream(wr *store.Writer, done func(), status string) {
+	leader, fk := f.leader, f.fk
+	// A request from the end of the fill on looks at the store again.
+	wr.OnFinish(func() {
+		f.flights.Forget(fk, leader)
+		done() // stored (the store counts it now) or given up
+	})
+	f.settle(&fillShare{wr: wr, req: f.r.Header})
+	f.handed = true
+	// The leader's reader is taken before the copy starts: a small body
+	// may be copied and refused by the disk tier's admission before the
+	// leader would ask, and a reader taken after a refusal has nothing.
+	rd, rdErr := wr.NewReader()
+	resp, fromOrigin, release, key := f.resp, f.fromOrigin, f.release, f.key
+	f.cfg.Tasks.Go("fill", func() {
+		defer release()
+		nb, err := io.Copy(wr, resp.Body)
+		if fromOrigin {
+			f.cfg.Metrics.OriginBytes.Add(float64(nb))
+		}
+		if err != nil {
+			f.cfg.Logger.Warn("response body broke off; nothing stored", "key", key, "after_bytes", nb, "err", err)
+			wr.Abort(err)
+			return
+		}
+		if _, err := wr.Commit(); err != nil {
+			f.cfg.Logger.Warn("storing response failed", "key", key, "err", err)
+		}
+	})
+	f.out.Source = SourcePeer
+	if fromOrigin {
+		f.out.Source = SourceOrigin
+	}
+	err := rdErr
+	if err == nil {
+		defer rd.Close()
+		err = f.Answer(wr.Entry(), rd, status)
+	}
+	if err != nil {
+		f.originError(http.StatusBadGateway, err, "origin response broke off")
+	}
+}
+
+// variant returns the key a varying response is stored under, and writes
+// the URL's marker. It reports false when the URL has its policy's number
+// of variants already, stored or being filled. A new variant's slot is
+// held until done is called, once its fill has stored it or given up.
+func (f *fill) variant(fields []string) (vk string, done func(), ok bool) {
+	key := f.key
+	vk = httpcache.VariantKey(key, fields, f.r.Header)
+	limit := f.p.MaxVariants
+	if limit <= 0 {
+		limit = defaultMaxVariants
+	}
+	marker, found := f.cfg.Store.Get(key)
+	if !found || marker.Status != varyMarker || !slices.Equal(httpcache.VaryFields(marker.Header), fields) {
+		m := &store.Entry{Key: key, URL: purge.EntryURL(f.r), Status: varyMarker, Header: http.Header{"Vary": {strings.Join(fields, ", ")}},
+			Received: f.received, Lifetime: 0}
+		if err := f.cfg.Store.Put(m, nil); err != nil {
+			return "", noop, false
+		}
+	}
+	if _, found := f.cfg.Store.Get(vk); found {
+		return vk, noop, true // a refresh of a variant already counted
+	}
+	stored := f.cfg.Store.Count(key)
+	if _, ok := f.cfg.Store.Peek(PartKey(key)); ok {
+		stored-- // a stored range (partial.go) is among the key's group, but is no variant
+	}
+	f.fillingMu.Lock()
+	defer f.fillingMu.Unlock()
+	if stored+f.filling[key] >= limit {
+		return "", noop, false
+	}
+	f.filling[key]++
+	return vk, func() {
+		f.fillingMu.Lock()
+		defer f.fillingMu.Unlock()
+		if f.filling[key]--; f.filling[key] <= 0 {
+			delete(f.filling, key)
+		}
+	}, true
+}
+
+func noop() {}
+
+// refreshed is the stale response updated by a 304 (RFC 9111 3.2 and
+// 4.3.4): the 304's header fields replace the stored ones, except those
+// describing the body, and freshness is computed anew. It is stored again;
+// when that fails the refreshed entry still answers this request.
+func (f *fill) refreshed() *store.Entry {
+	stale := f.stale
+	h := stale.Header.Clone()
+	for k, v := range f.resp.Header {
+		switch k {
+		case "Content-Length", "Content-Encoding", "Content-Range", "Transfer-Encoding", "Content-Type":
+			continue
+		}
+		h[k] = v
+	}
+	lifetime, _ := StoreLifetime(f.p, f.r, stale.Status, h, f.received, 1<<62)
+	meta := &store.Entry{Key: stale.Key, URL: stale.URL, Status: stale.Status, Header: h, Received: f.received,
+		InitialAge: httpcache.InitialAge(h, f.requested, f.received), Lifetime: lifetime}
+	e, err := f.cfg.Store.Update(stale, meta)
+	if err != nil {
+		f.cfg.Logger.Warn("storing a revalidated response failed", "key", stale.Key, "err", err)
+		m := *stale
+		m.Header, m.Received, m.InitialAge, m.Lifetime = meta.Header, meta.Received, meta.InitialAge, meta.Lifetime
+		return &m
+	}
+	return e
+}
+
+// maxObject is the largest object stored under the request's policy.
+func (o *Owner) maxObject(p *policy.Policy) int64 {
+	if p.MaxObject > 0 {
+		return min(p.MaxObject, o.cfg.DiskBytes/2)
+	}
+	return o.cfg.MaxObjectBytes
+}
+
+// StoreLifetime decides by RFC 9111 3 and the policy whether a response
+// with status and h, to request r, may be stored, and how long it stays
+// fresh: the response's own freshness, else the policy's status or default
+// TTL (as nginx's proxy_cache_valid applies only where the response states
+// none). A response without freshness is stored only if it can be
+// revalidated.
+func StoreLifetime(p *policy.Policy, r *http.Request, status int, h http.Header, received time.Time, maxObject int64) (time.Duration, bool) {
+	cc, _ := httpcache.ResponseControl(h, p.Targeted...)
+	lifetime := httpcache.LifetimeHeuristic(status, h, received, p.Heuristic(status), p.Targeted...)
+	policyTTL := false
+	explicit := httpcache.Explicit(h, p.Targeted...)
+	if !explicit && !cc.Has("no-cache") {
+		if ttl, ok := p.StatusTTL(status); ok {
+			lifetime, policyTTL = ttl, true
+		} else if p.DefaultTTL > 0 {
+			lifetime, policyTTL = p.DefaultTTL, true
+		}
+	}
+	// Worth storing only with a lifetime or a validator to serve it with.
+	validator := h.Get("ETag") != "" || h.Get("Last-Modified") != ""
+	// Under authorize_every_request each use is checked with the origin,
+	// so what answered an authorised request may be stored.
+	authorized := r.Header.Get("Authorization") != "" && !p.AuthorizeEach
+	ok := httpcache.Storable(status, h, authorized, httpcache.Overrides{
+		TTL: policyTTL, StorePrivate: p.StorePrivate, StoreSetCookie: p.StoreSetCookie, Excluded: p.Excluded(status), Heuristic: p.Heuristic(status),
+	}, p.Targeted...) && (lifetime > 0 || validator) && maxObject > 0
+	return lifetime, ok
+}

@@ -1,0 +1,111 @@
+package owner
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/reply"
+	"github.com/shardcache/shardcache/dataplane/slice"
+	"github.com/shardcache/shardcache/dataplane/store"
+)
+
+// flightKey is what concurrent fills of key collapse on: the key, and for
+// a slice the version asked for, so that a request for one version never
+// waits for another's.
+func flightKey(key string, sl *slice.Req) string {
+	if sl == nil || sl.Version == "" {
+		return key
+	}
+	return key + "\x00" + sl.Version
+}
+
+// fillShare is what a fill's leader gives the requests collapsed onto it:
+// a response streaming into the store, a stored entry to serve, or the
+// failure they all answer with.
+type fillShare struct {
+	wr     *store.Writer
+	e      *store.Entry
+	status string // X-Cache for e
+	err    error
+	code   int         // HTTP status for err
+	req    http.Header // the leader's request, to check Vary
+}
+
+// collapse is the stage that joins concurrent misses of a key into one
+// fill: the first request (the leader) fetches, the others wait for what
+// it shares, and fetch alone when it cannot be shared (not storable,
+// another variant) or takes too long, as nginx's proxy_cache_lock does.
+// Under authorize_every_request every request is authorised by the origin
+// on its own: none takes another's answer.
+func (s *serving) collapse() {
+	if s.p.AuthorizeEach {
+		s.fill(nil, nil)
+		return
+	}
+	call, leader := s.flights.Join(flightKey(s.key, s.req.Slice))
+	if leader {
+		s.fill(call, nil)
+		return
+	}
+	wait := s.cfg.OriginTimeout
+	if s.p.CollapseTimeout > 0 {
+		wait = s.p.CollapseTimeout
+	}
+	wctx, cancel := context.WithTimeout(s.r.Context(), wait)
+	s.waiting.Add(1)
+	share, ok := call.Wait(wctx)
+	s.waiting.Add(-1)
+	cancel()
+	if ok && s.serveShare(share) {
+		return
+	}
+	s.fill(nil, nil)
+}
+
+// serveShare answers from a leader's fill; false when the request must
+// fetch for itself.
+func (s *serving) serveShare(sh *fillShare) bool {
+	switch {
+	case sh.err != nil:
+		// The origin failed: the failure is shared, not retried by each.
+		s.originError(sh.code, sh.err, "origin unreachable")
+		return true
+	case sh.e != nil:
+		return s.Answer(sh.e, nil, sh.status) == nil
+	}
+	e := sh.wr.Entry()
+	if !httpcache.SameVariant(httpcache.VaryFields(e.Header), sh.req, s.r.Header) {
+		return false
+	}
+	rd, err := sh.wr.NewReader()
+	if err == nil {
+		defer rd.Close()
+		s.cfg.Metrics.Collapsed.Inc()
+		s.out.Source = SourceFill
+		err = s.Answer(e, rd, cacheCollapsed)
+	}
+	if err == nil {
+		return true
+	}
+	if errors.Is(err, store.ErrNotStored) {
+		return false
+	}
+	http.Error(s.w, "shardcache: origin response broke off", http.StatusBadGateway)
+	return true
+}
+
+// revalidateInBackground refreshes e, served stale, with one request of
+// its own, unless a fill of the key is already running.
+func (s *serving) revalidateInBackground(e *store.Entry) {
+	call, leader := s.flights.Join(flightKey(s.key, s.req.Slice))
+	if !leader {
+		return
+	}
+	breq := background(s.req)
+	breq.From = nil // the origin confirms it, not the first owner
+	bg := s.fork(reply.NewDiscard(), breq)
+	bg.stale = e
+	s.cfg.Tasks.Go("revalidate", func() { bg.fill(call, nil) })
+}

@@ -1,0 +1,84 @@
+package owner
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/shardcache/shardcache/dataplane/hop"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
+	"github.com/shardcache/shardcache/dataplane/internal/reply"
+	"github.com/shardcache/shardcache/dataplane/purge"
+	"github.com/shardcache/shardcache/dataplane/store"
+)
+
+// Hot copies. A node that does not own a hot key keeps a copy of the
+// owner's answer in memory (Keep), and answers from it while it is fresh
+// as the request asks (a Copy request), so that the hot key stops paying
+// the relay hop. A copy is kept only of an answer that is the same for
+// every client, small, storable, and from an owner that is not behind this
+// node's purges.
+
+// serveCopy answers from this node's copy of the key, when there is one,
+// no purge matches it, it was confirmed since a cut-off from the control
+// plane, and the request takes it as fresh (its no-cache, max-age and
+// min-fresh obeyed as for a stored response). Else it writes nothing.
+func (s *serving) serveCopy() {
+	if s.cfg.Copies == nil {
+		return
+	}
+	e, ok := s.cfg.Copies.Get(s.key)
+	if !ok || !s.usable(e) || s.unconfirmedEntry(e) {
+		return
+	}
+	if httpcache.Decide(e.Age(s.req.Now), e.Lifetime, e.Header, s.dirs, 0, s.p.Targeted...) != httpcache.UseFresh {
+		return
+	}
+	s.cfg.Metrics.Hot.WithLabelValues("copy_hit").Inc()
+	s.out.Served = true
+	s.Answer(e, nil, httpcache.CacheHit)
+}
+
+// Keep answers req from resp, the owner's answer to it relayed, keeping a
+// copy when req's key is hot here and the answer may be copied; the
+// owner's purge revision is read off resp either way. It reports false,
+// having written nothing and read no body, when it keeps no copy.
+func (o *Owner) Keep(w http.ResponseWriter, req *Request, resp *http.Response) bool {
+	behind := o.cfg.Bans.Behind(hop.PurgeRevision(resp.Header))
+	if o.cfg.Copies == nil || behind || req.HTTP.Method != http.MethodGet {
+		return false
+	}
+	lifetime, ok := StoreLifetime(req.Policy, req.HTTP, resp.StatusCode, resp.Header, req.Now, o.cfg.CopyMaxObject)
+	// A copy is kept only of an answer that is the same for every client:
+	// one negotiated by content coding (Vary) is not.
+	if !ok || resp.ContentLength < 0 || resp.ContentLength > o.cfg.CopyMaxObject || resp.Header.Get("Vary") != "" || resp.Header.Get("Content-Encoding") != "" {
+		return false
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, resp.ContentLength))
+	if err != nil || int64(len(body)) != resp.ContentLength {
+		// The owner's answer broke off: pass on what came, as a plain relay would.
+		reply.CopyHeader(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		w.Write(body)
+		return true
+	}
+	o.cfg.Metrics.Totals.PeerBytes.Add(uint64(len(body)))
+	o.cfg.Metrics.PeerBytes.WithLabelValues("in").Add(float64(len(body)))
+	kept := resp.Header.Clone()
+	kept.Del("Cache-Status") // the copy answers with this node's own
+	received := req.Now
+	e := &store.Entry{Key: req.Key, URL: purge.EntryURL(req.HTTP), Status: resp.StatusCode, Header: kept, Body: body, Received: received,
+		InitialAge: httpcache.InitialAge(resp.Header, received, received), Lifetime: lifetime, Size: int64(len(body)), Length: int64(len(body))}
+	if o.cfg.Copies.Set(e) {
+		o.cfg.Metrics.Hot.WithLabelValues("copy_admitted").Inc()
+	}
+	// Answer as the owner did (its X-Cache and X-Cache-Node), not as a copy.
+	reply.CopyHeader(w.Header(), resp.Header)
+	w.Header()["Cache-Status"] = append(w.Header()["Cache-Status"], httpcache.RelayedMember(o.statusName))
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(resp.StatusCode)
+	coalesce.Hold(req.HTTP, int64(len(body)))
+	w.Write(body)
+	return true
+}

@@ -1,0 +1,37 @@
+package owner
+
+import (
+	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/store"
+)
+
+// decide is the stage that says what to do with e, the stored response
+// found (RFC 9111 4.2, 5.2): serve it fresh or stale, serve it stale while
+// it is revalidated, or ask the origin first. Two rules of the cluster's
+// come before the RFC's: an entry that may have been purged while the node
+// was cut off from the control plane, and every entry under
+// authorize_every_request (checked with the client's own credentials), is
+// revalidated first. A nil e is a miss.
+func (s *serving) decide(e *store.Entry) httpcache.Use {
+	if e == nil {
+		return httpcache.UseRevalidate
+	}
+	s.unconfirmed = s.unconfirmedEntry(e)
+	if s.unconfirmed || s.p.AuthorizeEach {
+		return httpcache.UseRevalidate
+	}
+	return httpcache.Decide(e.Age(s.req.Now), e.Lifetime, e.Header, s.dirs, s.p.StaleWhileRevalidate, s.p.Targeted...)
+}
+
+// unconfirmedEntry reports whether e may have been purged while the node
+// was cut off from the control plane: the cut longer than the node's
+// bound, and e stored (or confirmed by the origin) longer ago than that.
+// Such an entry is served only once the origin has confirmed it (a
+// conditional request), never stale.
+func (o *Owner) unconfirmedEntry(e *store.Entry) bool {
+	if o.cfg.CutOff == nil {
+		return false
+	}
+	before, cut := o.cfg.CutOff()
+	return cut && e.Received.Before(before)
+}

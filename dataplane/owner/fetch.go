@@ -1,0 +1,303 @@
+package owner
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"time"
+
+	"github.com/shardcache/shardcache/dataplane/flight"
+	"github.com/shardcache/shardcache/dataplane/hop"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/reply"
+	"github.com/shardcache/shardcache/dataplane/internal/wait"
+	"github.com/shardcache/shardcache/dataplane/metrics"
+	"github.com/shardcache/shardcache/dataplane/relay"
+	"github.com/shardcache/shardcache/dataplane/slice"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// fill is one fetch of a key and what comes of it: the stages after
+// collapse (fetch, admit, answer) are its methods. A storable response is
+// written to the store by a goroutine of its own, which this request and
+// every request collapsed onto it follow as readers: a client that hangs
+// up or reads slowly delays no one else.
+type fill struct {
+	*serving
+	// call is the collapse this fill leads, nil when it leads none; fk
+	// its flight key. leader stays set once call is settled.
+	call, leader *flight.Call[*fillShare]
+	fk           string
+	// plan, when set, is a range fill (partial.go): a range is asked for
+	// and its 206 stored as the key's part.
+	plan *partPlan
+	// ctx bounds the fetch (see fetch); release ends what it holds once
+	// the response is done with, by this request or by the goroutine it
+	// is handed to (handed).
+	ctx        context.Context
+	watch      *wait.Watch
+	release    func()
+	handed     bool
+	resp       *http.Response
+	fromOrigin bool
+	// requested is when the request went out, received when the answer
+	// came: the response's age is reckoned between them.
+	requested, received time.Time
+}
+
+// fill fetches the key from the origin (or, for a hot key's later owner,
+// from the first owner; within a handoff window, from its previous owner)
+// and answers. s.stale, when set, is the stored response being
+// revalidated: its validators make the request conditional, a 304
+// refreshes it, and an origin failure may serve it (stale-if-error). A
+// slice is fetched with a Range request of its own bytes, conditional
+// (If-Range) on the version of the object it belongs to.
+func (s *serving) fill(call *flight.Call[*fillShare], plan *partPlan) {
+	f := &fill{serving: s, call: call, leader: call, fk: flightKey(s.key, s.req.Slice), plan: plan}
+	defer f.settle(nil)
+	defer func() {
+		if !f.handed {
+			f.release()
+		}
+	}()
+	if !f.fetch() {
+		return
+	}
+	f.admit()
+}
+
+// settle hands the requests collapsed onto the fill their share, once; a
+// share that is no stream is for those waiting now, and later requests
+// look at the store again.
+func (f *fill) settle(sh *fillShare) {
+	if f.call == nil {
+		return
+	}
+	f.flights.Settle(f.fk, f.call, sh, sh != nil)
+	if sh != nil && sh.wr == nil {
+		f.flights.Forget(f.fk, f.call)
+	}
+	f.call = nil
+}
+
+// fetch is the stage that gets the response; false when the request was
+// answered already (a failure, a stale response served on error, a
+// pre-copy without a peer's copy).
+func (f *fill) fetch() bool {
+	// The fill outlives a client that hangs up (others may be waiting on
+	// it), but not the node. The origin timeout bounds the wait for the
+	// answer's header and each wait for its body, never the transfer: an
+	// object that keeps coming is fetched and stored whole, however long.
+	timeout := cmp.Or(f.p.OriginTimeout, f.cfg.OriginTimeout)
+	ctx, watch := wait.Start(context.WithoutCancel(f.r.Context()), timeout, timeout)
+	stop := context.AfterFunc(f.cfg.Tasks.Context(), watch.Stop)
+	// Purges wait for fills that began before them; see purge.Sweep.
+	endFill := f.cfg.Inflight.Begin()
+	f.watch, f.ctx = watch, httptrace.WithClientTrace(ctx, reply.PassInterim(f.w))
+	f.release = func() {
+		endFill()
+		watch.Stop()
+		stop()
+		if f.resp != nil {
+			f.resp.Body.Close()
+		}
+	}
+	if f.stale == nil && f.plan == nil {
+		if from := f.req.From; from != nil {
+			f.resp = f.fromPeer(from, false)
+		} else if prev := f.handoffFrom(); prev != nil {
+			f.resp = f.fromPeer(prev, true)
+		}
+	}
+	if f.resp == nil && f.req.Hop.Precopy {
+		return false // a pre-copy takes what a peer has, never the origin
+	}
+	f.fromOrigin = f.resp == nil
+	f.requested = time.Now()
+	var err error
+	if f.fromOrigin {
+		f.resp, err = f.cfg.Origin.Fetch(f.ctx, f.r, f.p, true, f.originFields())
+	}
+	f.received = time.Now()
+	if (err != nil || f.resp.StatusCode >= 500 && f.stale != nil) && !f.failed(err) {
+		return false
+	}
+	watch.Answered()
+	f.resp.Body = watch.Body(f.resp.Body)
+	if f.fromOrigin {
+		f.cfg.Metrics.Totals.OriginRequests.Add(1)
+		f.cfg.Metrics.OriginReqs.WithLabelValues("fill", metrics.StatusClass(f.resp.StatusCode)).Inc()
+	}
+	httpcache.RemoveHopByHop(f.resp.Header)
+	if sl := f.req.Slice; sl != nil {
+		if err := sl.FromOrigin(f.resp); err != nil {
+			code := http.StatusBadGateway
+			if errors.Is(err, slice.ErrChanged) {
+				code = http.StatusPreconditionFailed
+			} else {
+				f.cfg.Logger.Warn("origin answer cannot be sliced", "key", f.key, "err", err)
+			}
+			f.settle(&fillShare{err: err, code: code})
+			http.Error(f.w, "shardcache: "+err.Error(), code)
+			return false
+		}
+	}
+	return true
+}
+
+// originFields are the fields set on the origin request: the stale
+// response's validators (RFC 9111 4.3.1), a slice's range, or a range
+// fill's.
+func (f *fill) originFields() http.Header {
+	switch {
+	case f.plan != nil:
+		return f.plan.ask
+	case f.req.Slice != nil:
+		return f.req.Slice.OriginHeader()
+	case f.stale == nil:
+		return nil
+	}
+	h := http.Header{}
+	if et := f.stale.Header.Values("Etag"); len(et) > 0 {
+		h["If-None-Match"] = et
+	}
+	if lm := f.stale.Header.Get("Last-Modified"); lm != "" {
+		h.Set("If-Modified-Since", lm)
+	}
+	return h
+}
+
+// failed answers an origin that failed (err) or answered 5xx to a
+// revalidation: with the stale response where stale-if-error allows, else
+// an error that every collapsed request shares. It reports whether the
+// fill goes on (a 5xx that must be passed on).
+func (f *fill) failed(err error) bool {
+	if st := f.stale; st != nil && !f.unconfirmed && !f.p.AuthorizeEach &&
+		httpcache.StaleOnError(st.Age(f.received), st.Lifetime, st.Header, f.r.Header, f.p.StaleIfError, f.p.Targeted...) {
+		result := "error"
+		if err == nil {
+			result = metrics.StatusClass(f.resp.StatusCode)
+			f.resp.Body.Close()
+		}
+		f.cfg.Metrics.OriginReqs.WithLabelValues("fill", result).Inc()
+		f.settle(&fillShare{e: st, status: httpcache.CacheStale})
+		f.Answer(st, nil, httpcache.CacheStale)
+		return false
+	}
+	if err == nil {
+		return true // the origin's 5xx is the answer
+	}
+	f.cfg.Metrics.OriginReqs.WithLabelValues("fill", "error").Inc()
+	f.cfg.Logger.Warn("origin request failed", "key", f.key, "err", err)
+	code := http.StatusBadGateway
+	if f.stale != nil {
+		code = http.StatusGatewayTimeout // a stored response it may not serve
+	}
+	f.settle(&fillShare{err: fmt.Errorf("origin unreachable: %w", err), code: code})
+	f.originError(code, err, "origin unreachable")
+	return false
+}
+
+// fromPeer asks another node for the key; nil when it cannot answer (the
+// fill then goes to the origin). A hot key's later owner asks the first
+// owner, which fills from the origin if it must. A handoff asks the key's
+// owner in the previous epoch for its stored copy only (only-if-cached):
+// it never sends that node to the origin.
+func (f *fill) fromPeer(from *pb.Member, handoff bool) *http.Response {
+	get := *f.r // Forward reads only the method, URL and host; the header is h
+	get.Method = http.MethodGet
+	h := relayHeader(f.req, f.cfg.ID)
+	for _, name := range httpcache.ConditionalFields {
+		h.Del(name) // a fill brings the whole object, as the origin sent it
+	}
+	h.Del("Accept-Encoding")
+	timeout := f.cfg.RelayTimeout
+	if handoff {
+		h.Set(hop.HandoffField, "1")
+		h.Set("Cache-Control", "only-if-cached")
+		timeout = handoffTimeout
+	}
+	resp, err := f.forward(f.ctx, from, &get, h, timeout)
+	if err != nil {
+		if handoff {
+			f.cfg.Metrics.Handoffs.WithLabelValues("error").Inc()
+		}
+		return nil
+	}
+	if f.cfg.Bans.Behind(hop.PurgeRevision(resp.Header)) || resp.StatusCode >= 500 {
+		resp.Body.Close()
+		if handoff {
+			f.cfg.Metrics.Handoffs.WithLabelValues("miss").Inc()
+		}
+		return nil
+	}
+	if handoff {
+		f.cfg.Metrics.Handoffs.WithLabelValues("hit").Inc()
+	} else {
+		f.cfg.Metrics.Hot.WithLabelValues("replica_fill").Inc()
+		resp.Header.Del("Age")
+	}
+	resp.Header.Del("X-Cache")
+	resp.Header.Del("X-Cache-Node")
+	return resp
+}
+
+// handoffTimeout bounds the wait for a handoff's answer (see fromPeer).
+const handoffTimeout = 2 * time.Second
+
+// handoffFrom is the node to ask for the key before the origin: its owner
+// in the previous epoch, within the handoff window of a change; nil if
+// none, and for a handoff request itself.
+func (f *fill) handoffFrom() *pb.Member {
+	if f.req.Hop.Handoff {
+		return nil
+	}
+	return f.req.Routes.HandoffFrom(f.key, f.cfg.ID, f.cfg.HandoffWindow, f.req.Now)
+}
+
+// forward sends a peer request to m. timeout bounds the wait for the
+// answer's header; its body is read at the caller's pace, within ctx.
+func (o *Owner) forward(ctx context.Context, m *pb.Member, r *http.Request, h http.Header, timeout time.Duration) (*http.Response, error) {
+	fctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(timeout, cancel)
+	resp, err := o.cfg.Peers.Forward(fctx, m.GetPeerAddress(), r, h)
+	timer.Stop()
+	if err != nil {
+		cancel()
+		result := "error"
+		if errors.Is(err, relay.ErrPeerDown) {
+			result = "skipped"
+		}
+		o.cfg.Metrics.PeerReqs.WithLabelValues(m.GetId(), result).Inc()
+		return nil, err
+	}
+	o.cfg.Metrics.PeerReqs.WithLabelValues(m.GetId(), metrics.StatusClass(resp.StatusCode)).Inc()
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+// relayHeader is the header of a peer request the node self sends for
+// req, at the epoch req is routed by.
+func relayHeader(req *Request, self string) http.Header {
+	var epoch uint64
+	if req.Routes != nil {
+		epoch = req.Routes.Epoch.GetEpoch()
+	}
+	return hop.RelayHeader(req.HTTP, self, epoch)
+}
+
+// cancelOnClose ends a request's context when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
+}

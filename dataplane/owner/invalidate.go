@@ -1,0 +1,111 @@
+package owner
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shardcache/shardcache/dataplane/hop"
+	"github.com/shardcache/shardcache/dataplane/slice"
+	"github.com/shardcache/shardcache/sdk/policy"
+)
+
+// Invalidate drops what the cluster stores for the request's target: for
+// a client's unsafe request that succeeded (RFC 9111 4.4), its target URI
+// and the same-host URIs in the response's Location and Content-Location
+// (h), here and on every other member of the ring over the peer hop, where
+// the owner and any node holding a hot copy are; it waits up to
+// invalidateWait for the peers, so that the client's next request sees the
+// change, and a slower peer is still told, after the answer. For a peer's
+// invalidation (req.Hop.From set) it drops here only: the slice head it
+// names, or its URL.
+func (o *Owner) Invalidate(req *Request, h http.Header) {
+	if req.Hop.From != "" {
+		if req.Slice != nil {
+			o.drop(req.Key) // one slice's head, as the assembler asks
+		} else {
+			o.dropURL(req.HTTP, req.Policy)
+		}
+		return
+	}
+	r := req.HTTP
+	var wg sync.WaitGroup
+	base := &url.URL{Scheme: "http", Host: r.Host, Path: r.URL.Path, RawQuery: r.URL.RawQuery}
+	targets := []*url.URL{base}
+	for _, f := range []string{"Location", "Content-Location"} {
+		if v := h.Get(f); v != "" {
+			if u, err := base.Parse(v); err == nil && strings.EqualFold(u.Host, base.Host) {
+				targets = append(targets, u)
+			}
+		}
+	}
+	rt := req.Routes
+	for _, u := range targets {
+		tr := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: u.Path, RawQuery: u.RawQuery}, Host: u.Host, Header: http.Header{}}
+		p := o.cfg.Policies.Load().Match(policy.Host(tr), tr.URL.Path)
+		o.dropURL(tr, p)
+		if rt == nil {
+			continue
+		}
+		hdr := hop.ControlHeader(o.cfg.ID, hop.InvalidateField, "1")
+		for _, m := range rt.Epoch.GetMembers() {
+			if m.GetId() == o.cfg.ID {
+				continue
+			}
+			wg.Add(1)
+			o.cfg.Tasks.Go("invalidate", func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(o.cfg.Tasks.Context(), 5*time.Second)
+				defer cancel()
+				resp, err := o.cfg.Peers.Forward(ctx, m.GetPeerAddress(), tr, hdr)
+				if err != nil {
+					o.cfg.Logger.Warn("invalidation did not reach a peer", "peer", m.GetId(), "url", u.String(), "err", err)
+					return
+				}
+				resp.Body.Close()
+			})
+		}
+	}
+	done := make(chan struct{})
+	o.cfg.Tasks.Go("invalidate", func() {
+		wg.Wait()
+		close(done)
+	})
+	select {
+	case <-done:
+	case <-time.After(invalidateWait):
+	}
+}
+
+// invalidateWait bounds how long an unsafe request's answer waits for the
+// peers to drop what it invalidates.
+const invalidateWait = time.Second
+
+// drop removes what this node stores under key: the response or its
+// variants, and a hot copy.
+func (o *Owner) drop(key string) {
+	for _, k := range o.cfg.Store.Members(key) { // its variants, if it varies
+		o.cfg.Store.Delete(k)
+	}
+	o.cfg.Store.Delete(key)
+	if o.cfg.Copies != nil {
+		o.cfg.Copies.Delete(key)
+	}
+}
+
+// dropURL removes what this node stores for req's URL under either
+// scheme (an unsafe method changed the resource for both), and a sliced
+// object's head.
+func (o *Owner) dropURL(req *http.Request, p *policy.Policy) {
+	for _, key := range p.URLKeys(req) {
+		o.drop(key)
+		if p.SliceSize > 0 {
+			// Without its head a sliced object is looked up anew; slices
+			// of another version are then refused.
+			o.drop((&slice.Req{Size: p.SliceSize}).Key(key))
+		}
+	}
+}

@@ -1,0 +1,86 @@
+package owner
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/slice"
+	"github.com/shardcache/shardcache/dataplane/store"
+)
+
+// Vary (RFC 9111 4.1). A response that varies is stored under a variant
+// key (httpcache.VariantKey). Under the URL's key itself a marker (status
+// 0, never served) names those fields, so a lookup knows which variant to
+// read.
+const varyMarker = 0
+
+// lookup is the stage that finds the stored response for the request:
+// under its key, following a Vary marker to its variant; nil when there is
+// none, when no purge allows it, when it is coded in a way the request
+// does not accept, or when it is another version of the object than the
+// slice asked for belongs to.
+func (s *serving) lookup() *store.Entry {
+	e := s.find(s.key)
+	if e == nil || !httpcache.AcceptsAll(s.r.Header, e.Header.Get("Content-Encoding")) {
+		return nil
+	}
+	if sl := s.req.Slice; sl != nil && sl.Version != "" && slice.Version(e.Header) != sl.Version {
+		return nil // another version of the object: never served for this one
+	}
+	return e
+}
+
+// find is key's stored response for the request, its Vary followed.
+func (s *serving) find(key string) *store.Entry {
+	e, ok := s.cfg.Store.Get(key)
+	if !ok || !s.usable(e) {
+		return nil
+	}
+	if e.Status != varyMarker {
+		if fields := httpcache.VaryFields(e.Header); len(fields) > 0 {
+			return nil // stored before it varied; cannot tell its variant
+		}
+		return e
+	}
+	fields := httpcache.VaryFields(e.Header)
+	v, ok := s.cfg.Store.Get(httpcache.VariantKey(key, fields, s.r.Header))
+	if !ok || !s.usable(v) {
+		if slices.Equal(fields, []string{"accept-language"}) {
+			return s.languageVariant(key)
+		}
+		return nil
+	}
+	return v
+}
+
+// languageVariant returns a stored variant of key, varying on
+// Accept-Language alone, whose Content-Language is exactly the language
+// the request prefers: the answer the origin negotiated for another
+// client's list is the one it gives for that language.
+func (s *serving) languageVariant(key string) *store.Entry {
+	want, ok := httpcache.PreferredLanguage(s.r.Header)
+	if !ok {
+		return nil
+	}
+	for _, k := range s.cfg.Store.Members(key) {
+		v, ok := s.cfg.Store.Peek(k)
+		if ok && s.usable(v) && v.Status != http.StatusPartialContent && strings.EqualFold(strings.TrimSpace(v.Header.Get("Content-Language")), want) {
+			if v, ok := s.cfg.Store.Get(k); ok {
+				return v
+			}
+		}
+	}
+	return nil
+}
+
+// usable reports whether a stored entry may be served: no ban matches it,
+// and, until the first session of this run has brought the purges the
+// node missed, it was stored by this run.
+func (o *Owner) usable(e *store.Entry) bool {
+	if !o.caughtUp.Load() && e.Received.Before(o.started) {
+		return false
+	}
+	return o.cfg.Bans.Match(e) == nil
+}
