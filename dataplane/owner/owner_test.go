@@ -333,7 +333,7 @@ func TestConcurrentMissesCollapse(t *testing.T) {
 func TestVariantsAndTheirBound(t *testing.T) {
 	to := newTestOwner(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Vary", "Accept")
-		cacheable("as " + r.Header.Get("Accept"))(w, r)
+		cacheable("as "+r.Header.Get("Accept"))(w, r)
 	})
 	p := policyOf(t, &pb.CachePolicy{Name: "v", MaxVariants: 2})
 	for _, tt := range []struct{ accept, cache string }{
