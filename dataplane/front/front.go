@@ -4,8 +4,8 @@
 // decides each once on arrival (arrive.go), builds the one owner.Request
 // the rest reads, and routes it by its policy (route.go): around the cache
 // to the origin (bypass.go), to the key's owner over the peer hop
-// (relay.go) or by a redirect, or to this node's owner (package owner).
-// It records the owner's Outcome (record.go) and answers PURGE
+// (toowner.go) or by a redirect, or to this node's owner (package owner).
+// It records the owner's Outcome (account.go) and answers PURGE
 // (purgereq.go). The peer listener's handler (ServePeer, peer.go) is the
 // peer gate: it serves only members of the ring, believes their hop fields
 // as typed facts, and hands their requests to the owner, never relaying
