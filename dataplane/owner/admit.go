@@ -184,6 +184,20 @@ func (f *fill) variant(fields []string) (vk string, done func(), ok bool) {
 
 func noop() {}
 
+// settle hands the requests collapsed onto the fill their share, once; a
+// share that is no stream is for those waiting now, and later requests
+// look at the store again.
+func (f *fill) settle(sh *fillShare) {
+	if f.call == nil {
+		return
+	}
+	f.flights.Settle(f.fk, f.call, sh, sh != nil)
+	if sh != nil && sh.wr == nil {
+		f.flights.Forget(f.fk, f.call)
+	}
+	f.call = nil
+}
+
 // refreshed is the stale response updated by a 304 (RFC 9111 3.2 and
 // 4.3.4): the 304's header fields replace the stored ones, except those
 // describing the body, and freshness is computed anew. It is stored again;

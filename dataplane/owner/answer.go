@@ -102,6 +102,43 @@ func (s *serving) Answer(e *store.Entry, rd io.Reader, status string) error {
 	return s.writeBody(src, follow, decode)
 }
 
+// answerRanges answers ranges of e (nil: a 416): from rd when e
+// is still streaming in (one range, answered as its bytes arrive, then
+// the rest read so that the answer ends with the fill), else from the
+// stored body.
+func (s *serving) answerRanges(e *store.Entry, rd io.Reader, ranges []httpcache.ByteRange, status string) error {
+	h := s.w.Header()
+	switch {
+	case rd != nil && len(ranges) == 1:
+		s.answerFollowing(e, rd, span{0, e.Length - 1, e.Length}, ranges[0], status)
+		io.Copy(io.Discard, rd)
+		return nil
+	case rd != nil:
+		for k, v := range e.Header {
+			h[k] = v
+		}
+		s.cacheHeaders(h, e, status)
+		writeRanges(s.w, s.r, e.Header, e.Length, nil, nil)
+		return nil
+	}
+	body, done, err := s.readerAt(e)
+	if err != nil {
+		return err
+	}
+	defer done()
+	for k, v := range e.Header {
+		h[k] = v
+	}
+	h.Del("Content-Length")
+	h.Set("Accept-Ranges", "bytes")
+	s.cacheHeaders(h, e, status)
+	section := func(start, length int64) io.Reader { return io.NewSectionReader(body, start, length) }
+	if err := writeRanges(s.w, s.r, e.Header, e.Length, ranges, section); err != nil && !reply.IsWriteError(err) {
+		return reply.BreakOff(s.w) // the stored body could not be read: do not end it cleanly
+	}
+	return nil
+}
+
 // writeBody copies an answer's body, decoding it when the client does not
 // accept the stored coding; a body that breaks off is broken off.
 func (s *serving) writeBody(src io.Reader, follow *reply.ErrReader, decode bool) error {

@@ -41,12 +41,13 @@ type fillShare struct {
 // on its own: none takes another's answer.
 func (s *serving) collapse() {
 	if s.p.AuthorizeEach {
-		s.fill(nil, nil)
+		s.fill(nil, "", nil)
 		return
 	}
-	call, leader := s.flights.Join(flightKey(s.key, s.req.Slice))
+	fk := flightKey(s.key, s.req.Slice)
+	call, leader := s.flights.Join(fk)
 	if leader {
-		s.fill(call, nil)
+		s.fill(call, fk, nil)
 		return
 	}
 	wait := s.cfg.OriginTimeout
@@ -61,7 +62,7 @@ func (s *serving) collapse() {
 	if ok && s.serveShare(share) {
 		return
 	}
-	s.fill(nil, nil)
+	s.fill(nil, "", nil)
 }
 
 // serveShare answers from a leader's fill; false when the request must
@@ -99,7 +100,8 @@ func (s *serving) serveShare(sh *fillShare) bool {
 // revalidateInBackground refreshes e, served stale, with one request of
 // its own, unless a fill of the key is already running.
 func (s *serving) revalidateInBackground(e *store.Entry) {
-	call, leader := s.flights.Join(flightKey(s.key, s.req.Slice))
+	fk := flightKey(s.key, s.req.Slice)
+	call, leader := s.flights.Join(fk)
 	if !leader {
 		return
 	}
@@ -107,5 +109,19 @@ func (s *serving) revalidateInBackground(e *store.Entry) {
 	breq.From = nil // the origin confirms it, not the first owner
 	bg := s.fork(reply.NewDiscard(), breq)
 	bg.stale = e
-	s.cfg.Tasks.Go("revalidate", func() { bg.fill(call, nil) })
+	s.cfg.Tasks.Go("revalidate", func() { bg.fill(call, fk, nil) })
+}
+
+// fork is a copy of s for work of its own (a background revalidation, a
+// slice served in process), with its own outcome.
+func (s *serving) fork(w http.ResponseWriter, req *Request) *serving {
+	return &serving{Owner: s.Owner, w: w, req: req, r: req.HTTP, key: req.Key, p: req.Policy, dirs: httpcache.ForRequest(req.HTTP.Header)}
+}
+
+// background is req for work no client waits on: its context outlives the
+// client's.
+func background(req *Request) *Request {
+	bg := *req
+	bg.HTTP = req.HTTP.Clone(context.WithoutCancel(req.HTTP.Context()))
+	return &bg
 }

@@ -56,8 +56,11 @@ type fill struct {
 // refreshes it, and an origin failure may serve it (stale-if-error). A
 // slice is fetched with a Range request of its own bytes, conditional
 // (If-Range) on the version of the object it belongs to.
-func (s *serving) fill(call *flight.Call[*fillShare], plan *partPlan) {
-	f := &fill{serving: s, call: call, leader: call, fk: flightKey(s.key, s.req.Slice), plan: plan}
+//
+// call, when set, is the collapse of the key's concurrent misses that the
+// fill leads, on flight key fk.
+func (s *serving) fill(call *flight.Call[*fillShare], fk string, plan *partPlan) {
+	f := &fill{serving: s, call: call, leader: call, fk: fk, plan: plan}
 	defer f.settle(nil)
 	defer func() {
 		if !f.handed {
@@ -68,20 +71,6 @@ func (s *serving) fill(call *flight.Call[*fillShare], plan *partPlan) {
 		return
 	}
 	f.admit()
-}
-
-// settle hands the requests collapsed onto the fill their share, once; a
-// share that is no stream is for those waiting now, and later requests
-// look at the store again.
-func (f *fill) settle(sh *fillShare) {
-	if f.call == nil {
-		return
-	}
-	f.flights.Settle(f.fk, f.call, sh, sh != nil)
-	if sh != nil && sh.wr == nil {
-		f.flights.Forget(f.fk, f.call)
-	}
-	f.call = nil
 }
 
 // fetch is the stage that gets the response; false when the request was

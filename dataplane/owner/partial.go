@@ -134,7 +134,7 @@ func (s *serving) servePartial() bool {
 	if req.Has("only-if-cached") {
 		return false
 	}
-	s.fill(nil, plan)
+	s.fill(nil, "", plan)
 	return true
 }
 

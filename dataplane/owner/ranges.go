@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
-	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/store"
 )
 
@@ -32,43 +31,6 @@ func rangesFor(r *http.Request, e *store.Entry, streaming bool) ([]httpcache.Byt
 		return nil, nil
 	}
 	return ranges, err
-}
-
-// answerRanges answers ranges of e (nil: a 416): from rd when e
-// is still streaming in (one range, answered as its bytes arrive, then
-// the rest read so that the answer ends with the fill), else from the
-// stored body.
-func (s *serving) answerRanges(e *store.Entry, rd io.Reader, ranges []httpcache.ByteRange, status string) error {
-	h := s.w.Header()
-	switch {
-	case rd != nil && len(ranges) == 1:
-		s.answerFollowing(e, rd, span{0, e.Length - 1, e.Length}, ranges[0], status)
-		io.Copy(io.Discard, rd)
-		return nil
-	case rd != nil:
-		for k, v := range e.Header {
-			h[k] = v
-		}
-		s.cacheHeaders(h, e, status)
-		writeRanges(s.w, s.r, e.Header, e.Length, nil, nil)
-		return nil
-	}
-	body, done, err := s.readerAt(e)
-	if err != nil {
-		return err
-	}
-	defer done()
-	for k, v := range e.Header {
-		h[k] = v
-	}
-	h.Del("Content-Length")
-	h.Set("Accept-Ranges", "bytes")
-	s.cacheHeaders(h, e, status)
-	section := func(start, length int64) io.Reader { return io.NewSectionReader(body, start, length) }
-	if err := writeRanges(s.w, s.r, e.Header, e.Length, ranges, section); err != nil && !reply.IsWriteError(err) {
-		return reply.BreakOff(s.w) // the stored body could not be read: do not end it cleanly
-	}
-	return nil
 }
 
 // writeRanges writes a 206 of ranges of a stored body (one part, or

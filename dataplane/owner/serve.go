@@ -1,7 +1,6 @@
 package owner
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 
@@ -104,18 +103,4 @@ func (s *serving) serveStored(e *store.Entry, use httpcache.Use) bool {
 		s.revalidateInBackground(e)
 	}
 	return true
-}
-
-// fork is a copy of s for work of its own (a background revalidation, a
-// slice served in process), with its own outcome.
-func (s *serving) fork(w http.ResponseWriter, req *Request) *serving {
-	return &serving{Owner: s.Owner, w: w, req: req, r: req.HTTP, key: req.Key, p: req.Policy, dirs: httpcache.ForRequest(req.HTTP.Header)}
-}
-
-// background is req for work no client waits on: its context outlives the
-// client's.
-func background(req *Request) *Request {
-	bg := *req
-	bg.HTTP = req.HTTP.Clone(context.WithoutCancel(req.HTTP.Context()))
-	return &bg
 }
