@@ -60,7 +60,7 @@ func (f *Front) bypass(w http.ResponseWriter, req *owner.Request, reason string)
 	m.Status = resp.StatusCode
 	w.Header().Add("Cache-Status", m.String())
 	if unsafeMethod(r.Method) && resp.StatusCode < 400 {
-		f.cfg.Owner.Invalidate(req, resp.Header)
+		f.cfg.Owner.Invalidate(*req, resp.Header)
 	}
 	w.WriteHeader(resp.StatusCode)
 	reply.Pass(w, resp.Body)

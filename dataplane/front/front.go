@@ -42,14 +42,14 @@ import (
 type Owner interface {
 	// Serve answers req (its own key, a slice, an assembled object, a hot
 	// copy) and says how.
-	Serve(w http.ResponseWriter, req *owner.Request) owner.Outcome
+	Serve(w http.ResponseWriter, req owner.Request) owner.Outcome
 	// Keep answers req from resp, its owner's answer relayed, keeping a
 	// hot copy where it may; false, having written nothing, when it keeps
 	// none.
-	Keep(w http.ResponseWriter, req *owner.Request, resp *http.Response) bool
+	Keep(w http.ResponseWriter, req owner.Request, resp *http.Response) bool
 	// Invalidate drops what an unsafe request changed (or a peer's
 	// invalidation names).
-	Invalidate(req *owner.Request, h http.Header)
+	Invalidate(req owner.Request, h http.Header)
 }
 
 // Purger records purges with the control plane: PURGE requests reach it

@@ -38,14 +38,14 @@ import (
 // records what it was asked.
 type fakeOwner struct {
 	mu          sync.Mutex
-	served      []*owner.Request
+	served      []owner.Request
 	kept        int
-	invalidated []*owner.Request
+	invalidated []owner.Request
 	copies      bool // a Copy request is served
 	sliced      bool // an Assemble request is served
 }
 
-func (o *fakeOwner) Serve(w http.ResponseWriter, req *owner.Request) owner.Outcome {
+func (o *fakeOwner) Serve(w http.ResponseWriter, req owner.Request) owner.Outcome {
 	o.mu.Lock()
 	o.served = append(o.served, req)
 	copies, sliced := o.copies, o.sliced
@@ -59,23 +59,23 @@ func (o *fakeOwner) Serve(w http.ResponseWriter, req *owner.Request) owner.Outco
 		Member: httpcache.StatusMember{Node: "a", Cache: httpcache.CacheHit, TTL: time.Minute, HasTTL: true}}
 }
 
-func (o *fakeOwner) Keep(w http.ResponseWriter, req *owner.Request, resp *http.Response) bool {
+func (o *fakeOwner) Keep(w http.ResponseWriter, req owner.Request, resp *http.Response) bool {
 	o.mu.Lock()
 	o.kept++
 	o.mu.Unlock()
 	return false
 }
 
-func (o *fakeOwner) Invalidate(req *owner.Request, h http.Header) {
+func (o *fakeOwner) Invalidate(req owner.Request, h http.Header) {
 	o.mu.Lock()
 	o.invalidated = append(o.invalidated, req)
 	o.mu.Unlock()
 }
 
-func (o *fakeOwner) requests() []*owner.Request {
+func (o *fakeOwner) requests() []owner.Request {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return append([]*owner.Request(nil), o.served...)
+	return append([]owner.Request(nil), o.served...)
 }
 
 // fakeOrigin answers every fetch with "origin:<path>".

@@ -90,7 +90,7 @@ func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request, rt *routes.Ta
 		req.Key = sl.Key(req.Key)
 	}
 	if r.Header.Get(hop.InvalidateField) != "" {
-		f.cfg.Owner.Invalidate(req, nil)
+		f.cfg.Owner.Invalidate(*req, nil)
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
@@ -99,7 +99,7 @@ func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request, rt *routes.Ta
 	}
 	req.From = f.replicaOf(req)
 	rec := reply.NewRecorder(w)
-	f.cfg.Owner.Serve(rec, req)
+	f.cfg.Owner.Serve(rec, *req)
 	f.cfg.Metrics.PeerBytes.WithLabelValues("out").Add(float64(rec.Bytes))
 	if req.Hop.Handoff && rec.Status < 300 && !rec.Broken {
 		f.cfg.Metrics.Totals.HandoffAnswers.Add(1)

@@ -33,13 +33,13 @@ func (f *Front) route(rec *reply.Recorder, req *owner.Request) (string, owner.Ou
 	if p.SliceSize > 0 {
 		sliced := *req
 		sliced.Assemble = true
-		if out := f.cfg.Owner.Serve(rec, &sliced); out.Served {
+		if out := f.cfg.Owner.Serve(rec, sliced); out.Served {
 			return metrics.RouteSliced, out
 		}
 	}
 	rt := req.Routes
 	if rt == nil || p.Mode == pb.CacheMode_CACHE_MODE_LOCAL {
-		return metrics.RouteLocal, f.cfg.Owner.Serve(rec, req)
+		return metrics.RouteLocal, f.cfg.Owner.Serve(rec, *req)
 	}
 	hot := !p.AuthorizeEach && f.isHot(req) // a hot copy would serve without the origin's check
 	replicas := 1
@@ -49,20 +49,20 @@ func (f *Front) route(rec *reply.Recorder, req *owner.Request) (string, owner.Ou
 	var buf [4]*pb.Member
 	owners := rt.Owners(buf[:0], req.Key, replicas)
 	if len(owners) == 0 {
-		return metrics.RouteLocal, f.cfg.Owner.Serve(rec, req)
+		return metrics.RouteLocal, f.cfg.Owner.Serve(rec, *req)
 	}
 	for i, o := range owners {
 		if o.GetId() == f.cfg.ID {
 			if i > 0 {
 				req.From = owners[0] // a replica fills from the first owner
 			}
-			return metrics.RouteLocal, f.cfg.Owner.Serve(rec, req)
+			return metrics.RouteLocal, f.cfg.Owner.Serve(rec, *req)
 		}
 	}
 	if hot {
 		copied := *req
 		copied.Copy = true
-		if out := f.cfg.Owner.Serve(rec, &copied); out.Served {
+		if out := f.cfg.Owner.Serve(rec, copied); out.Served {
 			return metrics.RouteLocal, out
 		}
 	}
@@ -102,7 +102,7 @@ func (f *Front) toOwners(rec *reply.Recorder, req *owner.Request, owners []*pb.M
 			}
 		}
 	}
-	return metrics.RouteLocal, f.cfg.Owner.Serve(rec, req)
+	return metrics.RouteLocal, f.cfg.Owner.Serve(rec, *req)
 }
 
 // isHot counts a request for its key and says whether the key's rate at

@@ -63,7 +63,7 @@ func (f *Front) relay(w http.ResponseWriter, req *owner.Request, m *pb.Member, h
 	f.cfg.Metrics.PeerReqs.WithLabelValues(m.GetId(), metrics.StatusClass(resp.StatusCode)).Inc()
 	httpcache.RemoveHopByHop(resp.Header)
 	out := relayedOutcome(resp.Header)
-	if hot && f.cfg.Owner.Keep(w, req, resp) {
+	if hot && f.cfg.Owner.Keep(w, *req, resp) {
 		return out, true
 	}
 	hop.PurgeRevision(resp.Header) // the owner's, for Keep; not for the client

@@ -105,7 +105,7 @@ func (s *serving) revalidateInBackground(e *store.Entry) {
 	if !leader {
 		return
 	}
-	breq := background(s.req)
+	breq := background(&s.req)
 	breq.From = nil // the origin confirms it, not the first owner
 	bg := s.fork(reply.NewDiscard(), breq)
 	bg.stale = e
@@ -115,7 +115,7 @@ func (s *serving) revalidateInBackground(e *store.Entry) {
 // fork is a copy of s for work of its own (a background revalidation, a
 // slice served in process), with its own outcome.
 func (s *serving) fork(w http.ResponseWriter, req *Request) *serving {
-	return &serving{Owner: s.Owner, w: w, req: req, r: req.HTTP, key: req.Key, p: req.Policy, dirs: httpcache.ForRequest(req.HTTP.Header)}
+	return &serving{Owner: s.Owner, w: w, req: *req, r: req.HTTP, key: req.Key, p: req.Policy, dirs: httpcache.ForRequest(req.HTTP.Header)}
 }
 
 // background is req for work no client waits on: its context outlives the

@@ -44,7 +44,7 @@ func (s *serving) serveCopy() {
 // copy when req's key is hot here and the answer may be copied; the
 // owner's purge revision is read off resp either way. It reports false,
 // having written nothing and read no body, when it keeps no copy.
-func (o *Owner) Keep(w http.ResponseWriter, req *Request, resp *http.Response) bool {
+func (o *Owner) Keep(w http.ResponseWriter, req Request, resp *http.Response) bool {
 	behind := o.cfg.Bans.Behind(hop.PurgeRevision(resp.Header))
 	if o.cfg.Copies == nil || behind || req.HTTP.Method != http.MethodGet {
 		return false

@@ -27,7 +27,10 @@ import (
 // every request collapsed onto it follow as readers: a client that hangs
 // up or reads slowly delays no one else.
 type fill struct {
-	*serving
+	// serving is a copy of the request's: the fill may outlive the
+	// request's stages (a goroutine storing the response); its outcome is
+	// the request's once the fill returns.
+	serving
 	// call is the collapse this fill leads, nil when it leads none; fk
 	// its flight key. leader stays set once call is settled.
 	call, leader *flight.Call[*fillShare]
@@ -60,7 +63,8 @@ type fill struct {
 // call, when set, is the collapse of the key's concurrent misses that the
 // fill leads, on flight key fk.
 func (s *serving) fill(call *flight.Call[*fillShare], fk string, plan *partPlan) {
-	f := &fill{serving: s, call: call, leader: call, fk: fk, plan: plan}
+	f := &fill{serving: *s, call: call, leader: call, fk: fk, plan: plan}
+	defer func() { s.out = f.out }()
 	defer f.settle(nil)
 	defer func() {
 		if !f.handed {
@@ -199,7 +203,7 @@ func (f *fill) failed(err error) bool {
 func (f *fill) fromPeer(from *pb.Member, handoff bool) *http.Response {
 	get := *f.r // Forward reads only the method, URL and host; the header is h
 	get.Method = http.MethodGet
-	h := relayHeader(f.req, f.cfg.ID)
+	h := relayHeader(&f.req, f.cfg.ID)
 	for _, name := range httpcache.ConditionalFields {
 		h.Del(name) // a fill brings the whole object, as the origin sent it
 	}

@@ -22,7 +22,7 @@ import (
 // change, and a slower peer is still told, after the answer. For a peer's
 // invalidation (req.Hop.From set) it drops here only: the slice head it
 // names, or its URL.
-func (o *Owner) Invalidate(req *Request, h http.Header) {
+func (o *Owner) Invalidate(req Request, h http.Header) {
 	if req.Hop.From != "" {
 		if req.Slice != nil {
 			o.drop(req.Key) // one slice's head, as the assembler asks

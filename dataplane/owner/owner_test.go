@@ -160,7 +160,7 @@ func request(path string, p *policy.Policy, header ...string) *Request {
 // stores.
 func (to *testOwner) serve(req *Request) (*httptest.ResponseRecorder, Outcome) {
 	w := httptest.NewRecorder()
-	out := to.Serve(w, req)
+	out := to.Serve(w, *req)
 	to.settled()
 	return w, out
 }
@@ -304,7 +304,7 @@ func TestConcurrentMissesCollapse(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			w := httptest.NewRecorder()
-			outs <- to.Serve(w, request("/c", nil))
+			outs <- to.Serve(w, *request("/c", nil))
 			if w.Body.String() != "shared" {
 				t.Errorf("body %q", w.Body.String())
 			}
@@ -440,7 +440,7 @@ func TestHotCopies(t *testing.T) {
 	resp := &http.Response{StatusCode: 200, Header: http.Header{"Cache-Control": {"max-age=60"}, "X-Cache": {"HIT"}, hop.PurgeRevisionField: {"0"}}, ContentLength: 4,
 		Body: io.NopCloser(strings.NewReader("copy"))}
 	w := httptest.NewRecorder()
-	if !to.Keep(w, req, resp) || w.Body.String() != "copy" {
+	if !to.Keep(w, *req, resp) || w.Body.String() != "copy" {
 		t.Fatalf("Keep: %q", w.Body.String())
 	}
 	for range 10 { // the memory tier takes a copy a little later
@@ -466,7 +466,7 @@ func TestHotCopies(t *testing.T) {
 	}
 	vary := &http.Response{StatusCode: 200, Header: http.Header{"Cache-Control": {"max-age=60"}, "Vary": {"Accept"}, hop.PurgeRevisionField: {"0"}}, ContentLength: 1,
 		Body: io.NopCloser(strings.NewReader("v"))}
-	if to.Keep(httptest.NewRecorder(), req, vary) {
+	if to.Keep(httptest.NewRecorder(), *req, vary) {
 		t.Fatal("a varying answer was kept as a copy")
 	}
 }
@@ -477,14 +477,14 @@ func TestInvalidate(t *testing.T) {
 	to.serve(request("/inv", nil))
 	req := request("/inv", nil)
 	req.HTTP.Method = http.MethodPost
-	to.Invalidate(req, http.Header{})
+	to.Invalidate(*req, http.Header{})
 	if w, _ := to.serve(request("/inv", nil)); w.Header().Get("X-Cache") != httpcache.CacheMiss {
 		t.Fatalf("after the invalidation: %s, want MISS", w.Header().Get("X-Cache"))
 	}
 	to.serve(request("/inv", nil))
 	peer := request("/inv", nil)
 	peer.Hop.From = "b"
-	to.Invalidate(peer, nil)
+	to.Invalidate(*peer, nil)
 	if w, _ := to.serve(request("/inv", nil)); w.Header().Get("X-Cache") != httpcache.CacheMiss {
 		t.Fatalf("after a peer's invalidation: %s, want MISS", w.Header().Get("X-Cache"))
 	}

@@ -78,7 +78,7 @@ func (o *Owner) Precopy(rt *routes.Table) {
 		sem <- struct{}{}
 		wg.Go(o.cfg.Tasks.Guard("precopy", func() {
 			defer func() { <-sem }()
-			o.Serve(reply.NewDiscard(), &Request{HTTP: r, Key: k.Key, Policy: p, Routes: rt, Now: time.Now(), Hop: Hop{Precopy: true}})
+			o.Serve(reply.NewDiscard(), Request{HTTP: r, Key: k.Key, Policy: p, Routes: rt, Now: time.Now(), Hop: Hop{Precopy: true}})
 		}))
 	}
 	wg.Wait()

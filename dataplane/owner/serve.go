@@ -18,7 +18,7 @@ import (
 type serving struct {
 	*Owner
 	w   http.ResponseWriter
-	req *Request
+	req Request
 	r   *http.Request // req.HTTP
 	key string
 	p   *policy.Policy
@@ -37,19 +37,25 @@ type serving struct {
 // directives decide whether a stored response is served fresh, served
 // stale, or revalidated with the origin first; concurrent misses collapse
 // into one origin request.
-func (o *Owner) Serve(w http.ResponseWriter, req *Request) Outcome {
-	s := &serving{Owner: o, w: w, req: req, r: req.HTTP, key: req.Key, p: req.Policy, dirs: httpcache.ForRequest(req.HTTP.Header)}
+//
+// A request is taken by value, and the serving value on the stack: a hit
+// allocates neither.
+func (o *Owner) Serve(w http.ResponseWriter, req Request) Outcome {
 	if req.Hop.From != "" {
 		// An answer from an owner behind the asking node's purges may hold
 		// what it purged: the asker keeps no copy of it (hop.PurgeRevision).
 		w.Header().Set(hop.PurgeRevisionField, strconv.FormatInt(o.cfg.Bans.Revision(), 10))
 	}
-	switch {
-	case req.Copy:
+	if req.Assemble {
+		// The assembler's fetches keep it beyond this call: on the heap.
+		sl := &serving{Owner: o, w: w, req: req, r: req.HTTP, key: req.Key, p: req.Policy, dirs: httpcache.ForRequest(req.HTTP.Header)}
+		sl.serveSliced()
+		return sl.out
+	}
+	s := serving{Owner: o, w: w, req: req, r: req.HTTP, key: req.Key, p: req.Policy, dirs: httpcache.ForRequest(req.HTTP.Header)}
+	if req.Copy {
 		s.serveCopy()
-	case req.Assemble:
-		s.serveSliced()
-	default:
+	} else {
 		s.serve()
 	}
 	return s.out
@@ -90,9 +96,15 @@ func (s *serving) serve() {
 // serveStored answers from e when the decision says so; false when e is
 // to be revalidated or could not be read (the stages go on to a fill).
 func (s *serving) serveStored(e *store.Entry, use httpcache.Use) bool {
-	status := map[httpcache.Use]string{httpcache.UseFresh: httpcache.CacheHit, httpcache.UseStale: httpcache.CacheStale,
-		httpcache.UseUpdating: httpcache.CacheUpdating}[use]
-	if status == "" {
+	var status string
+	switch use {
+	case httpcache.UseFresh:
+		status = httpcache.CacheHit
+	case httpcache.UseStale:
+		status = httpcache.CacheStale
+	case httpcache.UseUpdating:
+		status = httpcache.CacheUpdating
+	default:
 		s.stale = e
 		return false
 	}

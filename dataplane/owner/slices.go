@@ -39,7 +39,7 @@ func (s *serving) fetchSlice(ctx context.Context, sl *slice.Req, method string) 
 // (HEAD, only-if-cached: nothing is fetched for it).
 func (s *serving) askSlice(ctx context.Context, sl *slice.Req, method string, probe bool) *http.Response {
 	r, p := s.r, s.p
-	h := relayHeader(s.req, s.cfg.ID)
+	h := relayHeader(&s.req, s.cfg.ID)
 	for _, f := range httpcache.ConditionalFields {
 		h.Del(f) // the assembling node answers those
 	}
