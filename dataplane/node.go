@@ -29,6 +29,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
 	"github.com/shardcache/shardcache/dataplane/logstream"
 	"github.com/shardcache/shardcache/dataplane/metrics"
+	"github.com/shardcache/shardcache/dataplane/ops"
 	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/owner"
 	"github.com/shardcache/shardcache/dataplane/purge"
@@ -497,7 +498,7 @@ func (n *Node) Run(ctx context.Context) error {
 	})
 	close(n.ready)
 	n.log.Info("node serving", "client", listeners[0].Addr().String(), "peer", listeners[1].Addr().String(),
-		"ops", listeners[2].Addr().String(), "control_plane", n.cfg.ControlPlane, "origin", redactURL(n.cfg.Origin))
+		"ops", listeners[2].Addr().String(), "control_plane", n.cfg.ControlPlane, "origin", ops.RedactURL(n.cfg.Origin))
 	err = g.Wait()
 	// Clients are gone; end the fills still running (nothing partial is
 	// stored) before the store closes.

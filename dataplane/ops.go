@@ -1,19 +1,11 @@
 package dataplane
 
 import (
-	"crypto/subtle"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/pprof"
-	"net/netip"
-	"net/url"
-	"os"
-	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
+	"github.com/shardcache/shardcache/dataplane/ops"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
@@ -47,173 +39,51 @@ func (n *Node) drain() {
 // before the node stops.
 const drainIdle = time.Second
 
-// opsHandler serves health, readiness, metrics and pprof.
+// opsHandler is the ops listener's handler (package ops), over the node's
+// parts.
 func (n *Node) opsHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	return ops.Handler(ops.Config{ID: n.cfg.ID, OpsURL: n.cfg.OpsURL, AdminToken: n.cfg.AdminToken, OpsToken: n.cfg.OpsToken,
+		TrustLoopback: n.cfg.OpsTrustLoopback, Ready: n.readiness, Drain: n.serveDrain, Load: n.loadReport,
+		Metrics: n.metrics, Logs: &n.logs, Store: n.store, Copies: n.hotCopies, Policies: &n.policies, Routes: &n.routes,
+		Hot: n.hot, HotKeys: &n.hotKeys, Logger: n.log})
+}
+
+// readiness is /readyz's answer: why the node is not ready, or the ring
+// and control data it serves with.
+func (n *Node) readiness() (string, bool) {
+	select {
+	case <-n.store.Ready():
+	default:
+		return fmt.Sprintf("not ready: loading the disk tier's index (%d records so far)", n.store.Loaded()), false
+	}
+	if n.certs != nil {
 		select {
-		case <-n.store.Ready():
+		case <-n.certs.Ready():
 		default:
-			http.Error(w, fmt.Sprintf("not ready: loading the disk tier's index (%d records so far)", n.store.Loaded()), http.StatusServiceUnavailable)
-			return
-		}
-		if n.certs != nil {
-			select {
-			case <-n.certs.Ready():
-			default:
-				http.Error(w, "not ready: no peer certificate yet from the control plane at "+n.cfg.ControlPlane, http.StatusServiceUnavailable)
-				return
-			}
-		}
-		if n.front.Draining() {
-			http.Error(w, "not ready: draining (out of the ring, serving its peers' handoff requests before it stops)", http.StatusServiceUnavailable)
-			return
-		}
-		rt := n.routes.Load()
-		member, why := n.session.Member()
-		switch {
-		case rt == nil && member:
-			http.Error(w, "not ready: no ring epoch yet from the control plane at "+n.cfg.ControlPlane, http.StatusServiceUnavailable)
-			return
-		case rt == nil:
-			http.Error(w, "not ready: no ring epoch yet from the control plane at "+n.cfg.ControlPlane+": "+why, http.StatusServiceUnavailable)
-			return
-		case !member:
-			http.Error(w, "not ready: not a member: "+why, http.StatusServiceUnavailable)
-			return
-		}
-		control := "connected"
-		if !n.session.Connected() {
-			// Still ready: the node serves with what it has. Say the
-			// control data may be stale.
-			control = "disconnected (stale control data)"
-		}
-		fmt.Fprintf(w, "ready epoch=%d members=%d policies=%d control=%s peer_hop=%s\n", rt.Epoch.GetEpoch(), len(rt.Epoch.GetMembers()),
-			n.policies.Load().Revision(), control, n.cfg.peerHop())
-	})
-	mux.HandleFunc("GET /drain", func(w http.ResponseWriter, _ *http.Request) {
-		// What changes the node's state is a POST: a link, a prefetch or
-		// a crawler following one must not drain it.
-		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "ops listener: /drain takes the node out of the ring: send it as a POST", http.StatusMethodNotAllowed)
-	})
-	mux.HandleFunc("POST /drain", n.opsGuard(adminOnly, n.serveDrain)) // a pod's preStop hook
-	mux.HandleFunc("GET /stats", n.opsGuard(readOnly, n.serveStats))
-	mux.HandleFunc("GET /inspect", n.opsGuard(readOnly, n.serveInspect))
-	mux.HandleFunc("GET /log", n.opsGuard(readOnly, n.serveLog))
-	mux.HandleFunc("GET /members", n.opsGuard(readOnly, n.serveMembers))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
-	mux.HandleFunc("/debug/pprof/", n.opsGuard(adminOnly, pprof.Index))
-	mux.HandleFunc("/debug/pprof/cmdline", n.opsGuard(adminOnly, func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprint(w, strings.Join(redactArgs(os.Args), "\x00"))
-	}))
-	mux.HandleFunc("/debug/pprof/profile", n.opsGuard(adminOnly, pprof.Profile))
-	mux.HandleFunc("/debug/pprof/symbol", n.opsGuard(adminOnly, pprof.Symbol))
-	mux.HandleFunc("/debug/pprof/trace", n.opsGuard(adminOnly, pprof.Trace))
-	return mux
-}
-
-// What an ops endpoint needs of its caller: the admin token, or for what
-// only reads the node's figures and logs the read-only ops token too.
-const (
-	adminOnly = false
-	readOnly  = true
-)
-
-// opsGuard lets h serve only a caller that sends the admin token (or, for
-// a read-only endpoint, the ops token): what takes the node out of the
-// ring or reads its insides is not for anyone who can reach the ops port.
-// A loopback caller is no exception (a sidecar proxy connects from
-// loopback), unless the node was told to trust loopback
-// (OpsTrustLoopback). The probes' and the scraper's /healthz, /readyz and
-// /metrics stay open.
-func (n *Node) opsGuard(reads bool, h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if n.cfg.OpsTrustLoopback {
-			host, _, _ := net.SplitHostPort(r.RemoteAddr)
-			if a, err := netip.ParseAddr(host); err == nil && a.Unmap().IsLoopback() {
-				h(w, r)
-				return
-			}
-		}
-		token, sent := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		matches := func(want string) bool {
-			return want != "" && subtle.ConstantTimeCompare([]byte(token), []byte(want)) == 1
-		}
-		switch {
-		case sent && (matches(n.cfg.AdminToken) || reads && matches(n.cfg.OpsToken)):
-			h(w, r)
-			return
-		case sent:
-			n.metrics.OpsRefused.WithLabelValues("bad_token").Inc()
-			n.log.Warn("refused an ops request: wrong token", "path", r.URL.Path, "remote", r.RemoteAddr)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="shardcache ops"`)
-			http.Error(w, "ops listener: the token does not match", http.StatusUnauthorized)
-		default:
-			n.metrics.OpsRefused.WithLabelValues("no_token").Inc()
-			n.log.Warn("refused an ops request: no token", "path", r.URL.Path, "remote", r.RemoteAddr)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="shardcache ops"`)
-			want := "the admin token"
-			if reads {
-				want = "the admin or the ops token"
-			}
-			http.Error(w, "ops listener: "+r.URL.Path+" needs Authorization: Bearer <"+want+">", http.StatusUnauthorized)
+			return "not ready: no peer certificate yet from the control plane at " + n.cfg.ControlPlane, false
 		}
 	}
-}
-
-// redactArgs is the command line with the value of every flag that names
-// a secret (a token, password or secret) replaced; file paths are kept.
-func redactArgs(args []string) []string {
-	out := make([]string, len(args))
-	secret := func(flag string) bool {
-		flag = strings.ToLower(strings.TrimLeft(flag, "-"))
-		if strings.HasSuffix(flag, "-file") {
-			return false // a path, not the secret
-		}
-		for _, w := range []string{"token", "password", "secret"} {
-			if strings.Contains(flag, w) {
-				return true
-			}
-		}
-		return false
+	if n.front.Draining() {
+		return "not ready: draining (out of the ring, serving its peers' handoff requests before it stops)", false
 	}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		out[i] = redactURL(a)
-		if !strings.HasPrefix(a, "-") {
-			continue
-		}
-		if name, v, ok := strings.Cut(a, "="); ok {
-			out[i] = name + "=" + redactURL(v)
-			if secret(name) {
-				out[i] = name + "=REDACTED"
-			}
-			continue
-		}
-		if secret(a) && i+1 < len(args) {
-			i++
-			out[i] = "REDACTED"
-		}
+	rt := n.routes.Load()
+	member, why := n.session.Member()
+	switch {
+	case rt == nil && member:
+		return "not ready: no ring epoch yet from the control plane at " + n.cfg.ControlPlane, false
+	case rt == nil:
+		return "not ready: no ring epoch yet from the control plane at " + n.cfg.ControlPlane + ": " + why, false
+	case !member:
+		return "not ready: not a member: " + why, false
 	}
-	return out
-}
-
-// redactURL is s with the password of a URL in it replaced ("xxxxx"), for
-// logs and the command line; anything else as it is.
-func redactURL(s string) string {
-	if !strings.Contains(s, "@") || !strings.Contains(s, "://") {
-		return s
+	control := "connected"
+	if !n.session.Connected() {
+		// Still ready: the node serves with what it has. Say the control
+		// data may be stale.
+		control = "disconnected (stale control data)"
 	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return s
-	}
-	return u.Redacted()
+	return fmt.Sprintf("ready epoch=%d members=%d policies=%d control=%s peer_hop=%s", rt.Epoch.GetEpoch(), len(rt.Epoch.GetMembers()),
+		n.policies.Load().Revision(), control, n.cfg.peerHop()), true
 }
 
 // loadReport is what the session reports to the control plane.

@@ -3,7 +3,6 @@ package dataplane
 import (
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -64,24 +63,12 @@ func TestOpsListenerGuardsWhatChangesOrReadsTheNode(t *testing.T) {
 		t.Fatal("a refused /drain drained the node")
 	}
 	n.cfg.OpsTrustLoopback = true
+	ops = n.opsHandler()
 	if w := serve("GET", "/stats", "127.0.0.1:1", ""); w.Code != 200 {
 		t.Fatalf("/stats from loopback with OpsTrustLoopback: %d", w.Code)
 	}
 	if w := serve("GET", "/stats", "192.0.2.1:1", ""); w.Code != http.StatusUnauthorized {
 		t.Fatalf("/stats off loopback with OpsTrustLoopback, no token: %d", w.Code)
-	}
-}
-
-func TestRedactArgsHidesSecretFlagValues(t *testing.T) {
-	got := redactArgs([]string{"shardcache", "node", "--admin-token", "a1", "--join-token=j1", "--ca-key", "k.pem",
-		"--join-token-file", "/run/secrets/join", "--id", "node-1", "-token", "t1"})
-	want := []string{"shardcache", "node", "--admin-token", "REDACTED", "--join-token=REDACTED", "--ca-key", "k.pem",
-		"--join-token-file", "/run/secrets/join", "--id", "node-1", "-token", "REDACTED"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("redactArgs:\n got %v\nwant %v", got, want)
-	}
-	if strings.Contains(strings.Join(got, " "), "j1") {
-		t.Fatal("a secret survived")
 	}
 }
 

@@ -1,4 +1,4 @@
-package dataplane
+package ops
 
 import (
 	"encoding/json"
@@ -30,20 +30,20 @@ const maxStatsHotKeys = 20
 
 // serveStats answers the node's live figures: its load report's counters,
 // computed now, its hottest keys, and its request duration buckets.
-func (n *Node) serveStats(w http.ResponseWriter, _ *http.Request) {
-	load, err := protojson.Marshal(n.loadReport())
+func (l *listener) serveStats(w http.ResponseWriter, _ *http.Request) {
+	load, err := protojson.Marshal(l.cfg.Load())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	st := admin.NodeStats{LoadJSON: load, HotKeys: []admin.HotKey{}, Durations: map[string][]admin.Bucket{}}
-	for route, bs := range n.metrics.DurationBuckets() {
+	for route, bs := range l.cfg.Metrics.DurationBuckets() {
 		for _, b := range bs {
 			st.Durations[route] = append(st.Durations[route], admin.Bucket{LE: b.LE, Count: b.Count})
 		}
 	}
-	if n.hot != nil {
-		for _, k := range n.hotKeys.Hottest(n.hot, maxStatsHotKeys) {
+	if l.cfg.Hot != nil {
+		for _, k := range l.cfg.HotKeys.Hottest(l.cfg.Hot, maxStatsHotKeys) {
 			st.HotKeys = append(st.HotKeys, admin.HotKey{Key: k.Key, Rate: k.Rate})
 		}
 	}
@@ -60,7 +60,7 @@ const (
 
 // serveInspect answers what this node stores for ?url=: the policy and
 // key that apply, the key's owners, and every stored response for it.
-func (n *Node) serveInspect(w http.ResponseWriter, r *http.Request) {
+func (l *listener) serveInspect(w http.ResponseWriter, r *http.Request) {
 	raw := r.URL.Query().Get("url")
 	u, err := url.Parse(raw)
 	if err != nil || !u.IsAbs() || u.Host == "" || u.Scheme != "http" && u.Scheme != "https" {
@@ -68,14 +68,14 @@ func (n *Node) serveInspect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := &http.Request{Method: http.MethodGet, URL: u, Host: u.Host, Header: http.Header{}}
-	p := n.policies.Load().Match(policy.Host(req), u.Path)
+	p := l.cfg.Policies.Load().Match(policy.Host(req), u.Path)
 	key := p.Key(u.Scheme, req)
-	in := admin.Inspection{Node: n.cfg.ID, URL: raw, Policy: p.Name, Key: key, Objects: []admin.StoredObject{}}
-	if rt := n.routes.Load(); rt != nil {
+	in := admin.Inspection{Node: l.cfg.ID, URL: raw, Policy: p.Name, Key: key, Objects: []admin.StoredObject{}}
+	if rt := l.cfg.Routes.Load(); rt != nil {
 		var buf [4]*pb.Member
 		for _, m := range rt.Owners(buf[:0], key, max(p.ReplicationFactor, 1)) {
 			in.Owners = append(in.Owners, m.GetId())
-			in.Owner = in.Owner || m.GetId() == n.cfg.ID
+			in.Owner = in.Owner || m.GetId() == l.cfg.ID
 		}
 	}
 	now := time.Now()
@@ -95,7 +95,7 @@ func (n *Node) serveInspect(w http.ResponseWriter, r *http.Request) {
 		}
 		in.Objects = append(in.Objects, o)
 	}
-	st := n.store
+	st := l.cfg.Store
 	if p.SliceSize > 0 {
 		// Each slice has an owner of its own: count the ones held here,
 		// until a run of slices none of which is.
@@ -136,8 +136,8 @@ func (n *Node) serveInspect(w http.ResponseWriter, r *http.Request) {
 	} else if e, ok := st.Peek(owner.PartKey(key)); ok {
 		add("part", "", e)
 	}
-	if n.hotCopies != nil {
-		if e, ok := n.hotCopies.Get(key); ok {
+	if l.cfg.Copies != nil {
+		if e, ok := l.cfg.Copies.Get(key); ok {
 			add("hot copy", "", e)
 		}
 	}
@@ -181,7 +181,7 @@ func freshnessSource(e *store.Entry, p *policy.Policy) string {
 // NCSA combined format, at most rate a second, until the caller leaves.
 // Records beyond the rate, or that the caller is too slow for, are
 // dropped, never waited for, and a line says how many every second.
-func (n *Node) serveLog(w http.ResponseWriter, r *http.Request) {
+func (l *listener) serveLog(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f, err := admin.ParseLogFilter(q)
 	if err != nil {
@@ -204,12 +204,12 @@ func (n *Node) serveLog(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s, err := n.logs.Open(f, rate)
+	s, err := l.cfg.Logs.Open(f, rate)
 	if err != nil {
 		http.Error(w, "log: "+err.Error(), http.StatusTooManyRequests)
 		return
 	}
-	defer n.logs.Close(s)
+	defer l.cfg.Logs.Close(s)
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	if ncsa {
@@ -220,7 +220,7 @@ func (n *Node) serveLog(w http.ResponseWriter, r *http.Request) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var reported uint64
-	stopping := n.logs.Done()
+	stopping := l.cfg.Logs.Done()
 	for {
 		select {
 		case <-r.Context().Done():
@@ -250,9 +250,9 @@ func (n *Node) serveLog(w http.ResponseWriter, r *http.Request) {
 
 // serveMembers answers who this node is and the ring it serves with, so
 // that cachectl finds every node's ops listener without the control plane.
-func (n *Node) serveMembers(w http.ResponseWriter, _ *http.Request) {
-	m := admin.Members{Node: n.cfg.ID, Version: buildinfo.Read().Version, OpsURL: n.cfg.OpsURL, Epoch: json.RawMessage("null")}
-	if rt := n.routes.Load(); rt != nil {
+func (l *listener) serveMembers(w http.ResponseWriter, _ *http.Request) {
+	m := admin.Members{Node: l.cfg.ID, Version: buildinfo.Read().Version, OpsURL: l.cfg.OpsURL, Epoch: json.RawMessage("null")}
+	if rt := l.cfg.Routes.Load(); rt != nil {
 		b, err := protojson.Marshal(rt.Epoch)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)

@@ -1,0 +1,109 @@
+package ops
+
+import (
+	"crypto/subtle"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+)
+
+// What an ops endpoint needs of its caller: the admin token, or for what
+// only reads the node's figures and logs the read-only ops token too.
+const (
+	adminOnly = false
+	readOnly  = true
+)
+
+// opsGuard lets h serve only a caller that sends the admin token (or, for
+// a read-only endpoint, the ops token): what takes the node out of the
+// ring or reads its insides is not for anyone who can reach the ops port.
+// A loopback caller is no exception (a sidecar proxy connects from
+// loopback), unless the node was told to trust loopback
+// (Config.TrustLoopback). The probes' and the scraper's /healthz, /readyz and
+// /metrics stay open.
+func (l *listener) guard(reads bool, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if l.cfg.TrustLoopback {
+			host, _, _ := net.SplitHostPort(r.RemoteAddr)
+			if a, err := netip.ParseAddr(host); err == nil && a.Unmap().IsLoopback() {
+				h(w, r)
+				return
+			}
+		}
+		token, sent := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		matches := func(want string) bool {
+			return want != "" && subtle.ConstantTimeCompare([]byte(token), []byte(want)) == 1
+		}
+		switch {
+		case sent && (matches(l.cfg.AdminToken) || reads && matches(l.cfg.OpsToken)):
+			h(w, r)
+			return
+		case sent:
+			l.cfg.Metrics.OpsRefused.WithLabelValues("bad_token").Inc()
+			l.cfg.Logger.Warn("refused an ops request: wrong token", "path", r.URL.Path, "remote", r.RemoteAddr)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="shardcache ops"`)
+			http.Error(w, "ops listener: the token does not match", http.StatusUnauthorized)
+		default:
+			l.cfg.Metrics.OpsRefused.WithLabelValues("no_token").Inc()
+			l.cfg.Logger.Warn("refused an ops request: no token", "path", r.URL.Path, "remote", r.RemoteAddr)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="shardcache ops"`)
+			want := "the admin token"
+			if reads {
+				want = "the admin or the ops token"
+			}
+			http.Error(w, "ops listener: "+r.URL.Path+" needs Authorization: Bearer <"+want+">", http.StatusUnauthorized)
+		}
+	}
+}
+
+// redactArgs is the command line with the value of every flag that names
+// a secret (a token, password or secret) replaced; file paths are kept.
+func redactArgs(args []string) []string {
+	out := make([]string, len(args))
+	secret := func(flag string) bool {
+		flag = strings.ToLower(strings.TrimLeft(flag, "-"))
+		if strings.HasSuffix(flag, "-file") {
+			return false // a path, not the secret
+		}
+		for _, w := range []string{"token", "password", "secret"} {
+			if strings.Contains(flag, w) {
+				return true
+			}
+		}
+		return false
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		out[i] = RedactURL(a)
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		if name, v, ok := strings.Cut(a, "="); ok {
+			out[i] = name + "=" + RedactURL(v)
+			if secret(name) {
+				out[i] = name + "=REDACTED"
+			}
+			continue
+		}
+		if secret(a) && i+1 < len(args) {
+			i++
+			out[i] = "REDACTED"
+		}
+	}
+	return out
+}
+
+// RedactURL is s with the password of a URL in it replaced ("xxxxx"), for
+// logs and the command line; anything else as it is.
+func RedactURL(s string) string {
+	if !strings.Contains(s, "@") || !strings.Contains(s, "://") {
+		return s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return s
+	}
+	return u.Redacted()
+}
