@@ -540,13 +540,13 @@ type SessionResponse_Purges struct {
 
 type SessionResponse_EpochChange struct {
 	// A new ring epoch as its difference from the one the node applied (nodes that said
-	// epoch_changes in their hello).
+	// compact_pushes in their hello).
 	EpochChange *RingEpochChange `protobuf:"bytes,9,opt,name=epoch_change,json=epochChange,proto3,oneof"`
 }
 
 type SessionResponse_SnapshotMembers struct {
 	// Members of the snapshot's epoch, sent ahead of the snapshot in messages of a bounded
-	// size when the ring is too large for one (nodes that said epoch_changes).
+	// size when the ring is too large for one (nodes that said compact_pushes).
 	SnapshotMembers *SnapshotMembers `protobuf:"bytes,10,opt,name=snapshot_members,json=snapshotMembers,proto3,oneof"`
 }
 
@@ -722,9 +722,10 @@ type Hello struct {
 	// over its own session; another process with the same member id is refused while the first
 	// one's stream is open.
 	Instance string `protobuf:"bytes,7,opt,name=instance,proto3" json:"instance,omitempty"`
-	// The node applies RingEpochChange and SnapshotMembers messages: the control plane may send
-	// epochs as changes and a large ring in several messages.
-	EpochChanges  bool `protobuf:"varint,8,opt,name=epoch_changes,json=epochChanges,proto3" json:"epoch_changes,omitempty"`
+	// The node applies the compact pushes: PurgeBatch, RingEpochChange and SnapshotMembers. The
+	// control plane then sends purges several to a message, epochs as changes, and a large ring
+	// in several messages; to a node without it, one purge and one whole epoch a message.
+	CompactPushes bool `protobuf:"varint,8,opt,name=compact_pushes,json=compactPushes,proto3" json:"compact_pushes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -808,9 +809,9 @@ func (x *Hello) GetInstance() string {
 	return ""
 }
 
-func (x *Hello) GetEpochChanges() bool {
+func (x *Hello) GetCompactPushes() bool {
 	if x != nil {
-		return x.EpochChanges
+		return x.CompactPushes
 	}
 	return false
 }
@@ -1373,7 +1374,7 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\x06purges\x18\x01 \x03(\v2\x14.shardcache.v1.PurgeR\x06purges\"B\n" +
 	"\x0fSnapshotMembers\x12/\n" +
 	"\amembers\x18\x01 \x03(\v2\x15.shardcache.v1.MemberR\amembers\"\v\n" +
-	"\tHeartbeat\"\x97\x02\n" +
+	"\tHeartbeat\"\x99\x02\n" +
 	"\x05Hello\x12-\n" +
 	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12\x1d\n" +
 	"\n" +
@@ -1383,8 +1384,8 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"join_token\x18\x05 \x01(\tR\tjoinToken\x12\x10\n" +
 	"\x03csr\x18\x06 \x01(\fR\x03csr\x12\x1a\n" +
-	"\binstance\x18\a \x01(\tR\binstance\x12#\n" +
-	"\repoch_changes\x18\b \x01(\bR\fepochChanges\"&\n" +
+	"\binstance\x18\a \x01(\tR\binstance\x12%\n" +
+	"\x0ecompact_pushes\x18\b \x01(\bR\rcompactPushes\"&\n" +
 	"\x12CertificateRequest\x12\x10\n" +
 	"\x03csr\x18\x01 \x01(\fR\x03csr\"\x8e\x01\n" +
 	"\vCertificate\x12 \n" +

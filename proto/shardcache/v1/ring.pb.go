@@ -299,7 +299,7 @@ func (x *RingEpoch) GetReason() string {
 
 // RingEpochChange is a ring epoch sent as its difference from the epoch the node applied
 // (base_epoch): the members added or changed, and the ids of those removed. The node builds
-// the new epoch from its own; sent only to nodes whose hello says they apply changes.
+// the new epoch from its own; sent only to nodes whose hello says compact_pushes.
 type RingEpochChange struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
