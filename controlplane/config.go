@@ -73,6 +73,11 @@ type Config struct {
 	// `policy history` and `policy rollback`, oldest forgotten first.
 	// Default 100.
 	PolicyHistory int
+	// PurgeAckInterval is the batch of the replica's purge watermarks: the
+	// revisions its nodes applied are written as one etcd record at most
+	// this often, an interval after the first change, whatever the rate
+	// of purges. Default 50ms.
+	PurgeAckInterval time.Duration
 
 	// AdminToken is the bearer token AdminService calls must carry. Required.
 	AdminToken string
@@ -213,6 +218,9 @@ func (c *Config) setDefaults() {
 	if c.PurgeCompactInterval == 0 {
 		c.PurgeCompactInterval = time.Minute
 	}
+	if c.PurgeAckInterval == 0 {
+		c.PurgeAckInterval = 50 * time.Millisecond
+	}
 }
 
 // Validate reports the first setting a replica cannot run with, in words an
@@ -253,6 +261,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PurgeRetention < time.Minute || c.PurgeMaxRecords < 1 || c.PurgeCompactInterval < 0 {
 		return fmt.Errorf("purge retention %s and records %d: keep at least a minute and one record", c.PurgeRetention, c.PurgeMaxRecords)
+	}
+	if c.PurgeAckInterval < time.Millisecond || c.PurgeAckInterval > 10*time.Second {
+		return fmt.Errorf("purge acknowledgement batch %s: give 1ms to 10s", c.PurgeAckInterval)
 	}
 	if c.AdminToken == "" && c.TLS.ClientCAFile == "" {
 		return errors.New("admin token is empty (and no client CA for mTLS); admin calls would be refused")

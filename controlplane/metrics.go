@@ -73,13 +73,17 @@ func newMetrics(s *Server) *metrics {
 	epoch := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "shardcache_control_ring_epoch", Help: "Current ring epoch as this replica sees it.",
 	}, func() float64 { return float64(s.hub.epoch().GetEpoch()) })
+	marks := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "shardcache_control_purge_watermark_writes_total",
+		Help: "Records of this replica's nodes' applied purge revisions written to etcd, each one transaction with the exceptions of its batch.",
+	}, func() float64 { return float64(s.marks.writes.Load()) })
 	bi := buildinfo.Read()
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "shardcache_build_info", Help: "Always 1; the labels name the build this process runs.",
 		ConstLabels: prometheus.Labels{"component": "control", "version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
 	})
 	build.Set(1)
-	m.reg.MustRegister(m.grpc, m.etcd, m.sessions, m.refused, m.purges, m.authFailures, m.authThrottled, epochs, leader, epoch, build,
+	m.reg.MustRegister(m.grpc, m.etcd, m.sessions, m.refused, m.purges, m.authFailures, m.authThrottled, epochs, leader, epoch, build, marks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

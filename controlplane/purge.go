@@ -12,7 +12,6 @@ import (
 	"time"
 	"unicode"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -223,45 +222,47 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// awaitAcks returns p's status once every registered node acknowledged it,
+// awaitAcks returns p's status once every node waited for has applied it,
 // or when wait has passed (or the caller gave up) with the nodes pending.
-// Nodes that leave meanwhile stop being waited for.
+// It is answered from the replica's view of the watermark records
+// (ackview.go): waiting costs no etcd request, and one read of the
+// exceptions makes the final status.
 func (a *adminService) awaitAcks(ctx context.Context, p *pb.Purge, wait time.Duration) (*pb.PurgeStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	wctx, stopWatch := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer stopWatch()
-	var acks, nodes clientv3.WatchChan
-	var last *pb.PurgeStatus
+	wake, unsubscribe := a.acks.notify.subscribe()
+	defer unsubscribe()
+	accepted := p.GetCreatedAt().AsTime()
+	var p50, p99 time.Duration
 	for {
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
-		st, rev, err := a.state.purgeStatus(rctx, p)
-		rcancel()
-		switch {
-		case err != nil && last == nil:
-			return nil, toStatus(err)
-		case err == nil:
-			last = st
+		acked, total := a.acks.count(p.GetRevision())
+		now := time.Now()
+		if p50 == 0 && total > 0 && acked*2 >= total {
+			p50 = max(now.Sub(accepted), time.Microsecond)
 		}
-		if last.GetComplete() || ctx.Err() != nil {
-			return last, nil
+		if p99 == 0 && total > 0 && acked*100 >= total*99 {
+			p99 = max(now.Sub(accepted), time.Microsecond)
 		}
-		if acks == nil {
-			from := clientv3.WithRev(rev + 1)
-			acks = a.state.kv.Watch(wctx, a.state.purgeAcksPrefix(p.GetId()), clientv3.WithPrefix(), from)
-			nodes = a.state.kv.Watch(wctx, a.state.statusPrefix(), clientv3.WithPrefix(), from)
+		if acked == total || ctx.Err() != nil {
+			break
 		}
 		select {
 		case <-ctx.Done():
-			return last, nil
-		case wr, ok := <-acks:
-			if !ok || wr.Err() != nil {
-				return last, nil
-			}
-		case wr, ok := <-nodes:
-			if !ok || wr.Err() != nil {
-				return last, nil
-			}
+		case <-wake:
 		}
 	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
+	results, err := a.state.exceptions(rctx, p.GetId())
+	rcancel()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	st := a.acks.purgeStatus(p, results)
+	if p50 > 0 {
+		st.AckP50 = durationpb.New(p50)
+	}
+	if p99 > 0 {
+		st.AckP99 = durationpb.New(p99)
+	}
+	return st, nil
 }

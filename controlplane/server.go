@@ -48,8 +48,13 @@ type Server struct {
 	hub      *hub
 	policies *policyHub
 	purgeHub *purgeHub
-	ready    chan struct{}
-	addr     atomic.Pointer[net.TCPAddr]
+	// acks answers purge status from the watermark records; marks are
+	// this replica's own sessions' watermarks; loads their load reports.
+	acks  *ackView
+	marks *watermarks
+	loads *loadBook
+	ready chan struct{}
+	addr  atomic.Pointer[net.TCPAddr]
 
 	// Set by Run.
 	etcd  *clientv3.Client
@@ -83,6 +88,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, hub: newHub(), policies: newPolicyHub(), purgeHub: newPurgeHub(),
+		acks: newAckView(cfg.ForgetAbsentAfter), loads: newLoadBook(),
+		// A node whose session ended stays in the records while its status
+		// record may outlive its lease.
+		marks: newWatermarks(nil, cfg.ReplicaID, cfg.PurgeAckInterval, 3*cfg.LeaseTTL, cfg.Logger),
 		ready: make(chan struct{}), limits: map[string]*authlimit.Limiter{}}
 	for _, c := range []string{credJoin, credAdmin, credPurge} {
 		s.limits[c] = authlimit.New(cfg.AuthRetryEvery, authLimitBurst, authLimitCallers)
@@ -169,6 +178,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.etcd = cli
 	s.state = &state{kv: cli, prefix: s.cfg.Prefix, forgetAbsent: s.cfg.ForgetAbsentAfter, historyMax: s.cfg.PolicyHistory}
+	s.marks.state = s.state
 	if s.cfg.CA.Enabled {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.EtcdDialTimeout)
 		ca, err := s.loadCA(cctx)
@@ -208,6 +218,8 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.watchEpochs(gctx) })
 	g.Go(func() error { return s.watchPolicies(gctx) })
 	g.Go(func() error { return s.watchPurges(gctx) })
+	g.Go(func() error { return s.watchAcks(gctx) })
+	g.Go(func() error { s.marks.run(gctx); return nil })
 	g.Go(func() error { return s.lead(gctx) })
 	g.Go(func() error {
 		select {
@@ -225,10 +237,12 @@ func (s *Server) Run(ctx context.Context) error {
 	})
 	// A replica that has not read the purges refuses sessions (a node
 	// must not miss one): it is ready, and says it serves, once it has.
-	select {
-	case <-s.purgeHub.ready:
-	case <-gctx.Done():
-		return g.Wait()
+	for _, loaded := range []<-chan struct{}{s.purgeHub.ready, s.acks.ready} {
+		select {
+		case <-loaded:
+		case <-gctx.Done():
+			return g.Wait()
+		}
 	}
 	close(s.ready)
 	s.log.Info("control plane serving", "addr", lis.Addr().String(), "replica", s.cfg.ReplicaID)
@@ -281,6 +295,8 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 			otelgrpc.WithPropagators(propagation.TraceContext{}))))
 	}
 	gs := grpc.NewServer(append(creds,
+		// What every session sends alike is encoded once (pushes.go).
+		grpc.ForceServerCodecV2(newSharedCodec()),
 		// Nodes ping every 10s to notice a vanished control plane.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		// And the control plane pings a node silent for half a lease: one
@@ -306,6 +322,8 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 		hub:       s.hub,
 		policies:  s.policies,
 		purges:    s.purgeHub,
+		marks:     s.marks,
+		loads:     s.loads,
 		joinToken: s.cfg.JoinToken,
 		tlsNames:  s.cfg.TLS.Names,
 		checkJoin: func(ctx context.Context, verify func() bool) error {
@@ -321,6 +339,7 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 		refused:  s.metrics.refused,
 	})
 	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub, policies: s.policies, replica: s.cfg.ReplicaID,
+		acks: s.acks, loads: s.loads,
 		purgesRecorded: s.metrics.purges, tracer: s.tracer()})
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

@@ -1,0 +1,290 @@
+package controlplane
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// ackView is this replica's view, kept current by etcd watches, of what
+// answers a purge's status: the replicas' watermark records, the nodes'
+// status records (one per node with a session, bound to its lease) and
+// what was last heard of each node (seen/). A purge waits for every node
+// with a status record, and for every node without one heard from within
+// forgetAbsent.
+type ackView struct {
+	notify       notifier
+	forgetAbsent time.Duration
+	// ready is closed once every part was first read.
+	ready   chan struct{}
+	loading atomic.Int32 // parts not yet read
+
+	mu      sync.Mutex
+	records map[string]viewRecord // by replica
+	status  map[string]viewStatus // by node
+	seen    map[string]viewSeen   // by node
+	// sorted holds the credited revision of every node waited for, in
+	// order; nil when a change made it stale.
+	sorted []int64
+	at     time.Time // when sorted was computed: absent nodes age out
+}
+
+type viewRecord struct {
+	rev    int64
+	behind map[string]int64
+	modRev int64
+}
+
+type viewStatus struct {
+	replica    string
+	modRev     int64
+	purgeRev   int64
+	lastReport *timestamppb.Timestamp
+}
+
+type viewSeen struct {
+	purgeRev int64
+	at       *timestamppb.Timestamp
+}
+
+func newAckView(forgetAbsent time.Duration) *ackView {
+	v := &ackView{notify: newNotifier(), forgetAbsent: forgetAbsent, ready: make(chan struct{}),
+		records: map[string]viewRecord{}, status: map[string]viewStatus{}, seen: map[string]viewSeen{}}
+	v.loading.Store(3) // watermarks, status, seen
+	return v
+}
+
+// creditedLocked is the revision node id is known to have applied, and
+// whether a purge waits for it at all.
+func (v *ackView) creditedLocked(id string, now time.Time) (rev int64, waited, live bool) {
+	if st, ok := v.status[id]; ok {
+		rev = st.purgeRev
+		if r, ok := v.records[st.replica]; ok && r.modRev > st.modRev {
+			w, named := r.behind[id]
+			if !named {
+				w = r.rev
+			}
+			rev = max(rev, w)
+		}
+		if s, ok := v.seen[id]; ok {
+			rev = max(rev, s.purgeRev)
+		}
+		return rev, true, true
+	}
+	s, ok := v.seen[id]
+	if !ok || v.forgetAbsent > 0 && now.Sub(s.at.AsTime()) > v.forgetAbsent {
+		return 0, false, false
+	}
+	return s.purgeRev, true, false
+}
+
+// sortedLocked returns the credited revisions of the nodes waited for, in
+// order, computing them again after a change (or a second, as absent nodes
+// age out).
+func (v *ackView) sortedLocked(now time.Time) []int64 {
+	if v.sorted != nil && now.Sub(v.at) < time.Second {
+		return v.sorted
+	}
+	out := make([]int64, 0, len(v.status)+len(v.seen))
+	for id := range v.status {
+		rev, _, _ := v.creditedLocked(id, now)
+		out = append(out, rev)
+	}
+	for id := range v.seen {
+		if _, live := v.status[id]; live {
+			continue
+		}
+		if rev, waited, _ := v.creditedLocked(id, now); waited {
+			out = append(out, rev)
+		}
+	}
+	slices.Sort(out)
+	v.sorted, v.at = out, now
+	return out
+}
+
+// count returns how many of the nodes waited for have applied rev, and how
+// many there are.
+func (v *ackView) count(rev int64) (acked, total int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s := v.sortedLocked(time.Now())
+	i, _ := slices.BinarySearch(s, rev)
+	return len(s) - i, len(s)
+}
+
+// credited is the revision node id is known to have applied.
+func (v *ackView) credited(id string) int64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	rev, _, _ := v.creditedLocked(id, time.Now())
+	return rev
+}
+
+// purgeStatus judges every node waited for against p; results holds the
+// exceptions recorded for p, by node.
+func (v *ackView) purgeStatus(p *pb.Purge, results map[string]*pb.PurgeResult) *pb.PurgeStatus {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	now := time.Now()
+	st := &pb.PurgeStatus{Purge: p}
+	judge := func(id string) {
+		rev, waited, live := v.creditedLocked(id, now)
+		switch r, ok := results[id]; {
+		case !waited:
+		case rev >= p.GetRevision() && ok:
+			st.Results = append(st.Results, r)
+		case rev >= p.GetRevision():
+			st.Results = append(st.Results, &pb.PurgeResult{NodeId: id, PurgeId: p.GetId(), RevisionApplied: rev})
+		default:
+			st.Pending = append(st.Pending, id)
+			if !live {
+				st.Unreachable = append(st.Unreachable, &pb.UnreachableNode{NodeId: id, Since: v.seen[id].at})
+			}
+		}
+	}
+	for id := range v.status {
+		judge(id)
+	}
+	for id := range v.seen {
+		if _, live := v.status[id]; !live {
+			judge(id)
+		}
+	}
+	slices.SortFunc(st.Unreachable, func(x, y *pb.UnreachableNode) int { return strings.Compare(x.GetNodeId(), y.GetNodeId()) })
+	slices.SortFunc(st.Results, func(x, y *pb.PurgeResult) int { return strings.Compare(x.GetNodeId(), y.GetNodeId()) })
+	slices.Sort(st.Pending)
+	st.Complete = len(st.Pending) == 0
+	return st
+}
+
+// changedLocked makes the next count compute again and wakes the waiters.
+func (v *ackView) changed() {
+	v.mu.Lock()
+	v.sorted = nil
+	v.mu.Unlock()
+	v.notify.wake()
+}
+
+func decodeRecord(kv []byte, modRev int64) (viewRecord, bool) {
+	rec := &pb.PurgeWatermarks{}
+	if proto.Unmarshal(kv, rec) != nil {
+		return viewRecord{}, false
+	}
+	r := viewRecord{rev: rec.GetRevision(), modRev: modRev, behind: make(map[string]int64, len(rec.GetBehind()))}
+	for _, b := range rec.GetBehind() {
+		r.behind[b.GetNodeId()] = b.GetRevision()
+	}
+	return r, true
+}
+
+func decodeViewStatus(kv []byte, modRev int64) (string, viewStatus, bool) {
+	n := &pb.Node{}
+	if proto.Unmarshal(kv, n) != nil {
+		return "", viewStatus{}, false
+	}
+	return n.GetMember().GetId(), viewStatus{replica: n.GetSessionReplica(), modRev: modRev, purgeRev: n.GetPurgeRevision(),
+		lastReport: n.GetLastReportAt()}, true
+}
+
+func decodeViewSeen(kv []byte) (string, viewSeen, bool) {
+	n := &pb.Node{}
+	if proto.Unmarshal(kv, n) != nil {
+		return "", viewSeen{}, false
+	}
+	return n.GetMember().GetId(), viewSeen{purgeRev: n.GetPurgeRevision(), at: n.GetLastReportAt()}, true
+}
+
+// watchAcks keeps the view current until ctx ends: one watch per prefix.
+func (s *Server) watchAcks(ctx context.Context) error {
+	v := s.acks
+	st := s.state
+	type part struct {
+		what, prefix string
+		put          func(key string, kv *clientv3.Event)
+		reset        func()
+	}
+	parts := []part{
+		{"purge watermarks", st.watermarksPrefix(), func(key string, ev *clientv3.Event) {
+			replica := strings.TrimPrefix(key, st.watermarksPrefix())
+			if ev.Type == clientv3.EventTypeDelete {
+				delete(v.records, replica)
+			} else if r, ok := decodeRecord(ev.Kv.Value, ev.Kv.ModRevision); ok {
+				v.records[replica] = r
+			}
+		}, func() { v.records = map[string]viewRecord{} }},
+		{"node status", st.statusPrefix(), func(key string, ev *clientv3.Event) {
+			if ev.Type == clientv3.EventTypeDelete {
+				delete(v.status, strings.TrimPrefix(key, st.statusPrefix()))
+			} else if id, vs, ok := decodeViewStatus(ev.Kv.Value, ev.Kv.ModRevision); ok {
+				v.status[id] = vs
+			}
+		}, func() { v.status = map[string]viewStatus{} }},
+		{"nodes last heard", st.seenPrefix(), func(key string, ev *clientv3.Event) {
+			if ev.Type == clientv3.EventTypeDelete {
+				delete(v.seen, strings.TrimPrefix(key, st.seenPrefix()))
+			} else if id, vs, ok := decodeViewSeen(ev.Kv.Value); ok {
+				v.seen[id] = vs
+			}
+		}, func() { v.seen = map[string]viewSeen{} }},
+	}
+	var wg sync.WaitGroup
+	for _, p := range parts {
+		var first sync.Once
+		wg.Go(func() {
+			_ = s.loadAndWatch(ctx, p.what, p.prefix, func(ctx context.Context) (int64, error) {
+				resp, err := s.etcd.Get(ctx, p.prefix, clientv3.WithPrefix())
+				if err != nil {
+					return 0, etcdErr(err, "reading %s", p.what)
+				}
+				v.mu.Lock()
+				p.reset()
+				for _, kv := range resp.Kvs {
+					p.put(string(kv.Key), &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
+				}
+				v.mu.Unlock()
+				v.changed()
+				first.Do(func() {
+					if v.loading.Add(-1) == 0 {
+						close(v.ready)
+					}
+				})
+				return resp.Header.Revision, nil
+			}, func(evs []*clientv3.Event) {
+				v.mu.Lock()
+				for _, ev := range evs {
+					p.put(string(ev.Kv.Key), ev)
+				}
+				v.mu.Unlock()
+				v.changed()
+			})
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// exceptions reads the results recorded for purge id, by node.
+func (s *state) exceptions(ctx context.Context, id string) (map[string]*pb.PurgeResult, error) {
+	resp, err := s.kv.Get(ctx, s.purgeAcksPrefix(id), clientv3.WithPrefix(), clientv3.WithSerializable())
+	if err != nil {
+		return nil, etcdErr(err, "reading the results of purge %s", id)
+	}
+	out := make(map[string]*pb.PurgeResult, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		r := &pb.PurgeResult{}
+		if proto.Unmarshal(kv.Value, r) == nil {
+			out[r.GetNodeId()] = r
+		}
+	}
+	return out, nil
+}
