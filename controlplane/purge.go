@@ -43,7 +43,7 @@ type purgeRequest struct {
 // Purge records an exact purge of a URL or a cache key and waits for the
 // nodes' acknowledgements.
 func (a *adminService) Purge(ctx context.Context, req *pb.PurgeRequest) (*pb.PurgeResponse, error) {
-	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_URL}
+	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_URL, Soft: req.GetSoft()}
 	var bad []string
 	switch u, k := req.GetUrl(), req.GetKey(); {
 	case u != "" && k != "":
@@ -64,7 +64,7 @@ func (a *adminService) Purge(ctx context.Context, req *pb.PurgeRequest) (*pb.Pur
 
 // PurgePrefix records a purge of a host and path prefix.
 func (a *adminService) PurgePrefix(ctx context.Context, req *pb.PurgePrefixRequest) (*pb.PurgePrefixResponse, error) {
-	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_PREFIX, Host: strings.ToLower(req.GetHost()), PathPrefix: req.GetPathPrefix()}
+	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_PREFIX, Host: strings.ToLower(req.GetHost()), PathPrefix: req.GetPathPrefix(), Soft: req.GetSoft()}
 	var bad []string
 	switch pp := req.GetPathPrefix(); {
 	case pp == "":
@@ -92,7 +92,7 @@ func hostScope(host string) string {
 
 // PurgeTag records a purge of every object carrying a tag.
 func (a *adminService) PurgeTag(ctx context.Context, req *pb.PurgeTagRequest) (*pb.PurgeTagResponse, error) {
-	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_TAG, Tag: req.GetTag()}
+	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_TAG, Tag: req.GetTag(), Soft: req.GetSoft()}
 	var bad []string
 	switch t := req.GetTag(); {
 	case t == "":

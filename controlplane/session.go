@@ -442,6 +442,9 @@ func (r *sessionRun) purgeResult(res *pb.PurgeResult) {
 		r.log.Warn("node failed to apply a purge", "purge", res.GetPurgeId(), "err", res.GetError())
 	}
 	r.n.marks.applied(r.m.GetId(), res.GetRevisionApplied())
+	if res.GetPurgeId() == "" {
+		return // the applied revision alone
+	}
 	informative := res.GetObjectsRemoved() != 0 || res.GetError() != "" || res.GetSweeping() || r.sweeping[res.GetPurgeId()]
 	if res.GetSweeping() && len(r.sweeping) < maxSweepingTracked {
 		r.sweeping[res.GetPurgeId()] = true

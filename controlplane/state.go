@@ -394,12 +394,16 @@ func (s *state) recordPurge(ctx context.Context, p *pb.Purge) (*pb.Purge, error)
 }
 
 func samePurge(a, b *pb.Purge) bool {
-	return a.GetKind() == b.GetKind() && a.GetUrl() == b.GetUrl() && a.GetKey() == b.GetKey() &&
+	return a.GetKind() == b.GetKind() && a.GetUrl() == b.GetUrl() && a.GetKey() == b.GetKey() && a.GetSoft() == b.GetSoft() &&
 		a.GetHost() == b.GetHost() && a.GetPathPrefix() == b.GetPathPrefix() && a.GetTag() == b.GetTag()
 }
 
 // describePurge names what a purge matches, for messages.
 func describePurge(p *pb.Purge) string {
+	if p.GetSoft() {
+		return "a soft" + strings.TrimPrefix(describePurge(&pb.Purge{Kind: p.GetKind(), Url: p.GetUrl(), Key: p.GetKey(),
+			PathPrefix: p.GetPathPrefix(), Host: p.GetHost(), Tag: p.GetTag()}), "a")
+	}
 	switch p.GetKind() {
 	case pb.PurgeKind_PURGE_KIND_URL:
 		if p.GetKey() != "" {
