@@ -32,6 +32,10 @@ type ackView struct {
 	records map[string]viewRecord // by replica
 	status  map[string]viewStatus // by node
 	seen    map[string]viewSeen   // by node
+	// excepted are the purges with an exception recorded, so that only
+	// theirs are read from etcd; past maxExcepted every purge's are.
+	excepted map[string]bool
+	lossy    bool
 	// sorted holds the credited revision of every node waited for, in
 	// order; nil when a change made it stale.
 	sorted []int64
@@ -59,7 +63,8 @@ type viewSeen struct {
 func newAckView(forgetAbsent time.Duration) *ackView {
 	v := &ackView{notify: newNotifier(), forgetAbsent: forgetAbsent, ready: make(chan struct{}),
 		records: map[string]viewRecord{}, status: map[string]viewStatus{}, seen: map[string]viewSeen{}}
-	v.loading.Store(3) // watermarks, status, seen
+	v.excepted = map[string]bool{}
+	v.loading.Store(4) // watermarks, status, seen, exceptions
 	return v
 }
 
@@ -167,6 +172,24 @@ func (v *ackView) purgeStatus(p *pb.Purge, results map[string]*pb.PurgeResult) *
 	return st
 }
 
+// maxExcepted bounds the purges the view remembers having exceptions.
+const maxExcepted = 100000
+
+// except notes that purge id has an exception recorded.
+func (v *ackView) except(id string) {
+	if len(v.excepted) >= maxExcepted {
+		v.excepted, v.lossy = map[string]bool{}, true
+	}
+	v.excepted[id] = true
+}
+
+// mayHaveExceptions reports whether exceptions of purge id may be recorded.
+func (v *ackView) mayHaveExceptions(id string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.lossy || v.excepted[id]
+}
+
 // changedLocked makes the next count compute again and wakes the waiters.
 func (v *ackView) changed() {
 	v.mu.Lock()
@@ -237,6 +260,12 @@ func (s *Server) watchAcks(ctx context.Context) error {
 			}
 		}, func() { v.seen = map[string]viewSeen{} }},
 	}
+	parts = append(parts, part{"purge results", st.prefix + "purge-acks/", func(key string, ev *clientv3.Event) {
+		id, _, _ := strings.Cut(strings.TrimPrefix(key, st.prefix+"purge-acks/"), "/")
+		if ev.Type == clientv3.EventTypePut {
+			v.except(id)
+		}
+	}, func() { v.excepted, v.lossy = map[string]bool{}, false }})
 	var wg sync.WaitGroup
 	for _, p := range parts {
 		var first sync.Once

@@ -251,11 +251,15 @@ func (a *adminService) awaitAcks(ctx context.Context, p *pb.Purge, wait time.Dur
 		case <-wake:
 		}
 	}
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
-	results, err := a.state.exceptions(rctx, p.GetId())
-	rcancel()
-	if err != nil {
-		return nil, toStatus(err)
+	var results map[string]*pb.PurgeResult
+	if a.acks.mayHaveExceptions(p.GetId()) {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
+		var err error
+		results, err = a.state.exceptions(rctx, p.GetId())
+		rcancel()
+		if err != nil {
+			return nil, toStatus(err)
+		}
 	}
 	st := a.acks.purgeStatus(p, results)
 	if p50 > 0 {

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
@@ -140,4 +141,57 @@ func epochChange(prev, next *pb.RingEpoch) *pb.RingEpochChange {
 	slices.SortFunc(c.Upserted, func(a, b *pb.Member) int { return strings.Compare(a.GetId(), b.GetId()) })
 	slices.Sort(c.Removed)
 	return c
+}
+
+// purgePushPace is the least time between two purge pushes to a session:
+// a purge goes out at once to a session that had none in the last pace,
+// and purges that come faster go out together at its end. It bounds the
+// messages a session carries to 1/purgePushPace a second, whatever the
+// rate of purges.
+const purgePushPace = 25 * time.Millisecond
+
+// pacePurges pushes the new purges now, or at the end of the pace.
+func (r *sessionRun) pacePurges() error {
+	if r.paced != nil {
+		return nil // a push is due already
+	}
+	if wait := purgePushPace - time.Since(r.pushedAt); wait > 0 {
+		r.paced = time.NewTimer(wait)
+		return nil
+	}
+	return r.pushPurges()
+}
+
+// pacedC fires when a paced push is due; nil (never) when none is.
+func (r *sessionRun) pacedC() <-chan time.Time {
+	if r.paced == nil {
+		return nil
+	}
+	return r.paced.C
+}
+
+// pushPurges sends the purges recorded since the last push: to a compact
+// node all of them in batches of shared encodings, else one a message.
+func (r *sessionRun) pushPurges() error {
+	r.pushedAt = time.Now()
+	if !r.compact {
+		ps, _ := r.n.purges.since(r.sentPurges)
+		for _, p := range ps {
+			if err := r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Purge{Purge: p}}); err != nil {
+				return err
+			}
+			r.sentPurges = p.GetRevision()
+		}
+		return nil
+	}
+	for {
+		items, last := r.n.purges.itemsSince(r.sentPurges, missedPurgesBytes)
+		if len(items) == 0 {
+			return nil
+		}
+		if err := r.stream.SendMsg(purgeBatchMessage(items)); err != nil {
+			return err
+		}
+		r.sentPurges = last
+	}
 }

@@ -158,8 +158,12 @@ type sessionRun struct {
 	// the node gone on purpose.
 	revoke, left bool
 
-	sentEpoch    uint64
-	sentPurges   int64
+	sentEpoch  uint64
+	sentPurges int64
+	// pushedAt is when purges were last pushed; paced, when the next push
+	// waits for purgePushPace to pass since.
+	pushedAt     time.Time
+	paced        *time.Timer
 	sentPolicies int64
 	// sweeping are the purges whose "sweeping" result this session recorded.
 	sweeping map[string]bool
@@ -247,6 +251,9 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, ka <-chan *clie
 		case <-wakePolicies:
 			err = r.pushPolicies()
 		case <-wakePurges:
+			err = r.pacePurges()
+		case <-r.pacedC():
+			r.paced = nil
 			err = r.pushPurges()
 		case <-wakeEpoch:
 			err = r.pushEpoch()
@@ -329,31 +336,6 @@ func (r *sessionRun) pushPolicies() error {
 	}
 	r.sentPolicies = ps.GetRevision()
 	return nil
-}
-
-// pushPurges sends the purges recorded since the last push: to a compact
-// node all of them in batches of shared encodings, else one a message.
-func (r *sessionRun) pushPurges() error {
-	if !r.compact {
-		ps, _ := r.n.purges.since(r.sentPurges)
-		for _, p := range ps {
-			if err := r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Purge{Purge: p}}); err != nil {
-				return err
-			}
-			r.sentPurges = p.GetRevision()
-		}
-		return nil
-	}
-	for {
-		items, last := r.n.purges.itemsSince(r.sentPurges, missedPurgesBytes)
-		if len(items) == 0 {
-			return nil
-		}
-		if err := r.stream.SendMsg(purgeBatchMessage(items)); err != nil {
-			return err
-		}
-		r.sentPurges = last
-	}
 }
 
 // pushEpoch sends the current epoch if the node lacks it: to a compact

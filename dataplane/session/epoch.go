@@ -2,8 +2,6 @@ package session
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -63,21 +61,28 @@ func (c *Client) changed(ch *pb.RingEpochChange) (*pb.RingEpoch, error) {
 	if cur.GetEpoch() != ch.GetBaseEpoch() || cur == nil {
 		return nil, fmt.Errorf("session: epoch %d came as a change from epoch %d, but this node has epoch %d", ch.GetEpoch(), ch.GetBaseEpoch(), cur.GetEpoch())
 	}
-	byID := make(map[string]*pb.Member, len(cur.GetMembers())+len(ch.GetUpserted()))
-	for _, m := range cur.GetMembers() {
-		byID[m.GetId()] = m
-	}
-	for _, id := range ch.GetRemoved() {
-		delete(byID, id)
-	}
-	for _, m := range ch.GetUpserted() {
-		byID[m.GetId()] = m
-	}
+	// Both sides are sorted by id: one merge, no map, however large the ring.
 	e := &pb.RingEpoch{Epoch: ch.GetEpoch(), PreviousEpoch: ch.GetPreviousEpoch(), CreatedAt: ch.GetCreatedAt(), Reason: ch.GetReason(),
-		Members: make([]*pb.Member, 0, len(byID))}
-	for _, m := range byID {
-		e.Members = append(e.Members, m)
+		Members: make([]*pb.Member, 0, len(cur.GetMembers())+len(ch.GetUpserted()))}
+	old, up, gone := cur.GetMembers(), ch.GetUpserted(), ch.GetRemoved()
+	for len(old) > 0 || len(up) > 0 {
+		var next *pb.Member
+		switch {
+		case len(up) == 0 || len(old) > 0 && old[0].GetId() < up[0].GetId():
+			next, old = old[0], old[1:]
+		default:
+			if len(old) > 0 && old[0].GetId() == up[0].GetId() {
+				old = old[1:] // replaced
+			}
+			next, up = up[0], up[1:]
+		}
+		for len(gone) > 0 && gone[0] < next.GetId() {
+			gone = gone[1:]
+		}
+		if len(gone) > 0 && gone[0] == next.GetId() {
+			continue
+		}
+		e.Members = append(e.Members, next)
 	}
-	slices.SortFunc(e.Members, func(a, b *pb.Member) int { return strings.Compare(a.GetId(), b.GetId()) })
 	return e, nil
 }
