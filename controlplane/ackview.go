@@ -32,10 +32,13 @@ type ackView struct {
 	records map[string]viewRecord // by replica
 	status  map[string]viewStatus // by node
 	seen    map[string]viewSeen   // by node
-	// excepted are the purges with an exception recorded, so that only
-	// theirs are read from etcd; past maxExcepted every purge's are.
-	excepted map[string]bool
-	lossy    bool
+	// excepted are the purges with an exception recorded (the records
+	// name them), so that only theirs are read from etcd; past maxExcepted
+	// every purge's are, and so are they before the first read of the
+	// records: exceptions written before it are not named.
+	excepted  map[string]bool
+	lossy     bool
+	knownFrom int64 // the etcd revision the records were last read whole at
 	// sorted holds the credited revision of every node waited for, in
 	// order; nil when a change made it stale.
 	sorted []int64
@@ -64,7 +67,7 @@ func newAckView(forgetAbsent time.Duration) *ackView {
 	v := &ackView{notify: newNotifier(), forgetAbsent: forgetAbsent, ready: make(chan struct{}),
 		records: map[string]viewRecord{}, status: map[string]viewStatus{}, seen: map[string]viewSeen{}}
 	v.excepted = map[string]bool{}
-	v.loading.Store(4) // watermarks, status, seen, exceptions
+	v.loading.Store(3) // watermarks, status, seen
 	return v
 }
 
@@ -178,16 +181,17 @@ const maxExcepted = 100000
 // except notes that purge id has an exception recorded.
 func (v *ackView) except(id string) {
 	if len(v.excepted) >= maxExcepted {
-		v.excepted, v.lossy = map[string]bool{}, true
+		v.excepted = map[string]bool{}
 	}
 	v.excepted[id] = true
 }
 
-// mayHaveExceptions reports whether exceptions of purge id may be recorded.
-func (v *ackView) mayHaveExceptions(id string) bool {
+// mayHaveExceptions reports whether exceptions of purge p may be recorded:
+// it is named by a record seen, or older than what the view has seen.
+func (v *ackView) mayHaveExceptions(p *pb.Purge) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.lossy || v.excepted[id]
+	return v.lossy || p.GetRevision() <= v.knownFrom || v.excepted[p.GetId()]
 }
 
 // changedLocked makes the next count compute again and wakes the waiters.
@@ -198,10 +202,15 @@ func (v *ackView) changed() {
 	v.notify.wake()
 }
 
-func decodeRecord(kv []byte, modRev int64) (viewRecord, bool) {
+// decodeRecord decodes a watermark record, telling except of the purges
+// whose exceptions were written with it.
+func decodeRecord(kv []byte, modRev int64, except func(id string)) (viewRecord, bool) {
 	rec := &pb.PurgeWatermarks{}
 	if proto.Unmarshal(kv, rec) != nil {
 		return viewRecord{}, false
+	}
+	for _, id := range rec.GetExcepted() {
+		except(id)
 	}
 	r := viewRecord{rev: rec.GetRevision(), modRev: modRev, behind: make(map[string]int64, len(rec.GetBehind()))}
 	for _, b := range rec.GetBehind() {
@@ -234,38 +243,32 @@ func (s *Server) watchAcks(ctx context.Context) error {
 	type part struct {
 		what, prefix string
 		put          func(key string, kv *clientv3.Event)
-		reset        func()
+		reset        func(at int64)
 	}
 	parts := []part{
 		{"purge watermarks", st.watermarksPrefix(), func(key string, ev *clientv3.Event) {
 			replica := strings.TrimPrefix(key, st.watermarksPrefix())
 			if ev.Type == clientv3.EventTypeDelete {
 				delete(v.records, replica)
-			} else if r, ok := decodeRecord(ev.Kv.Value, ev.Kv.ModRevision); ok {
+			} else if r, ok := decodeRecord(ev.Kv.Value, ev.Kv.ModRevision, v.except); ok {
 				v.records[replica] = r
 			}
-		}, func() { v.records = map[string]viewRecord{} }},
+		}, func(at int64) { v.records, v.knownFrom = map[string]viewRecord{}, at }},
 		{"node status", st.statusPrefix(), func(key string, ev *clientv3.Event) {
 			if ev.Type == clientv3.EventTypeDelete {
 				delete(v.status, strings.TrimPrefix(key, st.statusPrefix()))
 			} else if id, vs, ok := decodeViewStatus(ev.Kv.Value, ev.Kv.ModRevision); ok {
 				v.status[id] = vs
 			}
-		}, func() { v.status = map[string]viewStatus{} }},
+		}, func(int64) { v.status = map[string]viewStatus{} }},
 		{"nodes last heard", st.seenPrefix(), func(key string, ev *clientv3.Event) {
 			if ev.Type == clientv3.EventTypeDelete {
 				delete(v.seen, strings.TrimPrefix(key, st.seenPrefix()))
 			} else if id, vs, ok := decodeViewSeen(ev.Kv.Value); ok {
 				v.seen[id] = vs
 			}
-		}, func() { v.seen = map[string]viewSeen{} }},
+		}, func(int64) { v.seen = map[string]viewSeen{} }},
 	}
-	parts = append(parts, part{"purge results", st.prefix + "purge-acks/", func(key string, ev *clientv3.Event) {
-		id, _, _ := strings.Cut(strings.TrimPrefix(key, st.prefix+"purge-acks/"), "/")
-		if ev.Type == clientv3.EventTypePut {
-			v.except(id)
-		}
-	}, func() { v.excepted, v.lossy = map[string]bool{}, false }})
 	var wg sync.WaitGroup
 	for _, p := range parts {
 		var first sync.Once
@@ -276,7 +279,7 @@ func (s *Server) watchAcks(ctx context.Context) error {
 					return 0, etcdErr(err, "reading %s", p.what)
 				}
 				v.mu.Lock()
-				p.reset()
+				p.reset(resp.Header.Revision)
 				for _, kv := range resp.Kvs {
 					p.put(string(kv.Key), &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
 				}

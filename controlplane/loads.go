@@ -53,19 +53,32 @@ func (b *loadBook) get(id string) (*pb.Node, bool) {
 	return proto.Clone(e.st).(*pb.Node), true
 }
 
-// statusWriter hands a session's status records to a writer goroutine,
-// newest first: reports that come faster than etcd takes them are
-// coalesced into the latest.
+// statusWriter writes the sessions' status records for the whole replica,
+// from a few goroutines rather than one per session: what a session queues
+// replaces what it had queued and not yet written, so that reports that
+// come faster than etcd takes them are coalesced into the latest.
 type statusWriter struct {
 	mu      sync.Mutex
-	pending *pb.Node
+	pending map[*sessionRun]*pb.Node
+	order   []*sessionRun // in the order queued; cancelled ones skipped
 	wake    chan struct{}
 }
 
-// put queues st, replacing any status not written yet.
-func (w *statusWriter) put(st *pb.Node) {
+// statusWorkers is how many status records a replica writes at once.
+const statusWorkers = 4
+
+func newStatusWriter() *statusWriter {
+	return &statusWriter{pending: map[*sessionRun]*pb.Node{}, wake: make(chan struct{}, statusWorkers)}
+}
+
+// put queues st for session r, replacing any status of r not written yet.
+func (w *statusWriter) put(r *sessionRun, st *pb.Node) {
 	w.mu.Lock()
-	w.pending = st
+	if _, queued := w.pending[r]; !queued {
+		w.order = append(w.order, r)
+		r.writes.Add(1)
+	}
+	w.pending[r] = st
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
@@ -73,20 +86,51 @@ func (w *statusWriter) put(st *pb.Node) {
 	}
 }
 
-// run writes what is queued until ctx ends.
-func (w *statusWriter) run(ctx context.Context, write func(*pb.Node)) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.wake:
-		}
-		w.mu.Lock()
-		st := w.pending
-		w.pending = nil
-		w.mu.Unlock()
-		if st != nil {
-			write(st)
+// cancel drops what r queued and waits for a write of r under way: after
+// it, nothing of r's is written.
+func (w *statusWriter) cancel(r *sessionRun) {
+	w.mu.Lock()
+	if _, queued := w.pending[r]; queued {
+		delete(w.pending, r)
+		r.writes.Done()
+	}
+	w.mu.Unlock()
+	r.writes.Wait()
+}
+
+// next takes the oldest queued status, if any.
+func (w *statusWriter) next() (*sessionRun, *pb.Node) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(w.order) > 0 {
+		r := w.order[0]
+		w.order = w.order[1:]
+		if st, ok := w.pending[r]; ok {
+			delete(w.pending, r)
+			return r, st
 		}
 	}
+	w.order = nil // let the backing array go
+	return nil, nil
+}
+
+// run writes what is queued with statusWorkers goroutines until ctx ends.
+func (w *statusWriter) run(ctx context.Context, write func(*sessionRun, *pb.Node)) {
+	var wg sync.WaitGroup
+	for range statusWorkers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-w.wake:
+				}
+				for r, st := w.next(); r != nil; r, st = w.next() {
+					write(r, st)
+					r.writes.Done()
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

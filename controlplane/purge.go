@@ -252,7 +252,7 @@ func (a *adminService) awaitAcks(ctx context.Context, p *pb.Purge, wait time.Dur
 		}
 	}
 	var results map[string]*pb.PurgeResult
-	if a.acks.mayHaveExceptions(p.GetId()) {
+	if a.acks.mayHaveExceptions(p) {
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
 		var err error
 		results, err = a.state.exceptions(rctx, p.GetId())

@@ -53,8 +53,10 @@ type Server struct {
 	acks  *ackView
 	marks *watermarks
 	loads *loadBook
-	ready chan struct{}
-	addr  atomic.Pointer[net.TCPAddr]
+	// statuses writes the status records of its sessions.
+	statuses *statusWriter
+	ready    chan struct{}
+	addr     atomic.Pointer[net.TCPAddr]
 
 	// Set by Run.
 	etcd  *clientv3.Client
@@ -88,7 +90,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, hub: newHub(), policies: newPolicyHub(), purgeHub: newPurgeHub(),
-		acks: newAckView(cfg.ForgetAbsentAfter), loads: newLoadBook(),
+		acks: newAckView(cfg.ForgetAbsentAfter), loads: newLoadBook(), statuses: newStatusWriter(),
 		// A node whose session ended stays in the records while its status
 		// record may outlive its lease.
 		marks: newWatermarks(nil, cfg.ReplicaID, cfg.PurgeAckInterval, 3*cfg.LeaseTTL, cfg.Logger),
@@ -138,6 +140,12 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	defer lis.Close()
 	s.addr.Store(lis.Addr().(*net.TCPAddr))
+	if _, port, _ := net.SplitHostPort(s.cfg.ListenAddr); s.cfg.ReplicaID == s.cfg.ListenAddr && port == "0" {
+		// Named by the address it listens on, the port picked now: replicas
+		// of one etcd tell their records apart by name.
+		s.cfg.ReplicaID = lis.Addr().String()
+		s.marks.replica = s.cfg.ReplicaID
+	}
 
 	endpoints := s.cfg.EtcdEndpoints
 	var etcdErr <-chan error // nil (never ready) with an external etcd
@@ -220,6 +228,14 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.watchPurges(gctx) })
 	g.Go(func() error { return s.watchAcks(gctx) })
 	g.Go(func() error { s.marks.run(gctx); return nil })
+	g.Go(func() error {
+		s.statuses.run(gctx, func(r *sessionRun, st *pb.Node) {
+			if err := s.state.putStatus(gctx, st, r.lease); err != nil && gctx.Err() == nil {
+				r.log.Warn("recording node status", "err", err)
+			}
+		})
+		return nil
+	})
 	g.Go(func() error { return s.lead(gctx) })
 	g.Go(func() error {
 		select {
@@ -297,6 +313,9 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 	gs := grpc.NewServer(append(creds,
 		// What every session sends alike is encoded once (pushes.go).
 		grpc.ForceServerCodecV2(newSharedCodec()),
+		// Thousands of node connections are mostly idle: small read
+		// buffers, and write buffers given back after each flush.
+		grpc.ReadBufferSize(8<<10), grpc.WriteBufferSize(8<<10), grpc.SharedWriteBuffer(true),
 		// Nodes ping every 10s to notice a vanished control plane.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		// And the control plane pings a node silent for half a lease: one
@@ -324,6 +343,7 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 		purges:    s.purgeHub,
 		marks:     s.marks,
 		loads:     s.loads,
+		statuses:  s.statuses,
 		joinToken: s.cfg.JoinToken,
 		tlsNames:  s.cfg.TLS.Names,
 		checkJoin: func(ctx context.Context, verify func() bool) error {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,7 @@ type nodeService struct {
 	purges    *purgeHub
 	marks     *watermarks
 	loads     *loadBook
+	statuses  *statusWriter
 	joinToken string
 	// tlsNames are the names the control plane serves TLS as: no node
 	// gets a peer certificate for one.
@@ -167,7 +169,8 @@ type sessionRun struct {
 	sentPolicies int64
 	// sweeping are the purges whose "sweeping" result this session recorded.
 	sweeping map[string]bool
-	statuses *statusWriter
+	// writes counts this session's status records queued or being written.
+	writes sync.WaitGroup
 	// statusAt is when the status record was last queued.
 	statusAt time.Time
 }
@@ -187,23 +190,10 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, ka <-chan *clie
 	beat := time.NewTicker(n.leaseTTL / 4)
 	defer beat.Stop()
 
-	// The status record is written off this loop, so that etcd's latency
-	// never holds back what is pushed to the node.
-	r.statuses = &statusWriter{wake: make(chan struct{}, 1)}
-	wctx, stopWriter := context.WithCancel(ctx)
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		r.statuses.run(wctx, func(st *pb.Node) {
-			if err := n.state.putStatus(wctx, st, r.lease); err != nil && wctx.Err() == nil {
-				r.log.Warn("recording node status", "err", err)
-			}
-		})
-	}()
-	defer func() {
-		stopWriter()
-		<-writerDone
-	}()
+	// The status record is written off this loop (by the replica's
+	// writer), so that etcd's latency never holds back what is pushed to
+	// the node; nothing of this session's is written once it has ended.
+	defer n.statuses.cancel(r)
 	msgs := make(chan *pb.SessionRequest)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -409,7 +399,7 @@ func (r *sessionRun) handle(ctx context.Context, req *pb.SessionRequest) error {
 		return nil
 	}
 	r.st.PurgeRevision = n.marks.revision(r.m.GetId())
-	r.statuses.put(proto.Clone(r.st).(*pb.Node))
+	n.statuses.put(r, proto.Clone(r.st).(*pb.Node))
 	r.statusAt = time.Now()
 	return nil
 }

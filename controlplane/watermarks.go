@@ -129,6 +129,16 @@ func (w *watermarks) revision(id string) int64 {
 	return 0
 }
 
+// writesPending reports whether a change waits for the next batch.
+func (w *watermarks) writesPending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dirty {
+		return 1
+	}
+	return 0
+}
+
 // close ends a session of id; the node stays tracked at its revision for
 // keepEnded. It returns the revision.
 func (w *watermarks) close(id string) int64 {
@@ -239,11 +249,7 @@ func (w *watermarks) flush(ctx context.Context) error {
 		w.changedLocked()
 	}
 	w.mu.Unlock()
-	b, err := proto.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("encoding purge watermarks: %w", err)
-	}
-	ops := []clientv3.Op{clientv3.OpPut(w.state.watermarksKey(w.replica), string(b))}
+	ops := []clientv3.Op{{}} // the record, once it names the exceptions
 	// etcd refuses a key twice in a transaction: a later result of a
 	// node for a purge replaces its earlier one.
 	last := make(map[string]int, len(results))
@@ -259,7 +265,15 @@ func (w *watermarks) flush(ctx context.Context) error {
 			return fmt.Errorf("encoding purge result: %w", err)
 		}
 		ops = append(ops, clientv3.OpPut(w.state.purgeAckKey(r.GetPurgeId(), r.GetNodeId()), string(rb)))
+		if !slices.Contains(rec.Excepted, r.GetPurgeId()) {
+			rec.Excepted = append(rec.Excepted, r.GetPurgeId())
+		}
 	}
+	b, err := proto.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encoding purge watermarks: %w", err)
+	}
+	ops[0] = clientv3.OpPut(w.state.watermarksKey(w.replica), string(b))
 	if _, err := w.state.kv.Txn(ctx).Then(ops...).Commit(); err != nil {
 		w.mu.Lock()
 		w.results = append(results, w.results...)

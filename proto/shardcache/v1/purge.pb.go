@@ -262,8 +262,11 @@ type PurgeWatermarks struct {
 	// revision.
 	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	// The nodes below revision, each with the revision it applied; at most a bounded number.
-	Behind        []*NodeWatermark       `protobuf:"bytes,3,rep,name=behind,proto3" json:"behind,omitempty"`
-	WrittenAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=written_at,json=writtenAt,proto3" json:"written_at,omitempty"`
+	Behind    []*NodeWatermark       `protobuf:"bytes,3,rep,name=behind,proto3" json:"behind,omitempty"`
+	WrittenAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=written_at,json=writtenAt,proto3" json:"written_at,omitempty"`
+	// Purges whose exceptions (results that say more than "applied") were written in the same
+	// transaction as this record.
+	Excepted      []string `protobuf:"bytes,5,rep,name=excepted,proto3" json:"excepted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -326,6 +329,13 @@ func (x *PurgeWatermarks) GetWrittenAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *PurgeWatermarks) GetExcepted() []string {
+	if x != nil {
+		return x.Excepted
+	}
+	return nil
+}
+
 // NodeWatermark is the highest purge revision one node has applied.
 type NodeWatermark struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -381,9 +391,10 @@ func (x *NodeWatermark) GetRevision() int64 {
 
 // PurgeResult is one node's outcome of one purge.
 type PurgeResult struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	NodeId  string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	PurgeId string                 `protobuf:"bytes,2,opt,name=purge_id,json=purgeId,proto3" json:"purge_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Empty: the result says only that the node applied every purge up to revision_applied.
+	PurgeId string `protobuf:"bytes,2,opt,name=purge_id,json=purgeId,proto3" json:"purge_id,omitempty"`
 	// Objects removed from this node's tiers.
 	ObjectsRemoved int64 `protobuf:"varint,3,opt,name=objects_removed,json=objectsRemoved,proto3" json:"objects_removed,omitempty"`
 	// Highest purge revision the node has applied.
@@ -490,13 +501,14 @@ const file_shardcache_v1_purge_proto_rawDesc = "" +
 	" \x01(\bR\x04soft\":\n" +
 	"\n" +
 	"PurgeBatch\x12,\n" +
-	"\x06purges\x18\x01 \x03(\v2\x14.shardcache.v1.PurgeR\x06purges\"\xb8\x01\n" +
+	"\x06purges\x18\x01 \x03(\v2\x14.shardcache.v1.PurgeR\x06purges\"\xd4\x01\n" +
 	"\x0fPurgeWatermarks\x12\x18\n" +
 	"\areplica\x18\x01 \x01(\tR\areplica\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x124\n" +
 	"\x06behind\x18\x03 \x03(\v2\x1c.shardcache.v1.NodeWatermarkR\x06behind\x129\n" +
 	"\n" +
-	"written_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\"D\n" +
+	"written_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\x12\x1a\n" +
+	"\bexcepted\x18\x05 \x03(\tR\bexcepted\"D\n" +
 	"\rNodeWatermark\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"\xc7\x01\n" +
