@@ -59,11 +59,12 @@ type watermarks struct {
 	keepEnded time.Duration
 	log       *slog.Logger
 
-	mu      sync.Mutex
-	nodes   map[string]*tracked
-	results []*pb.PurgeResult
-	dirty   bool
-	wake    chan struct{}
+	mu       sync.Mutex
+	nodes    map[string]*tracked
+	results  []*pb.PurgeResult
+	dirty    bool
+	flushing bool
+	wake     chan struct{}
 
 	// writes counts the records written; dropped the exceptions dropped at
 	// the bound.
@@ -129,14 +130,12 @@ func (w *watermarks) revision(id string) int64 {
 	return 0
 }
 
-// writesPending reports whether a change waits for the next batch.
-func (w *watermarks) writesPending() int {
+// writesPending reports whether a change waits for a batch, or a batch is
+// being written.
+func (w *watermarks) writesPending() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.dirty {
-		return 1
-	}
-	return 0
+	return w.dirty || w.flushing
 }
 
 // close ends a session of id; the node stays tracked at its revision for
@@ -242,6 +241,12 @@ func (w *watermarks) flush(ctx context.Context) error {
 		return nil
 	}
 	rec := w.recordLocked(time.Now())
+	w.flushing = true
+	defer func() {
+		w.mu.Lock()
+		w.flushing = false
+		w.mu.Unlock()
+	}()
 	results := w.results[:min(len(w.results), maxResultsPerBatch)]
 	w.results = w.results[len(results):]
 	w.dirty = len(w.results) > 0

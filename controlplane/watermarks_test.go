@@ -121,7 +121,7 @@ func TestEtcdWritesPerPurgeStayBoundedAsPurgesPerSecondGrow(t *testing.T) {
 	}
 	// Let the registrations' epoch be written first: it is no purge's.
 	waitFor(t, func() bool { e := s.hub.epoch(); return e != nil && len(e.GetMembers()) == 8 })
-	waitFor(t, func() bool { return s.marks.writes.Load() > 0 && s.marks.writesPending() == 0 })
+	waitFor(t, func() bool { return s.marks.writes.Load() > 0 && !s.marks.writesPending() })
 
 	var perPurge []float64
 	for _, concurrent := range []int{1, 10, 50} {
@@ -141,7 +141,7 @@ func TestEtcdWritesPerPurgeStayBoundedAsPurgesPerSecondGrow(t *testing.T) {
 			wg.Wait()
 		}
 		// The batch after the last acknowledgement may land after the answers.
-		waitFor(t, func() bool { return s.marks.writesPending() == 0 })
+		waitFor(t, func() bool { return !s.marks.writesPending() })
 		elapsed := time.Since(start)
 		purges := int64(concurrent * rounds)
 		total := etcdRevision(t, s) - rev0
