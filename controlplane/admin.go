@@ -37,7 +37,11 @@ type adminService struct {
 	replica  string
 	// purgesRecorded counts purges by kind; tracer spans their fan-out.
 	purgesRecorded *prometheus.CounterVec
-	tracer         trace.Tracer
+	// purgeLimit bounds each caller's purges; purgesThrottled counts those
+	// refused by it.
+	purgeLimit      *purgeLimiter
+	purgesThrottled prometheus.Counter
+	tracer          trace.Tracer
 }
 
 var _ pb.AdminServiceServer = (*adminService)(nil)

@@ -31,6 +31,8 @@ type metrics struct {
 	sessions prometheus.Gauge
 	refused  prometheus.Counter
 	purges   *prometheus.CounterVec
+	// purgesThrottled counts purges refused for their caller's rate.
+	purgesThrottled prometheus.Counter
 	// authFailures counts failed authentications (admin token, join
 	// token), authThrottled the attempts refused unread after too many.
 	authFailures  *prometheus.CounterVec
@@ -52,6 +54,9 @@ func newMetrics(s *Server) *metrics {
 		purges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_control_purges_total", Help: "Purges recorded through this replica, by kind (url, prefix, tag).",
 		}, []string{"kind"}),
+		purgesThrottled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardcache_control_purges_throttled_total", Help: "Purges refused because their caller made more than its rate.",
+		}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_control_auth_failures_total", Help: "Failed authentications, by credential (admin, join, relayed_purge: a PURGE a node relays, held against its client).",
 		}, []string{"credential"}),
@@ -83,7 +88,7 @@ func newMetrics(s *Server) *metrics {
 		ConstLabels: prometheus.Labels{"component": "control", "version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
 	})
 	build.Set(1)
-	m.reg.MustRegister(m.grpc, m.etcd, m.sessions, m.refused, m.purges, m.authFailures, m.authThrottled, epochs, leader, epoch, build, marks,
+	m.reg.MustRegister(m.grpc, m.etcd, m.sessions, m.refused, m.purges, m.purgesThrottled, m.authFailures, m.authThrottled, epochs, leader, epoch, build, marks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -138,6 +138,11 @@ func (a *adminService) purge(ctx context.Context, req purgeRequest, bad []string
 	if len(bad) > 0 {
 		return nil, status.Error(codes.InvalidArgument, "purge refused: "+strings.Join(bad, "; "))
 	}
+	if ok, retry := a.purgeLimit.take(caller(ctx), time.Now()); !ok {
+		a.purgesThrottled.Inc()
+		return nil, status.Errorf(codes.ResourceExhausted, "too many purges from %s: at most %g a second; retry in %s", caller(ctx),
+			a.purgeLimit.rate, retry.Round(time.Millisecond))
+	}
 	p := req.p
 	p.Id = req.id
 	if p.Id == "" {
