@@ -225,10 +225,13 @@ func (s *Set) Match(e *store.Entry) *Ban {
 	return s.hard.match(e, g)
 }
 
-// Stale returns a soft ban installed after e was generated that matches
+// Stale returns a soft ban installed after e was received that matches
 // it, or nil: e is then served as a stale response is, and revalidated.
+// Received, not generated as for Match: a response's Date has a second's
+// precision, and the refetch after a soft purge must not look older than
+// the purge.
 func (s *Set) Stale(e *store.Entry) *Ban {
-	g := Generated(e)
+	g := e.Received.UnixNano()
 	if g >= s.soft.newest.Load() || e.URL == "" {
 		return nil
 	}
