@@ -46,16 +46,21 @@ type ackView struct {
 }
 
 type viewRecord struct {
+	run    string
 	rev    int64
 	behind map[string]int64
 	modRev int64
 }
 
+// viewStatus is a node's status record as the view needs it. regRev is
+// the revision from which the session's replica run tracked the node: that
+// of the status write that named a new replica run (the node registered
+// there), or, for status records read whole, their last write.
 type viewStatus struct {
-	replica    string
-	modRev     int64
-	purgeRev   int64
-	lastReport *timestamppb.Timestamp
+	replica, run string
+	regRev       int64
+	purgeRev     int64
+	lastReport   *timestamppb.Timestamp
 }
 
 type viewSeen struct {
@@ -76,7 +81,7 @@ func newAckView(forgetAbsent time.Duration) *ackView {
 func (v *ackView) creditedLocked(id string, now time.Time) (rev int64, waited, live bool) {
 	if st, ok := v.status[id]; ok {
 		rev = st.purgeRev
-		if r, ok := v.records[st.replica]; ok && r.modRev > st.modRev {
+		if r, ok := v.records[st.replica]; ok && r.run == st.run && r.modRev > st.regRev {
 			w, named := r.behind[id]
 			if !named {
 				w = r.rev
@@ -212,7 +217,7 @@ func decodeRecord(kv []byte, modRev int64, except func(id string)) (viewRecord, 
 	for _, id := range rec.GetExcepted() {
 		except(id)
 	}
-	r := viewRecord{rev: rec.GetRevision(), modRev: modRev, behind: make(map[string]int64, len(rec.GetBehind()))}
+	r := viewRecord{run: rec.GetRun(), rev: rec.GetRevision(), modRev: modRev, behind: make(map[string]int64, len(rec.GetBehind()))}
 	for _, b := range rec.GetBehind() {
 		r.behind[b.GetNodeId()] = b.GetRevision()
 	}
@@ -224,8 +229,8 @@ func decodeViewStatus(kv []byte, modRev int64) (string, viewStatus, bool) {
 	if proto.Unmarshal(kv, n) != nil {
 		return "", viewStatus{}, false
 	}
-	return n.GetMember().GetId(), viewStatus{replica: n.GetSessionReplica(), modRev: modRev, purgeRev: n.GetPurgeRevision(),
-		lastReport: n.GetLastReportAt()}, true
+	return n.GetMember().GetId(), viewStatus{replica: n.GetSessionReplica(), run: n.GetReplicaRun(), regRev: modRev,
+		purgeRev: n.GetPurgeRevision(), lastReport: n.GetLastReportAt()}, true
 }
 
 func decodeViewSeen(kv []byte) (string, viewSeen, bool) {
@@ -258,6 +263,10 @@ func (s *Server) watchAcks(ctx context.Context) error {
 			if ev.Type == clientv3.EventTypeDelete {
 				delete(v.status, strings.TrimPrefix(key, st.statusPrefix()))
 			} else if id, vs, ok := decodeViewStatus(ev.Kv.Value, ev.Kv.ModRevision); ok {
+				// A rewrite by the same run keeps the registration's revision.
+				if old, ok := v.status[id]; ok && old.replica == vs.replica && old.run == vs.run && ev.IsModify() {
+					vs.regRev = old.regRev
+				}
 				v.status[id] = vs
 			}
 		}, func(int64) { v.status = map[string]viewStatus{} }},

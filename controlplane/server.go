@@ -233,6 +233,7 @@ func (s *Server) Run(ctx context.Context) error {
 			if err := s.state.putStatus(gctx, st, r.lease); err != nil && gctx.Err() == nil {
 				r.log.Warn("recording node status", "err", err)
 			}
+			s.marks.touch() // only a record newer than the status answers for the node
 		})
 		return nil
 	})

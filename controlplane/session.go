@@ -95,8 +95,8 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 		return status.Errorf(codes.Unavailable, "granting lease for %s: %v", m.GetId(), err)
 	}
 	r.lease = lease.ID
-	r.st = &pb.Node{Member: m, SessionReplica: n.replica, ServingEpoch: hello.GetLastEpoch(), PolicyRevision: hello.GetPolicyRevision(),
-		PurgeRevision: hello.GetPurgeRevision()}
+	r.st = &pb.Node{Member: m, SessionReplica: n.replica, ReplicaRun: n.marks.runID, ServingEpoch: hello.GetLastEpoch(),
+		PolicyRevision: hello.GetPolicyRevision(), PurgeRevision: hello.GetPurgeRevision()}
 	rev, err := n.state.register(ctx, r.st, hello.GetInstance(), lease.ID)
 	if err != nil {
 		n.marks.close(m.GetId())

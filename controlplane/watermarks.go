@@ -38,6 +38,10 @@ import (
 func (s *state) watermarksPrefix() string            { return s.prefix + "watermarks/" }
 func (s *state) watermarksKey(replica string) string { return s.watermarksPrefix() + replica }
 
+// recordRefresh is how often a replica with sessions writes its record
+// though nothing changed.
+const recordRefresh = 10 * time.Second
+
 // maxBehind bounds the nodes a record lists by name; every other node of the
 // replica is answered for by the record's one revision.
 const maxBehind = 64
@@ -55,6 +59,7 @@ const maxQueuedResults = 10000
 type watermarks struct {
 	state     *state
 	replica   string
+	runID     string // this run of the replica process (Node.replica_run)
 	interval  time.Duration
 	keepEnded time.Duration
 	log       *slog.Logger
@@ -79,7 +84,7 @@ type tracked struct {
 }
 
 func newWatermarks(s *state, replica string, interval, keepEnded time.Duration, log *slog.Logger) *watermarks {
-	return &watermarks{state: s, replica: replica, interval: interval, keepEnded: keepEnded, log: log,
+	return &watermarks{state: s, replica: replica, runID: newRequestID(), interval: interval, keepEnded: keepEnded, log: log,
 		nodes: map[string]*tracked{}, wake: make(chan struct{}, 1)}
 }
 
@@ -130,6 +135,15 @@ func (w *watermarks) revision(id string) int64 {
 	return 0
 }
 
+// touch makes the next batch write the record though no revision changed:
+// after a node's status record is rewritten, only a newer record answers
+// for the node.
+func (w *watermarks) touch() {
+	w.mu.Lock()
+	w.changedLocked()
+	w.mu.Unlock()
+}
+
 // writesPending reports whether a change waits for a batch, or a batch is
 // being written.
 func (w *watermarks) writesPending() bool {
@@ -171,6 +185,11 @@ func (w *watermarks) result(r *pb.PurgeResult) {
 func (w *watermarks) run(ctx context.Context) {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
+	// The record is written again at least every recordRefresh while the
+	// replica has sessions: a replica's view read anew credits the
+	// records newer than the status records it read.
+	refresh := time.NewTicker(recordRefresh)
+	defer refresh.Stop()
 	defer func() {
 		fctx, cancel := cleanupContext(ctx)
 		defer cancel()
@@ -183,6 +202,12 @@ func (w *watermarks) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-w.wake:
+		case <-refresh.C:
+			w.mu.Lock()
+			if len(w.nodes) > 0 {
+				w.dirty = true
+			}
+			w.mu.Unlock()
 		}
 		t.Reset(w.interval)
 		select {
@@ -216,7 +241,7 @@ func (w *watermarks) recordLocked(now time.Time) *pb.PurgeWatermarks {
 		all = append(all, nodeRev{id, t.rev})
 	}
 	slices.SortFunc(all, func(a, b nodeRev) int { return cmp.Or(cmp.Compare(a.rev, b.rev), cmp.Compare(a.id, b.id)) })
-	rec := &pb.PurgeWatermarks{Replica: w.replica, WrittenAt: timestamppb.New(now)}
+	rec := &pb.PurgeWatermarks{Replica: w.replica, Run: w.runID, WrittenAt: timestamppb.New(now)}
 	if len(all) == 0 {
 		return rec
 	}

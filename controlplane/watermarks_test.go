@@ -322,3 +322,27 @@ func (p *tcpProxy) cut() {
 		c.Close()
 	}
 }
+
+// A replica started again under the same name is another run: its records
+// do not answer for the nodes whose sessions the previous run held, which
+// stay pending until they return.
+func TestARestartedReplicaDoesNotAnswerForTheNodesOfItsLastRun(t *testing.T) {
+	etcd := []string{testEtcd(t)}
+	named := func(c *Config) { c.ReplicaID, c.LeaseTTL = "replica-r", 10*time.Second }
+	first, _, stopFirst := startServer(t, etcd, named)
+	gone := startAckingNode(t, dial(t, first), "gone", 0, false)
+	waitFor(t, func() bool { return first.marks.writes.Load() > 0 && !first.marks.writesPending() })
+	gone.stop()
+	stopFirst() // the node's status record lives on until its lease expires
+	second, _, _ := startServer(t, etcd, named)
+	conn := dial(t, second)
+	startAckingNode(t, conn, "back", 0, true)
+	admin := pb.NewAdminServiceClient(conn)
+	resp, err := admin.Purge(adminCtx(context.Background(), testToken), &pb.PurgeRequest{Url: "http://example.com/a", Wait: durationpb.New(2 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := resp.GetStatus(); st.GetComplete() || !slices.Contains(st.GetPending(), "gone") || slices.Contains(st.GetPending(), "back") {
+		t.Fatalf("status %v: want the node of the last run pending, the returned one not", st)
+	}
+}

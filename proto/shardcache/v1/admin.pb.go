@@ -172,7 +172,10 @@ type Node struct {
 	PurgeRevision int64 `protobuf:"varint,10,opt,name=purge_revision,json=purgeRevision,proto3" json:"purge_revision,omitempty"`
 	// The last session refused for this id (another process said hello with it while this
 	// member's session was open), kept for a while so that operators see duplicates.
-	LastRefused   *RefusedSession `protobuf:"bytes,11,opt,name=last_refused,json=lastRefused,proto3" json:"last_refused,omitempty"`
+	LastRefused *RefusedSession `protobuf:"bytes,11,opt,name=last_refused,json=lastRefused,proto3" json:"last_refused,omitempty"`
+	// The run of the control-plane replica process that holds the session, new at each start
+	// of the replica: purge watermarks of another run do not answer for the node.
+	ReplicaRun    string `protobuf:"bytes,12,opt,name=replica_run,json=replicaRun,proto3" json:"replica_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -282,6 +285,13 @@ func (x *Node) GetLastRefused() *RefusedSession {
 		return x.LastRefused
 	}
 	return nil
+}
+
+func (x *Node) GetReplicaRun() string {
+	if x != nil {
+		return x.ReplicaRun
+	}
+	return ""
 }
 
 // RefusedSession is a hello the control plane refused because the id had an open session.
@@ -1982,7 +1992,7 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"A\n" +
 	"\x0fGetRingResponse\x12.\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.shardcache.v1.RingEpochR\x05epoch\"\x12\n" +
-	"\x10ListNodesRequest\"\xfa\x03\n" +
+	"\x10ListNodesRequest\"\x9b\x04\n" +
 	"\x04Node\x12-\n" +
 	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12\x17\n" +
 	"\ain_ring\x18\x02 \x01(\bR\x06inRing\x12'\n" +
@@ -1995,7 +2005,9 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\fpolicy_error\x18\t \x01(\tR\vpolicyError\x12%\n" +
 	"\x0epurge_revision\x18\n" +
 	" \x01(\x03R\rpurgeRevision\x12@\n" +
-	"\flast_refused\x18\v \x01(\v2\x1d.shardcache.v1.RefusedSessionR\vlastRefused\"\xb8\x01\n" +
+	"\flast_refused\x18\v \x01(\v2\x1d.shardcache.v1.RefusedSessionR\vlastRefused\x12\x1f\n" +
+	"\vreplica_run\x18\f \x01(\tR\n" +
+	"replicaRun\"\xb8\x01\n" +
 	"\x0eRefusedSession\x12!\n" +
 	"\fpeer_address\x18\x01 \x01(\tR\vpeerAddress\x12%\n" +
 	"\x0eremote_address\x18\x02 \x01(\tR\rremoteAddress\x12*\n" +

@@ -266,7 +266,10 @@ type PurgeWatermarks struct {
 	WrittenAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=written_at,json=writtenAt,proto3" json:"written_at,omitempty"`
 	// Purges whose exceptions (results that say more than "applied") were written in the same
 	// transaction as this record.
-	Excepted      []string `protobuf:"bytes,5,rep,name=excepted,proto3" json:"excepted,omitempty"`
+	Excepted []string `protobuf:"bytes,5,rep,name=excepted,proto3" json:"excepted,omitempty"`
+	// The run of the replica process that wrote the record (Node.replica_run): it answers only
+	// for the nodes whose session that run holds.
+	Run           string `protobuf:"bytes,6,opt,name=run,proto3" json:"run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -334,6 +337,13 @@ func (x *PurgeWatermarks) GetExcepted() []string {
 		return x.Excepted
 	}
 	return nil
+}
+
+func (x *PurgeWatermarks) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
 }
 
 // NodeWatermark is the highest purge revision one node has applied.
@@ -501,14 +511,15 @@ const file_shardcache_v1_purge_proto_rawDesc = "" +
 	" \x01(\bR\x04soft\":\n" +
 	"\n" +
 	"PurgeBatch\x12,\n" +
-	"\x06purges\x18\x01 \x03(\v2\x14.shardcache.v1.PurgeR\x06purges\"\xd4\x01\n" +
+	"\x06purges\x18\x01 \x03(\v2\x14.shardcache.v1.PurgeR\x06purges\"\xe6\x01\n" +
 	"\x0fPurgeWatermarks\x12\x18\n" +
 	"\areplica\x18\x01 \x01(\tR\areplica\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x124\n" +
 	"\x06behind\x18\x03 \x03(\v2\x1c.shardcache.v1.NodeWatermarkR\x06behind\x129\n" +
 	"\n" +
 	"written_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\x12\x1a\n" +
-	"\bexcepted\x18\x05 \x03(\tR\bexcepted\"D\n" +
+	"\bexcepted\x18\x05 \x03(\tR\bexcepted\x12\x10\n" +
+	"\x03run\x18\x06 \x01(\tR\x03run\"D\n" +
 	"\rNodeWatermark\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"\xc7\x01\n" +
