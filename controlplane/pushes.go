@@ -148,7 +148,7 @@ func epochChange(prev, next *pb.RingEpoch) *pb.RingEpochChange {
 // and purges that come faster go out together at its end. It bounds the
 // messages a session carries to 1/purgePushPace a second, whatever the
 // rate of purges.
-const purgePushPace = 25 * time.Millisecond
+const purgePushPace = 50 * time.Millisecond
 
 // pacePurges pushes the new purges now, or at the end of the pace.
 func (r *sessionRun) pacePurges() error {
