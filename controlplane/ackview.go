@@ -36,9 +36,14 @@ type ackView struct {
 	// name them), so that only theirs are read from etcd; past maxExcepted
 	// every purge's are, and so are they before the first read of the
 	// records: exceptions written before it are not named.
-	excepted  map[string]bool
-	lossy     bool
-	knownFrom int64 // the etcd revision the records were last read whole at
+	excepted map[string]bool
+	lossy    bool
+	// seenRev is, per part, the etcd revision its watch is known to be
+	// current to (events, or progress notices, up to it).
+	seenRev [3]int64
+	// progressAt is when a progress notice was last asked for (UnixNano).
+	progressAt atomic.Int64
+	knownFrom  int64 // the etcd revision the records were last read whole at
 	// sorted holds the credited revision of every node waited for, in
 	// order; nil when a change made it stale.
 	sorted []int64
@@ -279,10 +284,10 @@ func (s *Server) watchAcks(ctx context.Context) error {
 		}, func(int64) { v.seen = map[string]viewSeen{} }},
 	}
 	var wg sync.WaitGroup
-	for _, p := range parts {
+	for i, p := range parts {
 		var first sync.Once
 		wg.Go(func() {
-			_ = s.loadAndWatch(ctx, p.what, p.prefix, func(ctx context.Context) (int64, error) {
+			s.watchPart(ctx, p.what, p.prefix, func(ctx context.Context) (int64, error) {
 				resp, err := s.etcd.Get(ctx, p.prefix, clientv3.WithPrefix())
 				if err != nil {
 					return 0, etcdErr(err, "reading %s", p.what)
@@ -292,6 +297,7 @@ func (s *Server) watchAcks(ctx context.Context) error {
 				for _, kv := range resp.Kvs {
 					p.put(string(kv.Key), &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
 				}
+				v.seenRev[i] = resp.Header.Revision
 				v.mu.Unlock()
 				v.changed()
 				first.Do(func() {
@@ -300,11 +306,12 @@ func (s *Server) watchAcks(ctx context.Context) error {
 					}
 				})
 				return resp.Header.Revision, nil
-			}, func(evs []*clientv3.Event) {
+			}, func(wr clientv3.WatchResponse) {
 				v.mu.Lock()
-				for _, ev := range evs {
+				for _, ev := range wr.Events {
 					p.put(string(ev.Kv.Key), ev)
 				}
+				v.seenRev[i] = max(v.seenRev[i], wr.Header.Revision)
 				v.mu.Unlock()
 				v.changed()
 			})
@@ -312,6 +319,65 @@ func (s *Server) watchAcks(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// watchPart is loadAndWatch for a part of the view: apply gets whole watch
+// responses, progress notices included, for their revision.
+func (s *Server) watchPart(ctx context.Context, what, prefix string, load func(context.Context) (int64, error), apply func(clientv3.WatchResponse)) {
+	for ctx.Err() == nil {
+		at, err := load(ctx)
+		if err != nil {
+			s.log.Warn("reading "+what+"; retrying", "err", err)
+			if !sleepCtx(ctx, time.Second) {
+				return
+			}
+			continue
+		}
+		for wr := range s.etcd.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(at+1)) {
+			if wr.Err() != nil {
+				s.log.Warn(what+" watch interrupted", "err", wr.Err())
+				break
+			}
+			apply(wr)
+		}
+		if !sleepCtx(ctx, 500*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// current reports whether every part of the view has seen etcd up to rev.
+func (v *ackView) current(rev int64) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return min(v.seenRev[0], v.seenRev[1], v.seenRev[2]) >= rev
+}
+
+// catchUp waits until the view has seen etcd up to rev, asking etcd for a
+// progress notice on the view's watches, or until ctx ends: a purge is
+// judged against every node registered before it.
+func (v *ackView) catchUp(ctx context.Context, cli *clientv3.Client, rev int64) {
+	if v.current(rev) {
+		return
+	}
+	wake, unsubscribe := v.notify.subscribe()
+	defer unsubscribe()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for !v.current(rev) {
+		// The view's watches share the stream of this metadata; one ask
+		// serves every purge waiting meanwhile.
+		if now := time.Now().UnixNano(); now-v.progressAt.Load() > int64(20*time.Millisecond) {
+			v.progressAt.Store(now)
+			_ = cli.RequestProgress(clientv3.WithRequireLeader(ctx))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-t.C:
+		}
+	}
 }
 
 // exceptions reads the results recorded for purge id, by node.

@@ -235,6 +235,9 @@ func newRequestID() string {
 func (a *adminService) awaitAcks(ctx context.Context, p *pb.Purge, wait time.Duration) (*pb.PurgeStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	// Every node registered before the purge is waited for: the view
+	// must have seen etcd up to the purge's record.
+	a.acks.catchUp(ctx, a.state.kv, p.GetRevision())
 	wake, unsubscribe := a.acks.notify.subscribe()
 	defer unsubscribe()
 	accepted := p.GetCreatedAt().AsTime()
