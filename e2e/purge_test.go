@@ -322,8 +322,18 @@ func TestPurgesAcrossTheCluster(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond) // the refetch streams into the store
 			}
-			if cache, body := fetch(t, client, c.nodes[0], path); cache != "HIT" || body != want {
-				t.Fatalf("after the refetch: %s %q, want a HIT of %q", cache, body, want)
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				cache, body := fetch(t, client, c.nodes[0], path)
+				if body != want {
+					t.Fatalf("after the refetch: %s %q, want %q", cache, body, want)
+				}
+				if cache == "HIT" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after the refetch: %s, want a HIT within 30 s", cache)
+				}
+				time.Sleep(20 * time.Millisecond) // until the refetch is stored
 			}
 			if n := origin.count(path); n != fetches+1 {
 				t.Fatalf("the origin saw %s %d times after the soft purge, want once", path, n-fetches)
