@@ -49,8 +49,9 @@ bench-go: ## the Go benchmarks: store tiers, fills, index rebuild, ring, purge b
 	$(GO) test -run '^$$' -bench . -count 5 ./dataplane/store/ ./dataplane/purge/ ./sdk/ring/ ./dataplane/metrics/
 
 SOAK ?= 10m
-scale: build ## the control plane with SCALE (default 1000) simulated node sessions: epoch propagation, purge acks, restart, etcd writes, memory; writes bench/results/scale-<date>.md
-	$(GO) run ./cmd/scalesim -nodes $(SCALE) -shardcache $(BIN)/shardcache -out bench/results/scale-$$(date -u +%F).md
+SCALE_ARGS ?=
+scale: build ## the control plane with SCALE (default 1000) simulated node sessions: epochs, purges one at a time and 1,000 a second, restart, etcd writes, memory; SCALE_ARGS="-join-rate 250 ..."; writes bench/results/scale-<date>-<SCALE>.md and ends with a "scale:" line
+	$(GO) run ./cmd/scalesim -nodes $(SCALE) -shardcache $(BIN)/shardcache -out bench/results/scale-$$(date -u +%F)-$(SCALE).md $(SCALE_ARGS)
 
 soak: build ## a cluster under full load for SOAK (default 10m): throughput, p99, memory, descriptors and goroutines charted in bench/results/soak-<date>
 	$(GO) run ./bench -soak $(SOAK) -shardcache $(BIN)/shardcache -cachectl $(BIN)/cachectl

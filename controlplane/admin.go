@@ -32,10 +32,16 @@ type adminService struct {
 	state    *state
 	hub      *hub
 	policies *policyHub
+	acks     *ackView
+	loads    *loadBook
 	replica  string
 	// purgesRecorded counts purges by kind; tracer spans their fan-out.
 	purgesRecorded *prometheus.CounterVec
-	tracer         trace.Tracer
+	// purgeLimit bounds each caller's purges; purgesThrottled counts those
+	// refused by it.
+	purgeLimit      *purgeLimiter
+	purgesThrottled prometheus.Counter
+	tracer          trace.Tracer
 }
 
 var _ pb.AdminServiceServer = (*adminService)(nil)
@@ -115,8 +121,13 @@ func (a *adminService) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*
 			n.PolicyRevision = st.GetPolicyRevision()
 			n.PolicyRefusedRevision = st.GetPolicyRefusedRevision()
 			n.PolicyError = st.GetPolicyError()
-			n.PurgeRevision = st.GetPurgeRevision()
 		}
+		// Load reports of this replica's sessions are read from its
+		// memory; the purge revision from the watermark records.
+		if live, ok := a.loads.get(m.GetId()); ok {
+			n.ServingEpoch, n.Load, n.LastReportAt = live.GetServingEpoch(), live.GetLoad(), live.GetLastReportAt()
+		}
+		n.PurgeRevision = a.acks.credited(m.GetId())
 		resp.Nodes = append(resp.Nodes, n)
 	}
 	slices.SortFunc(resp.Nodes, func(x, y *pb.Node) int { return strings.Compare(x.GetMember().GetId(), y.GetMember().GetId()) })

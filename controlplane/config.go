@@ -73,6 +73,17 @@ type Config struct {
 	// `policy history` and `policy rollback`, oldest forgotten first.
 	// Default 100.
 	PolicyHistory int
+	// PurgeRate and PurgeBurst bound the purges each caller (by address)
+	// may make: PurgeBurst at once, then PurgeRate a second; past it a
+	// purge is refused with ResourceExhausted, saying when to come back.
+	// Defaults 2000 and 2000.
+	PurgeRate  float64
+	PurgeBurst int
+	// PurgeAckInterval is the batch of the replica's purge watermarks: the
+	// revisions its nodes applied are written as one etcd record at most
+	// this often, an interval after the first change, whatever the rate
+	// of purges. Default 50ms.
+	PurgeAckInterval time.Duration
 
 	// AdminToken is the bearer token AdminService calls must carry. Required.
 	AdminToken string
@@ -213,6 +224,15 @@ func (c *Config) setDefaults() {
 	if c.PurgeCompactInterval == 0 {
 		c.PurgeCompactInterval = time.Minute
 	}
+	if c.PurgeRate == 0 {
+		c.PurgeRate = 2000
+	}
+	if c.PurgeBurst == 0 {
+		c.PurgeBurst = 2000
+	}
+	if c.PurgeAckInterval == 0 {
+		c.PurgeAckInterval = 50 * time.Millisecond
+	}
 }
 
 // Validate reports the first setting a replica cannot run with, in words an
@@ -253,6 +273,12 @@ func (c *Config) Validate() error {
 	}
 	if c.PurgeRetention < time.Minute || c.PurgeMaxRecords < 1 || c.PurgeCompactInterval < 0 {
 		return fmt.Errorf("purge retention %s and records %d: keep at least a minute and one record", c.PurgeRetention, c.PurgeMaxRecords)
+	}
+	if c.PurgeRate < 0 || c.PurgeBurst < 1 {
+		return fmt.Errorf("purges per caller: rate %g a second and burst %d; give a positive rate and a burst of at least 1", c.PurgeRate, c.PurgeBurst)
+	}
+	if c.PurgeAckInterval < time.Millisecond || c.PurgeAckInterval > 10*time.Second {
+		return fmt.Errorf("purge acknowledgement batch %s: give 1ms to 10s", c.PurgeAckInterval)
 	}
 	if c.AdminToken == "" && c.TLS.ClientCAFile == "" {
 		return errors.New("admin token is empty (and no client CA for mTLS); admin calls would be refused")

@@ -43,10 +43,13 @@ func (n *notifier) subscribe() (<-chan struct{}, func()) {
 	}
 }
 
-// hub holds the current epoch as this replica last saw it in etcd.
+// hub holds the current epoch as this replica last saw it in etcd, and its
+// pushes encoded once for every session.
 type hub struct {
 	notify  notifier
 	current atomic.Pointer[pb.RingEpoch]
+	msgs    atomic.Pointer[epochMessages]
+	mu      sync.Mutex // one publish at a time: each epoch's change is from the one before
 }
 
 func newHub() *hub { return &hub{notify: newNotifier()} }
@@ -56,15 +59,18 @@ func (h *hub) epoch() *pb.RingEpoch { return h.current.Load() }
 
 // publish makes e current if it is newer and wakes the subscribers.
 func (h *hub) publish(e *pb.RingEpoch) bool {
-	for {
-		old := h.current.Load()
-		if old != nil && old.GetEpoch() >= e.GetEpoch() {
-			return false
-		}
-		if h.current.CompareAndSwap(old, e) {
-			break
-		}
+	h.mu.Lock()
+	old := h.current.Load()
+	if old != nil && old.GetEpoch() >= e.GetEpoch() {
+		h.mu.Unlock()
+		return false
 	}
+	h.msgs.Store(newEpochMessages(old, e))
+	h.current.Store(e)
+	h.mu.Unlock()
 	h.notify.wake()
 	return true
 }
+
+// messages returns the current epoch's pushes, nil before the first.
+func (h *hub) messages() *epochMessages { return h.msgs.Load() }

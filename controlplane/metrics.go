@@ -31,6 +31,8 @@ type metrics struct {
 	sessions prometheus.Gauge
 	refused  prometheus.Counter
 	purges   *prometheus.CounterVec
+	// purgesThrottled counts purges refused for their caller's rate.
+	purgesThrottled prometheus.Counter
 	// authFailures counts failed authentications (admin token, join
 	// token), authThrottled the attempts refused unread after too many.
 	authFailures  *prometheus.CounterVec
@@ -52,6 +54,9 @@ func newMetrics(s *Server) *metrics {
 		purges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_control_purges_total", Help: "Purges recorded through this replica, by kind (url, prefix, tag).",
 		}, []string{"kind"}),
+		purgesThrottled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardcache_control_purges_throttled_total", Help: "Purges refused because their caller made more than its rate.",
+		}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_control_auth_failures_total", Help: "Failed authentications, by credential (admin, join, relayed_purge: a PURGE a node relays, held against its client).",
 		}, []string{"credential"}),
@@ -73,13 +78,17 @@ func newMetrics(s *Server) *metrics {
 	epoch := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "shardcache_control_ring_epoch", Help: "Current ring epoch as this replica sees it.",
 	}, func() float64 { return float64(s.hub.epoch().GetEpoch()) })
+	marks := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "shardcache_control_purge_watermark_writes_total",
+		Help: "Records of this replica's nodes' applied purge revisions written to etcd, each one transaction with the exceptions of its batch.",
+	}, func() float64 { return float64(s.marks.writes.Load()) })
 	bi := buildinfo.Read()
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "shardcache_build_info", Help: "Always 1; the labels name the build this process runs.",
 		ConstLabels: prometheus.Labels{"component": "control", "version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
 	})
 	build.Set(1)
-	m.reg.MustRegister(m.grpc, m.etcd, m.sessions, m.refused, m.purges, m.authFailures, m.authThrottled, epochs, leader, epoch, build,
+	m.reg.MustRegister(m.grpc, m.etcd, m.sessions, m.refused, m.purges, m.purgesThrottled, m.authFailures, m.authThrottled, epochs, leader, epoch, build, marks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

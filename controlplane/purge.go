@@ -12,7 +12,6 @@ import (
 	"time"
 	"unicode"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -44,7 +43,7 @@ type purgeRequest struct {
 // Purge records an exact purge of a URL or a cache key and waits for the
 // nodes' acknowledgements.
 func (a *adminService) Purge(ctx context.Context, req *pb.PurgeRequest) (*pb.PurgeResponse, error) {
-	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_URL}
+	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_URL, Soft: req.GetSoft()}
 	var bad []string
 	switch u, k := req.GetUrl(), req.GetKey(); {
 	case u != "" && k != "":
@@ -65,7 +64,7 @@ func (a *adminService) Purge(ctx context.Context, req *pb.PurgeRequest) (*pb.Pur
 
 // PurgePrefix records a purge of a host and path prefix.
 func (a *adminService) PurgePrefix(ctx context.Context, req *pb.PurgePrefixRequest) (*pb.PurgePrefixResponse, error) {
-	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_PREFIX, Host: strings.ToLower(req.GetHost()), PathPrefix: req.GetPathPrefix()}
+	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_PREFIX, Host: strings.ToLower(req.GetHost()), PathPrefix: req.GetPathPrefix(), Soft: req.GetSoft()}
 	var bad []string
 	switch pp := req.GetPathPrefix(); {
 	case pp == "":
@@ -93,7 +92,7 @@ func hostScope(host string) string {
 
 // PurgeTag records a purge of every object carrying a tag.
 func (a *adminService) PurgeTag(ctx context.Context, req *pb.PurgeTagRequest) (*pb.PurgeTagResponse, error) {
-	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_TAG, Tag: req.GetTag()}
+	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_TAG, Tag: req.GetTag(), Soft: req.GetSoft()}
 	var bad []string
 	switch t := req.GetTag(); {
 	case t == "":
@@ -138,6 +137,11 @@ func (a *adminService) purge(ctx context.Context, req purgeRequest, bad []string
 	}
 	if len(bad) > 0 {
 		return nil, status.Error(codes.InvalidArgument, "purge refused: "+strings.Join(bad, "; "))
+	}
+	if ok, retry := a.purgeLimit.take(caller(ctx), time.Now()); !ok {
+		a.purgesThrottled.Inc()
+		return nil, status.Errorf(codes.ResourceExhausted, "too many purges from %s: at most %g a second; retry in %s", caller(ctx),
+			a.purgeLimit.rate, retry.Round(time.Millisecond))
 	}
 	p := req.p
 	p.Id = req.id
@@ -223,45 +227,54 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// awaitAcks returns p's status once every registered node acknowledged it,
+// awaitAcks returns p's status once every node waited for has applied it,
 // or when wait has passed (or the caller gave up) with the nodes pending.
-// Nodes that leave meanwhile stop being waited for.
+// It is answered from the replica's view of the watermark records
+// (ackview.go): waiting costs no etcd request, and one read of the
+// exceptions makes the final status.
 func (a *adminService) awaitAcks(ctx context.Context, p *pb.Purge, wait time.Duration) (*pb.PurgeStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	wctx, stopWatch := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer stopWatch()
-	var acks, nodes clientv3.WatchChan
-	var last *pb.PurgeStatus
+	// Every node registered before the purge is waited for: the view
+	// must have seen etcd up to the purge's record.
+	a.acks.catchUp(ctx, a.state.kv, p.GetRevision())
+	wake, unsubscribe := a.acks.notify.subscribe()
+	defer unsubscribe()
+	accepted := p.GetCreatedAt().AsTime()
+	var p50, p99 time.Duration
 	for {
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
-		st, rev, err := a.state.purgeStatus(rctx, p)
-		rcancel()
-		switch {
-		case err != nil && last == nil:
-			return nil, toStatus(err)
-		case err == nil:
-			last = st
+		acked, total := a.acks.count(p.GetRevision())
+		now := time.Now()
+		if p50 == 0 && total > 0 && acked*2 >= total {
+			p50 = max(now.Sub(accepted), time.Microsecond)
 		}
-		if last.GetComplete() || ctx.Err() != nil {
-			return last, nil
+		if p99 == 0 && total > 0 && acked*100 >= total*99 {
+			p99 = max(now.Sub(accepted), time.Microsecond)
 		}
-		if acks == nil {
-			from := clientv3.WithRev(rev + 1)
-			acks = a.state.kv.Watch(wctx, a.state.purgeAcksPrefix(p.GetId()), clientv3.WithPrefix(), from)
-			nodes = a.state.kv.Watch(wctx, a.state.statusPrefix(), clientv3.WithPrefix(), from)
+		if acked == total || ctx.Err() != nil {
+			break
 		}
 		select {
 		case <-ctx.Done():
-			return last, nil
-		case wr, ok := <-acks:
-			if !ok || wr.Err() != nil {
-				return last, nil
-			}
-		case wr, ok := <-nodes:
-			if !ok || wr.Err() != nil {
-				return last, nil
-			}
+		case <-wake:
 		}
 	}
+	var results map[string]*pb.PurgeResult
+	if a.acks.mayHaveExceptions(p) {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
+		var err error
+		results, err = a.state.exceptions(rctx, p.GetId())
+		rcancel()
+		if err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	st := a.acks.purgeStatus(p, results)
+	if p50 > 0 {
+		st.AckP50 = durationpb.New(p50)
+	}
+	if p99 > 0 {
+		st.AckP99 = durationpb.New(p99)
+	}
+	return st, nil
 }

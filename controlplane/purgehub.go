@@ -29,6 +29,7 @@ type purgeHub struct {
 	mu     sync.Mutex
 	loaded bool
 	purges []*pb.Purge // by revision
+	items  [][]byte    // purges[i] as a PurgeBatch item (pushes.go)
 	floor  *pb.Purge
 }
 
@@ -41,17 +42,59 @@ func (h *purgeHub) since(r int64) ([]*pb.Purge, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []*pb.Purge
-	if f := h.floor; f != nil && r < f.GetRevision() {
-		out = append(out, &pb.Purge{Id: floorPrefix + fmt.Sprint(f.GetRevision()), Kind: pb.PurgeKind_PURGE_KIND_PREFIX,
-			PathPrefix: "/", CreatedAt: f.GetCreatedAt(), Revision: f.GetRevision()})
+	if floor, ok := h.sinceFloorLocked(r); ok {
+		out = append(out, floor)
 	}
+	return append(out, h.purges[h.afterLocked(r):]...), h.loaded
+}
+
+// afterLocked is the index of the first purge after revision r.
+func (h *purgeHub) afterLocked(r int64) int {
 	i, _ := slices.BinarySearchFunc(h.purges, r+1, func(p *pb.Purge, rev int64) int { return cmp.Compare(p.GetRevision(), rev) })
-	return append(out, h.purges[i:]...), h.loaded
+	return i
+}
+
+// itemsSince returns the purges after revision r as PurgeBatch items, at
+// most limit bytes of them (one at least), and the revision of the last.
+func (h *purgeHub) itemsSince(r int64, limit int) ([][]byte, int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out [][]byte
+	last := r
+	if f := h.floor; f != nil && r < f.GetRevision() {
+		floor, _ := h.sinceFloorLocked(r)
+		out = append(out, batchItem(floor))
+		last = f.GetRevision()
+	}
+	size := 0
+	for i := h.afterLocked(last); i < len(h.purges); i++ {
+		if size+len(h.items[i]) > limit && len(out) > 0 {
+			break
+		}
+		out = append(out, h.items[i])
+		size += len(h.items[i])
+		last = h.purges[i].GetRevision()
+	}
+	return out, last
+}
+
+// sinceFloorLocked is the purge of everything a node behind the floor gets.
+func (h *purgeHub) sinceFloorLocked(r int64) (*pb.Purge, bool) {
+	f := h.floor
+	if f == nil || r >= f.GetRevision() {
+		return nil, false
+	}
+	return &pb.Purge{Id: floorPrefix + fmt.Sprint(f.GetRevision()), Kind: pb.PurgeKind_PURGE_KIND_PREFIX,
+		PathPrefix: "/", CreatedAt: f.GetCreatedAt(), Revision: f.GetRevision()}, true
 }
 
 func (h *purgeHub) load(ps []*pb.Purge, floor *pb.Purge) {
 	h.mu.Lock()
 	h.purges, h.floor, h.loaded = ps, floor, true
+	h.items = make([][]byte, len(ps))
+	for i, p := range ps {
+		h.items[i] = batchItem(p)
+	}
 	h.mu.Unlock()
 	h.readyOnce.Do(func() { close(h.ready) })
 	h.notify.wake()
@@ -71,9 +114,13 @@ func (h *purgeHub) apply(s *state, events []*clientv3.Event) {
 		case ev.Type == clientv3.EventTypePut:
 			if p, err := decodePurge(ev.Kv.Value, ev.Kv.ModRevision); err == nil {
 				h.purges = append(h.purges, p) // watch events come in revision order
+				h.items = append(h.items, batchItem(p))
 			}
 		case ev.Type == clientv3.EventTypeDelete:
-			h.purges = slices.DeleteFunc(h.purges, func(p *pb.Purge) bool { return s.purgeKey(p.GetId()) == key })
+			if i := slices.IndexFunc(h.purges, func(p *pb.Purge) bool { return s.purgeKey(p.GetId()) == key }); i >= 0 {
+				h.purges = slices.Delete(h.purges, i, i+1)
+				h.items = slices.Delete(h.items, i, i+1)
+			}
 		}
 	}
 	h.mu.Unlock()

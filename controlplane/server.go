@@ -48,6 +48,13 @@ type Server struct {
 	hub      *hub
 	policies *policyHub
 	purgeHub *purgeHub
+	// acks answers purge status from the watermark records; marks are
+	// this replica's own sessions' watermarks; loads their load reports.
+	acks  *ackView
+	marks *watermarks
+	loads *loadBook
+	// statuses writes the status records of its sessions.
+	statuses *statusWriter
 	ready    chan struct{}
 	addr     atomic.Pointer[net.TCPAddr]
 
@@ -83,6 +90,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, hub: newHub(), policies: newPolicyHub(), purgeHub: newPurgeHub(),
+		acks: newAckView(cfg.ForgetAbsentAfter), loads: newLoadBook(), statuses: newStatusWriter(),
+		// A node whose session ended stays in the records while its status
+		// record may outlive its lease.
+		marks: newWatermarks(nil, cfg.ReplicaID, cfg.PurgeAckInterval, 3*cfg.LeaseTTL, cfg.Logger),
 		ready: make(chan struct{}), limits: map[string]*authlimit.Limiter{}}
 	for _, c := range []string{credJoin, credAdmin, credPurge} {
 		s.limits[c] = authlimit.New(cfg.AuthRetryEvery, authLimitBurst, authLimitCallers)
@@ -129,6 +140,12 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	defer lis.Close()
 	s.addr.Store(lis.Addr().(*net.TCPAddr))
+	if _, port, _ := net.SplitHostPort(s.cfg.ListenAddr); s.cfg.ReplicaID == s.cfg.ListenAddr && port == "0" {
+		// Named by the address it listens on, the port picked now: replicas
+		// of one etcd tell their records apart by name.
+		s.cfg.ReplicaID = lis.Addr().String()
+		s.marks.replica = s.cfg.ReplicaID
+	}
 
 	endpoints := s.cfg.EtcdEndpoints
 	var etcdErr <-chan error // nil (never ready) with an external etcd
@@ -169,6 +186,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.etcd = cli
 	s.state = &state{kv: cli, prefix: s.cfg.Prefix, forgetAbsent: s.cfg.ForgetAbsentAfter, historyMax: s.cfg.PolicyHistory}
+	s.marks.state = s.state
 	if s.cfg.CA.Enabled {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.EtcdDialTimeout)
 		ca, err := s.loadCA(cctx)
@@ -208,6 +226,17 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.watchEpochs(gctx) })
 	g.Go(func() error { return s.watchPolicies(gctx) })
 	g.Go(func() error { return s.watchPurges(gctx) })
+	g.Go(func() error { return s.watchAcks(gctx) })
+	g.Go(func() error { s.marks.run(gctx); return nil })
+	g.Go(func() error {
+		s.statuses.run(gctx, func(r *sessionRun, st *pb.Node) {
+			if err := s.state.putStatus(gctx, st, r.lease); err != nil && gctx.Err() == nil {
+				r.log.Warn("recording node status", "err", err)
+			}
+			s.marks.touch() // only a record newer than the status answers for the node
+		})
+		return nil
+	})
 	g.Go(func() error { return s.lead(gctx) })
 	g.Go(func() error {
 		select {
@@ -225,10 +254,12 @@ func (s *Server) Run(ctx context.Context) error {
 	})
 	// A replica that has not read the purges refuses sessions (a node
 	// must not miss one): it is ready, and says it serves, once it has.
-	select {
-	case <-s.purgeHub.ready:
-	case <-gctx.Done():
-		return g.Wait()
+	for _, loaded := range []<-chan struct{}{s.purgeHub.ready, s.acks.ready} {
+		select {
+		case <-loaded:
+		case <-gctx.Done():
+			return g.Wait()
+		}
 	}
 	close(s.ready)
 	s.log.Info("control plane serving", "addr", lis.Addr().String(), "replica", s.cfg.ReplicaID)
@@ -281,6 +312,11 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 			otelgrpc.WithPropagators(propagation.TraceContext{}))))
 	}
 	gs := grpc.NewServer(append(creds,
+		// What every session sends alike is encoded once (pushes.go).
+		grpc.ForceServerCodecV2(newSharedCodec()),
+		// Thousands of node connections are mostly idle: small read
+		// buffers, and write buffers given back after each flush.
+		grpc.ReadBufferSize(8<<10), grpc.WriteBufferSize(8<<10), grpc.SharedWriteBuffer(true),
 		// Nodes ping every 10s to notice a vanished control plane.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		// And the control plane pings a node silent for half a lease: one
@@ -306,6 +342,9 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 		hub:       s.hub,
 		policies:  s.policies,
 		purges:    s.purgeHub,
+		marks:     s.marks,
+		loads:     s.loads,
+		statuses:  s.statuses,
 		joinToken: s.cfg.JoinToken,
 		tlsNames:  s.cfg.TLS.Names,
 		checkJoin: func(ctx context.Context, verify func() bool) error {
@@ -321,7 +360,9 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 		refused:  s.metrics.refused,
 	})
 	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub, policies: s.policies, replica: s.cfg.ReplicaID,
-		purgesRecorded: s.metrics.purges, tracer: s.tracer()})
+		acks: s.acks, loads: s.loads, purgeLimit: newPurgeLimiter(s.cfg.PurgeRate, s.cfg.PurgeBurst, authLimitCallers),
+		purgesThrottled: s.metrics.purgesThrottled,
+		purgesRecorded:  s.metrics.purges, tracer: s.tracer()})
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)

@@ -43,6 +43,9 @@ type nodeService struct {
 	hub       *hub
 	policies  *policyHub
 	purges    *purgeHub
+	marks     *watermarks
+	loads     *loadBook
+	statuses  *statusWriter
 	joinToken string
 	// tlsNames are the names the control plane serves TLS as: no node
 	// gets a peer certificate for one.
@@ -81,16 +84,22 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 	m := proto.Clone(hello.GetMember()).(*pb.Member)
 	m.State = pb.MemberState_MEMBER_STATE_ACTIVE
 	m.JoinedAt = timestamppb.Now()
-	log := n.log.With("node", m.GetId())
-
+	r := &sessionRun{n: n, stream: stream, m: m, log: n.log.With("node", m.GetId()), compact: hello.GetCompactPushes(), instance: hello.GetInstance(),
+		sweeping: map[string]bool{}}
+	// Tracked before it is registered: every watermark record written
+	// after its registration speaks for it (watermarks.go).
+	n.marks.open(m.GetId(), hello.GetPurgeRevision())
 	lease, err := n.state.kv.Grant(ctx, int64(n.leaseTTL/time.Second))
 	if err != nil {
+		n.marks.close(m.GetId())
 		return status.Errorf(codes.Unavailable, "granting lease for %s: %v", m.GetId(), err)
 	}
-	st := &pb.Node{Member: m, SessionReplica: n.replica, ServingEpoch: hello.GetLastEpoch(), PolicyRevision: hello.GetPolicyRevision(),
-		PurgeRevision: hello.GetPurgeRevision()}
-	rev, err := n.state.register(ctx, st, hello.GetInstance(), lease.ID)
+	r.lease = lease.ID
+	r.st = &pb.Node{Member: m, SessionReplica: n.replica, ReplicaRun: n.marks.runID, ServingEpoch: hello.GetLastEpoch(),
+		PolicyRevision: hello.GetPolicyRevision(), PurgeRevision: hello.GetPurgeRevision()}
+	rev, err := n.state.register(ctx, r.st, hello.GetInstance(), lease.ID)
 	if err != nil {
+		n.marks.close(m.GetId())
 		rctx, cancel := cleanupContext(ctx)
 		_, _ = n.state.kv.Revoke(rctx, lease.ID) // it expires anyway
 		cancel()
@@ -101,20 +110,21 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 	}
 	// A drain a former process of the id made of itself ended with it.
 	if err := n.state.clearSelfDrain(ctx, m.GetId(), "", hello.GetInstance()); err != nil {
-		log.Warn("clearing a former process's drain", "err", err)
+		r.log.Warn("clearing a former process's drain", "err", err)
 	}
 	// However the session ends, its id is free for a new process at once;
 	// the member record stays until the lease expires unless revoked.
-	revoke, left := false, false
 	defer func() {
+		applied := n.marks.close(m.GetId())
+		n.loads.forget(m.GetId(), r)
 		rctx, cancel := cleanupContext(ctx)
 		defer cancel()
-		if rerr := n.state.release(rctx, m.GetId(), lease.ID, revoke, left); rerr != nil {
-			log.Warn("ending the session in etcd", "err", rerr)
+		if rerr := n.state.release(rctx, m.GetId(), lease.ID, r.revoke, r.left, applied); rerr != nil {
+			r.log.Warn("ending the session in etcd", "err", rerr)
 		}
-		if left { // the process is gone: so is the drain it made of itself
+		if r.left { // the process is gone: so is the drain it made of itself
 			if rerr := n.state.clearSelfDrain(rctx, m.GetId(), hello.GetInstance(), ""); rerr != nil {
-				log.Warn("clearing the node's drain", "err", rerr)
+				r.log.Warn("clearing the node's drain", "err", rerr)
 			}
 		}
 	}()
@@ -127,77 +137,68 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 	// The member record is watched: deleted or overwritten by anything but
 	// this session, the node is told to register again.
 	records := n.state.kv.Watch(kaCtx, n.state.memberKey(m.GetId()), clientv3.WithRev(rev+1))
-	log.Info("node session started", "peer", m.GetPeerAddress(), "lease", fmt.Sprintf("%x", lease.ID))
+	r.log.Info("node session started", "peer", m.GetPeerAddress(), "lease", fmt.Sprintf("%x", lease.ID))
 	n.sessions.Inc()
 	defer n.sessions.Dec()
+	return r.serve(ctx, hello, ka, records)
+}
 
+// sessionRun is one session's state while it serves.
+type sessionRun struct {
+	n      *nodeService
+	stream pb.NodeService_SessionServer
+	m      *pb.Member
+	st     *pb.Node // the status record, as last written or to be
+	lease  clientv3.LeaseID
+	log    *slog.Logger
+	// instance is the node process's (Hello.instance).
+	instance string
+	// compact: the node applies purge batches, epoch changes and
+	// snapshot members (Hello.compact_pushes).
+	compact bool
+	// revoke and left say how the session ended: the lease revoked, and
+	// the node gone on purpose.
+	revoke, left bool
+
+	sentEpoch  uint64
+	sentPurges int64
+	// pushedAt is when purges were last pushed; paced, when the next push
+	// waits for purgePushPace to pass since.
+	pushedAt     time.Time
+	paced        *time.Timer
+	sentPolicies int64
+	// sweeping are the purges whose "sweeping" result this session recorded.
+	sweeping map[string]bool
+	// writes counts this session's status records queued or being written.
+	writes sync.WaitGroup
+	// statusAt is when the status record was last queued.
+	statusAt time.Time
+}
+
+// serve sends the snapshot and then every change until the session ends.
+func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, ka <-chan *clientv3.LeaseKeepAliveResponse, records clientv3.WatchChan) error {
+	n := r.n
 	wakeEpoch, unsubscribeEpochs := n.hub.notify.subscribe()
 	defer unsubscribeEpochs()
 	wakePolicies, unsubscribePolicies := n.policies.notify.subscribe()
 	defer unsubscribePolicies()
 	wakePurges, unsubscribePurges := n.purges.notify.subscribe()
 	defer unsubscribePurges()
-	cur := n.hub.epoch()
-	policies := n.policies.since(hello.GetPolicyRevision())
-	// A node must not serve what it missed being purged: the snapshot
-	// carries every purge after the revision it applied, so the purges
-	// must be known before it is sent.
-	purges, loaded := n.purges.since(hello.GetPurgeRevision())
-	if !loaded {
-		return status.Error(codes.Unavailable, "this control plane replica has not read the purges from etcd yet; retry")
-	}
-	heartbeat := n.leaseTTL / 4
-	// However many purges were retained, no message passes the node's
-	// receive limit: all but the last batch go ahead of the snapshot.
-	batches := purgeBatches(purges, missedPurgesBytes)
-	for _, b := range batches[:len(batches)-1] {
-		if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_MissedPurges{MissedPurges: &pb.MissedPurges{Purges: b}}}); err != nil {
-			return err
-		}
-	}
-	snap := &pb.Snapshot{Epoch: cur, Member: m, Policies: policies, Purges: batches[len(batches)-1], HeartbeatInterval: durationpb.New(heartbeat)}
-	if csr := hello.GetCsr(); len(csr) > 0 {
-		snap.Certificate = n.certificate(csr, m.GetId())
-	}
-	if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: snap}}); err != nil {
+	if err := r.snapshot(hello); err != nil {
 		return err
 	}
-	beat := time.NewTicker(heartbeat)
+	beat := time.NewTicker(n.leaseTTL / 4)
 	defer beat.Stop()
-	sent := cur.GetEpoch()
-	sentPurges := hello.GetPurgeRevision()
-	if len(purges) > 0 {
-		sentPurges = purges[len(purges)-1].GetRevision()
-	}
-	sentPolicies := hello.GetPolicyRevision()
-	if policies != nil {
-		sentPolicies = policies.GetRevision()
-	}
 
-	// sweeping are the purges whose "sweeping" result this session recorded.
-	sweeping := map[string]bool{}
-	// The status record is written off this loop, so that etcd's latency
-	// never holds back what is pushed to the node.
-	statuses := &statusWriter{wake: make(chan struct{}, 1)}
-	wctx, stopWriter := context.WithCancel(ctx)
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		statuses.run(wctx, func(st *pb.Node) {
-			if err := n.state.putStatus(wctx, st, lease.ID); err != nil && wctx.Err() == nil {
-				log.Warn("recording node status", "err", err)
-			}
-		})
-	}()
-	defer func() {
-		stopWriter()
-		<-writerDone
-	}()
+	// The status record is written off this loop (by the replica's
+	// writer), so that etcd's latency never holds back what is pushed to
+	// the node; nothing of this session's is written once it has ended.
+	defer n.statuses.cancel(r)
 	msgs := make(chan *pb.SessionRequest)
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
-			req, err := stream.Recv()
+			req, err := r.stream.Recv()
 			if err != nil {
 				recvErr <- err
 				return
@@ -211,175 +212,220 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 	}()
 
 	for {
+		var err error
 		select {
 		case <-ctx.Done():
-			log.Info("node session ended; member stays until its lease expires", "err", ctx.Err())
+			r.log.Info("node session ended; member stays until its lease expires", "err", ctx.Err())
 			return nil
 		case <-n.stopping:
 			return status.Error(codes.Unavailable, "control plane replica is shutting down; reconnect to another")
 		case _, ok := <-ka:
 			if !ok {
-				log.Warn("lease lost; ending session so the node registers again")
-				revoke = true
-				return sessionEnd(codes.FailedPrecondition, pb.SessionEnd_SESSION_END_LEASE_LOST, "the lease of member %s expired or could not be kept alive", m.GetId())
+				r.log.Warn("lease lost; ending session so the node registers again")
+				r.revoke = true
+				return sessionEnd(codes.FailedPrecondition, pb.SessionEnd_SESSION_END_LEASE_LOST, "the lease of member %s expired or could not be kept alive", r.m.GetId())
 			}
 		case w := <-records:
 			if err := w.Err(); err != nil {
-				return status.Errorf(codes.Unavailable, "watching the member record of %s: %v; reconnect", m.GetId(), err)
+				return status.Errorf(codes.Unavailable, "watching the member record of %s: %v; reconnect", r.m.GetId(), err)
 			}
 			for _, ev := range w.Events {
-				if end := n.recordChanged(ctx, ev, m, lease.ID); end != nil {
-					log.Warn("ending the session", "reason", status.Convert(end).Message())
-					revoke = true
+				if end := n.recordChanged(ctx, ev, r.m, r.lease); end != nil {
+					r.log.Warn("ending the session", "reason", status.Convert(end).Message())
+					r.revoke = true
 					return end
 				}
 			}
 		case <-beat.C:
-			if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Heartbeat{Heartbeat: &pb.Heartbeat{}}}); err != nil {
-				return err
-			}
+			err = r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Heartbeat{Heartbeat: &pb.Heartbeat{}}})
 		case <-wakePolicies:
-			ps := n.policies.since(sentPolicies)
-			if ps == nil {
-				continue
-			}
-			if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Policies{Policies: ps}}); err != nil {
-				return err
-			}
-			sentPolicies = ps.GetRevision()
+			err = r.pushPolicies()
 		case <-wakePurges:
-			ps, _ := n.purges.since(sentPurges)
-			for _, p := range ps {
-				if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Purge{Purge: p}}); err != nil {
-					return err
-				}
-				sentPurges = p.GetRevision()
-			}
+			err = r.pacePurges()
+		case <-r.pacedC():
+			r.paced = nil
+			err = r.pushPurges()
 		case <-wakeEpoch:
-			e := n.hub.epoch()
-			if e.GetEpoch() <= sent {
-				continue
-			}
-			if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Epoch{Epoch: e}}); err != nil {
-				return err
-			}
-			sent = e.GetEpoch()
+			err = r.pushEpoch()
 		case req := <-msgs:
-			switch msg := req.GetMsg().(type) {
-			case *pb.SessionRequest_Load:
-				st.Load = msg.Load
-				st.ServingEpoch = msg.Load.GetEpoch()
-				st.LastReportAt = timestamppb.Now()
-			case *pb.SessionRequest_EpochRequest:
-				// This replica's watch may lag the node's peers: read etcd.
-				e, _, err := n.state.currentEpoch(ctx)
-				if err != nil || e.GetEpoch() <= sent {
-					continue
-				}
-				if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Epoch{Epoch: e}}); err != nil {
-					return err
-				}
-				sent = e.GetEpoch()
-				continue
-			case *pb.SessionRequest_DrainRequest:
-				if err := n.state.setSelfDrained(ctx, m.GetId(), hello.GetInstance()); err != nil {
-					log.Warn("draining the node at its request", "err", err)
-				} else {
-					log.Info("node drains itself (undrain gives its keys back while it runs)")
-				}
-				continue
-			case *pb.SessionRequest_CertificateRequest:
-				cert := n.certificate(msg.CertificateRequest.GetCsr(), m.GetId())
-				if err := stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Certificate{Certificate: cert}}); err != nil {
-					return err
-				}
-				continue
-			case *pb.SessionRequest_PurgeResult:
-				r := msg.PurgeResult
-				r.NodeId = m.GetId()
-				if r.GetError() != "" {
-					log.Warn("node failed to apply a purge", "purge", r.GetPurgeId(), "err", r.GetError())
-				}
-				st.PurgeRevision = max(st.GetPurgeRevision(), r.GetRevisionApplied())
-				// The floor is no recorded purge: nobody waits for it. A
-				// result that says no more than "applied" is answered by the
-				// status record's purge revision, written below: one etcd
-				// write per node and purge instead of two.
-				// A final result after a recorded "sweeping" one is recorded
-				// too, replacing it.
-				informative := r.GetObjectsRemoved() != 0 || r.GetError() != "" || r.GetSweeping() || sweeping[r.GetPurgeId()]
-				if r.GetSweeping() && len(sweeping) < maxSweepingTracked {
-					sweeping[r.GetPurgeId()] = true
-				} else if !r.GetSweeping() {
-					delete(sweeping, r.GetPurgeId())
-				}
-				if !strings.HasPrefix(r.GetPurgeId(), floorPrefix) && (informative || len(sweeping) >= maxSweepingTracked) {
-					if err := n.state.recordAck(ctx, r); err != nil {
-						log.Warn("recording a purge result", "purge", r.GetPurgeId(), "err", err)
-					}
-				}
-			case *pb.SessionRequest_PolicyAck:
-				ack := msg.PolicyAck
-				st.PolicyRevision = ack.GetAppliedRevision()
-				if ack.GetRefusedRevision() != 0 {
-					st.PolicyRefusedRevision, st.PolicyError = ack.GetRefusedRevision(), ack.GetError()
-					log.Warn("node refused a policy push", "revision", ack.GetRefusedRevision(), "reason", ack.GetError())
-					// The node kept its set: an incremental push from what was
-					// sent would have a gap. The next change goes whole.
-					sentPolicies = 0
-				}
-			default:
-				continue
-			}
-			statuses.put(proto.Clone(st).(*pb.Node))
+			err = r.handle(ctx, req)
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
 				// The node said goodbye: leave the ring now rather than after the TTL.
-				revoke, left = true, true
-				log.Info("node left")
+				r.revoke, r.left = true, true
+				r.log.Info("node left")
 				return nil
 			}
-			log.Info("node session broken; member stays until its lease expires", "err", err)
+			r.log.Info("node session broken; member stays until its lease expires", "err", err)
 			return nil
 		}
+		if err != nil {
+			return err
+		}
 	}
 }
 
-// statusWriter hands a session's status records to a writer goroutine,
-// newest first: reports that come faster than etcd takes them are
-// coalesced into the latest.
-type statusWriter struct {
-	mu      sync.Mutex
-	pending *pb.Node
-	wake    chan struct{}
+// snapshot sends what the node needs to serve: the purges it missed, the
+// epoch (a compact node's members ahead of it, in bounded messages), the
+// policies it lacks.
+func (r *sessionRun) snapshot(hello *pb.Hello) error {
+	n := r.n
+	msgs := n.hub.messages()
+	cur := msgs.epochOrNil()
+	policies := n.policies.since(hello.GetPolicyRevision())
+	// A node must not serve what it missed being purged: the snapshot
+	// carries every purge after the revision it applied, so the purges
+	// must be known before it is sent.
+	purges, loaded := n.purges.since(hello.GetPurgeRevision())
+	if !loaded {
+		return status.Error(codes.Unavailable, "this control plane replica has not read the purges from etcd yet; retry")
+	}
+	// However many purges were retained, no message passes the node's
+	// receive limit: all but the last batch go ahead of the snapshot.
+	batches := purgeBatches(purges, missedPurgesBytes)
+	for _, b := range batches[:len(batches)-1] {
+		if err := r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_MissedPurges{MissedPurges: &pb.MissedPurges{Purges: b}}}); err != nil {
+			return err
+		}
+	}
+	if r.compact && msgs != nil {
+		for _, part := range msgs.members {
+			if err := r.stream.SendMsg(part); err != nil {
+				return err
+			}
+		}
+		cur = msgs.bare
+	}
+	snap := &pb.Snapshot{Epoch: cur, Member: r.m, Policies: policies, Purges: batches[len(batches)-1],
+		HeartbeatInterval: durationpb.New(n.leaseTTL / 4)}
+	if csr := hello.GetCsr(); len(csr) > 0 {
+		snap.Certificate = n.certificate(csr, r.m.GetId())
+	}
+	if err := r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: snap}}); err != nil {
+		return err
+	}
+	r.sentEpoch = cur.GetEpoch()
+	r.sentPurges = hello.GetPurgeRevision()
+	if len(purges) > 0 {
+		r.sentPurges = purges[len(purges)-1].GetRevision()
+	}
+	r.sentPolicies = hello.GetPolicyRevision()
+	if policies != nil {
+		r.sentPolicies = policies.GetRevision()
+	}
+	return nil
 }
 
-// put queues st, replacing any status not written yet.
-func (w *statusWriter) put(st *pb.Node) {
-	w.mu.Lock()
-	w.pending = st
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
+func (r *sessionRun) pushPolicies() error {
+	ps := r.n.policies.since(r.sentPolicies)
+	if ps == nil {
+		return nil
+	}
+	if err := r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Policies{Policies: ps}}); err != nil {
+		return err
+	}
+	r.sentPolicies = ps.GetRevision()
+	return nil
+}
+
+// pushEpoch sends the current epoch if the node lacks it: to a compact
+// node that has the one before, as the change from it.
+func (r *sessionRun) pushEpoch() error {
+	msgs := r.n.hub.messages()
+	if msgs == nil || msgs.epoch.GetEpoch() <= r.sentEpoch {
+		return nil
+	}
+	m := msgs.full
+	if r.compact && msgs.change != nil && msgs.base == r.sentEpoch {
+		m = msgs.change
+	}
+	if err := r.stream.SendMsg(m); err != nil {
+		return err
+	}
+	r.sentEpoch = msgs.epoch.GetEpoch()
+	return nil
+}
+
+// loadRecordInterval is how often a node's load reports reach its status
+// record in etcd, for the admin calls answered by other replicas; this
+// replica answers from memory.
+const loadRecordInterval = time.Minute
+
+// handle answers one message from the node.
+func (r *sessionRun) handle(ctx context.Context, req *pb.SessionRequest) error {
+	n := r.n
+	switch msg := req.GetMsg().(type) {
+	case *pb.SessionRequest_Load:
+		r.st.Load, r.st.ServingEpoch, r.st.LastReportAt = msg.Load, msg.Load.GetEpoch(), timestamppb.Now()
+		n.loads.put(r.m.GetId(), r, r.st)
+		if time.Since(r.statusAt) < loadRecordInterval {
+			return nil
+		}
+	case *pb.SessionRequest_EpochRequest:
+		// This replica's watch may lag the node's peers: read etcd.
+		e, _, err := n.state.currentEpoch(ctx)
+		if err != nil || e.GetEpoch() <= r.sentEpoch {
+			return nil
+		}
+		if err := r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Epoch{Epoch: e}}); err != nil {
+			return err
+		}
+		r.sentEpoch = e.GetEpoch()
+		return nil
+	case *pb.SessionRequest_DrainRequest:
+		if err := n.state.setSelfDrained(ctx, r.m.GetId(), r.instance); err != nil {
+			r.log.Warn("draining the node at its request", "err", err)
+		} else {
+			r.log.Info("node drains itself (undrain gives its keys back while it runs)")
+		}
+		return nil
+	case *pb.SessionRequest_CertificateRequest:
+		cert := n.certificate(msg.CertificateRequest.GetCsr(), r.m.GetId())
+		return r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Certificate{Certificate: cert}})
+	case *pb.SessionRequest_PurgeResult:
+		r.purgeResult(msg.PurgeResult)
+		return nil
+	case *pb.SessionRequest_PolicyAck:
+		ack := msg.PolicyAck
+		r.st.PolicyRevision = ack.GetAppliedRevision()
+		if ack.GetRefusedRevision() != 0 {
+			r.st.PolicyRefusedRevision, r.st.PolicyError = ack.GetRefusedRevision(), ack.GetError()
+			r.log.Warn("node refused a policy push", "revision", ack.GetRefusedRevision(), "reason", ack.GetError())
+			// The node kept its set: an incremental push from what was
+			// sent would have a gap. The next change goes whole.
+			r.sentPolicies = 0
+		}
 	default:
+		return nil
 	}
+	r.st.PurgeRevision = n.marks.revision(r.m.GetId())
+	n.statuses.put(r, proto.Clone(r.st).(*pb.Node))
+	r.statusAt = time.Now()
+	return nil
 }
 
-// run writes what is queued until ctx ends.
-func (w *statusWriter) run(ctx context.Context, write func(*pb.Node)) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.wake:
-		}
-		w.mu.Lock()
-		st := w.pending
-		w.pending = nil
-		w.mu.Unlock()
-		if st != nil {
-			write(st)
-		}
+// purgeResult takes a node's result: its applied revision goes into this
+// replica's watermarks; a result that says more than "applied" (objects
+// removed, an error, a sweep still running, or the final result after a
+// recorded "sweeping" one) is recorded as an exception.
+func (r *sessionRun) purgeResult(res *pb.PurgeResult) {
+	res.NodeId = r.m.GetId()
+	if res.GetError() != "" {
+		r.log.Warn("node failed to apply a purge", "purge", res.GetPurgeId(), "err", res.GetError())
+	}
+	r.n.marks.applied(r.m.GetId(), res.GetRevisionApplied())
+	if res.GetPurgeId() == "" {
+		return // the applied revision alone
+	}
+	informative := res.GetObjectsRemoved() != 0 || res.GetError() != "" || res.GetSweeping() || r.sweeping[res.GetPurgeId()]
+	if res.GetSweeping() && len(r.sweeping) < maxSweepingTracked {
+		r.sweeping[res.GetPurgeId()] = true
+	} else if !res.GetSweeping() {
+		delete(r.sweeping, res.GetPurgeId())
+	}
+	// The floor is no recorded purge: nobody waits for it.
+	if !strings.HasPrefix(res.GetPurgeId(), floorPrefix) && (informative || len(r.sweeping) >= maxSweepingTracked) {
+		r.n.marks.result(res)
 	}
 }
 

@@ -120,13 +120,22 @@ func (s *state) holds(ctx context.Context, id string, lease clientv3.LeaseID) (b
 // a new process with the id is admitted, while the member record stays until
 // the lease expires (a brief disconnect moves no keys). With revoke, the
 // lease goes too and with it every record still bound to it.
-func (s *state) release(ctx context.Context, id string, lease clientv3.LeaseID, revoke, left bool) error {
-	if left {
-		// Gone on purpose: purges need not wait for it.
-		if _, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(s.sessionKey(id)), "=", lease)).
-			Then(clientv3.OpDelete(s.seenKey(id))).Commit(); err != nil {
-			return etcdErr(err, "forgetting %s", id)
+//
+// Unless the node left, what was last heard of it is written with the
+// purge revision it had applied: purges wait for it, cut off, and know
+// what it has.
+func (s *state) release(ctx context.Context, id string, lease clientv3.LeaseID, revoke, left bool, purgeRev int64) error {
+	seen := clientv3.OpDelete(s.seenKey(id)) // gone on purpose: purges need not wait for it
+	if !left {
+		rec, err := seenRecord(&pb.Node{Member: &pb.Member{Id: id}, PurgeRevision: purgeRev})
+		if err != nil {
+			return err
 		}
+		seen = clientv3.OpPut(s.seenKey(id), rec)
+	}
+	if _, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(s.sessionKey(id)), "=", lease)).
+		Then(seen).Commit(); err != nil {
+		return etcdErr(err, "recording the end of the session of %s", id)
 	}
 	if revoke {
 		if _, err := s.kv.Revoke(ctx, lease); err != nil {
@@ -385,12 +394,16 @@ func (s *state) recordPurge(ctx context.Context, p *pb.Purge) (*pb.Purge, error)
 }
 
 func samePurge(a, b *pb.Purge) bool {
-	return a.GetKind() == b.GetKind() && a.GetUrl() == b.GetUrl() && a.GetKey() == b.GetKey() &&
+	return a.GetKind() == b.GetKind() && a.GetUrl() == b.GetUrl() && a.GetKey() == b.GetKey() && a.GetSoft() == b.GetSoft() &&
 		a.GetHost() == b.GetHost() && a.GetPathPrefix() == b.GetPathPrefix() && a.GetTag() == b.GetTag()
 }
 
 // describePurge names what a purge matches, for messages.
 func describePurge(p *pb.Purge) string {
+	if p.GetSoft() {
+		return "a soft" + strings.TrimPrefix(describePurge(&pb.Purge{Kind: p.GetKind(), Url: p.GetUrl(), Key: p.GetKey(),
+			PathPrefix: p.GetPathPrefix(), Host: p.GetHost(), Tag: p.GetTag()}), "a")
+	}
 	switch p.GetKind() {
 	case pb.PurgeKind_PURGE_KIND_URL:
 		if p.GetKey() != "" {
@@ -455,78 +468,4 @@ func (s *state) purges(ctx context.Context) ([]*pb.Purge, *pb.Purge, int64, erro
 		}
 	}
 	return out, floor, resp.Header.Revision, nil
-}
-
-// recordAck stores a node's result for a purge. It lives as long as the purge.
-func (s *state) recordAck(ctx context.Context, r *pb.PurgeResult) error {
-	b, err := proto.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("encoding purge result: %w", err)
-	}
-	if _, err := s.kv.Put(ctx, s.purgeAckKey(r.GetPurgeId(), r.GetNodeId()), string(b)); err != nil {
-		return etcdErr(err, "recording %s's result of purge %s", r.GetNodeId(), r.GetPurgeId())
-	}
-	return nil
-}
-
-// purgeStatus compares the registered nodes with the acknowledgements of p,
-// read at one revision, which it returns for a watch to start after.
-func (s *state) purgeStatus(ctx context.Context, p *pb.Purge) (*pb.PurgeStatus, int64, error) {
-	resp, err := s.kv.Txn(ctx).Then(
-		clientv3.OpGet(s.purgeAcksPrefix(p.GetId()), clientv3.WithPrefix()),
-		clientv3.OpGet(s.statusPrefix(), clientv3.WithPrefix()),
-		clientv3.OpGet(s.seenPrefix(), clientv3.WithPrefix()),
-	).Commit()
-	if err != nil {
-		return nil, 0, etcdErr(err, "reading acknowledgements of purge %s", p.GetId())
-	}
-	acks := map[string]*pb.PurgeResult{}
-	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
-		r := &pb.PurgeResult{}
-		if proto.Unmarshal(kv.Value, r) == nil {
-			acks[r.GetNodeId()] = r
-		}
-	}
-	st := &pb.PurgeStatus{Purge: p}
-	live := map[string]bool{}
-	judge := func(n *pb.Node, absent bool) {
-		id := n.GetMember().GetId()
-		switch r, ok := acks[id]; {
-		case ok:
-			st.Results = append(st.Results, r)
-		case n.GetPurgeRevision() >= p.GetRevision():
-			// Applied, but its result was lost with a broken session.
-			st.Results = append(st.Results, &pb.PurgeResult{NodeId: id, PurgeId: p.GetId(), RevisionApplied: n.GetPurgeRevision()})
-		default:
-			st.Pending = append(st.Pending, id)
-			if absent {
-				st.Unreachable = append(st.Unreachable, &pb.UnreachableNode{NodeId: id, Since: n.GetLastReportAt()})
-			}
-		}
-	}
-	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
-		n := &pb.Node{}
-		if proto.Unmarshal(kv.Value, n) != nil {
-			continue
-		}
-		live[n.GetMember().GetId()] = true
-		judge(n, false)
-	}
-	// Nodes with no session: cut off, or dead without leaving. Waited for
-	// until forgetAbsent has passed since they were last heard from.
-	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
-		n := &pb.Node{}
-		if proto.Unmarshal(kv.Value, n) != nil || live[n.GetMember().GetId()] {
-			continue
-		}
-		if s.forgetAbsent > 0 && time.Since(n.GetLastReportAt().AsTime()) > s.forgetAbsent {
-			continue
-		}
-		judge(n, true)
-	}
-	slices.SortFunc(st.Unreachable, func(x, y *pb.UnreachableNode) int { return strings.Compare(x.GetNodeId(), y.GetNodeId()) })
-	slices.SortFunc(st.Results, func(x, y *pb.PurgeResult) int { return strings.Compare(x.GetNodeId(), y.GetNodeId()) })
-	slices.Sort(st.Pending)
-	st.Complete = len(st.Pending) == 0
-	return st, resp.Header.Revision, nil
 }

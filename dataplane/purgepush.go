@@ -50,8 +50,13 @@ func (n *Node) ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 			continue
 		}
 		n.bans.Add(b, p.GetRevision())
-		n.purgeNow(b)
+		if !p.GetSoft() {
+			n.purgeNow(b)
+		}
 		added = append(added, b)
+		if at := p.GetCreatedAt(); at != nil {
+			n.metrics.PurgeApply.Observe(max(0, time.Since(at.AsTime()).Seconds()))
+		}
 	}
 	if n.purgeFile != "" && len(ps) > 0 {
 		if err := n.bans.Save(n.purgeFile); err != nil {
@@ -68,8 +73,15 @@ func (n *Node) ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 	default:
 	}
 	rev := n.bans.Revision()
+	// Nothing the purges match is served from here on: the applied
+	// revision goes to the control plane now, and answers for them all
+	// (it names no purge); each one's count follows once swept.
+	report(&pb.PurgeResult{NodeId: n.cfg.ID, RevisionApplied: rev})
 	for _, b := range added {
 		n.metrics.Purges.WithLabelValues(strings.ToLower(strings.TrimPrefix(b.Purge().GetKind().String(), "PURGE_KIND_"))).Inc()
+		if b.Soft() {
+			continue // it removes nothing: the applied revision said it all
+		}
 		n.tasks.Go("purge-report", func() {
 			t := time.NewTimer(purgeAckWithin)
 			defer t.Stop()

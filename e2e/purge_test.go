@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/admin"
 )
 
@@ -50,6 +51,11 @@ func (o *versionOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		parity = "even"
 	}
 	w.Header().Set("Cache-Control", "public, max-age=3600")
+	if seg[0] == "s" {
+		// What a soft purge marks stale is served within this window
+		// while it is fetched again.
+		w.Header().Set("Cache-Control", "public, max-age=3600, stale-while-revalidate=600")
+	}
 	w.Header().Set("Surrogate-Key", seg[0])
 	if seg[0] == "t" {
 		w.Header().Set("Cache-Tag", "parity-"+parity)
@@ -120,6 +126,9 @@ func (c *cluster) admin(t *testing.T, token string) *admin.Client {
 // purgeJSON is the part of a purge's status (cachectl -o json, PURGE's
 // answer) the tests read.
 type purgeJSON struct {
+	Purge struct {
+		ID string `json:"id"`
+	} `json:"purge"`
 	Complete bool     `json:"complete"`
 	Pending  []string `json:"pending"`
 	Results  []struct {
@@ -131,17 +140,6 @@ type purgeJSON struct {
 		NodeID string `json:"node_id"`
 		Since  string `json:"since"`
 	} `json:"unreachable"`
-}
-
-// removed sums the objects the nodes removed, and says whether every
-// node had finished its sweep (only then is the sum final).
-func (p purgeJSON) removed() (int, bool) {
-	sum, final := 0, true
-	for _, r := range p.Results {
-		sum += int(r.ObjectsRemoved)
-		final = final && !r.Sweeping
-	}
-	return sum, final
 }
 
 // TestPurgesAcrossTheCluster covers the purges an operator makes: a URL
@@ -221,8 +219,29 @@ func TestPurgesAcrossTheCluster(t *testing.T) {
 		if !st.Complete || len(st.Results) != 3 {
 			t.Fatalf("purge status %+v: want complete with 3 results", st)
 		}
-		if n, final := st.removed(); final && n != 5000 {
-			t.Errorf("nodes removed %d objects, want 5000", n)
+		// A node acknowledges once nothing the purge matches is served;
+		// its count follows when its sweep has removed them.
+		removed := func(ps *pb.PurgeStatus) (n int64, final bool) {
+			final = true
+			for _, r := range ps.GetResults() {
+				n += r.GetObjectsRemoved()
+				final = final && !r.GetSweeping()
+			}
+			return n, final
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			ps, err := c.admin(t, c.token).GetPurge(ctx, st.Purge.ID, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, final := removed(ps)
+			if n == 5000 || !final {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("nodes removed %d objects after 30 s, want 5000", n)
+			}
+			time.Sleep(100 * time.Millisecond) // the counts come with the sweeps' results: nothing to wait on
 		}
 		got := fetchAll(t, c, paths, 1) // through other nodes than the fills
 		for i, p := range paths {
@@ -256,6 +275,89 @@ func TestPurgesAcrossTheCluster(t *testing.T) {
 				t.Fatalf("%s after purging tag parity-even: %s, want %s", p, got[i], want)
 			}
 		}
+	})
+
+	t.Run("soft, with cachectl and by HTTP PURGE", func(t *testing.T) {
+		const path = "/s/item"
+		if cache, _ := fetch(t, client, c.nodes[0], path); cache != "MISS" {
+			t.Fatalf("first fetch of %s: %s, want MISS", path, cache)
+		}
+		soft := func(purge func()) {
+			t.Helper()
+			gen := origin.gen.Load()
+			old := fmt.Sprintf("v%d %s", gen, path)
+			if cache, body := fetch(t, client, c.nodes[0], path); cache != "HIT" || body != old {
+				t.Fatalf("before the soft purge: %s %q, want a HIT of %q", cache, body, old)
+			}
+			origin.gen.Store(gen + 1)
+			fetches := origin.count(path)
+			purge()
+			// Served stale once, while it is fetched again.
+			if cache, body := fetch(t, client, c.nodes[0], path); body != old || (cache != "UPDATING" && cache != "STALE") {
+				t.Fatalf("after the soft purge: %s %q, want the old copy served stale (UPDATING)", cache, body)
+			}
+			for deadline := time.Now().Add(30 * time.Second); origin.count(path) == fetches; {
+				if time.Now().After(deadline) {
+					t.Fatal("the soft-purged object was not fetched again within 30 s")
+				}
+				time.Sleep(20 * time.Millisecond) // the revalidation runs in the background
+			}
+			// Until the refetch is stored: asked with max-stale, a stale
+			// copy is answered without another revalidation.
+			want := fmt.Sprintf("v%d %s", gen+1, path)
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				req, _ := http.NewRequest(http.MethodGet, "http://"+c.nodes[0].client+path, nil)
+				req.Header.Set("Cache-Control", "max-stale")
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if string(b) == want {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after the refetch: %q, want %q", b, want)
+				}
+				time.Sleep(20 * time.Millisecond) // the refetch streams into the store
+			}
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				cache, body := fetch(t, client, c.nodes[0], path)
+				if body != want {
+					t.Fatalf("after the refetch: %s %q, want %q", cache, body, want)
+				}
+				if cache == "HIT" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after the refetch: %s, want a HIT within 30 s", cache)
+				}
+				time.Sleep(20 * time.Millisecond) // until the refetch is stored
+			}
+			if n := origin.count(path); n != fetches+1 {
+				t.Fatalf("the origin saw %s %d times after the soft purge, want once", path, n-fetches)
+			}
+		}
+		soft(func() {
+			var st purgeJSON
+			if err := c.cachectl(ctx, &st, "purge", "--soft", "http://"+c.nodes[0].client+path); err != nil || !st.Complete {
+				t.Fatalf("cachectl purge --soft: %+v %v", st, err)
+			}
+		})
+		soft(func() {
+			req, _ := http.NewRequest("PURGE", "http://"+c.nodes[2].client+path, nil)
+			req.Header.Set("Authorization", "Bearer "+c.token)
+			req.Header.Set("X-Purge-Soft", "true")
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("PURGE with X-Purge-Soft: %d, want 200", resp.StatusCode)
+			}
+		})
 	})
 
 	t.Run("refused without the right token or control plane", func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/shardcache/shardcache/cmd/internal/command"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -24,7 +25,7 @@ const progressEvery = 2 * time.Second
 type purgeOptions struct {
 	*globalOptions
 	key, prefix, host, tag string
-	all                    bool
+	all, soft              bool
 	requestID              string
 	wait                   time.Duration
 }
@@ -37,7 +38,10 @@ func newPurgeCommand(g *globalOptions) *cobra.Command {
 		Long: `Remove cached objects from every node: every object stored for an absolute URL
 (its variants, slices and hot copies included), the objects under one cache key, every
 object under a path prefix (of one --host, or of every host), or every object whose
-response carried a tag in Surrogate-Key or Cache-Tag.
+response carried a tag in Surrogate-Key or Cache-Tag. With --soft, what matches is
+kept but marked stale: it is served as a stale response is, within the policy's
+stale-while-revalidate (or stale-if-error while the origin fails), and revalidated
+with the origin on its next use.
 
 The control plane records the purge before any node applies it, so a node that is
 away applies it when it reconnects, before it serves again. cachectl waits up to --wait
@@ -47,7 +51,8 @@ twice and reports the first run's outcome.`,
 		Example: `  cachectl purge https://www.example.com/index.html
   cachectl purge --prefix /static/ --host www.example.com
   cachectl purge --prefix / --host www.example.com --all
-  cachectl purge --tag product-42 --request-id deploy-1234`,
+  cachectl purge --tag product-42 --request-id deploy-1234
+  cachectl purge --soft --tag product-42`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd, args) },
 	}
@@ -58,6 +63,8 @@ twice and reports the first run's outcome.`,
 	f.StringVar(&o.host, "host", "", "with --prefix: only this host (default: every host)")
 	f.BoolVar(&o.all, "all", false, `with --prefix "/": confirm purging everything of --host, or of every host`)
 	f.StringVar(&o.tag, "tag", "", "purge every object tagged with this Surrogate-Key or Cache-Tag")
+	f.BoolVar(&o.soft, "soft", false, "mark what matches stale instead of removing it: served within the policy's stale-while-revalidate "+
+		"(or stale-if-error while the origin fails) and revalidated on its next use")
 	f.StringVar(&o.requestID, "request-id", "", "name of the purge, to repeat it safely or look it up (default: random)")
 	f.DurationVar(&o.wait, "wait", 30*time.Second, "how long to wait for every node to acknowledge")
 	return cmd
@@ -172,7 +179,7 @@ func (o *purgeOptions) run(cmd *cobra.Command, args []string) error {
 	}
 	return o.withClient(func(c *admin.Client) error {
 		send := func(ctx context.Context, wait time.Duration) (*pb.PurgeStatus, error) {
-			return t.call(ctx, c, admin.PurgeOptions{RequestID: id, Wait: wait})
+			return t.call(ctx, c, admin.PurgeOptions{RequestID: id, Wait: wait, Soft: o.soft})
 		}
 		poll := func(ctx context.Context, wait time.Duration) (*pb.PurgeStatus, error) {
 			return c.GetPurge(ctx, id, wait)
@@ -257,6 +264,9 @@ func purgeOutcome(st *pb.PurgeStatus, wait time.Duration) error {
 func purgeTable(tw *tabwriter.Writer, st *pb.PurgeStatus) {
 	p := st.GetPurge()
 	kind, target := purgeKind(p)
+	if p.GetSoft() {
+		kind = "soft " + kind
+	}
 	fmt.Fprintln(tw, "PURGE\tKIND\tTARGET\tREVISION")
 	fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", p.GetId(), kind, target, p.GetRevision())
 	fmt.Fprintln(tw)
@@ -279,6 +289,19 @@ func purgeTable(tw *tabwriter.Writer, st *pb.PurgeStatus) {
 		}
 		fmt.Fprintf(tw, "%s\t-\t-\t%s\n", n, status)
 	}
+	if p50, p99 := st.GetAckP50(), st.GetAckP99(); p50 != nil || p99 != nil {
+		fmt.Fprintln(tw)
+		fmt.Fprintf(tw, "acknowledged after\tp50 %s\tp99 %s\t\n", ackQuantile(p50), ackQuantile(p99))
+	}
+}
+
+// ackQuantile shows a quantile of a purge's acknowledgements in
+// milliseconds, "-" when that share of the nodes had not acknowledged.
+func ackQuantile(d *durationpb.Duration) string {
+	if d == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f ms", float64(d.AsDuration().Microseconds())/1000)
 }
 
 // purgeKind names what a recorded purge matches, as the table shows it.

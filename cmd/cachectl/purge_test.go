@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -163,6 +164,8 @@ func testPurgeStatus() *pb.PurgeStatus {
 		},
 		Pending:     []string{"node-4", "node-5"},
 		Unreachable: []*pb.UnreachableNode{{NodeId: "node-5", Since: timestamppb.New(time.Date(2026, 11, 30, 11, 58, 0, 0, time.UTC))}},
+		// Half the nodes acknowledged; 99 in 100 never did.
+		AckP50: durationpb.New(41500 * time.Microsecond),
 	}
 }
 

@@ -1,11 +1,14 @@
 // Command scalesim measures the control plane with many nodes on one
 // machine: a real control-plane process (shardcache control, embedded
 // etcd) and N node sessions in this process, each the nodes' own session
-// client (dataplane/session) over its own gRPC connection. It reports
-// join time, ring-epoch propagation to every session, a purge acknowledged
-// by all, the reconnect of all after a control-plane restart, etcd writes
-// per epoch and per purge, and the control plane's memory. `make scale`
-// runs it with 1,000 sessions.
+// client (dataplane/session) over its own gRPC connection, acknowledging
+// purges as nodes do. It reports join time, ring-epoch propagation to every
+// session, purges one at a time (acknowledged by all, and when the last
+// node applied them), sustained purges at a given rate (URL, prefix and tag
+// in turn), the reconnect of all after a control-plane restart, etcd write
+// transactions by what they wrote, and the control plane's memory, and
+// ends with one machine-readable "scale:" line. `make scale` runs it with
+// 1,000 sessions.
 package main
 
 import (
@@ -17,6 +20,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +31,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/shardcache/shardcache/dataplane/session"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -37,10 +43,29 @@ func main() {
 	bin := flag.String("shardcache", ".bin/shardcache", "the shardcache binary (its control plane is measured)")
 	out := flag.String("out", "", "also write the report (markdown) to this file")
 	rounds := flag.Int("rounds", 10, "epoch changes and purges measured")
+	rate := flag.Int("purge-rate", 1000, "purges a second in the sustained run (URL, prefix and tag in turn); 0: none")
+	sustain := flag.Duration("sustain", time.Minute, "how long the sustained run lasts")
+	window := flag.Duration("epoch-window", 200*time.Millisecond, "the control plane's epoch batch window")
+	joinWait := flag.Duration("join-wait", 10*time.Minute, "how long the sessions may take to be established")
+	joinRate := flag.Int("join-rate", 0, "sessions started a second, as in a rolling start; 0: all at once")
+	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile (the simulated nodes') to the file")
 	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	raiseFileLimit()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "scalesim:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "scalesim:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	r, err := run(ctx, *bin, *nodes, *rounds)
+	r, err := run(ctx, config{bin: *bin, nodes: *nodes, rounds: *rounds, rate: *rate, sustain: *sustain, joinRate: *joinRate, window: *window, joinWait: *joinWait})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "scalesim:", err)
 		os.Exit(1)
@@ -57,6 +82,7 @@ func main() {
 // sim is the simulated nodes and the control plane they talk to.
 type sim struct {
 	bin, dir              string
+	window                time.Duration
 	control, ops, etcdURL string
 	peerURL               string
 	proc                  *exec.Cmd
@@ -75,7 +101,8 @@ type simNode struct {
 	mu      sync.Mutex
 	epochs  map[uint64]time.Time // epoch -> when applied
 	written map[uint64]time.Time // epoch -> when the control plane wrote it
-	purges  map[string]time.Time // purge id -> when applied
+	purges  map[string]time.Time // purge id -> when applied, for the isolated purges
+	applied atomic.Int64         // purges applied
 	rev     atomic.Int64         // highest purge revision applied
 }
 
@@ -90,16 +117,21 @@ func (n *simNode) PolicyRevision() int64             { return 0 }
 func (n *simNode) CaughtUp()                         {}
 func (n *simNode) PurgeRevision() int64              { return n.rev.Load() }
 
-// ApplyPurges acknowledges each purge at once, as a node with an empty
-// store does.
+// ApplyPurges applies purges as a node with an empty store does, and
+// acknowledges them as a node does: its applied revision at once.
 func (n *simNode) ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 	now := time.Now()
 	for _, p := range ps {
-		n.mu.Lock()
-		n.purges[p.GetId()] = now
-		n.mu.Unlock()
+		if strings.HasPrefix(p.GetId(), "iso-") {
+			n.mu.Lock()
+			n.purges[p.GetId()] = now
+			n.mu.Unlock()
+		}
 		n.rev.Store(max(n.rev.Load(), p.GetRevision()))
-		report(&pb.PurgeResult{NodeId: n.id, PurgeId: p.GetId(), RevisionApplied: n.rev.Load()})
+	}
+	n.applied.Add(int64(len(ps)))
+	if len(ps) > 0 {
+		report(&pb.PurgeResult{NodeId: n.id, RevisionApplied: n.rev.Load()})
 	}
 }
 
@@ -132,7 +164,7 @@ func freePort() string {
 func (s *sim) startControl(ctx context.Context) error {
 	cmd := exec.CommandContext(ctx, s.bin, "control", "--listen", s.control, "--ops", s.ops,
 		"--etcd-dir", filepath.Join(s.dir, "etcd"), "--etcd-client-url", s.etcdURL, "--etcd-peer-url", s.peerURL,
-		"--admin-token", "scale-token", "--lease-ttl", "10s", "--epoch-batch-window", "200ms", "--log-level", "warn")
+		"--admin-token", "scale-token", "--lease-ttl", "10s", "--epoch-batch-window", s.window.String(), "--log-level", "warn")
 	logf, err := os.OpenFile(filepath.Join(s.dir, "control.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
@@ -189,15 +221,6 @@ func (s *sim) memory() (rss, hwm int64) {
 	return rss, hwm
 }
 
-// revision is etcd's current revision: one per write transaction.
-func (s *sim) revision(ctx context.Context) (int64, error) {
-	resp, err := s.etcd.Get(ctx, "shardcache-scalesim-probe")
-	if err != nil {
-		return 0, err
-	}
-	return resp.Header.Revision, nil
-}
-
 // startNode starts node i's session.
 func (s *sim) startNode(i int) *simNode {
 	n := &simNode{id: fmt.Sprintf("node-%04d", i), epochs: map[uint64]time.Time{}, written: map[uint64]time.Time{}, purges: map[string]time.Time{},
@@ -208,7 +231,7 @@ func (s *sim) startNode(i int) *simNode {
 		// The nodes' own defaults: load reports every 5 s, backoff from
 		// 200 ms to 10 s.
 		Load:   func() *pb.LoadReport { return &pb.LoadReport{} },
-		Logger: slog.New(slog.DiscardHandler),
+		Logger: s.nodeLog(i),
 	}, n)
 	if err != nil {
 		panic(err)
@@ -262,38 +285,88 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
 
-func run(ctx context.Context, bin string, n, rounds int) (string, error) {
+// config is what one run measures.
+type config struct {
+	bin                 string
+	nodes, rounds, rate int
+	// joinRate paces the sessions' starts, a second; 0 starts them all at once.
+	joinRate int
+	// window is the control plane's epoch batch window.
+	window  time.Duration
+	sustain time.Duration
+	// joinWait bounds the wait for every session.
+	joinWait time.Duration
+}
+
+// figures are the run's machine-readable results.
+type figures struct {
+	epochP99, purgeP50, purgeP99 time.Duration
+	purgesPerS, writesPerPurge   float64
+	kibPerSession                float64
+}
+
+// line is the machine-readable summary; a figure not measured is nan.
+func (f figures) line(n int) string {
+	if f.epochP99 == 0 && f.purgeP99 == 0 {
+		return fmt.Sprintf("scale: nodes=%d epoch_p99_ms=nan purge_p50_ms=nan purge_p99_ms=nan purges_per_s=nan etcd_writes_per_purge=nan rss_per_session_kib=nan\n", n)
+	}
+	return fmt.Sprintf("scale: nodes=%d epoch_p99_ms=%.0f purge_p50_ms=%.0f purge_p99_ms=%.0f purges_per_s=%.0f etcd_writes_per_purge=%.2f rss_per_session_kib=%.0f\n",
+		n, msf(f.epochP99), msf(f.purgeP50), msf(f.purgeP99), f.purgesPerS, f.writesPerPurge, f.kibPerSession)
+}
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func run(ctx context.Context, cfg config) (string, error) {
+	n, rounds := cfg.nodes, cfg.rounds
 	dir, err := os.MkdirTemp("", "shardcache-scalesim-")
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(dir)
-	s := &sim{bin: bin, dir: dir, control: freePort(), ops: freePort(), etcdURL: "http://" + freePort(), peerURL: "http://" + freePort()}
+	if os.Getenv("SCALESIM_KEEP") == "" {
+		defer os.RemoveAll(dir)
+	} else {
+		fmt.Fprintln(os.Stderr, "scalesim: keeping", dir)
+		defer func() { fmt.Fprintln(os.Stderr, "scalesim: kept", dir) }()
+	}
+	s := &sim{bin: cfg.bin, window: cfg.window, dir: dir, control: freePort(), ops: freePort(), etcdURL: "http://" + freePort(), peerURL: "http://" + freePort()}
 	if err := s.startControl(ctx); err != nil {
 		return "", err
 	}
 	defer s.stopControl()
+	fmt.Fprintln(os.Stderr, "scalesim: control plane ops listener", s.ops)
 	if s.admin, err = admin.New(admin.Config{Address: s.control, Token: "scale-token", Timeout: time.Minute}); err != nil {
 		return "", err
 	}
 	defer s.admin.Close()
-	if s.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{s.etcdURL}, DialTimeout: 10 * time.Second, Logger: nil}); err != nil {
+	if s.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{s.etcdURL}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()}); err != nil {
 		return "", err
 	}
 	defer s.etcd.Close()
+	wctx, stopCount := context.WithCancel(ctx)
+	defer stopCount()
+	writes, err := countWrites(wctx, s.etcd, "/shardcache/")
+	if err != nil {
+		return "", err
+	}
 	_, base := s.memory()
+	var fig figures
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Control plane at %d nodes, %s\n\n", n, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "One control-plane process (embedded etcd, lease TTL 10 s, epoch batch window 200 ms) and %d node sessions "+
-		"(the nodes' session client, one gRPC connection each, load reports every 5 s) in one other process, on this machine. "+
-		"Reproduce with `make scale`.\n\n", n)
+	fmt.Fprintf(&b, "One control-plane process (embedded etcd, lease TTL 10 s, epoch batch window %s, purge acknowledgement batch 50 ms) "+
+		"and %d node sessions (the nodes' session client, one gRPC connection each, load reports every 5 s) in one other process, "+
+		"on this machine (%d cores; load average %s at the start). Reproduce with `make scale SCALE=%d`.\n\n", cfg.window, n, runtime.NumCPU(), loadAverage(), n)
 	fmt.Fprintln(&b, "| measure | figure |")
 	fmt.Fprintln(&b, "|---|---|")
 
 	// Join.
 	start := time.Now()
 	for i := range n {
+		if cfg.joinRate > 0 {
+			if wait := time.Duration(i)*time.Second/time.Duration(cfg.joinRate) - time.Since(start); wait > 0 {
+				time.Sleep(wait) // pacing the starts, not waiting for a condition
+			}
+		}
 		s.nodes = append(s.nodes, s.startNode(i))
 	}
 	defer func() {
@@ -302,16 +375,28 @@ func run(ctx context.Context, bin string, n, rounds int) (string, error) {
 			<-nd.done
 		}
 	}()
-	jctx, jcancel := context.WithTimeout(ctx, 5*time.Minute)
+	jctx, jcancel := context.WithTimeout(ctx, cfg.joinWait)
 	err = waitAll(jctx, s.nodes, func(nd *simNode) bool { return nd.client.Connected() })
 	jcancel()
 	if err != nil {
-		return "", fmt.Errorf("joining: %w", err)
+		// What breaks is a figure too: the report says how far it got.
+		connected := 0
+		for _, nd := range s.nodes {
+			if nd.client.Connected() {
+				connected++
+			}
+		}
+		rss, hwm := s.memory()
+		fmt.Fprintf(&b, "| %d sessions started (%s) | not all established: %d connected when the wait ended (%v) |\n", n, howStarted(cfg), connected, err)
+		fmt.Fprintf(&b, "| control plane memory then | RSS %d MiB, peak %d MiB |\n", rss>>20, hwm>>20)
+		fmt.Fprintf(&b, "\nLoad average at the end: %s.\n\n", loadAverage())
+		b.WriteString(fig.line(n))
+		return b.String(), nil
 	}
 	joined := time.Since(start)
 	// Every session at the epoch with every member.
 	var full uint64
-	ectx, ecancel := context.WithTimeout(ctx, 5*time.Minute)
+	ectx, ecancel := context.WithTimeout(ctx, 10*time.Minute)
 	err = waitAll(ectx, s.nodes, func(nd *simNode) bool {
 		e := nd.client.Epoch()
 		if e > full {
@@ -325,36 +410,57 @@ func run(ctx context.Context, bin string, n, rounds int) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("waiting for the epoch of all %d: %w", n, err)
 	}
-	fmt.Fprintf(&b, "| %d sessions established (all started at once) | %s |\n", n, ms(joined))
+	fmt.Fprintf(&b, "| %d sessions established (%s) | %s |\n", n, howStarted(cfg), ms(joined))
 	fmt.Fprintf(&b, "| every session at the epoch with all %d members | %s after the start |\n", n, ms(time.Since(start)))
 	rss, hwm := s.memory()
+	fig.kibPerSession = float64(rss-base) / float64(n) / 1024
 	fmt.Fprintf(&b, "| control plane memory with %d sessions | RSS %d MiB, peak %d MiB (%d MiB before any; %.0f KiB a session) |\n",
-		n, rss>>20, hwm>>20, base>>20, float64(rss-base)/float64(n)/1024)
+		n, rss>>20, hwm>>20, base>>20, fig.kibPerSession)
 
-	// Epoch propagation: drain and undrain a node in turn.
+	if err := s.epochs(ctx, &b, &fig, rounds, writes); err != nil {
+		return "", err
+	}
+	if err := s.isolatedPurges(ctx, &b, &fig, rounds, writes); err != nil {
+		return "", err
+	}
+	if cfg.rate > 0 {
+		if err := s.sustained(ctx, &b, &fig, cfg.rate, cfg.sustain, writes); err != nil {
+			return "", err
+		}
+	}
+	if err := s.restart(ctx, &b); err != nil {
+		// What breaks is a figure too: the report goes on.
+		fmt.Fprintf(&b, "| control plane stopped and started again: every session established again | not reached: %v |\n", err)
+	}
+	fmt.Fprintf(&b, "\nLoad average at the end: %s.\n\n", loadAverage())
+	b.WriteString(fig.line(n))
+	return b.String(), nil
+}
+
+// epochs drains and undrains nodes in turn and times each new epoch from
+// its write to every session.
+func (s *sim) epochs(ctx context.Context, b *strings.Builder, fig *figures, rounds int, writes *writeCount) error {
 	var prop, fromChange []time.Duration
 	var epochWrites []int64
 	for i := range rounds {
 		id := s.nodes[i/2].id // drained, then undrained
-		rev0, err := s.revision(ctx)
-		if err != nil {
-			return "", err
-		}
+		w0 := writes.snapshot()
 		cur := s.nodes[0].client.Epoch()
 		t0 := time.Now()
+		var err error
 		if i%2 == 0 {
 			_, err = s.admin.DrainNode(ctx, id)
 		} else {
 			_, err = s.admin.UndrainNode(ctx, id)
 		}
 		if err != nil {
-			return "", err
+			return err
 		}
 		pctx, pcancel := context.WithTimeout(ctx, time.Minute)
 		err = waitAll(pctx, s.nodes, func(nd *simNode) bool { return nd.client.Epoch() > cur })
 		pcancel()
 		if err != nil {
-			return "", fmt.Errorf("epoch after %s changed: %w", id, err)
+			return fmt.Errorf("epoch after %s changed: %w", id, err)
 		}
 		for _, nd := range s.nodes {
 			if at, written, ok := nd.epochAt(cur + 1); ok {
@@ -362,66 +468,130 @@ func run(ctx context.Context, bin string, n, rounds int) (string, error) {
 				fromChange = append(fromChange, at.Sub(t0))
 			}
 		}
-		rev1, err := s.revision(ctx)
-		if err != nil {
-			return "", err
-		}
-		epochWrites = append(epochWrites, rev1-rev0)
+		epochWrites = append(epochWrites, writes.snapshot().sub(w0).other)
 	}
-	fmt.Fprintf(&b, "| ring epoch from its write to every session (a drain or undrain; %d changes × %d sessions) | p50 %s, p99 %s, max %s |\n",
-		rounds, n, ms(quantile(prop, 0.5)), ms(quantile(prop, 0.99)), ms(quantile(prop, 1)))
-	fmt.Fprintf(&b, "| the same from the admin call (the 200 ms batch window and the member write included) | p50 %s, p99 %s, max %s |\n",
+	fig.epochP99 = quantile(prop, 0.99)
+	fmt.Fprintf(b, "| ring epoch from its write to every session (a drain or undrain; %d changes × %d sessions) | p50 %s, p99 %s, max %s |\n",
+		rounds, len(s.nodes), ms(quantile(prop, 0.5)), ms(fig.epochP99), ms(quantile(prop, 1)))
+	fmt.Fprintf(b, "| the same from the admin call (the batch window and the member write included) | p50 %s, p99 %s, max %s |\n",
 		ms(quantile(fromChange, 0.5)), ms(quantile(fromChange, 0.99)), ms(quantile(fromChange, 1)))
-	fmt.Fprintf(&b, "| etcd write transactions during one epoch change (load reports included) | %v |\n", epochWrites)
+	fmt.Fprintf(b, "| etcd write transactions during one epoch change (purges and node status excluded) | %v |\n", epochWrites)
+	return nil
+}
 
-	// Purges acknowledged by all.
-	var acked []time.Duration
-	var purgeWrites []int64
-	for i := range rounds {
-		rev0, err := s.revision(ctx)
-		if err != nil {
-			return "", err
-		}
+// isolatedPurges makes purges one at a time, each waited for by all.
+func (s *sim) isolatedPurges(ctx context.Context, b *strings.Builder, fig *figures, rounds int, writes *writeCount) error {
+	var acked, p99s, reached []time.Duration
+	var perPurge []int64
+	var status int64
+	w0 := writes.snapshot()
+	for i := range rounds * 2 {
+		wi := writes.snapshot()
 		t0 := time.Now()
-		st, err := s.admin.PurgeURL(ctx, fmt.Sprintf("http://www.example.com/scale/%d", i), admin.PurgeOptions{Wait: 30 * time.Second})
+		st, err := s.admin.PurgeURL(ctx, fmt.Sprintf("http://www.example.com/scale/%d", i), admin.PurgeOptions{RequestID: fmt.Sprintf("iso-%d", i), Wait: 30 * time.Second})
 		if err != nil {
-			return "", err
+			return err
 		}
 		if !st.GetComplete() {
-			return "", fmt.Errorf("purge %d not acknowledged by %d nodes within 30 s", i, len(st.GetPending()))
+			return fmt.Errorf("purge %d not acknowledged by %d nodes within 30 s", i, len(st.GetPending()))
 		}
 		acked = append(acked, time.Since(t0))
-		rev1, err := s.revision(ctx)
-		if err != nil {
-			return "", err
+		p99s = append(p99s, st.GetAckP99().AsDuration())
+		var last time.Time
+		for _, nd := range s.nodes {
+			if at, ok := nd.purgeAt(fmt.Sprintf("iso-%d", i)); ok && at.After(last) {
+				last = at
+			}
 		}
-		purgeWrites = append(purgeWrites, rev1-rev0)
+		reached = append(reached, last.Sub(t0))
+		// The watermark batch after the last acknowledgement lands after
+		// the answer: count up to the next purge.
+		time.Sleep(200 * time.Millisecond) // a pause between purges, not a wait for a condition
+		d := writes.snapshot().sub(wi)
+		perPurge = append(perPurge, d.purge)
 	}
-	fmt.Fprintf(&b, "| a URL purge acknowledged by all %d (%d purges) | median %s, max %s |\n", n, rounds, ms(quantile(acked, 0.5)), ms(quantile(acked, 1)))
-	fmt.Fprintf(&b, "| etcd write transactions per purge (the record, then each node's acknowledgement and status) | %v |\n", purgeWrites)
+	status = writes.snapshot().sub(w0).status
+	fmt.Fprintf(b, "| a URL purge acknowledged by all %d (%d purges one at a time, the admin call's duration) | p50 %s, p99 %s, max %s |\n",
+		len(s.nodes), len(acked), ms(quantile(acked, 0.5)), ms(quantile(acked, 0.99)), ms(quantile(acked, 1)))
+	fmt.Fprintf(b, "| the same: admin call to applied by the last node | p50 %s, p99 %s |\n", ms(quantile(reached, 0.5)), ms(quantile(reached, 0.99)))
+	fmt.Fprintf(b, "| the same as the control plane reports it (ack_p99: acceptance to 99 in 100 nodes' acknowledgements seen) | p50 %s, max %s |\n",
+		ms(quantile(p99s, 0.5)), ms(quantile(p99s, 1)))
+	fmt.Fprintf(b, "| etcd write transactions per purge (the record, then the watermark batches) | %v |\n", perPurge)
+	fmt.Fprintf(b, "| node status and load-report writes meanwhile (reported apart) | %d in %s |\n", status, ms(time.Duration(len(acked))*250*time.Millisecond))
+	if fig.purgeP99 == 0 {
+		fig.purgeP50, fig.purgeP99 = quantile(acked, 0.5), quantile(acked, 0.99)
+		var sum int64
+		for _, w := range perPurge {
+			sum += w
+		}
+		fig.writesPerPurge = float64(sum) / float64(len(perPurge))
+	}
+	return nil
+}
 
-	// Restart the control plane: every session reconnects.
+// restart stops the control plane and times every session's return.
+func (s *sim) restart(ctx context.Context, b *strings.Builder) error {
 	s.stopControl()
 	stopped := time.Now()
 	gctx, gcancel := context.WithTimeout(ctx, time.Minute)
-	err = waitAll(gctx, s.nodes, func(nd *simNode) bool { return !nd.client.Connected() })
+	err := waitAll(gctx, s.nodes, func(nd *simNode) bool { return !nd.client.Connected() })
 	gcancel()
 	if err != nil {
-		return "", fmt.Errorf("sessions after the control plane stopped: %w", err)
+		return fmt.Errorf("sessions after the control plane stopped: %w", err)
 	}
 	if err := s.startControl(ctx); err != nil {
-		return "", err
+		return err
 	}
 	restarted := time.Now()
-	rctx, rcancel := context.WithTimeout(ctx, 5*time.Minute)
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Minute)
 	err = waitAll(rctx, s.nodes, func(nd *simNode) bool { return nd.client.Connected() })
 	rcancel()
 	if err != nil {
-		return "", fmt.Errorf("reconnecting: %w", err)
+		return fmt.Errorf("reconnecting: %w", err)
 	}
-	fmt.Fprintf(&b, "| control plane stopped (SIGTERM), started again on its etcd: every session established again | %s after the restart (%s after the stop; sessions back off up to 10 s) |\n",
+	fmt.Fprintf(b, "| control plane stopped (SIGTERM), started again on its etcd: every session established again | %s after the restart (%s after the stop; sessions back off up to 10 s) |\n",
 		ms(time.Since(restarted)), ms(time.Since(stopped)))
-	rss, hwm = s.memory()
-	fmt.Fprintf(&b, "| control plane memory after the %d reconnects | RSS %d MiB, peak %d MiB |\n", n, rss>>20, hwm>>20)
-	return b.String(), nil
+	rss, hwm := s.memory()
+	fmt.Fprintf(b, "| control plane memory after the %d reconnects | RSS %d MiB, peak %d MiB |\n", len(s.nodes), rss>>20, hwm>>20)
+	return nil
+}
+
+// loadAverage is the machine's 1, 5 and 15 minute load averages.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// raiseFileLimit lifts the soft limit of open files to the hard one: each
+// session holds a connection.
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+}
+
+// nodeLog is where node i's session logs: nowhere, or for the first node
+// to standard error with SCALESIM_LOG set.
+func (s *sim) nodeLog(i int) *slog.Logger {
+	if i == 0 && os.Getenv("SCALESIM_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// howStarted says how the sessions were started.
+func howStarted(cfg config) string {
+	if cfg.joinRate > 0 {
+		return fmt.Sprintf("started %d a second", cfg.joinRate)
+	}
+	return "all started at once"
 }

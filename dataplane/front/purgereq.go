@@ -32,6 +32,7 @@ const purgeCallTimeout = 15 * time.Second
 //	PURGE /path?query          the URL, every variant and copy of it
 //	PURGE /prefix*             everything under the prefix on this host
 //	                           ("/*" also needs X-Purge-All: true)
+//	X-Purge-Soft: true         with any of them: mark stale, not remove
 //	PURGE / + Surrogate-Key or Cache-Tag header: every object with the tags
 //
 // It is allowed with "Authorization: Bearer <admin token>", checked by the
@@ -132,6 +133,7 @@ const MaxPurgeTags = 32
 // purgeCalls reads what a PURGE request asks for.
 func (f *Front) purgeCalls(r *http.Request) ([]PurgeCall, error) {
 	id := r.Header.Get("X-Request-Id")
+	soft := strings.EqualFold(r.Header.Get("X-Purge-Soft"), "true")
 	var tags []string
 	httpcache.EntryTags(r.Header, func(t string) bool {
 		if !slices.Contains(tags, t) {
@@ -150,7 +152,7 @@ func (f *Front) purgeCalls(r *http.Request) ([]PurgeCall, error) {
 				tid = fmt.Sprintf("%s:%d", id, i)
 			}
 			calls = append(calls, func(ctx context.Context, c pb.AdminServiceClient) (*pb.PurgeStatus, error) {
-				resp, err := c.PurgeTag(ctx, &pb.PurgeTagRequest{RequestId: tid, Tag: t})
+				resp, err := c.PurgeTag(ctx, &pb.PurgeTagRequest{RequestId: tid, Tag: t, Soft: soft})
 				return resp.GetStatus(), err
 			})
 		}
@@ -164,13 +166,13 @@ func (f *Front) purgeCalls(r *http.Request) ([]PurgeCall, error) {
 		if prefix == "/" && !all {
 			return nil, fmt.Errorf("PURGE /* purges everything on %s: send X-Purge-All: true to confirm", policy.Host(r))
 		}
-		req := &pb.PurgePrefixRequest{RequestId: id, Host: policy.Host(r), PathPrefix: prefix, All: all}
+		req := &pb.PurgePrefixRequest{RequestId: id, Host: policy.Host(r), PathPrefix: prefix, All: all, Soft: soft}
 		return []PurgeCall{func(ctx context.Context, c pb.AdminServiceClient) (*pb.PurgeStatus, error) {
 			resp, err := c.PurgePrefix(ctx, req)
 			return resp.GetStatus(), err
 		}}, nil
 	}
-	req := &pb.PurgeRequest{RequestId: id, Url: "http://" + r.Host + r.URL.RequestURI()}
+	req := &pb.PurgeRequest{RequestId: id, Url: "http://" + r.Host + r.URL.RequestURI(), Soft: soft}
 	return []PurgeCall{func(ctx context.Context, c pb.AdminServiceClient) (*pb.PurgeStatus, error) {
 		resp, err := c.Purge(ctx, req)
 		return resp.GetStatus(), err

@@ -72,6 +72,7 @@ type Set struct {
 	OriginDuration   prometheus.Histogram
 	PeerDuration     prometheus.Histogram
 	Purges           *prometheus.CounterVec
+	PurgeApply       prometheus.Histogram
 	PurgeRevision    prometheus.Gauge
 	Bans             prometheus.Gauge
 	// RouteBytes counts response body bytes by route, for load reports.
@@ -203,6 +204,11 @@ func New() *Set {
 	m.Purges = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardcache_purges_total", Help: "Purges applied, by kind (url, prefix, tag).",
 	}, []string{"kind"})
+	m.PurgeApply = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "shardcache_purge_apply_seconds",
+		Help:    "Time from a purge's acceptance by the control plane (its recorded time) to its application on this node: the two clocks' offset included.",
+		Buckets: durationBuckets, NativeHistogramBucketFactor: 1.1,
+	})
 	m.PurgeRevision = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "shardcache_purge_revision", Help: "Highest purge revision applied.",
 	})
@@ -234,7 +240,7 @@ func New() *Set {
 			v.vec.WithLabelValues(l)
 		}
 	}
-	m.Registry.MustRegister(m.OriginDuration, m.PeerDuration, m.Purges, m.PurgeRevision, m.Bans, m.PeerCerts, m.PeerCertExpiry, m.Requests, m.Duration, m.ResponseSize, m.OriginReqs, m.OriginBytes, m.PeerReqs,
+	m.Registry.MustRegister(m.OriginDuration, m.PeerDuration, m.Purges, m.PurgeApply, m.PurgeRevision, m.Bans, m.PeerCerts, m.PeerCertExpiry, m.Requests, m.Duration, m.ResponseSize, m.OriginReqs, m.OriginBytes, m.PeerReqs,
 		m.PeerConns, m.PeerBytes, m.PeerRefused, m.OpsRefused, m.PurgeAuthRefused, m.ClientConnsRefused, m.ClientStalled, m.RelayFallback, m.RingEpoch, m.RingMembers, m.Session, m.CutOff, m.Member, m.MemberLost, m.BackgroundPanics, m.Collapsed, m.PolicyRevision, m.Hot, m.Handoffs, &m.storeStats,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	return m

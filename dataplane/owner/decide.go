@@ -11,7 +11,8 @@ import (
 // come before the RFC's: an entry that may have been purged while the node
 // was cut off from the control plane, and every entry under
 // authorize_every_request (checked with the client's own credentials), is
-// revalidated first. A nil e is a miss.
+// revalidated first; one a soft purge marked is stale from the purge on. A
+// nil e is a miss.
 func (s *serving) decide(e *store.Entry) httpcache.Use {
 	if e == nil {
 		return httpcache.UseRevalidate
@@ -20,7 +21,13 @@ func (s *serving) decide(e *store.Entry) httpcache.Use {
 	if s.unconfirmed || s.p.AuthorizeEach {
 		return httpcache.UseRevalidate
 	}
-	return httpcache.Decide(e.Age(s.req.Now), e.Lifetime, e.Header, s.dirs, s.p.StaleWhileRevalidate, s.p.Targeted...)
+	age := e.Age(s.req.Now)
+	if s.cfg.Bans.Stale(e) != nil {
+		// Soft-purged: stale from the purge on, served as a stale
+		// response is (stale-while-revalidate) and revalidated.
+		age = max(age, e.Lifetime)
+	}
+	return httpcache.Decide(age, e.Lifetime, e.Header, s.dirs, s.p.StaleWhileRevalidate, s.p.Targeted...)
 }
 
 // unconfirmedEntry reports whether e may have been purged while the node

@@ -107,19 +107,26 @@ func Generated(e *store.Entry) int64 { return e.Received.Add(-e.InitialAge).Unix
 // in the common case: an object generated after the newest ban is checked
 // with one atomic load; an older one with a map lookup for its URL, key
 // and each of its tags, and two per distinct length of the prefix bans.
+// Soft bans (Purge.soft) have an index of their own: they mark what they
+// match stale, never unusable.
 type Set struct {
-	newest atomic.Int64 // at of the newest ban; 0 when there is none
 	// Wake is signalled (without blocking) when bans are added, so that
 	// a sweep starts.
 	Wake   chan struct{}
 	saving sync.Mutex // one save at a time
 
-	mu   sync.RWMutex
-	rev  int64  // highest purge revision applied
-	list []*Ban // in installation order
-	urls map[string]*Ban
-	keys map[string]*Ban
-	tags map[string]*Ban
+	mu         sync.RWMutex
+	rev        int64  // highest purge revision applied
+	list       []*Ban // in installation order
+	hard, soft index
+}
+
+// index finds the bans that match an object without a scan of the bans.
+type index struct {
+	newest atomic.Int64 // at of the newest ban; 0 when there is none
+	urls   map[string]*Ban
+	keys   map[string]*Ban
+	tags   map[string]*Ban
 	// prefixes holds the newest ban per host and prefix (host "" for every
 	// host), and prefixLens the distinct prefix lengths, so a lookup costs
 	// two map lookups per distinct length, however many prefix bans.
@@ -149,7 +156,7 @@ func (s *Set) Add(b *Ban, rev int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.list = append(s.list, b)
-	s.indexLocked(b)
+	s.indexOf(b).add(b)
 	s.rev = max(s.rev, rev)
 }
 
@@ -160,60 +167,94 @@ func (s *Set) Skip(rev int64) {
 	s.mu.Unlock()
 }
 
-func (s *Set) indexLocked(b *Ban) {
+func (s *Set) indexOf(b *Ban) *index {
+	if b.Soft() {
+		return &s.soft
+	}
+	return &s.hard
+}
+
+func (x *index) add(b *Ban) {
 	switch {
 	case b.url != "":
-		s.urls[b.url] = b
+		x.urls[b.url] = b
 	case b.key != "":
-		s.keys[b.key] = b
+		x.keys[b.key] = b
 	case b.tag != "":
-		s.tags[b.tag] = b
+		x.tags[b.tag] = b
 	default:
-		s.prefixes[prefixKey(b.host, b.prefix)] = b
-		if i, found := slices.BinarySearch(s.prefixLens, len(b.prefix)); !found {
-			s.prefixLens = slices.Insert(s.prefixLens, i, len(b.prefix))
+		x.prefixes[prefixKey(b.host, b.prefix)] = b
+		if i, found := slices.BinarySearch(x.prefixLens, len(b.prefix)); !found {
+			x.prefixLens = slices.Insert(x.prefixLens, i, len(b.prefix))
 		}
 	}
-	s.newest.Store(max(s.newest.Load(), b.at))
+	x.newest.Store(max(x.newest.Load(), b.at))
+}
+
+func (x *index) reset() {
+	x.urls, x.keys, x.tags, x.prefixes, x.prefixLens = map[string]*Ban{}, map[string]*Ban{}, map[string]*Ban{}, map[string]*Ban{}, nil
+	x.newest.Store(0)
 }
 
 func (s *Set) reindexLocked() {
-	s.urls, s.keys, s.tags, s.prefixes, s.prefixLens = map[string]*Ban{}, map[string]*Ban{}, map[string]*Ban{}, map[string]*Ban{}, nil
-	s.newest.Store(0)
+	s.hard.reset()
+	s.soft.reset()
 	for _, b := range s.list {
-		s.indexLocked(b)
+		s.indexOf(b).add(b)
 	}
 }
 
-// Match returns a ban installed after e was generated that matches it, or nil.
+// Match returns a ban installed after e was generated that matches it and
+// removes it, or nil. Soft bans are not among them (see Stale).
 func (s *Set) Match(e *store.Entry) *Ban {
 	g := Generated(e)
-	if g >= s.newest.Load() {
+	if g >= s.hard.newest.Load() {
 		return nil
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	newer := func(b *Ban) bool { return b != nil && b.at > g }
 	if e.URL == "" {
 		// Stored before entries kept their URL: any URL or prefix ban may
 		// be for it.
 		for i := len(s.list) - 1; i >= 0 && s.list[i].at > g; i-- {
-			if b := s.list[i]; b.url != "" || b.prefix != "" {
+			if b := s.list[i]; !b.Soft() && (b.url != "" || b.prefix != "") {
 				return b
 			}
 		}
-	} else if b := s.urls[e.URL]; newer(b) {
+	}
+	return s.hard.match(e, g)
+}
+
+// Stale returns a soft ban installed after e was received that matches
+// it, or nil: e is then served as a stale response is, and revalidated.
+// Received, not generated as for Match: a response's Date has a second's
+// precision, and the refetch after a soft purge must not look older than
+// the purge.
+func (s *Set) Stale(e *store.Entry) *Ban {
+	g := e.Received.UnixNano()
+	if g >= s.soft.newest.Load() || e.URL == "" {
+		return nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.soft.match(e, g)
+}
+
+// match is a ban of x newer than g (when e was generated) matching e.
+func (x *index) match(e *store.Entry, g int64) *Ban {
+	newer := func(b *Ban) bool { return b != nil && b.at > g }
+	if b := x.urls[e.URL]; e.URL != "" && newer(b) {
 		return b
 	}
-	if len(s.keys) > 0 {
+	if len(x.keys) > 0 {
 		k := httpcache.URLKey(e.Key)
-		if b := s.keys[k]; newer(b) {
+		if b := x.keys[k]; newer(b) {
 			return b
 		}
 	}
 	var found *Ban
-	if len(s.tags) > 0 && httpcache.EntryTags(e.Header, func(t string) bool {
-		if b := s.tags[strings.ToLower(t)]; newer(b) {
+	if len(x.tags) > 0 && httpcache.EntryTags(e.Header, func(t string) bool {
+		if b := x.tags[strings.ToLower(t)]; newer(b) {
 			found = b
 			return true
 		}
@@ -221,20 +262,20 @@ func (s *Set) Match(e *store.Entry) *Ban {
 	}) {
 		return found
 	}
-	if len(s.prefixes) > 0 && e.URL != "" {
+	if len(x.prefixes) > 0 && e.URL != "" {
 		i := strings.IndexByte(e.URL, '/')
 		if i < 0 {
 			return nil
 		}
 		host, uri := e.URL[:i], e.URL[i:]
-		for _, n := range s.prefixLens {
+		for _, n := range x.prefixLens {
 			if n > len(uri) {
 				break
 			}
-			if b := s.prefixes[prefixKey(host, uri[:n])]; newer(b) {
+			if b := x.prefixes[prefixKey(host, uri[:n])]; newer(b) {
 				return b
 			}
-			if b := s.prefixes[prefixKey("", uri[:n])]; newer(b) {
+			if b := x.prefixes[prefixKey("", uri[:n])]; newer(b) {
 				return b
 			}
 		}
@@ -361,6 +402,9 @@ func (b *Ban) URL() string { return b.url }
 
 // Removed counts the stored objects removed for b.
 func (b *Ban) Removed() *atomic.Int64 { return &b.removed }
+
+// Soft reports whether b marks what it matches stale instead of removing it.
+func (b *Ban) Soft() bool { return b.p.GetSoft() }
 
 // Swept is closed once b has been applied to every stored object.
 func (b *Ban) Swept() <-chan struct{} { return b.swept }

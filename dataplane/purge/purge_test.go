@@ -75,7 +75,7 @@ func TestBanMatching(t *testing.T) {
 		}
 	}
 	r.Drop(r.Pending())
-	if r.Match(&tests[0].e) != nil || r.newest.Load() != 0 {
+	if r.Match(&tests[0].e) != nil || r.hard.newest.Load() != 0 {
 		t.Error("dropped bans still match")
 	}
 }

@@ -2,6 +2,7 @@ package purge
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,18 +18,28 @@ type Index interface {
 	Delete(key string) bool
 }
 
+// SoftHold is how long a soft ban keeps what it matches stored and stale:
+// a sweep after that removes what it still matches (objects nobody asked
+// for since), so that the ban can go.
+const SoftHold = 10 * time.Minute
+
 // Sweep applies s's bans to every object of idx whenever bans are added
 // (s.Wake), until ctx ends. Fills that began before the newest ban store
 // objects it matches, so each sweep starts once fills tracked by inflight
 // that are older than it are done. After each sweep the bans it applied
-// are dropped and swept is told of them.
+// are dropped and swept is told of them. A soft ban stays while stored
+// objects it matches wait to be revalidated, SoftHold at most: sweeps come
+// again until then.
 func Sweep(ctx context.Context, s *Set, idx Index, inflight *Inflight, swept func(applied []*Ban)) {
+	var again <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.Wake:
+		case <-again:
 		}
+		again = nil
 		pending := s.Pending()
 		if len(pending) == 0 {
 			continue
@@ -41,9 +52,19 @@ func Sweep(ctx context.Context, s *Set, idx Index, inflight *Inflight, swept fun
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
+		now := time.Now().UnixNano()
+		stale := map[*Ban]bool{} // soft bans that still match
 		idx.Keys(func(k string) bool {
-			if e, ok := idx.Peek(k); ok {
-				if b := s.Match(e); b != nil && idx.Delete(k) {
+			e, ok := idx.Peek(k)
+			if !ok {
+				return ctx.Err() == nil
+			}
+			if b := s.Match(e); b != nil && idx.Delete(k) {
+				b.Removed().Add(1)
+			} else if b := s.Stale(e); b != nil {
+				if now-b.InstalledAt() < int64(SoftHold) {
+					stale[b] = true
+				} else if idx.Delete(k) {
 					b.Removed().Add(1)
 				}
 			}
@@ -52,8 +73,12 @@ func Sweep(ctx context.Context, s *Set, idx Index, inflight *Inflight, swept fun
 		if ctx.Err() != nil {
 			return
 		}
-		s.Drop(pending)
-		swept(pending)
+		done := slices.DeleteFunc(pending, func(b *Ban) bool { return stale[b] })
+		s.Drop(done)
+		swept(done)
+		if len(stale) > 0 {
+			again = time.After(SoftHold / 10)
+		}
 	}
 }
 

@@ -115,50 +115,12 @@ type Client struct {
 	resultsMu sync.Mutex
 	results   []*pb.PurgeResult
 	resultReq chan struct{}
-}
 
-// report queues a purge result for the control plane.
-func (c *Client) report(r *pb.PurgeResult) {
-	c.resultsMu.Lock()
-	c.results = append(c.results, r)
-	c.resultsMu.Unlock()
-	select {
-	case c.resultReq <- struct{}{}:
-	default:
-	}
-}
-
-// maxCatchUpErrors bounds the errors reported for missed purges in one
-// session; the node logs every one.
-const maxCatchUpErrors = 100
-
-// catchUpReport reports, of the results of missed purges ps, the last
-// one's, which moves the node's purge revision past all of them, and
-// errors up to maxCatchUpErrors: a result for each would cost the control
-// plane two etcd writes per retained purge when a new node joins.
-func (c *Client) catchUpReport(ps []*pb.Purge, errs *atomic.Int32) func(*pb.PurgeResult) {
-	if len(ps) == 0 {
-		return c.report
-	}
-	last := ps[len(ps)-1].GetId()
-	return func(r *pb.PurgeResult) {
-		if r.GetPurgeId() == last || r.GetError() != "" && errs.Add(1) <= maxCatchUpErrors {
-			c.report(r)
-		}
-	}
-}
-
-// sendResults sends the queued purge results; those not sent stay queued.
-func (c *Client) sendResults(stream stream) error {
-	c.resultsMu.Lock()
-	defer c.resultsMu.Unlock()
-	for len(c.results) > 0 {
-		if err := stream.send(&pb.SessionRequest{Msg: &pb.SessionRequest_PurgeResult{PurgeResult: c.results[0]}}); err != nil {
-			return err
-		}
-		c.results = c.results[1:]
-	}
-	return nil
+	// epochMu guards the epoch last applied, which an epoch change
+	// applies to, and the members sent ahead of a snapshot.
+	epochMu  sync.Mutex
+	current  *pb.RingEpoch
+	incoming []*pb.Member
 }
 
 // RequestCertificate asks the control plane for a new certificate on the
@@ -414,7 +376,7 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 		}
 	}()
 	hello := &pb.Hello{Member: c.cfg.Member, LastEpoch: c.Epoch(), PolicyRevision: c.apply.PolicyRevision(),
-		PurgeRevision: c.apply.PurgeRevision(), JoinToken: c.cfg.JoinToken, Csr: c.cfg.CSR, Instance: c.instance}
+		PurgeRevision: c.apply.PurgeRevision(), JoinToken: c.cfg.JoinToken, Csr: c.cfg.CSR, Instance: c.instance, CompactPushes: true}
 	if err := stream.send(&pb.SessionRequest{Msg: &pb.SessionRequest_Hello{Hello: hello}}); err != nil {
 		return false, err
 	}
@@ -490,7 +452,7 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 				if err := c.sendResults(stream); err != nil {
 					return established, err
 				}
-				c.applyEpoch(msg.Snapshot.GetEpoch())
+				c.applyEpoch(c.withIncoming(msg.Snapshot.GetEpoch()))
 				if ps := msg.Snapshot.GetPolicies(); ps != nil {
 					if err := c.applyPolicies(stream, ps); err != nil {
 						return established, err
@@ -503,6 +465,18 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 				}
 			case *pb.SessionResponse_Epoch:
 				c.applyEpoch(msg.Epoch)
+			case *pb.SessionResponse_EpochChange:
+				e, err := c.changed(msg.EpochChange)
+				if err != nil {
+					return established, err
+				}
+				c.applyEpoch(e)
+			case *pb.SessionResponse_SnapshotMembers:
+				if err := c.addIncoming(msg.SnapshotMembers.GetMembers()); err != nil {
+					return established, err
+				}
+			case *pb.SessionResponse_Purges:
+				c.apply.ApplyPurges(msg.Purges.GetPurges(), c.report)
 			case *pb.SessionResponse_MissedPurges:
 				// Ahead of the snapshot: too many missed purges for one message.
 				ps := msg.MissedPurges.GetPurges()
@@ -521,14 +495,6 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 			}
 		}
 	}
-}
-
-func (c *Client) applyEpoch(e *pb.RingEpoch) {
-	if e == nil || e.GetEpoch() <= c.applied.Load() {
-		return
-	}
-	c.apply.ApplyEpoch(e)
-	c.applied.Store(e.GetEpoch())
 }
 
 // applyPolicies installs a push and acknowledges it, or reports the refusal.

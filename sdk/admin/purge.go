@@ -36,6 +36,10 @@ type PurgeOptions struct {
 	// All confirms a PurgePrefix of "/", which removes everything of the
 	// host, or of every host when the host is empty. Other purges ignore it.
 	All bool
+	// Soft marks what matches stale instead of removing it: it is served
+	// within the policy's stale-while-revalidate (or stale-if-error when
+	// the origin fails) and revalidated with the origin on its next use.
+	Soft bool
 }
 
 // NewRequestID returns a random purge request id: 32 hex digits.
@@ -68,7 +72,7 @@ func (o PurgeOptions) wait() (*durationpb.Duration, time.Duration) {
 // and the nodes still pending.
 func (c *Client) PurgeURL(ctx context.Context, url string, opts PurgeOptions) (*pb.PurgeStatus, error) {
 	wait, held := opts.wait()
-	resp, err := invokeHeld(ctx, c, held, c.rpc.Purge, &pb.PurgeRequest{RequestId: opts.requestID(), Url: url, Wait: wait})
+	resp, err := invokeHeld(ctx, c, held, c.rpc.Purge, &pb.PurgeRequest{RequestId: opts.requestID(), Url: url, Wait: wait, Soft: opts.Soft})
 	return resp.GetStatus(), err
 }
 
@@ -76,7 +80,7 @@ func (c *Client) PurgeURL(ctx context.Context, url string, opts PurgeOptions) (*
 // store it, for keys no URL maps to.
 func (c *Client) PurgeKey(ctx context.Context, key string, opts PurgeOptions) (*pb.PurgeStatus, error) {
 	wait, held := opts.wait()
-	resp, err := invokeHeld(ctx, c, held, c.rpc.Purge, &pb.PurgeRequest{RequestId: opts.requestID(), Key: key, Wait: wait})
+	resp, err := invokeHeld(ctx, c, held, c.rpc.Purge, &pb.PurgeRequest{RequestId: opts.requestID(), Key: key, Wait: wait, Soft: opts.Soft})
 	return resp.GetStatus(), err
 }
 
@@ -86,7 +90,7 @@ func (c *Client) PurgeKey(ctx context.Context, key string, opts PurgeOptions) (*
 func (c *Client) PurgePrefix(ctx context.Context, host, prefix string, opts PurgeOptions) (*pb.PurgeStatus, error) {
 	wait, held := opts.wait()
 	resp, err := invokeHeld(ctx, c, held, c.rpc.PurgePrefix, &pb.PurgePrefixRequest{
-		RequestId: opts.requestID(), Host: host, PathPrefix: prefix, All: opts.All, Wait: wait})
+		RequestId: opts.requestID(), Host: host, PathPrefix: prefix, All: opts.All, Wait: wait, Soft: opts.Soft})
 	return resp.GetStatus(), err
 }
 
@@ -94,7 +98,7 @@ func (c *Client) PurgePrefix(ctx context.Context, host, prefix string, opts Purg
 // Surrogate-Key or Cache-Tag header (case-insensitive), one tag at a time.
 func (c *Client) PurgeTag(ctx context.Context, tag string, opts PurgeOptions) (*pb.PurgeStatus, error) {
 	wait, held := opts.wait()
-	resp, err := invokeHeld(ctx, c, held, c.rpc.PurgeTag, &pb.PurgeTagRequest{RequestId: opts.requestID(), Tag: tag, Wait: wait})
+	resp, err := invokeHeld(ctx, c, held, c.rpc.PurgeTag, &pb.PurgeTagRequest{RequestId: opts.requestID(), Tag: tag, Wait: wait, Soft: opts.Soft})
 	return resp.GetStatus(), err
 }
 

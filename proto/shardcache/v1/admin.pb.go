@@ -172,7 +172,10 @@ type Node struct {
 	PurgeRevision int64 `protobuf:"varint,10,opt,name=purge_revision,json=purgeRevision,proto3" json:"purge_revision,omitempty"`
 	// The last session refused for this id (another process said hello with it while this
 	// member's session was open), kept for a while so that operators see duplicates.
-	LastRefused   *RefusedSession `protobuf:"bytes,11,opt,name=last_refused,json=lastRefused,proto3" json:"last_refused,omitempty"`
+	LastRefused *RefusedSession `protobuf:"bytes,11,opt,name=last_refused,json=lastRefused,proto3" json:"last_refused,omitempty"`
+	// The run of the control-plane replica process that holds the session, new at each start
+	// of the replica: purge watermarks of another run do not answer for the node.
+	ReplicaRun    string `protobuf:"bytes,12,opt,name=replica_run,json=replicaRun,proto3" json:"replica_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -282,6 +285,13 @@ func (x *Node) GetLastRefused() *RefusedSession {
 		return x.LastRefused
 	}
 	return nil
+}
+
+func (x *Node) GetReplicaRun() string {
+	if x != nil {
+		return x.ReplicaRun
+	}
+	return ""
 }
 
 // RefusedSession is a hello the control plane refused because the id had an open session.
@@ -1243,7 +1253,9 @@ type PurgeRequest struct {
 	Key string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
 	// How long to wait for the nodes' acknowledgements: default 10s, at most 60s. The purge is
 	// recorded either way; nodes that have not answered when it ends are listed as pending.
-	Wait          *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	// Mark what matches stale instead of removing it (see Purge.soft).
+	Soft          bool `protobuf:"varint,5,opt,name=soft,proto3" json:"soft,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1306,6 +1318,13 @@ func (x *PurgeRequest) GetWait() *durationpb.Duration {
 	return nil
 }
 
+func (x *PurgeRequest) GetSoft() bool {
+	if x != nil {
+		return x.Soft
+	}
+	return false
+}
+
 // PurgePrefixRequest purges every object under a host and a path prefix.
 type PurgePrefixRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1318,7 +1337,9 @@ type PurgePrefixRequest struct {
 	// Must be set to purge path prefix "/", everything of the host (or of every host).
 	All bool `protobuf:"varint,4,opt,name=all,proto3" json:"all,omitempty"`
 	// As in PurgeRequest.
-	Wait          *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	// As in PurgeRequest.
+	Soft          bool `protobuf:"varint,6,opt,name=soft,proto3" json:"soft,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1388,6 +1409,13 @@ func (x *PurgePrefixRequest) GetWait() *durationpb.Duration {
 	return nil
 }
 
+func (x *PurgePrefixRequest) GetSoft() bool {
+	if x != nil {
+		return x.Soft
+	}
+	return false
+}
+
 // PurgeTagRequest purges every object tagged with tag.
 type PurgeTagRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1397,7 +1425,9 @@ type PurgeTagRequest struct {
 	// response header; matched case-insensitively.
 	Tag string `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
 	// As in PurgeRequest.
-	Wait          *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	// As in PurgeRequest.
+	Soft          bool `protobuf:"varint,4,opt,name=soft,proto3" json:"soft,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1451,6 +1481,13 @@ func (x *PurgeTagRequest) GetWait() *durationpb.Duration {
 		return x.Wait
 	}
 	return nil
+}
+
+func (x *PurgeTagRequest) GetSoft() bool {
+	if x != nil {
+		return x.Soft
+	}
+	return false
 }
 
 // GetPurgeRequest names a recorded purge.
@@ -1525,7 +1562,12 @@ type PurgeStatus struct {
 	// what the purge matches to its clients until its cut-off bound passes; it applies the purge
 	// when it reconnects. A node unheard of for longer than the control plane's
 	// --forget-absent-after is no longer waited for.
-	Unreachable   []*UnreachableNode `protobuf:"bytes,5,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
+	Unreachable []*UnreachableNode `protobuf:"bytes,5,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
+	// From the purge's acceptance to the moment the answering replica saw half of the nodes
+	// waited for (ack_p50), and 99 in 100 of them (ack_p99), acknowledge it; unset when that
+	// share was not reached while the call waited.
+	AckP50        *durationpb.Duration `protobuf:"bytes,6,opt,name=ack_p50,json=ackP50,proto3" json:"ack_p50,omitempty"`
+	AckP99        *durationpb.Duration `protobuf:"bytes,7,opt,name=ack_p99,json=ackP99,proto3" json:"ack_p99,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1591,6 +1633,20 @@ func (x *PurgeStatus) GetComplete() bool {
 func (x *PurgeStatus) GetUnreachable() []*UnreachableNode {
 	if x != nil {
 		return x.Unreachable
+	}
+	return nil
+}
+
+func (x *PurgeStatus) GetAckP50() *durationpb.Duration {
+	if x != nil {
+		return x.AckP50
+	}
+	return nil
+}
+
+func (x *PurgeStatus) GetAckP99() *durationpb.Duration {
+	if x != nil {
+		return x.AckP99
 	}
 	return nil
 }
@@ -1936,7 +1992,7 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"A\n" +
 	"\x0fGetRingResponse\x12.\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.shardcache.v1.RingEpochR\x05epoch\"\x12\n" +
-	"\x10ListNodesRequest\"\xfa\x03\n" +
+	"\x10ListNodesRequest\"\x9b\x04\n" +
 	"\x04Node\x12-\n" +
 	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12\x17\n" +
 	"\ain_ring\x18\x02 \x01(\bR\x06inRing\x12'\n" +
@@ -1949,7 +2005,9 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\fpolicy_error\x18\t \x01(\tR\vpolicyError\x12%\n" +
 	"\x0epurge_revision\x18\n" +
 	" \x01(\x03R\rpurgeRevision\x12@\n" +
-	"\flast_refused\x18\v \x01(\v2\x1d.shardcache.v1.RefusedSessionR\vlastRefused\"\xb8\x01\n" +
+	"\flast_refused\x18\v \x01(\v2\x1d.shardcache.v1.RefusedSessionR\vlastRefused\x12\x1f\n" +
+	"\vreplica_run\x18\f \x01(\tR\n" +
+	"replicaRun\"\xb8\x01\n" +
 	"\x0eRefusedSession\x12!\n" +
 	"\fpeer_address\x18\x01 \x01(\tR\vpeerAddress\x12%\n" +
 	"\x0eremote_address\x18\x02 \x01(\tR\rremoteAddress\x12*\n" +
@@ -1997,13 +2055,14 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\tR\x05error\"i\n" +
 	"\x14PolicyStatusResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x125\n" +
-	"\x05nodes\x18\x02 \x03(\v2\x1f.shardcache.v1.NodePolicyStatusR\x05nodes\"\x80\x01\n" +
+	"\x05nodes\x18\x02 \x03(\v2\x1f.shardcache.v1.NodePolicyStatusR\x05nodes\"\x94\x01\n" +
 	"\fPurgeRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12-\n" +
-	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xa9\x01\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x12\n" +
+	"\x04soft\x18\x05 \x01(\bR\x04soft\"\xbd\x01\n" +
 	"\x12PurgePrefixRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
@@ -2011,22 +2070,26 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\vpath_prefix\x18\x03 \x01(\tR\n" +
 	"pathPrefix\x12\x10\n" +
 	"\x03all\x18\x04 \x01(\bR\x03all\x12-\n" +
-	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"q\n" +
+	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x12\n" +
+	"\x04soft\x18\x06 \x01(\bR\x04soft\"\x85\x01\n" +
 	"\x0fPurgeTagRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\tR\x03tag\x12-\n" +
-	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"_\n" +
+	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x12\n" +
+	"\x04soft\x18\x04 \x01(\bR\x04soft\"_\n" +
 	"\x0fGetPurgeRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12-\n" +
-	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xe7\x01\n" +
+	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xcf\x02\n" +
 	"\vPurgeStatus\x12*\n" +
 	"\x05purge\x18\x01 \x01(\v2\x14.shardcache.v1.PurgeR\x05purge\x124\n" +
 	"\aresults\x18\x02 \x03(\v2\x1a.shardcache.v1.PurgeResultR\aresults\x12\x18\n" +
 	"\apending\x18\x03 \x03(\tR\apending\x12\x1a\n" +
 	"\bcomplete\x18\x04 \x01(\bR\bcomplete\x12@\n" +
-	"\vunreachable\x18\x05 \x03(\v2\x1e.shardcache.v1.UnreachableNodeR\vunreachable\"\\\n" +
+	"\vunreachable\x18\x05 \x03(\v2\x1e.shardcache.v1.UnreachableNodeR\vunreachable\x122\n" +
+	"\aack_p50\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06ackP50\x122\n" +
+	"\aack_p99\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06ackP99\"\\\n" +
 	"\x0fUnreachableNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"C\n" +
@@ -2151,50 +2214,52 @@ var file_shardcache_v1_admin_proto_depIdxs = []int32{
 	41, // 20: shardcache.v1.PurgeStatus.purge:type_name -> shardcache.v1.Purge
 	42, // 21: shardcache.v1.PurgeStatus.results:type_name -> shardcache.v1.PurgeResult
 	28, // 22: shardcache.v1.PurgeStatus.unreachable:type_name -> shardcache.v1.UnreachableNode
-	38, // 23: shardcache.v1.UnreachableNode.since:type_name -> google.protobuf.Timestamp
-	27, // 24: shardcache.v1.PurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
-	27, // 25: shardcache.v1.PurgePrefixResponse.status:type_name -> shardcache.v1.PurgeStatus
-	27, // 26: shardcache.v1.PurgeTagResponse.status:type_name -> shardcache.v1.PurgeStatus
-	27, // 27: shardcache.v1.GetPurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
-	0,  // 28: shardcache.v1.AdminService.GetRing:input_type -> shardcache.v1.GetRingRequest
-	2,  // 29: shardcache.v1.AdminService.ListNodes:input_type -> shardcache.v1.ListNodesRequest
-	6,  // 30: shardcache.v1.AdminService.DrainNode:input_type -> shardcache.v1.DrainNodeRequest
-	8,  // 31: shardcache.v1.AdminService.UndrainNode:input_type -> shardcache.v1.UndrainNodeRequest
-	10, // 32: shardcache.v1.AdminService.PutPolicy:input_type -> shardcache.v1.PutPolicyRequest
-	11, // 33: shardcache.v1.AdminService.PutPolicies:input_type -> shardcache.v1.PutPoliciesRequest
-	14, // 34: shardcache.v1.AdminService.GetPolicy:input_type -> shardcache.v1.GetPolicyRequest
-	16, // 35: shardcache.v1.AdminService.ListPolicies:input_type -> shardcache.v1.ListPoliciesRequest
-	18, // 36: shardcache.v1.AdminService.DeletePolicy:input_type -> shardcache.v1.DeletePolicyRequest
-	20, // 37: shardcache.v1.AdminService.PolicyStatus:input_type -> shardcache.v1.PolicyStatusRequest
-	43, // 38: shardcache.v1.AdminService.PolicyHistory:input_type -> shardcache.v1.PolicyHistoryRequest
-	44, // 39: shardcache.v1.AdminService.RollbackPolicies:input_type -> shardcache.v1.RollbackPoliciesRequest
-	23, // 40: shardcache.v1.AdminService.Purge:input_type -> shardcache.v1.PurgeRequest
-	24, // 41: shardcache.v1.AdminService.PurgePrefix:input_type -> shardcache.v1.PurgePrefixRequest
-	25, // 42: shardcache.v1.AdminService.PurgeTag:input_type -> shardcache.v1.PurgeTagRequest
-	26, // 43: shardcache.v1.AdminService.GetPurge:input_type -> shardcache.v1.GetPurgeRequest
-	33, // 44: shardcache.v1.AdminService.GetVersion:input_type -> shardcache.v1.GetVersionRequest
-	1,  // 45: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
-	5,  // 46: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
-	7,  // 47: shardcache.v1.AdminService.DrainNode:output_type -> shardcache.v1.DrainNodeResponse
-	9,  // 48: shardcache.v1.AdminService.UndrainNode:output_type -> shardcache.v1.UndrainNodeResponse
-	13, // 49: shardcache.v1.AdminService.PutPolicy:output_type -> shardcache.v1.PutPolicyResponse
-	12, // 50: shardcache.v1.AdminService.PutPolicies:output_type -> shardcache.v1.PutPoliciesResponse
-	15, // 51: shardcache.v1.AdminService.GetPolicy:output_type -> shardcache.v1.GetPolicyResponse
-	17, // 52: shardcache.v1.AdminService.ListPolicies:output_type -> shardcache.v1.ListPoliciesResponse
-	19, // 53: shardcache.v1.AdminService.DeletePolicy:output_type -> shardcache.v1.DeletePolicyResponse
-	22, // 54: shardcache.v1.AdminService.PolicyStatus:output_type -> shardcache.v1.PolicyStatusResponse
-	45, // 55: shardcache.v1.AdminService.PolicyHistory:output_type -> shardcache.v1.PolicyHistoryResponse
-	46, // 56: shardcache.v1.AdminService.RollbackPolicies:output_type -> shardcache.v1.RollbackPoliciesResponse
-	29, // 57: shardcache.v1.AdminService.Purge:output_type -> shardcache.v1.PurgeResponse
-	30, // 58: shardcache.v1.AdminService.PurgePrefix:output_type -> shardcache.v1.PurgePrefixResponse
-	31, // 59: shardcache.v1.AdminService.PurgeTag:output_type -> shardcache.v1.PurgeTagResponse
-	32, // 60: shardcache.v1.AdminService.GetPurge:output_type -> shardcache.v1.GetPurgeResponse
-	34, // 61: shardcache.v1.AdminService.GetVersion:output_type -> shardcache.v1.GetVersionResponse
-	45, // [45:62] is the sub-list for method output_type
-	28, // [28:45] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	40, // 23: shardcache.v1.PurgeStatus.ack_p50:type_name -> google.protobuf.Duration
+	40, // 24: shardcache.v1.PurgeStatus.ack_p99:type_name -> google.protobuf.Duration
+	38, // 25: shardcache.v1.UnreachableNode.since:type_name -> google.protobuf.Timestamp
+	27, // 26: shardcache.v1.PurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
+	27, // 27: shardcache.v1.PurgePrefixResponse.status:type_name -> shardcache.v1.PurgeStatus
+	27, // 28: shardcache.v1.PurgeTagResponse.status:type_name -> shardcache.v1.PurgeStatus
+	27, // 29: shardcache.v1.GetPurgeResponse.status:type_name -> shardcache.v1.PurgeStatus
+	0,  // 30: shardcache.v1.AdminService.GetRing:input_type -> shardcache.v1.GetRingRequest
+	2,  // 31: shardcache.v1.AdminService.ListNodes:input_type -> shardcache.v1.ListNodesRequest
+	6,  // 32: shardcache.v1.AdminService.DrainNode:input_type -> shardcache.v1.DrainNodeRequest
+	8,  // 33: shardcache.v1.AdminService.UndrainNode:input_type -> shardcache.v1.UndrainNodeRequest
+	10, // 34: shardcache.v1.AdminService.PutPolicy:input_type -> shardcache.v1.PutPolicyRequest
+	11, // 35: shardcache.v1.AdminService.PutPolicies:input_type -> shardcache.v1.PutPoliciesRequest
+	14, // 36: shardcache.v1.AdminService.GetPolicy:input_type -> shardcache.v1.GetPolicyRequest
+	16, // 37: shardcache.v1.AdminService.ListPolicies:input_type -> shardcache.v1.ListPoliciesRequest
+	18, // 38: shardcache.v1.AdminService.DeletePolicy:input_type -> shardcache.v1.DeletePolicyRequest
+	20, // 39: shardcache.v1.AdminService.PolicyStatus:input_type -> shardcache.v1.PolicyStatusRequest
+	43, // 40: shardcache.v1.AdminService.PolicyHistory:input_type -> shardcache.v1.PolicyHistoryRequest
+	44, // 41: shardcache.v1.AdminService.RollbackPolicies:input_type -> shardcache.v1.RollbackPoliciesRequest
+	23, // 42: shardcache.v1.AdminService.Purge:input_type -> shardcache.v1.PurgeRequest
+	24, // 43: shardcache.v1.AdminService.PurgePrefix:input_type -> shardcache.v1.PurgePrefixRequest
+	25, // 44: shardcache.v1.AdminService.PurgeTag:input_type -> shardcache.v1.PurgeTagRequest
+	26, // 45: shardcache.v1.AdminService.GetPurge:input_type -> shardcache.v1.GetPurgeRequest
+	33, // 46: shardcache.v1.AdminService.GetVersion:input_type -> shardcache.v1.GetVersionRequest
+	1,  // 47: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
+	5,  // 48: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
+	7,  // 49: shardcache.v1.AdminService.DrainNode:output_type -> shardcache.v1.DrainNodeResponse
+	9,  // 50: shardcache.v1.AdminService.UndrainNode:output_type -> shardcache.v1.UndrainNodeResponse
+	13, // 51: shardcache.v1.AdminService.PutPolicy:output_type -> shardcache.v1.PutPolicyResponse
+	12, // 52: shardcache.v1.AdminService.PutPolicies:output_type -> shardcache.v1.PutPoliciesResponse
+	15, // 53: shardcache.v1.AdminService.GetPolicy:output_type -> shardcache.v1.GetPolicyResponse
+	17, // 54: shardcache.v1.AdminService.ListPolicies:output_type -> shardcache.v1.ListPoliciesResponse
+	19, // 55: shardcache.v1.AdminService.DeletePolicy:output_type -> shardcache.v1.DeletePolicyResponse
+	22, // 56: shardcache.v1.AdminService.PolicyStatus:output_type -> shardcache.v1.PolicyStatusResponse
+	45, // 57: shardcache.v1.AdminService.PolicyHistory:output_type -> shardcache.v1.PolicyHistoryResponse
+	46, // 58: shardcache.v1.AdminService.RollbackPolicies:output_type -> shardcache.v1.RollbackPoliciesResponse
+	29, // 59: shardcache.v1.AdminService.Purge:output_type -> shardcache.v1.PurgeResponse
+	30, // 60: shardcache.v1.AdminService.PurgePrefix:output_type -> shardcache.v1.PurgePrefixResponse
+	31, // 61: shardcache.v1.AdminService.PurgeTag:output_type -> shardcache.v1.PurgeTagResponse
+	32, // 62: shardcache.v1.AdminService.GetPurge:output_type -> shardcache.v1.GetPurgeResponse
+	34, // 63: shardcache.v1.AdminService.GetVersion:output_type -> shardcache.v1.GetVersionResponse
+	47, // [47:64] is the sub-list for method output_type
+	30, // [30:47] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_admin_proto_init() }

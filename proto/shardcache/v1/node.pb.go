@@ -358,6 +358,9 @@ type SessionResponse struct {
 	//	*SessionResponse_Certificate
 	//	*SessionResponse_Heartbeat
 	//	*SessionResponse_MissedPurges
+	//	*SessionResponse_Purges
+	//	*SessionResponse_EpochChange
+	//	*SessionResponse_SnapshotMembers
 	Msg           isSessionResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -463,6 +466,33 @@ func (x *SessionResponse) GetMissedPurges() *MissedPurges {
 	return nil
 }
 
+func (x *SessionResponse) GetPurges() *PurgeBatch {
+	if x != nil {
+		if x, ok := x.Msg.(*SessionResponse_Purges); ok {
+			return x.Purges
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetEpochChange() *RingEpochChange {
+	if x != nil {
+		if x, ok := x.Msg.(*SessionResponse_EpochChange); ok {
+			return x.EpochChange
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetSnapshotMembers() *SnapshotMembers {
+	if x != nil {
+		if x, ok := x.Msg.(*SessionResponse_SnapshotMembers); ok {
+			return x.SnapshotMembers
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Msg interface {
 	isSessionResponse_Msg()
 }
@@ -502,6 +532,24 @@ type SessionResponse_MissedPurges struct {
 	MissedPurges *MissedPurges `protobuf:"bytes,7,opt,name=missed_purges,json=missedPurges,proto3,oneof"`
 }
 
+type SessionResponse_Purges struct {
+	// Purges to apply and acknowledge, several at once when they came faster than one
+	// message each.
+	Purges *PurgeBatch `protobuf:"bytes,8,opt,name=purges,proto3,oneof"`
+}
+
+type SessionResponse_EpochChange struct {
+	// A new ring epoch as its difference from the one the node applied (nodes that said
+	// compact_pushes in their hello).
+	EpochChange *RingEpochChange `protobuf:"bytes,9,opt,name=epoch_change,json=epochChange,proto3,oneof"`
+}
+
+type SessionResponse_SnapshotMembers struct {
+	// Members of the snapshot's epoch, sent ahead of the snapshot in messages of a bounded
+	// size when the ring is too large for one (nodes that said compact_pushes).
+	SnapshotMembers *SnapshotMembers `protobuf:"bytes,10,opt,name=snapshot_members,json=snapshotMembers,proto3,oneof"`
+}
+
 func (*SessionResponse_Snapshot) isSessionResponse_Msg() {}
 
 func (*SessionResponse_Epoch) isSessionResponse_Msg() {}
@@ -515,6 +563,12 @@ func (*SessionResponse_Certificate) isSessionResponse_Msg() {}
 func (*SessionResponse_Heartbeat) isSessionResponse_Msg() {}
 
 func (*SessionResponse_MissedPurges) isSessionResponse_Msg() {}
+
+func (*SessionResponse_Purges) isSessionResponse_Msg() {}
+
+func (*SessionResponse_EpochChange) isSessionResponse_Msg() {}
+
+func (*SessionResponse_SnapshotMembers) isSessionResponse_Msg() {}
 
 // MissedPurges are purges recorded after the node's purge_revision, in order, sent ahead of
 // the snapshot in messages of a bounded size when there are too many for one message. The
@@ -564,6 +618,52 @@ func (x *MissedPurges) GetPurges() []*Purge {
 	return nil
 }
 
+// SnapshotMembers are members of the snapshot's epoch, in its order, sent ahead of the snapshot
+// in messages of a bounded size. The snapshot's epoch carries the members that follow them.
+type SnapshotMembers struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Members       []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotMembers) Reset() {
+	*x = SnapshotMembers{}
+	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotMembers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotMembers) ProtoMessage() {}
+
+func (x *SnapshotMembers) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotMembers.ProtoReflect.Descriptor instead.
+func (*SnapshotMembers) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SnapshotMembers) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 // Heartbeat tells a node that its session is alive.
 type Heartbeat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -573,7 +673,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	mi := &file_shardcache_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +685,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[5]
+	mi := &file_shardcache_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +698,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 // Hello registers a node as a member.
@@ -621,14 +721,18 @@ type Hello struct {
 	// Random id of the node process, new at each start. A reconnect of the same process takes
 	// over its own session; another process with the same member id is refused while the first
 	// one's stream is open.
-	Instance      string `protobuf:"bytes,7,opt,name=instance,proto3" json:"instance,omitempty"`
+	Instance string `protobuf:"bytes,7,opt,name=instance,proto3" json:"instance,omitempty"`
+	// The node applies the compact pushes: PurgeBatch, RingEpochChange and SnapshotMembers. The
+	// control plane then sends purges several to a message, epochs as changes, and a large ring
+	// in several messages; to a node without it, one purge and one whole epoch a message.
+	CompactPushes bool `protobuf:"varint,8,opt,name=compact_pushes,json=compactPushes,proto3" json:"compact_pushes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[6]
+	mi := &file_shardcache_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +744,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[6]
+	mi := &file_shardcache_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +757,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Hello) GetMember() *Member {
@@ -705,6 +809,13 @@ func (x *Hello) GetInstance() string {
 	return ""
 }
 
+func (x *Hello) GetCompactPushes() bool {
+	if x != nil {
+		return x.CompactPushes
+	}
+	return false
+}
+
 // CertificateRequest asks the control plane, as the cluster's certificate authority, for a
 // peer-hop certificate for the session's member id.
 type CertificateRequest struct {
@@ -717,7 +828,7 @@ type CertificateRequest struct {
 
 func (x *CertificateRequest) Reset() {
 	*x = CertificateRequest{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[7]
+	mi := &file_shardcache_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +840,7 @@ func (x *CertificateRequest) String() string {
 func (*CertificateRequest) ProtoMessage() {}
 
 func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[7]
+	mi := &file_shardcache_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +853,7 @@ func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateRequest.ProtoReflect.Descriptor instead.
 func (*CertificateRequest) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CertificateRequest) GetCsr() []byte {
@@ -769,7 +880,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[8]
+	mi := &file_shardcache_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +892,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[8]
+	mi := &file_shardcache_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +905,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Certificate) GetCertificate() []byte {
@@ -857,7 +968,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[9]
+	mi := &file_shardcache_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +980,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[9]
+	mi := &file_shardcache_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +993,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LoadReport) GetEpoch() uint64 {
@@ -1009,7 +1120,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[10]
+	mi := &file_shardcache_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1132,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[10]
+	mi := &file_shardcache_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1145,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PolicySet) GetPolicies() []*CachePolicy {
@@ -1087,7 +1198,7 @@ type PolicyAck struct {
 
 func (x *PolicyAck) Reset() {
 	*x = PolicyAck{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[11]
+	mi := &file_shardcache_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1210,7 @@ func (x *PolicyAck) String() string {
 func (*PolicyAck) ProtoMessage() {}
 
 func (x *PolicyAck) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[11]
+	mi := &file_shardcache_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1223,7 @@ func (x *PolicyAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyAck.ProtoReflect.Descriptor instead.
 func (*PolicyAck) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PolicyAck) GetAppliedRevision() int64 {
@@ -1158,7 +1269,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_shardcache_v1_node_proto_msgTypes[12]
+	mi := &file_shardcache_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1281,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_node_proto_msgTypes[12]
+	mi := &file_shardcache_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1294,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_shardcache_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Snapshot) GetEpoch() *RingEpoch {
@@ -1245,7 +1356,7 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\x03msg\"\x0e\n" +
 	"\fDrainRequest\"\"\n" +
 	"\fEpochRequest\x12\x12\n" +
-	"\x04seen\x18\x01 \x01(\x04R\x04seen\"\xa5\x03\n" +
+	"\x04seen\x18\x01 \x01(\x04R\x04seen\"\xec\x04\n" +
 	"\x0fSessionResponse\x125\n" +
 	"\bsnapshot\x18\x01 \x01(\v2\x17.shardcache.v1.SnapshotH\x00R\bsnapshot\x120\n" +
 	"\x05epoch\x18\x02 \x01(\v2\x18.shardcache.v1.RingEpochH\x00R\x05epoch\x126\n" +
@@ -1253,11 +1364,17 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\x05purge\x18\x04 \x01(\v2\x14.shardcache.v1.PurgeH\x00R\x05purge\x12>\n" +
 	"\vcertificate\x18\x05 \x01(\v2\x1a.shardcache.v1.CertificateH\x00R\vcertificate\x128\n" +
 	"\theartbeat\x18\x06 \x01(\v2\x18.shardcache.v1.HeartbeatH\x00R\theartbeat\x12B\n" +
-	"\rmissed_purges\x18\a \x01(\v2\x1b.shardcache.v1.MissedPurgesH\x00R\fmissedPurgesB\x05\n" +
+	"\rmissed_purges\x18\a \x01(\v2\x1b.shardcache.v1.MissedPurgesH\x00R\fmissedPurges\x123\n" +
+	"\x06purges\x18\b \x01(\v2\x19.shardcache.v1.PurgeBatchH\x00R\x06purges\x12C\n" +
+	"\fepoch_change\x18\t \x01(\v2\x1e.shardcache.v1.RingEpochChangeH\x00R\vepochChange\x12K\n" +
+	"\x10snapshot_members\x18\n" +
+	" \x01(\v2\x1e.shardcache.v1.SnapshotMembersH\x00R\x0fsnapshotMembersB\x05\n" +
 	"\x03msg\"<\n" +
 	"\fMissedPurges\x12,\n" +
-	"\x06purges\x18\x01 \x03(\v2\x14.shardcache.v1.PurgeR\x06purges\"\v\n" +
-	"\tHeartbeat\"\xf2\x01\n" +
+	"\x06purges\x18\x01 \x03(\v2\x14.shardcache.v1.PurgeR\x06purges\"B\n" +
+	"\x0fSnapshotMembers\x12/\n" +
+	"\amembers\x18\x01 \x03(\v2\x15.shardcache.v1.MemberR\amembers\"\v\n" +
+	"\tHeartbeat\"\x99\x02\n" +
 	"\x05Hello\x12-\n" +
 	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12\x1d\n" +
 	"\n" +
@@ -1267,7 +1384,8 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"join_token\x18\x05 \x01(\tR\tjoinToken\x12\x10\n" +
 	"\x03csr\x18\x06 \x01(\fR\x03csr\x12\x1a\n" +
-	"\binstance\x18\a \x01(\tR\binstance\"&\n" +
+	"\binstance\x18\a \x01(\tR\binstance\x12%\n" +
+	"\x0ecompact_pushes\x18\b \x01(\bR\rcompactPushes\"&\n" +
 	"\x12CertificateRequest\x12\x10\n" +
 	"\x03csr\x18\x01 \x01(\fR\x03csr\"\x8e\x01\n" +
 	"\vCertificate\x12 \n" +
@@ -1339,7 +1457,7 @@ func file_shardcache_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_shardcache_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_shardcache_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_shardcache_v1_node_proto_goTypes = []any{
 	(SessionEnd)(0),               // 0: shardcache.v1.SessionEnd
 	(*SessionRequest)(nil),        // 1: shardcache.v1.SessionRequest
@@ -1347,56 +1465,63 @@ var file_shardcache_v1_node_proto_goTypes = []any{
 	(*EpochRequest)(nil),          // 3: shardcache.v1.EpochRequest
 	(*SessionResponse)(nil),       // 4: shardcache.v1.SessionResponse
 	(*MissedPurges)(nil),          // 5: shardcache.v1.MissedPurges
-	(*Heartbeat)(nil),             // 6: shardcache.v1.Heartbeat
-	(*Hello)(nil),                 // 7: shardcache.v1.Hello
-	(*CertificateRequest)(nil),    // 8: shardcache.v1.CertificateRequest
-	(*Certificate)(nil),           // 9: shardcache.v1.Certificate
-	(*LoadReport)(nil),            // 10: shardcache.v1.LoadReport
-	(*PolicySet)(nil),             // 11: shardcache.v1.PolicySet
-	(*PolicyAck)(nil),             // 12: shardcache.v1.PolicyAck
-	(*Snapshot)(nil),              // 13: shardcache.v1.Snapshot
-	nil,                           // 14: shardcache.v1.LoadReport.ResponseBytesByRouteEntry
-	(*PurgeResult)(nil),           // 15: shardcache.v1.PurgeResult
-	(*RingEpoch)(nil),             // 16: shardcache.v1.RingEpoch
-	(*Purge)(nil),                 // 17: shardcache.v1.Purge
-	(*Member)(nil),                // 18: shardcache.v1.Member
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*CachePolicy)(nil),           // 20: shardcache.v1.CachePolicy
-	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
+	(*SnapshotMembers)(nil),       // 6: shardcache.v1.SnapshotMembers
+	(*Heartbeat)(nil),             // 7: shardcache.v1.Heartbeat
+	(*Hello)(nil),                 // 8: shardcache.v1.Hello
+	(*CertificateRequest)(nil),    // 9: shardcache.v1.CertificateRequest
+	(*Certificate)(nil),           // 10: shardcache.v1.Certificate
+	(*LoadReport)(nil),            // 11: shardcache.v1.LoadReport
+	(*PolicySet)(nil),             // 12: shardcache.v1.PolicySet
+	(*PolicyAck)(nil),             // 13: shardcache.v1.PolicyAck
+	(*Snapshot)(nil),              // 14: shardcache.v1.Snapshot
+	nil,                           // 15: shardcache.v1.LoadReport.ResponseBytesByRouteEntry
+	(*PurgeResult)(nil),           // 16: shardcache.v1.PurgeResult
+	(*RingEpoch)(nil),             // 17: shardcache.v1.RingEpoch
+	(*Purge)(nil),                 // 18: shardcache.v1.Purge
+	(*PurgeBatch)(nil),            // 19: shardcache.v1.PurgeBatch
+	(*RingEpochChange)(nil),       // 20: shardcache.v1.RingEpochChange
+	(*Member)(nil),                // 21: shardcache.v1.Member
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*CachePolicy)(nil),           // 23: shardcache.v1.CachePolicy
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
 }
 var file_shardcache_v1_node_proto_depIdxs = []int32{
-	7,  // 0: shardcache.v1.SessionRequest.hello:type_name -> shardcache.v1.Hello
-	10, // 1: shardcache.v1.SessionRequest.load:type_name -> shardcache.v1.LoadReport
-	15, // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
-	12, // 3: shardcache.v1.SessionRequest.policy_ack:type_name -> shardcache.v1.PolicyAck
-	8,  // 4: shardcache.v1.SessionRequest.certificate_request:type_name -> shardcache.v1.CertificateRequest
+	8,  // 0: shardcache.v1.SessionRequest.hello:type_name -> shardcache.v1.Hello
+	11, // 1: shardcache.v1.SessionRequest.load:type_name -> shardcache.v1.LoadReport
+	16, // 2: shardcache.v1.SessionRequest.purge_result:type_name -> shardcache.v1.PurgeResult
+	13, // 3: shardcache.v1.SessionRequest.policy_ack:type_name -> shardcache.v1.PolicyAck
+	9,  // 4: shardcache.v1.SessionRequest.certificate_request:type_name -> shardcache.v1.CertificateRequest
 	3,  // 5: shardcache.v1.SessionRequest.epoch_request:type_name -> shardcache.v1.EpochRequest
 	2,  // 6: shardcache.v1.SessionRequest.drain_request:type_name -> shardcache.v1.DrainRequest
-	13, // 7: shardcache.v1.SessionResponse.snapshot:type_name -> shardcache.v1.Snapshot
-	16, // 8: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
-	11, // 9: shardcache.v1.SessionResponse.policies:type_name -> shardcache.v1.PolicySet
-	17, // 10: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
-	9,  // 11: shardcache.v1.SessionResponse.certificate:type_name -> shardcache.v1.Certificate
-	6,  // 12: shardcache.v1.SessionResponse.heartbeat:type_name -> shardcache.v1.Heartbeat
+	14, // 7: shardcache.v1.SessionResponse.snapshot:type_name -> shardcache.v1.Snapshot
+	17, // 8: shardcache.v1.SessionResponse.epoch:type_name -> shardcache.v1.RingEpoch
+	12, // 9: shardcache.v1.SessionResponse.policies:type_name -> shardcache.v1.PolicySet
+	18, // 10: shardcache.v1.SessionResponse.purge:type_name -> shardcache.v1.Purge
+	10, // 11: shardcache.v1.SessionResponse.certificate:type_name -> shardcache.v1.Certificate
+	7,  // 12: shardcache.v1.SessionResponse.heartbeat:type_name -> shardcache.v1.Heartbeat
 	5,  // 13: shardcache.v1.SessionResponse.missed_purges:type_name -> shardcache.v1.MissedPurges
-	17, // 14: shardcache.v1.MissedPurges.purges:type_name -> shardcache.v1.Purge
-	18, // 15: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
-	19, // 16: shardcache.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	14, // 17: shardcache.v1.LoadReport.response_bytes_by_route:type_name -> shardcache.v1.LoadReport.ResponseBytesByRouteEntry
-	20, // 18: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
-	16, // 19: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
-	11, // 20: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
-	17, // 21: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
-	18, // 22: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
-	9,  // 23: shardcache.v1.Snapshot.certificate:type_name -> shardcache.v1.Certificate
-	21, // 24: shardcache.v1.Snapshot.heartbeat_interval:type_name -> google.protobuf.Duration
-	1,  // 25: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
-	4,  // 26: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
-	26, // [26:27] is the sub-list for method output_type
-	25, // [25:26] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	19, // 14: shardcache.v1.SessionResponse.purges:type_name -> shardcache.v1.PurgeBatch
+	20, // 15: shardcache.v1.SessionResponse.epoch_change:type_name -> shardcache.v1.RingEpochChange
+	6,  // 16: shardcache.v1.SessionResponse.snapshot_members:type_name -> shardcache.v1.SnapshotMembers
+	18, // 17: shardcache.v1.MissedPurges.purges:type_name -> shardcache.v1.Purge
+	21, // 18: shardcache.v1.SnapshotMembers.members:type_name -> shardcache.v1.Member
+	21, // 19: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
+	22, // 20: shardcache.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	15, // 21: shardcache.v1.LoadReport.response_bytes_by_route:type_name -> shardcache.v1.LoadReport.ResponseBytesByRouteEntry
+	23, // 22: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
+	17, // 23: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
+	12, // 24: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
+	18, // 25: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
+	21, // 26: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
+	10, // 27: shardcache.v1.Snapshot.certificate:type_name -> shardcache.v1.Certificate
+	24, // 28: shardcache.v1.Snapshot.heartbeat_interval:type_name -> google.protobuf.Duration
+	1,  // 29: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
+	4,  // 30: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
+	30, // [30:31] is the sub-list for method output_type
+	29, // [29:30] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_node_proto_init() }
@@ -1424,6 +1549,9 @@ func file_shardcache_v1_node_proto_init() {
 		(*SessionResponse_Certificate)(nil),
 		(*SessionResponse_Heartbeat)(nil),
 		(*SessionResponse_MissedPurges)(nil),
+		(*SessionResponse_Purges)(nil),
+		(*SessionResponse_EpochChange)(nil),
+		(*SessionResponse_SnapshotMembers)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1431,7 +1559,7 @@ func file_shardcache_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_node_proto_rawDesc), len(file_shardcache_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

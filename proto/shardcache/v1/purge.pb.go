@@ -96,7 +96,11 @@ type Purge struct {
 	// etcd revision of the purge record; nodes acknowledge up to it.
 	Revision int64 `protobuf:"varint,8,opt,name=revision,proto3" json:"revision,omitempty"`
 	// For URL: a cache key exactly as stored, instead of url.
-	Key           string `protobuf:"bytes,9,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,9,opt,name=key,proto3" json:"key,omitempty"`
+	// Soft purge: what matches is marked stale instead of removed. It is served as a stale
+	// response is (within the policy's stale-while-revalidate, or stale-if-error when the
+	// origin fails) and revalidated with the origin on its next use.
+	Soft          bool `protobuf:"varint,10,opt,name=soft,proto3" json:"soft,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -194,11 +198,213 @@ func (x *Purge) GetKey() string {
 	return ""
 }
 
+func (x *Purge) GetSoft() bool {
+	if x != nil {
+		return x.Soft
+	}
+	return false
+}
+
+// PurgeBatch is purges pushed together, in revision order: those recorded since the last
+// push to the node, sent as soon as the node's stream takes them.
+type PurgeBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Purges        []*Purge               `protobuf:"bytes,1,rep,name=purges,proto3" json:"purges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeBatch) Reset() {
+	*x = PurgeBatch{}
+	mi := &file_shardcache_v1_purge_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeBatch) ProtoMessage() {}
+
+func (x *PurgeBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_purge_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeBatch.ProtoReflect.Descriptor instead.
+func (*PurgeBatch) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_purge_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PurgeBatch) GetPurges() []*Purge {
+	if x != nil {
+		return x.Purges
+	}
+	return nil
+}
+
+// PurgeWatermarks is one control-plane replica's record of the purge revisions its sessions'
+// nodes have applied: a node's applied revision answers for every purge before it. It is
+// rewritten at most once per short batch, whatever the rate of purges.
+type PurgeWatermarks struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The replica that writes the record.
+	Replica string `protobuf:"bytes,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	// Every node of the replica's sessions not listed in behind has applied at least this
+	// revision.
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The nodes below revision, each with the revision it applied; at most a bounded number.
+	Behind    []*NodeWatermark       `protobuf:"bytes,3,rep,name=behind,proto3" json:"behind,omitempty"`
+	WrittenAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=written_at,json=writtenAt,proto3" json:"written_at,omitempty"`
+	// Purges whose exceptions (results that say more than "applied") were written in the same
+	// transaction as this record.
+	Excepted []string `protobuf:"bytes,5,rep,name=excepted,proto3" json:"excepted,omitempty"`
+	// The run of the replica process that wrote the record (Node.replica_run): it answers only
+	// for the nodes whose session that run holds.
+	Run           string `protobuf:"bytes,6,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeWatermarks) Reset() {
+	*x = PurgeWatermarks{}
+	mi := &file_shardcache_v1_purge_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeWatermarks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeWatermarks) ProtoMessage() {}
+
+func (x *PurgeWatermarks) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_purge_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeWatermarks.ProtoReflect.Descriptor instead.
+func (*PurgeWatermarks) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_purge_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PurgeWatermarks) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *PurgeWatermarks) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *PurgeWatermarks) GetBehind() []*NodeWatermark {
+	if x != nil {
+		return x.Behind
+	}
+	return nil
+}
+
+func (x *PurgeWatermarks) GetWrittenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WrittenAt
+	}
+	return nil
+}
+
+func (x *PurgeWatermarks) GetExcepted() []string {
+	if x != nil {
+		return x.Excepted
+	}
+	return nil
+}
+
+func (x *PurgeWatermarks) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+// NodeWatermark is the highest purge revision one node has applied.
+type NodeWatermark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Revision      int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeWatermark) Reset() {
+	*x = NodeWatermark{}
+	mi := &file_shardcache_v1_purge_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeWatermark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeWatermark) ProtoMessage() {}
+
+func (x *NodeWatermark) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_purge_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeWatermark.ProtoReflect.Descriptor instead.
+func (*NodeWatermark) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_purge_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *NodeWatermark) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeWatermark) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 // PurgeResult is one node's outcome of one purge.
 type PurgeResult struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	NodeId  string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	PurgeId string                 `protobuf:"bytes,2,opt,name=purge_id,json=purgeId,proto3" json:"purge_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Empty: the result says only that the node applied every purge up to revision_applied.
+	PurgeId string `protobuf:"bytes,2,opt,name=purge_id,json=purgeId,proto3" json:"purge_id,omitempty"`
 	// Objects removed from this node's tiers.
 	ObjectsRemoved int64 `protobuf:"varint,3,opt,name=objects_removed,json=objectsRemoved,proto3" json:"objects_removed,omitempty"`
 	// Highest purge revision the node has applied.
@@ -214,7 +420,7 @@ type PurgeResult struct {
 
 func (x *PurgeResult) Reset() {
 	*x = PurgeResult{}
-	mi := &file_shardcache_v1_purge_proto_msgTypes[1]
+	mi := &file_shardcache_v1_purge_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -226,7 +432,7 @@ func (x *PurgeResult) String() string {
 func (*PurgeResult) ProtoMessage() {}
 
 func (x *PurgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_purge_proto_msgTypes[1]
+	mi := &file_shardcache_v1_purge_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -239,7 +445,7 @@ func (x *PurgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResult.ProtoReflect.Descriptor instead.
 func (*PurgeResult) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_purge_proto_rawDescGZIP(), []int{1}
+	return file_shardcache_v1_purge_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PurgeResult) GetNodeId() string {
@@ -288,7 +494,7 @@ var File_shardcache_v1_purge_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_purge_proto_rawDesc = "" +
 	"\n" +
-	"\x19shardcache/v1/purge.proto\x12\rshardcache.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x02\n" +
+	"\x19shardcache/v1/purge.proto\x12\rshardcache.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9b\x02\n" +
 	"\x05Purge\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12,\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x18.shardcache.v1.PurgeKindR\x04kind\x12\x10\n" +
@@ -300,7 +506,23 @@ const file_shardcache_v1_purge_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1a\n" +
 	"\brevision\x18\b \x01(\x03R\brevision\x12\x10\n" +
-	"\x03key\x18\t \x01(\tR\x03key\"\xc7\x01\n" +
+	"\x03key\x18\t \x01(\tR\x03key\x12\x12\n" +
+	"\x04soft\x18\n" +
+	" \x01(\bR\x04soft\":\n" +
+	"\n" +
+	"PurgeBatch\x12,\n" +
+	"\x06purges\x18\x01 \x03(\v2\x14.shardcache.v1.PurgeR\x06purges\"\xe6\x01\n" +
+	"\x0fPurgeWatermarks\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\tR\areplica\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x124\n" +
+	"\x06behind\x18\x03 \x03(\v2\x1c.shardcache.v1.NodeWatermarkR\x06behind\x129\n" +
+	"\n" +
+	"written_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\x12\x1a\n" +
+	"\bexcepted\x18\x05 \x03(\tR\bexcepted\x12\x10\n" +
+	"\x03run\x18\x06 \x01(\tR\x03run\"D\n" +
+	"\rNodeWatermark\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\xc7\x01\n" +
 	"\vPurgeResult\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
 	"\bpurge_id\x18\x02 \x01(\tR\apurgeId\x12'\n" +
@@ -327,21 +549,27 @@ func file_shardcache_v1_purge_proto_rawDescGZIP() []byte {
 }
 
 var file_shardcache_v1_purge_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shardcache_v1_purge_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_shardcache_v1_purge_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_shardcache_v1_purge_proto_goTypes = []any{
 	(PurgeKind)(0),                // 0: shardcache.v1.PurgeKind
 	(*Purge)(nil),                 // 1: shardcache.v1.Purge
-	(*PurgeResult)(nil),           // 2: shardcache.v1.PurgeResult
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(*PurgeBatch)(nil),            // 2: shardcache.v1.PurgeBatch
+	(*PurgeWatermarks)(nil),       // 3: shardcache.v1.PurgeWatermarks
+	(*NodeWatermark)(nil),         // 4: shardcache.v1.NodeWatermark
+	(*PurgeResult)(nil),           // 5: shardcache.v1.PurgeResult
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
 }
 var file_shardcache_v1_purge_proto_depIdxs = []int32{
 	0, // 0: shardcache.v1.Purge.kind:type_name -> shardcache.v1.PurgeKind
-	3, // 1: shardcache.v1.Purge.created_at:type_name -> google.protobuf.Timestamp
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	6, // 1: shardcache.v1.Purge.created_at:type_name -> google.protobuf.Timestamp
+	1, // 2: shardcache.v1.PurgeBatch.purges:type_name -> shardcache.v1.Purge
+	4, // 3: shardcache.v1.PurgeWatermarks.behind:type_name -> shardcache.v1.NodeWatermark
+	6, // 4: shardcache.v1.PurgeWatermarks.written_at:type_name -> google.protobuf.Timestamp
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_purge_proto_init() }
@@ -355,7 +583,7 @@ func file_shardcache_v1_purge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_purge_proto_rawDesc), len(file_shardcache_v1_purge_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

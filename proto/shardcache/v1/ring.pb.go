@@ -297,6 +297,105 @@ func (x *RingEpoch) GetReason() string {
 	return ""
 }
 
+// RingEpochChange is a ring epoch sent as its difference from the epoch the node applied
+// (base_epoch): the members added or changed, and the ids of those removed. The node builds
+// the new epoch from its own; sent only to nodes whose hello says compact_pushes.
+type RingEpochChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The epoch the change applies to: the one the node last applied.
+	BaseEpoch uint64 `protobuf:"varint,2,opt,name=base_epoch,json=baseEpoch,proto3" json:"base_epoch,omitempty"`
+	// As in RingEpoch.
+	PreviousEpoch uint64                 `protobuf:"varint,3,opt,name=previous_epoch,json=previousEpoch,proto3" json:"previous_epoch,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Members added, or whose description changed, sorted by id.
+	Upserted []*Member `protobuf:"bytes,6,rep,name=upserted,proto3" json:"upserted,omitempty"`
+	// Ids of the members removed, sorted.
+	Removed       []string `protobuf:"bytes,7,rep,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RingEpochChange) Reset() {
+	*x = RingEpochChange{}
+	mi := &file_shardcache_v1_ring_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RingEpochChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RingEpochChange) ProtoMessage() {}
+
+func (x *RingEpochChange) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_ring_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RingEpochChange.ProtoReflect.Descriptor instead.
+func (*RingEpochChange) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_ring_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RingEpochChange) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *RingEpochChange) GetBaseEpoch() uint64 {
+	if x != nil {
+		return x.BaseEpoch
+	}
+	return 0
+}
+
+func (x *RingEpochChange) GetPreviousEpoch() uint64 {
+	if x != nil {
+		return x.PreviousEpoch
+	}
+	return 0
+}
+
+func (x *RingEpochChange) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *RingEpochChange) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RingEpochChange) GetUpserted() []*Member {
+	if x != nil {
+		return x.Upserted
+	}
+	return nil
+}
+
+func (x *RingEpochChange) GetRemoved() []string {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
 var File_shardcache_v1_ring_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_ring_proto_rawDesc = "" +
@@ -322,7 +421,17 @@ const file_shardcache_v1_ring_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12%\n" +
 	"\x0eprevious_epoch\x18\x04 \x01(\x04R\rpreviousEpoch\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason*y\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\x8d\x02\n" +
+	"\x0fRingEpochChange\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1d\n" +
+	"\n" +
+	"base_epoch\x18\x02 \x01(\x04R\tbaseEpoch\x12%\n" +
+	"\x0eprevious_epoch\x18\x03 \x01(\x04R\rpreviousEpoch\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x121\n" +
+	"\bupserted\x18\x06 \x03(\v2\x15.shardcache.v1.MemberR\bupserted\x12\x18\n" +
+	"\aremoved\x18\a \x03(\tR\aremoved*y\n" +
 	"\vMemberState\x12\x1c\n" +
 	"\x18MEMBER_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14MEMBER_STATE_JOINING\x10\x01\x12\x17\n" +
@@ -342,23 +451,26 @@ func file_shardcache_v1_ring_proto_rawDescGZIP() []byte {
 }
 
 var file_shardcache_v1_ring_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shardcache_v1_ring_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_shardcache_v1_ring_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_shardcache_v1_ring_proto_goTypes = []any{
 	(MemberState)(0),              // 0: shardcache.v1.MemberState
 	(*Member)(nil),                // 1: shardcache.v1.Member
 	(*RingEpoch)(nil),             // 2: shardcache.v1.RingEpoch
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(*RingEpochChange)(nil),       // 3: shardcache.v1.RingEpochChange
+	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
 }
 var file_shardcache_v1_ring_proto_depIdxs = []int32{
 	0, // 0: shardcache.v1.Member.state:type_name -> shardcache.v1.MemberState
-	3, // 1: shardcache.v1.Member.joined_at:type_name -> google.protobuf.Timestamp
+	4, // 1: shardcache.v1.Member.joined_at:type_name -> google.protobuf.Timestamp
 	1, // 2: shardcache.v1.RingEpoch.members:type_name -> shardcache.v1.Member
-	3, // 3: shardcache.v1.RingEpoch.created_at:type_name -> google.protobuf.Timestamp
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	4, // 3: shardcache.v1.RingEpoch.created_at:type_name -> google.protobuf.Timestamp
+	4, // 4: shardcache.v1.RingEpochChange.created_at:type_name -> google.protobuf.Timestamp
+	1, // 5: shardcache.v1.RingEpochChange.upserted:type_name -> shardcache.v1.Member
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_ring_proto_init() }
@@ -372,7 +484,7 @@ func file_shardcache_v1_ring_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_ring_proto_rawDesc), len(file_shardcache_v1_ring_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

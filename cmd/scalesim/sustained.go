@@ -1,0 +1,249 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/admin"
+)
+
+// writeCount counts etcd write transactions (revisions) under the prefix
+// by what they wrote: purges (purge records, watermark records and the
+// exceptions written with them), node status (status and last-heard
+// records: registrations, policy acknowledgements, the load reports'
+// periodic copy) and the rest (members, epochs, sessions).
+type writeCount struct {
+	purge, status, other atomic.Int64
+}
+
+type writes struct{ purge, status, other int64 }
+
+func (w *writeCount) snapshot() writes {
+	return writes{w.purge.Load(), w.status.Load(), w.other.Load()}
+}
+
+func (a writes) sub(b writes) writes {
+	return writes{a.purge - b.purge, a.status - b.status, a.other - b.other}
+}
+
+// countWrites watches every key under prefix from now until ctx ends.
+func countWrites(ctx context.Context, cli *clientv3.Client, prefix string) (*writeCount, error) {
+	resp, err := cli.Get(ctx, "shardcache-scalesim-probe")
+	if err != nil {
+		return nil, err
+	}
+	c := &writeCount{}
+	wc := cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	go func() {
+		for wr := range wc {
+			kinds := map[int64]int{} // revision -> 0 other, 1 status, 2 purge
+			for _, ev := range wr.Events {
+				key := strings.TrimPrefix(string(ev.Kv.Key), prefix)
+				k := 0
+				switch {
+				case strings.HasPrefix(key, "purges") || strings.HasPrefix(key, "watermarks/") || strings.HasPrefix(key, "purge-acks/"):
+					k = 2
+				case strings.HasPrefix(key, "status/") || strings.HasPrefix(key, "seen/"):
+					k = 1
+				}
+				rev := ev.Kv.ModRevision
+				if ev.Type == clientv3.EventTypeDelete {
+					rev = wr.Header.Revision
+				}
+				kinds[rev] = max(kinds[rev], k)
+			}
+			for _, k := range kinds {
+				switch k {
+				case 2:
+					c.purge.Add(1)
+				case 1:
+					c.status.Add(1)
+				default:
+					c.other.Add(1)
+				}
+			}
+		}
+	}()
+	return c, nil
+}
+
+// sustained makes rate purges a second for d, URL, prefix and tag in turn,
+// each waited for by every node, and reports how many were acknowledged by
+// all, their latency, the etcd writes they cost and the control plane's
+// memory over the run.
+func (s *sim) sustained(ctx context.Context, b *strings.Builder, fig *figures, rate int, d time.Duration, writes *writeCount) error {
+	const workers = 1000 // calls in flight at most
+	type outcome struct {
+		start    time.Time
+		took     time.Duration
+		rev      int64
+		complete bool
+		err      error
+	}
+	jobs := make(chan int, workers)
+	outcomes := make(chan outcome, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range jobs {
+				opts := admin.PurgeOptions{RequestID: fmt.Sprintf("load-%d", i), Wait: 30 * time.Second}
+				t0 := time.Now()
+				var st *pb.PurgeStatus
+				var err error
+				switch i % 3 {
+				case 0:
+					st, err = s.admin.PurgeURL(ctx, fmt.Sprintf("http://www.example.com/load/%d", i), opts)
+				case 1:
+					st, err = s.admin.PurgePrefix(ctx, "www.example.com", fmt.Sprintf("/load/%d/", i), opts)
+				default:
+					st, err = s.admin.PurgeTag(ctx, fmt.Sprintf("load-%d", i), opts)
+				}
+				outcomes <- outcome{t0, time.Since(t0), st.GetPurge().GetRevision(), st.GetComplete(), err}
+			}
+		})
+	}
+	var lat []time.Duration
+	var done []outcome
+	var complete, failed, incomplete int
+	var firstErr error
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		for o := range outcomes {
+			switch {
+			case o.err != nil:
+				failed++
+				if firstErr == nil {
+					firstErr = o.err
+				}
+			case !o.complete:
+				incomplete++
+			default:
+				complete++
+				lat = append(lat, o.took)
+				done = append(done, o)
+			}
+		}
+	}()
+	// Every 10 ms, the lowest purge revision applied by any node: when
+	// each purge reached every node, apart from its acknowledgement.
+	type lowAt struct {
+		at  time.Time
+		rev int64
+	}
+	var lows []lowAt
+	sctx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case now := <-t.C:
+				low := int64(-1)
+				for _, nd := range s.nodes {
+					if r := nd.rev.Load(); low < 0 || r < low {
+						low = r
+					}
+				}
+				lows = append(lows, lowAt{now, low})
+			}
+		}
+	}()
+	applied0 := s.applied()
+	w0 := writes.snapshot()
+	rss0, _ := s.memory()
+	var rssMax int64
+	start := time.Now()
+	// Paced by the clock, not by ticks a busy machine drops: each
+	// millisecond sends what is due by then.
+	tick := time.NewTicker(time.Millisecond)
+	sample := time.NewTicker(5 * time.Second)
+	sent, late := 0, 0
+	for time.Since(start) < d {
+		select {
+		case <-tick.C:
+			for due := int(time.Since(start).Seconds() * float64(rate)); sent+late < due; {
+				select {
+				case jobs <- sent:
+					sent++
+				default:
+					late++ // every caller busy: the rate is not held
+				}
+			}
+		case <-sample.C:
+			rss, _ := s.memory()
+			rssMax = max(rssMax, rss)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	tick.Stop()
+	sample.Stop()
+	close(jobs)
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(outcomes)
+	<-collected
+	rss1, _ := s.memory()
+	rssMax = max(rssMax, rss1)
+	// Every node applied every purge (the sessions push them all).
+	want := int64(sent)
+	actx, acancel := context.WithTimeout(ctx, time.Minute)
+	err := waitAll(actx, s.nodes, func(nd *simNode) bool { return nd.applied.Load()-applied0[nd.id] >= want })
+	acancel()
+	missing := ""
+	if err != nil {
+		missing = fmt.Sprintf("; not every node applied all of them: %v", err)
+	}
+	stopSampling()
+	<-sampled
+	var reach []time.Duration
+	for _, o := range done {
+		i, _ := slices.BinarySearchFunc(lows, o.rev, func(l lowAt, rev int64) int { return cmp.Compare(l.rev, rev) })
+		if i < len(lows) {
+			reach = append(reach, lows[i].at.Sub(o.start))
+		}
+	}
+	w := writes.snapshot().sub(w0)
+	fmt.Fprintf(b, "| sustained purges: %d a second asked for %s (URL, prefix, tag in turn; %d calls in flight at most) | %d sent in %s (%.0f a second), %d not sent for want of a free caller; %d acknowledged by all, %d incomplete, %d failed%s%s |\n",
+		rate, d, workers, sent, ms(elapsed), float64(sent)/elapsed.Seconds(), late, complete, incomplete, failed, errNote(firstErr), missing)
+	fmt.Fprintf(b, "| the same: admin call to acknowledged by all | p50 %s, p99 %s, max %s |\n", ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99)), ms(quantile(lat, 1)))
+	fmt.Fprintf(b, "| the same: admin call to applied by every node (sampled every 10 ms) | p50 %s, p99 %s |\n", ms(quantile(reach, 0.5)), ms(quantile(reach, 0.99)))
+	fmt.Fprintf(b, "| the same: etcd write transactions | %d for purges (%.3f a purge); %d node status and load reports, %d others, reported apart |\n",
+		w.purge, float64(w.purge)/float64(max(sent, 1)), w.status, w.other)
+	fmt.Fprintf(b, "| the same: control plane memory | RSS %d MiB before, %d MiB at most, %d MiB after (%d purges more retained) |\n", rss0>>20, rssMax>>20, rss1>>20, sent)
+	fig.purgeP50, fig.purgeP99 = quantile(lat, 0.5), quantile(lat, 0.99)
+	fig.purgesPerS = float64(complete) / elapsed.Seconds()
+	fig.writesPerPurge = float64(w.purge) / float64(max(sent, 1))
+	return nil
+}
+
+func errNote(err error) string {
+	if err == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (first failure: %v)", err)
+}
+
+// applied is how many purges each node has applied, by id.
+func (s *sim) applied() map[string]int64 {
+	out := make(map[string]int64, len(s.nodes))
+	for _, nd := range s.nodes {
+		out[nd.id] = nd.applied.Load()
+	}
+	return out
+}

@@ -1,0 +1,397 @@
+package controlplane
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// ackView is this replica's view, kept current by etcd watches, of what
+// answers a purge's status: the replicas' watermark records, the nodes'
+// status records (one per node with a session, bound to its lease) and
+// what was last heard of each node (seen/). A purge waits for every node
+// with a status record, and for every node without one heard from within
+// forgetAbsent.
+type ackView struct {
+	notify       notifier
+	forgetAbsent time.Duration
+	// ready is closed once every part was first read.
+	ready   chan struct{}
+	loading atomic.Int32 // parts not yet read
+
+	mu      sync.Mutex
+	records map[string]viewRecord // by replica
+	status  map[string]viewStatus // by node
+	seen    map[string]viewSeen   // by node
+	// excepted are the purges with an exception recorded (the records
+	// name them), so that only theirs are read from etcd; past maxExcepted
+	// every purge's are, and so are they before the first read of the
+	// records: exceptions written before it are not named.
+	excepted map[string]bool
+	lossy    bool
+	// seenRev is, per part, the etcd revision its watch is known to be
+	// current to (events, or progress notices, up to it).
+	seenRev [3]int64
+	// progressAt is when a progress notice was last asked for (UnixNano).
+	progressAt atomic.Int64
+	knownFrom  int64 // the etcd revision the records were last read whole at
+	// sorted holds the credited revision of every node waited for, in
+	// order; nil when a change made it stale.
+	sorted []int64
+	at     time.Time // when sorted was computed: absent nodes age out
+}
+
+type viewRecord struct {
+	run    string
+	rev    int64
+	behind map[string]int64
+	modRev int64
+}
+
+// viewStatus is a node's status record as the view needs it. regRev is
+// the revision from which the session's replica run tracked the node: that
+// of the status write that named a new replica run (the node registered
+// there), or, for status records read whole, their last write.
+type viewStatus struct {
+	replica, run string
+	regRev       int64
+	purgeRev     int64
+	lastReport   *timestamppb.Timestamp
+}
+
+type viewSeen struct {
+	purgeRev int64
+	at       *timestamppb.Timestamp
+}
+
+func newAckView(forgetAbsent time.Duration) *ackView {
+	v := &ackView{notify: newNotifier(), forgetAbsent: forgetAbsent, ready: make(chan struct{}),
+		records: map[string]viewRecord{}, status: map[string]viewStatus{}, seen: map[string]viewSeen{}}
+	v.excepted = map[string]bool{}
+	v.loading.Store(3) // watermarks, status, seen
+	return v
+}
+
+// creditedLocked is the revision node id is known to have applied, and
+// whether a purge waits for it at all.
+func (v *ackView) creditedLocked(id string, now time.Time) (rev int64, waited, live bool) {
+	if st, ok := v.status[id]; ok {
+		rev = st.purgeRev
+		if r, ok := v.records[st.replica]; ok && r.run == st.run && r.modRev > st.regRev {
+			w, named := r.behind[id]
+			if !named {
+				w = r.rev
+			}
+			rev = max(rev, w)
+		}
+		if s, ok := v.seen[id]; ok {
+			rev = max(rev, s.purgeRev)
+		}
+		return rev, true, true
+	}
+	s, ok := v.seen[id]
+	if !ok || v.forgetAbsent > 0 && now.Sub(s.at.AsTime()) > v.forgetAbsent {
+		return 0, false, false
+	}
+	return s.purgeRev, true, false
+}
+
+// sortedLocked returns the credited revisions of the nodes waited for, in
+// order, computing them again after a change (or a second, as absent nodes
+// age out).
+func (v *ackView) sortedLocked(now time.Time) []int64 {
+	if v.sorted != nil && now.Sub(v.at) < time.Second {
+		return v.sorted
+	}
+	out := make([]int64, 0, len(v.status)+len(v.seen))
+	for id := range v.status {
+		rev, _, _ := v.creditedLocked(id, now)
+		out = append(out, rev)
+	}
+	for id := range v.seen {
+		if _, live := v.status[id]; live {
+			continue
+		}
+		if rev, waited, _ := v.creditedLocked(id, now); waited {
+			out = append(out, rev)
+		}
+	}
+	slices.Sort(out)
+	v.sorted, v.at = out, now
+	return out
+}
+
+// count returns how many of the nodes waited for have applied rev, and how
+// many there are.
+func (v *ackView) count(rev int64) (acked, total int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s := v.sortedLocked(time.Now())
+	i, _ := slices.BinarySearch(s, rev)
+	return len(s) - i, len(s)
+}
+
+// credited is the revision node id is known to have applied.
+func (v *ackView) credited(id string) int64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	rev, _, _ := v.creditedLocked(id, time.Now())
+	return rev
+}
+
+// purgeStatus judges every node waited for against p; results holds the
+// exceptions recorded for p, by node.
+func (v *ackView) purgeStatus(p *pb.Purge, results map[string]*pb.PurgeResult) *pb.PurgeStatus {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	now := time.Now()
+	st := &pb.PurgeStatus{Purge: p}
+	judge := func(id string) {
+		rev, waited, live := v.creditedLocked(id, now)
+		switch r, ok := results[id]; {
+		case !waited:
+		case rev >= p.GetRevision() && ok:
+			st.Results = append(st.Results, r)
+		case rev >= p.GetRevision():
+			st.Results = append(st.Results, &pb.PurgeResult{NodeId: id, PurgeId: p.GetId(), RevisionApplied: rev})
+		default:
+			st.Pending = append(st.Pending, id)
+			if !live {
+				st.Unreachable = append(st.Unreachable, &pb.UnreachableNode{NodeId: id, Since: v.seen[id].at})
+			}
+		}
+	}
+	for id := range v.status {
+		judge(id)
+	}
+	for id := range v.seen {
+		if _, live := v.status[id]; !live {
+			judge(id)
+		}
+	}
+	slices.SortFunc(st.Unreachable, func(x, y *pb.UnreachableNode) int { return strings.Compare(x.GetNodeId(), y.GetNodeId()) })
+	slices.SortFunc(st.Results, func(x, y *pb.PurgeResult) int { return strings.Compare(x.GetNodeId(), y.GetNodeId()) })
+	slices.Sort(st.Pending)
+	st.Complete = len(st.Pending) == 0
+	return st
+}
+
+// maxExcepted bounds the purges the view remembers having exceptions.
+const maxExcepted = 100000
+
+// except notes that purge id has an exception recorded.
+func (v *ackView) except(id string) {
+	if len(v.excepted) >= maxExcepted {
+		v.excepted = map[string]bool{}
+	}
+	v.excepted[id] = true
+}
+
+// mayHaveExceptions reports whether exceptions of purge p may be recorded:
+// it is named by a record seen, or older than what the view has seen.
+func (v *ackView) mayHaveExceptions(p *pb.Purge) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.lossy || p.GetRevision() <= v.knownFrom || v.excepted[p.GetId()]
+}
+
+// changedLocked makes the next count compute again and wakes the waiters.
+func (v *ackView) changed() {
+	v.mu.Lock()
+	v.sorted = nil
+	v.mu.Unlock()
+	v.notify.wake()
+}
+
+// decodeRecord decodes a watermark record, telling except of the purges
+// whose exceptions were written with it.
+func decodeRecord(kv []byte, modRev int64, except func(id string)) (viewRecord, bool) {
+	rec := &pb.PurgeWatermarks{}
+	if proto.Unmarshal(kv, rec) != nil {
+		return viewRecord{}, false
+	}
+	for _, id := range rec.GetExcepted() {
+		except(id)
+	}
+	r := viewRecord{run: rec.GetRun(), rev: rec.GetRevision(), modRev: modRev, behind: make(map[string]int64, len(rec.GetBehind()))}
+	for _, b := range rec.GetBehind() {
+		r.behind[b.GetNodeId()] = b.GetRevision()
+	}
+	return r, true
+}
+
+func decodeViewStatus(kv []byte, modRev int64) (string, viewStatus, bool) {
+	n := &pb.Node{}
+	if proto.Unmarshal(kv, n) != nil {
+		return "", viewStatus{}, false
+	}
+	return n.GetMember().GetId(), viewStatus{replica: n.GetSessionReplica(), run: n.GetReplicaRun(), regRev: modRev,
+		purgeRev: n.GetPurgeRevision(), lastReport: n.GetLastReportAt()}, true
+}
+
+func decodeViewSeen(kv []byte) (string, viewSeen, bool) {
+	n := &pb.Node{}
+	if proto.Unmarshal(kv, n) != nil {
+		return "", viewSeen{}, false
+	}
+	return n.GetMember().GetId(), viewSeen{purgeRev: n.GetPurgeRevision(), at: n.GetLastReportAt()}, true
+}
+
+// watchAcks keeps the view current until ctx ends: one watch per prefix.
+func (s *Server) watchAcks(ctx context.Context) error {
+	v := s.acks
+	st := s.state
+	type part struct {
+		what, prefix string
+		put          func(key string, kv *clientv3.Event)
+		reset        func(at int64)
+	}
+	parts := []part{
+		{"purge watermarks", st.watermarksPrefix(), func(key string, ev *clientv3.Event) {
+			replica := strings.TrimPrefix(key, st.watermarksPrefix())
+			if ev.Type == clientv3.EventTypeDelete {
+				delete(v.records, replica)
+			} else if r, ok := decodeRecord(ev.Kv.Value, ev.Kv.ModRevision, v.except); ok {
+				v.records[replica] = r
+			}
+		}, func(at int64) { v.records, v.knownFrom = map[string]viewRecord{}, at }},
+		{"node status", st.statusPrefix(), func(key string, ev *clientv3.Event) {
+			if ev.Type == clientv3.EventTypeDelete {
+				delete(v.status, strings.TrimPrefix(key, st.statusPrefix()))
+			} else if id, vs, ok := decodeViewStatus(ev.Kv.Value, ev.Kv.ModRevision); ok {
+				// A rewrite by the same run keeps the registration's revision.
+				if old, ok := v.status[id]; ok && old.replica == vs.replica && old.run == vs.run && ev.IsModify() {
+					vs.regRev = old.regRev
+				}
+				v.status[id] = vs
+			}
+		}, func(int64) { v.status = map[string]viewStatus{} }},
+		{"nodes last heard", st.seenPrefix(), func(key string, ev *clientv3.Event) {
+			if ev.Type == clientv3.EventTypeDelete {
+				delete(v.seen, strings.TrimPrefix(key, st.seenPrefix()))
+			} else if id, vs, ok := decodeViewSeen(ev.Kv.Value); ok {
+				v.seen[id] = vs
+			}
+		}, func(int64) { v.seen = map[string]viewSeen{} }},
+	}
+	var wg sync.WaitGroup
+	for i, p := range parts {
+		var first sync.Once
+		wg.Go(func() {
+			s.watchPart(ctx, p.what, p.prefix, func(ctx context.Context) (int64, error) {
+				resp, err := s.etcd.Get(ctx, p.prefix, clientv3.WithPrefix())
+				if err != nil {
+					return 0, etcdErr(err, "reading %s", p.what)
+				}
+				v.mu.Lock()
+				p.reset(resp.Header.Revision)
+				for _, kv := range resp.Kvs {
+					p.put(string(kv.Key), &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
+				}
+				v.seenRev[i] = resp.Header.Revision
+				v.mu.Unlock()
+				v.changed()
+				first.Do(func() {
+					if v.loading.Add(-1) == 0 {
+						close(v.ready)
+					}
+				})
+				return resp.Header.Revision, nil
+			}, func(wr clientv3.WatchResponse) {
+				v.mu.Lock()
+				for _, ev := range wr.Events {
+					p.put(string(ev.Kv.Key), ev)
+				}
+				v.seenRev[i] = max(v.seenRev[i], wr.Header.Revision)
+				v.mu.Unlock()
+				v.changed()
+			})
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// watchPart is loadAndWatch for a part of the view: apply gets whole watch
+// responses, progress notices included, for their revision.
+func (s *Server) watchPart(ctx context.Context, what, prefix string, load func(context.Context) (int64, error), apply func(clientv3.WatchResponse)) {
+	for ctx.Err() == nil {
+		at, err := load(ctx)
+		if err != nil {
+			s.log.Warn("reading "+what+"; retrying", "err", err)
+			if !sleepCtx(ctx, time.Second) {
+				return
+			}
+			continue
+		}
+		for wr := range s.etcd.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(at+1)) {
+			if wr.Err() != nil {
+				s.log.Warn(what+" watch interrupted", "err", wr.Err())
+				break
+			}
+			apply(wr)
+		}
+		if !sleepCtx(ctx, 500*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// current reports whether every part of the view has seen etcd up to rev.
+func (v *ackView) current(rev int64) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return min(v.seenRev[0], v.seenRev[1], v.seenRev[2]) >= rev
+}
+
+// catchUp waits until the view has seen etcd up to rev, asking etcd for a
+// progress notice on the view's watches, or until ctx ends: a purge is
+// judged against every node registered before it.
+func (v *ackView) catchUp(ctx context.Context, cli *clientv3.Client, rev int64) {
+	if v.current(rev) {
+		return
+	}
+	wake, unsubscribe := v.notify.subscribe()
+	defer unsubscribe()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for !v.current(rev) {
+		// The view's watches share the stream of this metadata; one ask
+		// serves every purge waiting meanwhile.
+		if now := time.Now().UnixNano(); now-v.progressAt.Load() > int64(20*time.Millisecond) {
+			v.progressAt.Store(now)
+			_ = cli.RequestProgress(clientv3.WithRequireLeader(ctx))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-t.C:
+		}
+	}
+}
+
+// exceptions reads the results recorded for purge id, by node.
+func (s *state) exceptions(ctx context.Context, id string) (map[string]*pb.PurgeResult, error) {
+	resp, err := s.kv.Get(ctx, s.purgeAcksPrefix(id), clientv3.WithPrefix(), clientv3.WithSerializable())
+	if err != nil {
+		return nil, etcdErr(err, "reading the results of purge %s", id)
+	}
+	out := make(map[string]*pb.PurgeResult, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		r := &pb.PurgeResult{}
+		if proto.Unmarshal(kv.Value, r) == nil {
+			out[r.GetNodeId()] = r
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,197 @@
+package controlplane
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// What every session sends alike (an epoch, its change from the one
+// before, a purge) is encoded once per replica and shared by every stream:
+// an encoded message goes through the server's codec as it is.
+
+// encoded is a SessionResponse already marshalled.
+type encoded []byte
+
+// sharedCodec is the proto codec, but sends an encoded message as is.
+type sharedCodec struct{ encoding.CodecV2 }
+
+func newSharedCodec() sharedCodec { return sharedCodec{encoding.GetCodecV2("proto")} }
+
+// Marshal returns an encoded message's bytes, or marshals any other.
+func (c sharedCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(encoded); ok {
+		return mem.BufferSlice{mem.SliceBuffer(e)}, nil
+	}
+	return c.CodecV2.Marshal(v)
+}
+
+// Field numbers of the SessionResponse messages built by hand.
+var (
+	fieldPurgeBatch = protowire.Number((&pb.SessionResponse{}).ProtoReflect().Descriptor().Fields().ByName("purges").Number())
+	fieldBatchItem  = protowire.Number((&pb.PurgeBatch{}).ProtoReflect().Descriptor().Fields().ByName("purges").Number())
+)
+
+// batchItem is p encoded as one element of PurgeBatch.purges: a batch is
+// its items end to end, so a purge is marshalled once whatever the number
+// of sessions and batches it goes out in.
+func batchItem(p *pb.Purge) []byte {
+	b, _ := proto.Marshal(p) // a purge always marshals
+	out := protowire.AppendTag(make([]byte, 0, len(b)+8), fieldBatchItem, protowire.BytesType)
+	return protowire.AppendBytes(out, b)
+}
+
+// purgeBatchMessage is SessionResponse{purges: PurgeBatch{items}}.
+func purgeBatchMessage(items [][]byte) encoded {
+	n := 0
+	for _, it := range items {
+		n += len(it)
+	}
+	out := protowire.AppendTag(make([]byte, 0, n+12), fieldPurgeBatch, protowire.BytesType)
+	out = protowire.AppendVarint(out, uint64(n))
+	for _, it := range items {
+		out = append(out, it...)
+	}
+	return out
+}
+
+// snapshotMembersBytes bounds a SnapshotMembers message.
+const snapshotMembersBytes = 256 << 10
+
+// epochMessages are an epoch's pushes, encoded once: the whole epoch, its
+// change from the epoch this replica had before it (nil for the first),
+// and its members cut into SnapshotMembers messages for joining nodes.
+type epochMessages struct {
+	epoch   *pb.RingEpoch
+	full    encoded
+	base    uint64
+	change  encoded
+	members []encoded
+	// bare is the epoch without its members, for the snapshot that
+	// follows members.
+	bare *pb.RingEpoch
+}
+
+// epochOrNil is the epoch of m, nil before the first.
+func (m *epochMessages) epochOrNil() *pb.RingEpoch {
+	if m == nil {
+		return nil
+	}
+	return m.epoch
+}
+
+func mustEncode(m *pb.SessionResponse) encoded {
+	b, _ := proto.Marshal(m) // session responses always marshal
+	return b
+}
+
+func newEpochMessages(prev, e *pb.RingEpoch) *epochMessages {
+	out := &epochMessages{epoch: e, full: mustEncode(&pb.SessionResponse{Msg: &pb.SessionResponse_Epoch{Epoch: e}}),
+		bare: &pb.RingEpoch{Epoch: e.GetEpoch(), CreatedAt: e.GetCreatedAt(), PreviousEpoch: e.GetPreviousEpoch(), Reason: e.GetReason()}}
+	if prev != nil {
+		c := epochChange(prev, e)
+		out.base = prev.GetEpoch()
+		out.change = mustEncode(&pb.SessionResponse{Msg: &pb.SessionResponse_EpochChange{EpochChange: c}})
+	}
+	var chunk []*pb.Member
+	size := 0
+	flush := func() {
+		out.members = append(out.members, mustEncode(&pb.SessionResponse{Msg: &pb.SessionResponse_SnapshotMembers{
+			SnapshotMembers: &pb.SnapshotMembers{Members: chunk}}}))
+		chunk, size = nil, 0
+	}
+	for _, m := range e.GetMembers() {
+		n := proto.Size(m) + 6
+		if size+n > snapshotMembersBytes && len(chunk) > 0 {
+			flush()
+		}
+		chunk = append(chunk, m)
+		size += n
+	}
+	if len(chunk) > 0 {
+		flush()
+	}
+	return out
+}
+
+// epochChange is next as its difference from prev.
+func epochChange(prev, next *pb.RingEpoch) *pb.RingEpochChange {
+	c := &pb.RingEpochChange{Epoch: next.GetEpoch(), BaseEpoch: prev.GetEpoch(), PreviousEpoch: next.GetPreviousEpoch(),
+		CreatedAt: next.GetCreatedAt(), Reason: next.GetReason()}
+	old := make(map[string]*pb.Member, len(prev.GetMembers()))
+	for _, m := range prev.GetMembers() {
+		old[m.GetId()] = m
+	}
+	for _, m := range next.GetMembers() {
+		if o, ok := old[m.GetId()]; !ok || !proto.Equal(o, m) {
+			c.Upserted = append(c.Upserted, m)
+		}
+		delete(old, m.GetId())
+	}
+	for id := range old {
+		c.Removed = append(c.Removed, id)
+	}
+	slices.SortFunc(c.Upserted, func(a, b *pb.Member) int { return strings.Compare(a.GetId(), b.GetId()) })
+	slices.Sort(c.Removed)
+	return c
+}
+
+// purgePushPace is the least time between two purge pushes to a session:
+// a purge goes out at once to a session that had none in the last pace,
+// and purges that come faster go out together at its end. It bounds the
+// messages a session carries to 1/purgePushPace a second, whatever the
+// rate of purges.
+const purgePushPace = 50 * time.Millisecond
+
+// pacePurges pushes the new purges now, or at the end of the pace.
+func (r *sessionRun) pacePurges() error {
+	if r.paced != nil {
+		return nil // a push is due already
+	}
+	if wait := purgePushPace - time.Since(r.pushedAt); wait > 0 {
+		r.paced = time.NewTimer(wait)
+		return nil
+	}
+	return r.pushPurges()
+}
+
+// pacedC fires when a paced push is due; nil (never) when none is.
+func (r *sessionRun) pacedC() <-chan time.Time {
+	if r.paced == nil {
+		return nil
+	}
+	return r.paced.C
+}
+
+// pushPurges sends the purges recorded since the last push: to a compact
+// node all of them in batches of shared encodings, else one a message.
+func (r *sessionRun) pushPurges() error {
+	r.pushedAt = time.Now()
+	if !r.compact {
+		ps, _ := r.n.purges.since(r.sentPurges)
+		for _, p := range ps {
+			if err := r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Purge{Purge: p}}); err != nil {
+				return err
+			}
+			r.sentPurges = p.GetRevision()
+		}
+		return nil
+	}
+	for {
+		items, last := r.n.purges.itemsSince(r.sentPurges, missedPurgesBytes)
+		if len(items) == 0 {
+			return nil
+		}
+		if err := r.stream.SendMsg(purgeBatchMessage(items)); err != nil {
+			return err
+		}
+		r.sentPurges = last
+	}
+}

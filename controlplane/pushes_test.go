@@ -1,0 +1,109 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// A batch built from each purge's own encoding is the PurgeBatch a
+// marshal of the purges makes.
+func TestPurgeBatchesBuiltFromSharedEncodings(t *testing.T) {
+	var ps []*pb.Purge
+	var items [][]byte
+	for i := range 5 {
+		p := &pb.Purge{Id: fmt.Sprint("p", i), Kind: pb.PurgeKind_PURGE_KIND_TAG, Tag: fmt.Sprint("t", i), Revision: int64(i + 1), Soft: i%2 == 0}
+		ps = append(ps, p)
+		items = append(items, batchItem(p))
+	}
+	got := &pb.SessionResponse{}
+	if err := proto.Unmarshal(purgeBatchMessage(items), got); err != nil {
+		t.Fatal(err)
+	}
+	want := &pb.SessionResponse{Msg: &pb.SessionResponse_Purges{Purges: &pb.PurgeBatch{Purges: ps}}}
+	if !proto.Equal(got, want) {
+		t.Fatalf("decoded %v, want %v", got, want)
+	}
+}
+
+// recvCompact reads one message of a compact session.
+func recvCompact(t *testing.T, n *nodeSession) *pb.SessionResponse {
+	t.Helper()
+	resp, err := n.recvUntil(func(r *pb.SessionResponse) bool { return r.GetHeartbeat() == nil && r.GetPolicies() == nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// A node that says compact_pushes gets its snapshot's members ahead of it,
+// epochs as their change from the one it has, and purges in batches.
+func TestCompactPushes(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	conn := dial(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := openSession(t, conn, "a")
+	first.waitEpoch(t, "a")
+	stream := sayHello(t, ctx, conn, &pb.Hello{Member: &pb.Member{Id: "b", PeerAddress: "127.0.0.1:9999"}, CompactPushes: true})
+	n := &nodeSession{stream: stream, cancel: cancel}
+	var members []*pb.Member
+	var cur *pb.RingEpoch
+	for cur == nil {
+		switch resp := recvCompact(t, n); {
+		case resp.GetSnapshotMembers() != nil:
+			members = append(members, resp.GetSnapshotMembers().GetMembers()...)
+		case resp.GetSnapshot() != nil:
+			cur = resp.GetSnapshot().GetEpoch()
+			cur.Members = append(members, cur.GetMembers()...)
+		default:
+			t.Fatalf("before the snapshot: %v", resp)
+		}
+	}
+	if len(cur.GetMembers()) != 1 || cur.GetMembers()[0].GetId() != "a" || !proto.Equal(cur, s.hub.epoch()) {
+		t.Fatalf("the snapshot's epoch is %v, want the replica's %v", cur, s.hub.epoch())
+	}
+	// b joins: the next epoch comes as the change from the one b has.
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case <-deadline:
+			t.Fatal("no epoch change within 30 s")
+		default:
+		}
+		resp := recvCompact(t, n)
+		if resp.GetEpoch() != nil {
+			t.Fatalf("a whole epoch %d to a compact node that has epoch %d", resp.GetEpoch().GetEpoch(), cur.GetEpoch())
+		}
+		c := resp.GetEpochChange()
+		if c == nil {
+			continue
+		}
+		if c.GetBaseEpoch() != cur.GetEpoch() || len(c.GetUpserted()) != 1 || c.GetUpserted()[0].GetId() != "b" || len(c.GetRemoved()) != 0 {
+			t.Fatalf("change %v from epoch %d: want b added", c, cur.GetEpoch())
+		}
+		break
+	}
+	admin := pb.NewAdminServiceClient(conn)
+	actx := adminCtx(context.Background(), testToken)
+	go func() {
+		_, _ = admin.PurgeTag(actx, &pb.PurgeTagRequest{RequestId: "t1", Tag: "x", Soft: true})
+	}()
+	for {
+		resp := recvCompact(t, n)
+		if resp.GetPurge() != nil {
+			t.Fatal("a purge alone to a compact node")
+		}
+		if b := resp.GetPurges(); b != nil {
+			if p := b.GetPurges(); len(p) != 1 || p[0].GetId() != "t1" || !p[0].GetSoft() {
+				t.Fatalf("batch %v, want the soft purge t1", b)
+			}
+			return
+		}
+	}
+}

@@ -1,0 +1,315 @@
+package controlplane
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// Acknowledgements are watermarks: the purge revision a node has applied
+// answers for every purge before it. A replica keeps its sessions'
+// revisions in memory and writes them as one record, watermarks/<replica>,
+// at most once per batch interval, however many purges there are; a
+// purge's status is computed from those records (ackview.go). A node's
+// result that says more than "applied" (objects removed, an error, a sweep
+// still running) is an exception, written in the same transaction as the
+// record under purge-acks/<purge>/<node>.
+//
+// A record written at etcd revision w states, for every node the replica
+// tracked when it was written, a revision the node had applied. A session
+// starts being tracked before its registration is written, and a node whose
+// session ended stays tracked, at its last revision, for keepEnded (longer
+// than its status record can outlive its lease), so a record newer than a
+// node's status record always speaks for that node. A replica killed before
+// it wrote a batch loses nothing: nodes send their applied revision in the
+// hello of their next session, on any replica.
+
+func (s *state) watermarksPrefix() string            { return s.prefix + "watermarks/" }
+func (s *state) watermarksKey(replica string) string { return s.watermarksPrefix() + replica }
+
+// recordRefresh is how often a replica with sessions writes its record
+// though nothing changed.
+const recordRefresh = 10 * time.Second
+
+// maxBehind bounds the nodes a record lists by name; every other node of the
+// replica is answered for by the record's one revision.
+const maxBehind = 64
+
+// maxResultsPerBatch bounds the exceptions written with one record (etcd
+// caps a transaction at 128 operations); the rest wait for the next batch.
+const maxResultsPerBatch = 100
+
+// maxQueuedResults bounds the exceptions waiting for a batch; past it the
+// oldest are dropped (counted), their nodes' watermarks still written.
+const maxQueuedResults = 10000
+
+// watermarks is one replica's applied revisions of its sessions' nodes and
+// the exceptions waiting to be written.
+type watermarks struct {
+	state     *state
+	replica   string
+	runID     string // this run of the replica process (Node.replica_run)
+	interval  time.Duration
+	keepEnded time.Duration
+	log       *slog.Logger
+
+	mu       sync.Mutex
+	nodes    map[string]*tracked
+	results  []*pb.PurgeResult
+	dirty    bool
+	flushing bool
+	wake     chan struct{}
+
+	// writes counts the records written; dropped the exceptions dropped at
+	// the bound.
+	writes, dropped atomic.Uint64
+}
+
+// tracked is one node's applied revision as this replica knows it.
+type tracked struct {
+	rev      int64
+	sessions int       // open sessions of the node on this replica
+	ended    time.Time // when the last one ended, while sessions is 0
+}
+
+func newWatermarks(s *state, replica string, interval, keepEnded time.Duration, log *slog.Logger) *watermarks {
+	return &watermarks{state: s, replica: replica, runID: newRequestID(), interval: interval, keepEnded: keepEnded, log: log,
+		nodes: map[string]*tracked{}, wake: make(chan struct{}, 1)}
+}
+
+// changedLocked marks the record as to be written.
+func (w *watermarks) changedLocked() {
+	w.dirty = true
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// open starts tracking a session of id whose node applied rev.
+func (w *watermarks) open(id string, rev int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.nodes[id]
+	if t == nil {
+		t = &tracked{}
+		w.nodes[id] = t
+	}
+	t.sessions++
+	if rev > t.rev || t.sessions == 1 && rev != t.rev {
+		// A new session's hello says what the node has: a node whose
+		// store was wiped has less, and nothing to purge.
+		t.rev = rev
+	}
+	w.changedLocked()
+}
+
+// applied records that id applied every purge up to rev.
+func (w *watermarks) applied(id string, rev int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t := w.nodes[id]; t != nil && rev > t.rev {
+		t.rev = rev
+		w.changedLocked()
+	}
+}
+
+// revision is the revision id applied, as this replica knows it.
+func (w *watermarks) revision(id string) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t := w.nodes[id]; t != nil {
+		return t.rev
+	}
+	return 0
+}
+
+// touch makes the next batch write the record though no revision changed:
+// after a node's status record is rewritten, only a newer record answers
+// for the node.
+func (w *watermarks) touch() {
+	w.mu.Lock()
+	w.changedLocked()
+	w.mu.Unlock()
+}
+
+// writesPending reports whether a change waits for a batch, or a batch is
+// being written.
+func (w *watermarks) writesPending() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dirty || w.flushing
+}
+
+// close ends a session of id; the node stays tracked at its revision for
+// keepEnded. It returns the revision.
+func (w *watermarks) close(id string) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.nodes[id]
+	if t == nil {
+		return 0
+	}
+	t.sessions--
+	if t.sessions <= 0 {
+		t.sessions, t.ended = 0, time.Now()
+	}
+	return t.rev
+}
+
+// result queues an exception for the next batch.
+func (w *watermarks) result(r *pb.PurgeResult) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.results) >= maxQueuedResults {
+		w.results = w.results[1:]
+		w.dropped.Add(1)
+	}
+	w.results = append(w.results, r)
+	w.changedLocked()
+}
+
+// run writes a batch an interval after the first change in it, until ctx
+// ends; then it writes what is left, for a few seconds at most.
+func (w *watermarks) run(ctx context.Context) {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	// The record is written again at least every recordRefresh while the
+	// replica has sessions: a replica's view read anew credits the
+	// records newer than the status records it read.
+	refresh := time.NewTicker(recordRefresh)
+	defer refresh.Stop()
+	defer func() {
+		fctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		if err := w.flush(fctx); err != nil {
+			w.log.Warn("writing the last purge watermarks", "err", err)
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		case <-refresh.C:
+			w.mu.Lock()
+			if len(w.nodes) > 0 {
+				w.dirty = true
+			}
+			w.mu.Unlock()
+		}
+		t.Reset(w.interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if err := w.flush(ctx); err != nil && ctx.Err() == nil {
+			w.log.Warn("writing purge watermarks; retrying", "err", err)
+			w.mu.Lock()
+			w.changedLocked()
+			w.mu.Unlock()
+		}
+	}
+}
+
+// record builds the record of the tracked nodes, forgetting those whose
+// sessions ended longer than keepEnded ago.
+func (w *watermarks) recordLocked(now time.Time) *pb.PurgeWatermarks {
+	type nodeRev struct {
+		id  string
+		rev int64
+	}
+	all := make([]nodeRev, 0, len(w.nodes))
+	for id, t := range w.nodes {
+		if t.sessions == 0 && now.Sub(t.ended) > w.keepEnded {
+			delete(w.nodes, id)
+			continue
+		}
+		all = append(all, nodeRev{id, t.rev})
+	}
+	slices.SortFunc(all, func(a, b nodeRev) int { return cmp.Or(cmp.Compare(a.rev, b.rev), cmp.Compare(a.id, b.id)) })
+	rec := &pb.PurgeWatermarks{Replica: w.replica, Run: w.runID, WrittenAt: timestamppb.New(now)}
+	if len(all) == 0 {
+		return rec
+	}
+	// The revision is the lowest one past the maxBehind lowest nodes (the
+	// highest, when there are no more): those below it are named.
+	rec.Revision = all[min(maxBehind, len(all)-1)].rev
+	for _, n := range all {
+		if n.rev >= rec.Revision {
+			break
+		}
+		rec.Behind = append(rec.Behind, &pb.NodeWatermark{NodeId: n.id, Revision: n.rev})
+	}
+	return rec
+}
+
+// flush writes the record and up to maxResultsPerBatch exceptions in one
+// transaction, if anything changed since the last.
+func (w *watermarks) flush(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.dirty {
+		w.mu.Unlock()
+		return nil
+	}
+	rec := w.recordLocked(time.Now())
+	w.flushing = true
+	defer func() {
+		w.mu.Lock()
+		w.flushing = false
+		w.mu.Unlock()
+	}()
+	results := w.results[:min(len(w.results), maxResultsPerBatch)]
+	w.results = w.results[len(results):]
+	w.dirty = len(w.results) > 0
+	if w.dirty {
+		w.changedLocked()
+	}
+	w.mu.Unlock()
+	ops := []clientv3.Op{{}} // the record, once it names the exceptions
+	// etcd refuses a key twice in a transaction: a later result of a
+	// node for a purge replaces its earlier one.
+	last := make(map[string]int, len(results))
+	for i, r := range results {
+		last[w.state.purgeAckKey(r.GetPurgeId(), r.GetNodeId())] = i
+	}
+	for i, r := range results {
+		if last[w.state.purgeAckKey(r.GetPurgeId(), r.GetNodeId())] != i {
+			continue
+		}
+		rb, err := proto.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("encoding purge result: %w", err)
+		}
+		ops = append(ops, clientv3.OpPut(w.state.purgeAckKey(r.GetPurgeId(), r.GetNodeId()), string(rb)))
+		if !slices.Contains(rec.Excepted, r.GetPurgeId()) {
+			rec.Excepted = append(rec.Excepted, r.GetPurgeId())
+		}
+	}
+	b, err := proto.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encoding purge watermarks: %w", err)
+	}
+	ops[0] = clientv3.OpPut(w.state.watermarksKey(w.replica), string(b))
+	if _, err := w.state.kv.Txn(ctx).Then(ops...).Commit(); err != nil {
+		w.mu.Lock()
+		w.results = append(results, w.results...)
+		w.mu.Unlock()
+		return etcdErr(err, "writing the purge watermarks of %s", w.replica)
+	}
+	w.writes.Add(1)
+	return nil
+}

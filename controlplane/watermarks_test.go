@@ -1,0 +1,348 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/loopback"
+)
+
+// ackingNode is a test node that says compact_pushes and acknowledges
+// every purge it is pushed at once, with its applied revision, as nodes do.
+type ackingNode struct {
+	stream pb.NodeService_SessionClient
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	rev    int64
+	// ack, when false, applies purges without acknowledging them.
+	ack bool
+}
+
+func startAckingNode(t *testing.T, conn *grpc.ClientConn, id string, rev int64, ack bool) *ackingNode {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stream := sayHello(t, ctx, conn, &pb.Hello{Member: &pb.Member{Id: id, PeerAddress: "127.0.0.1:9999"}, PurgeRevision: rev, CompactPushes: true})
+	n := &ackingNode{stream: stream, cancel: cancel, done: make(chan struct{}), rev: rev, ack: ack}
+	snapshot := make(chan error, 1)
+	go func() {
+		defer close(n.done)
+		established := false
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				if !established {
+					snapshot <- err
+				}
+				return
+			}
+			var ps []*pb.Purge
+			switch {
+			case resp.GetSnapshot() != nil:
+				ps = resp.GetSnapshot().GetPurges()
+				established = true
+				snapshot <- nil
+			case resp.GetPurges() != nil:
+				ps = resp.GetPurges().GetPurges()
+			case resp.GetPurge() != nil:
+				t.Errorf("%s says compact_pushes but got a purge alone", id)
+			}
+			if len(ps) == 0 {
+				continue
+			}
+			n.mu.Lock()
+			n.rev = max(n.rev, ps[len(ps)-1].GetRevision())
+			r := n.rev
+			n.mu.Unlock()
+			if !ack {
+				continue
+			}
+			if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_PurgeResult{PurgeResult: &pb.PurgeResult{RevisionApplied: r}}}); err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { n.stop() })
+	select {
+	case err := <-snapshot:
+		if err != nil {
+			t.Fatalf("%s: no snapshot: %v", id, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: no snapshot within 30 s", id)
+	}
+	return n
+}
+
+func (n *ackingNode) applied() int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.rev
+}
+
+// stop breaks the node's stream, as a crash does (no goodbye).
+func (n *ackingNode) stop() {
+	n.cancel()
+	<-n.done
+}
+
+// etcdRevision is etcd's revision now: one more for every write transaction.
+func etcdRevision(t *testing.T, s *Server) int64 {
+	t.Helper()
+	resp, err := s.etcd.Get(context.Background(), "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+// The etcd write transactions a purge costs stay bounded as the rate of
+// purges grows: one for the record, and the watermark records of the
+// batches, one per replica per PurgeAckInterval at most, whatever the
+// number of purges and nodes.
+func TestEtcdWritesPerPurgeStayBoundedAsPurgesPerSecondGrow(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	s, _, _ := startServer(t, nil, func(c *Config) { c.PurgeAckInterval = interval })
+	conn := dial(t, s)
+	admin := pb.NewAdminServiceClient(conn)
+	ctx := adminCtx(context.Background(), testToken)
+	for i := range 8 {
+		startAckingNode(t, conn, fmt.Sprintf("n%d", i), 0, true)
+	}
+	// Let the registrations' epoch be written first: it is no purge's.
+	waitFor(t, func() bool { e := s.hub.epoch(); return e != nil && len(e.GetMembers()) == 8 })
+	waitFor(t, func() bool { return s.marks.writes.Load() > 0 && !s.marks.writesPending() })
+
+	var perPurge []float64
+	for _, concurrent := range []int{1, 10, 50} {
+		const rounds = 3
+		rev0, writes0, start := etcdRevision(t, s), s.marks.writes.Load(), time.Now()
+		for round := range rounds {
+			var wg sync.WaitGroup
+			for i := range concurrent {
+				wg.Go(func() {
+					id := fmt.Sprintf("c%d-r%d-%d", concurrent, round, i)
+					resp, err := admin.Purge(ctx, &pb.PurgeRequest{RequestId: id, Url: "http://example.com/" + id, Wait: durationpb.New(30 * time.Second)})
+					if err != nil || !resp.GetStatus().GetComplete() {
+						t.Errorf("purge %s: %v %v, want complete", id, resp.GetStatus(), err)
+					}
+				})
+			}
+			wg.Wait()
+		}
+		// The batch after the last acknowledgement may land after the answers.
+		waitFor(t, func() bool { return !s.marks.writesPending() })
+		elapsed := time.Since(start)
+		purges := int64(concurrent * rounds)
+		total := etcdRevision(t, s) - rev0
+		marks := int64(s.marks.writes.Load() - writes0)
+		if records := total - marks; records != purges {
+			t.Errorf("%d purges at once: %d write transactions besides the watermarks, want one per purge (%d)", concurrent, records, purges)
+		}
+		// One watermark write per batch at most: per interval, plus the last.
+		if bound := int64(elapsed/interval) + 2; marks > bound {
+			t.Errorf("%d purges at once: %d watermark writes in %s, more than one per %s batch (%d)", concurrent, marks, elapsed, interval, bound)
+		}
+		if marks > 2*int64(rounds) {
+			t.Errorf("%d purges at once: %d watermark writes for %d rounds of purges, want at most two a round", concurrent, marks, rounds)
+		}
+		perPurge = append(perPurge, float64(total)/float64(purges))
+	}
+	if perPurge[2] >= perPurge[0] || perPurge[2] > 1.2 {
+		t.Errorf("write transactions per purge at 1, 10 and 50 at once: %v; want them falling towards one", perPurge)
+	}
+}
+
+// A node's acknowledgement answers for a purge only once its replica's
+// watermark record holds it: a node that applied a purge but whose
+// watermark was never written is reported pending, never complete. A
+// replica cut off from etcd and killed before its batch loses nothing: the
+// node says what it applied in the hello of its next session, on another
+// replica, and the purge completes.
+func TestAReplicaKilledMidBatchLosesNoAcknowledgement(t *testing.T) {
+	etcd := testEtcd(t)
+	proxy := startTCPProxy(t, etcd)
+	// Replica a writes its batches 10 s after a change: not before it
+	// loses etcd, in this test.
+	a, _, stopA := startServer(t, []string{proxy.url()}, func(c *Config) { c.PurgeAckInterval = 10 * time.Second })
+	b, _, _ := startServer(t, []string{etcd})
+	admin := pb.NewAdminServiceClient(dial(t, b))
+	ctx := adminCtx(context.Background(), testToken)
+
+	n := startAckingNode(t, dial(t, a), "n1", 0, true)
+	waitFor(t, func() bool { _, total := b.acks.count(1); return total == 1 })
+	resp, err := admin.Purge(ctx, &pb.PurgeRequest{RequestId: "p1", Url: "http://example.com/a", Wait: durationpb.New(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := resp.GetStatus()
+	rev := st.GetPurge().GetRevision()
+	waitFor(t, func() bool { return n.applied() >= rev && a.marks.revision("n1") >= rev })
+	// Applied and acknowledged to a, which has not written it: pending.
+	got, err := admin.GetPurge(ctx, &pb.GetPurgeRequest{RequestId: "p1", Wait: durationpb.New(500 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetStatus().GetComplete() || !slices.Equal(got.GetStatus().GetPending(), []string{"n1"}) {
+		t.Fatalf("status with the acknowledgement unwritten: %v, want n1 pending", got.GetStatus())
+	}
+
+	// a loses etcd, then dies: its batch is never written. The node's
+	// stream breaks and it connects to b, saying what it applied.
+	proxy.cut()
+	stopA()
+	n.stop()
+	if got, err := admin.GetPurge(ctx, &pb.GetPurgeRequest{RequestId: "p1"}); err != nil || got.GetStatus().GetComplete() {
+		t.Fatalf("after a died: %v %v, want still pending", got.GetStatus(), err)
+	}
+	startAckingNode(t, dial(t, b), "n1", n.applied(), true)
+	got, err = admin.GetPurge(ctx, &pb.GetPurgeRequest{RequestId: "p1", Wait: durationpb.New(30 * time.Second)})
+	if err != nil || !got.GetStatus().GetComplete() {
+		t.Fatalf("after n1 returned through b: %v %v, want complete", got.GetStatus(), err)
+	}
+	if r := got.GetStatus().GetResults(); len(r) != 1 || r[0].GetNodeId() != "n1" || r[0].GetRevisionApplied() < rev {
+		t.Fatalf("results %v, want n1 at revision %d at least", r, rev)
+	}
+}
+
+// A watermark record names at most maxBehind nodes, whatever the number of
+// nodes; every other node is answered for by its one revision, at most the
+// revision each of them applied.
+func TestAWatermarkRecordIsBounded(t *testing.T) {
+	w := newWatermarks(nil, "r", time.Second, time.Minute, nil)
+	for i := range 1000 {
+		w.open(fmt.Sprintf("n%04d", i), int64(i%300))
+	}
+	rec := w.recordLocked(time.Now())
+	if len(rec.GetBehind()) > maxBehind {
+		t.Fatalf("the record names %d nodes, more than %d", len(rec.GetBehind()), maxBehind)
+	}
+	named := map[string]int64{}
+	for _, b := range rec.GetBehind() {
+		named[b.GetNodeId()] = b.GetRevision()
+		if b.GetRevision() >= rec.GetRevision() {
+			t.Errorf("%s is named at %d, not behind the record's %d", b.GetNodeId(), b.GetRevision(), rec.GetRevision())
+		}
+	}
+	for i := range 1000 {
+		id, applied := fmt.Sprintf("n%04d", i), int64(i%300)
+		credited, ok := named[id]
+		if !ok {
+			credited = rec.GetRevision()
+		}
+		if credited > applied {
+			t.Fatalf("%s is credited with %d; it applied %d", id, credited, applied)
+		}
+	}
+	// With few nodes, each is answered for exactly.
+	small := newWatermarks(nil, "r", time.Second, time.Minute, nil)
+	small.open("a", 5)
+	small.open("b", 9)
+	if rec := small.recordLocked(time.Now()); rec.GetRevision() != 9 || len(rec.GetBehind()) != 1 || rec.GetBehind()[0].GetRevision() != 5 {
+		t.Fatalf("record of a at 5 and b at 9: %v", rec)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 30 s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling state that signals nothing
+	}
+}
+
+// tcpProxy forwards connections to an address until cut.
+type tcpProxy struct {
+	lis   net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	dead  bool
+}
+
+func startTCPProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	addr, ok := loopback.Addr()
+	if !ok {
+		t.Fatal("no free port")
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := target[len("http://"):]
+	p := &tcpProxy{lis: lis}
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", to)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			if p.dead {
+				c.Close()
+				up.Close()
+			}
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *tcpProxy) url() string { return "http://" + p.lis.Addr().String() }
+
+// cut closes the listener and every connection through it.
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dead = true
+	p.lis.Close()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+// A replica started again under the same name is another run: its records
+// do not answer for the nodes whose sessions the previous run held, which
+// stay pending until they return.
+func TestARestartedReplicaDoesNotAnswerForTheNodesOfItsLastRun(t *testing.T) {
+	etcd := []string{testEtcd(t)}
+	named := func(c *Config) { c.ReplicaID, c.LeaseTTL = "replica-r", 10*time.Second }
+	first, _, stopFirst := startServer(t, etcd, named)
+	gone := startAckingNode(t, dial(t, first), "gone", 0, false)
+	waitFor(t, func() bool { return first.marks.writes.Load() > 0 && !first.marks.writesPending() })
+	gone.stop()
+	stopFirst() // the node's status record lives on until its lease expires
+	second, _, _ := startServer(t, etcd, named)
+	conn := dial(t, second)
+	startAckingNode(t, conn, "back", 0, true)
+	admin := pb.NewAdminServiceClient(conn)
+	resp, err := admin.Purge(adminCtx(context.Background(), testToken), &pb.PurgeRequest{Url: "http://example.com/a", Wait: durationpb.New(2 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := resp.GetStatus(); st.GetComplete() || !slices.Contains(st.GetPending(), "gone") || slices.Contains(st.GetPending(), "back") {
+		t.Fatalf("status %v: want the node of the last run pending, the returned one not", st)
+	}
+}
