@@ -24,7 +24,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/hotkey"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/clientconn"
-	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
+	"github.com/shardcache/shardcache/dataplane/internal/h1"
 	"github.com/shardcache/shardcache/dataplane/internal/sketch"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
 	"github.com/shardcache/shardcache/dataplane/logstream"
@@ -49,6 +49,23 @@ const shutdownGrace = 10 * time.Second
 // maxClientHeader bounds a client request's line and header fields; larger
 // ones are answered 431.
 const maxClientHeader = 64 << 10
+
+// server is one listener's server: the client port's (h1) or net/http's.
+type server interface {
+	Serve(l net.Listener) error
+	Shutdown(ctx context.Context) error
+	Close() error
+}
+
+// servePlain is a net/http server, serving TLS when it has a TLS config.
+type servePlain struct{ *http.Server }
+
+func (s servePlain) Serve(l net.Listener) error {
+	if s.TLSConfig != nil {
+		return s.ServeTLS(l, "", "")
+	}
+	return s.Server.Serve(l)
+}
 
 // Node is one cache node: the parts below it, wired. Its own jobs are
 // the ones that span them: applying the ring epochs, policies and purges
@@ -404,27 +421,26 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		n.addrs[i].Store(l.Addr().(*net.TCPAddr))
 		if a.name == "client" {
-			l = coalesce.Listener{Listener: clientconn.NewListener(l, clientconn.Config{
+			l = clientconn.NewListener(l, clientconn.Config{
 				WriteTimeout: max(n.cfg.ClientSendTimeout, 0), MaxPerAddr: max(n.cfg.ClientMaxConnsPerAddr, 0),
 				Exempt: n.trustedProxy, OnRefused: n.metrics.ClientConnsRefused.Inc, OnStalled: n.metrics.ClientStalled.Inc,
-			})}
+			})
 		}
 		listeners = append(listeners, l)
 	}
-	servers := []*http.Server{
-		{Handler: n.traceHandler(http.HandlerFunc(n.front.ServeClient), "shardcache.client"), ReadHeaderTimeout: n.cfg.ClientHeaderTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: maxClientHeader,
-			// Small answers in one write, and the connection's bounds:
-			// listeners[0] is a coalesce.Listener over a clientconn.Listener.
-			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-				return clientconn.ConnContext(coalesce.ConnContext(ctx, c), c)
-			}},
-		n.peerServer(),
-		{Handler: n.opsHandler(), ReadHeaderTimeout: 10 * time.Second},
-	}
-	for _, s := range servers {
+	peer, opsSrv := n.peerServer(), &http.Server{Handler: n.opsHandler(), ReadHeaderTimeout: 10 * time.Second}
+	for _, s := range []*http.Server{peer, opsSrv} {
 		s.ErrorLog = slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)
 	}
-	servers[2].RegisterOnShutdown(n.logs.Shutdown) // log streams end as the ops listener shuts down
+	opsSrv.RegisterOnShutdown(n.logs.Shutdown) // log streams end as the ops listener shuts down
+	servers := []server{
+		// The client port: the data plane's own HTTP/1.1 server, over the
+		// connection bounds of the clientconn.Listener.
+		h1.New(h1.Config{Handler: n.traceHandler(http.HandlerFunc(n.front.ServeClient), "shardcache.client"),
+			HeaderTimeout: n.cfg.ClientHeaderTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: maxClientHeader,
+			ConnContext: clientconn.ConnContext, Logger: n.log}),
+		servePlain{peer}, servePlain{opsSrv},
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	sctx, leave := context.WithCancel(gctx)
@@ -433,11 +449,7 @@ func (n *Node) Run(ctx context.Context) error {
 	for i, s := range servers {
 		l := listeners[i]
 		g.Go(func() error {
-			serve := s.Serve
-			if s.TLSConfig != nil {
-				serve = func(l net.Listener) error { return s.ServeTLS(l, "", "") }
-			}
-			if err := serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("serving %s: %w", l.Addr(), err)
 			}
 			return nil

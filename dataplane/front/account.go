@@ -14,7 +14,6 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/clientconn"
-	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/logstream"
 	"github.com/shardcache/shardcache/dataplane/metrics"
@@ -24,8 +23,9 @@ import (
 // record counts and logs a client request once it is answered (or
 // aborted), from the route it took and the Outcome it had: the metrics,
 // the local-only estimate, the access log and its streams, the trace. A
-// held answer's last bytes leave after it is counted; a broken one ends
-// its connection with a reset.
+// small answer's bytes leave after it is counted (the client port's server
+// writes them once the handler returns); a broken one ends its connection
+// with a reset.
 func (f *Front) record(rec *reply.Recorder, req *owner.Request, route string, out owner.Outcome, client string) {
 	r := req.HTTP
 	if route != metrics.RoutePurge {
@@ -68,9 +68,7 @@ func (f *Front) record(rec *reply.Recorder, req *owner.Request, route string, ou
 		annotate(r.Context(), attribute.String("shardcache.node", f.cfg.ID), attribute.String("shardcache.route", route),
 			attribute.String("shardcache.cache", cache))
 	}
-	if !rec.Broken {
-		coalesce.Settle(rec, r) // a held answer's last bytes leave after it is counted
-	} else if cc := clientconn.From(r.Context()); cc != nil && r.ProtoMajor == 1 {
+	if cc := clientconn.From(r.Context()); rec.Broken && cc != nil && r.ProtoMajor == 1 {
 		// A reset, not a close: an HTTP/1.0 client reading an answer of no
 		// length to the close must not take it for whole.
 		cc.Reset()

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/shardcache/shardcache/dataplane/internal/clientconn"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/owner"
@@ -25,23 +24,8 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 	route := metrics.RouteAborted
 	// Deferred, so that a response aborted mid-body is counted and logged.
 	defer func() { f.record(rec, req, route, out, client) }()
-	if cc := clientconn.From(r.Context()); cc != nil && cc.SawTransferEncoding() && r.ProtoMajor == 1 && r.ProtoMinor == 0 {
-		// An HTTP/1.0 request naming Transfer-Encoding, which net/http
-		// drops unread: its framing is faulty (RFC 9112 6.1). Answer it,
-		// then close, so that what it sent as a body is never read as a
-		// request.
-		rec.Header().Set("Connection", "close")
-	}
 	if r.Body != nil && r.Body != http.NoBody && f.cfg.BodyTimeout > 0 {
 		r.Body = &progressBody{ReadCloser: r.Body, rc: http.NewResponseController(w), header: rec.Header(), wait: f.cfg.BodyTimeout}
-	}
-	if len(r.TransferEncoding) > 0 && r.ProtoMajor == 1 {
-		// The body was read by its Transfer-Encoding, any Content-Length
-		// dropped (RFC 9112 6.1). A front proxy that read it by a
-		// Content-Length would see other request boundaries: close the
-		// connection after answering, so whatever follows on it is never
-		// taken for a request.
-		rec.Header().Set("Connection", "close")
 	}
 	switch {
 	case refused != nil:

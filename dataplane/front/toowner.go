@@ -11,7 +11,6 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
-	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/internal/wait"
 	"github.com/shardcache/shardcache/dataplane/metrics"
@@ -79,7 +78,6 @@ func (f *Front) relay(w http.ResponseWriter, req *owner.Request, m *pb.Member, h
 			return owner.Outcome{}, false
 		}
 		body = bytes.NewReader(b)
-		coalesce.Hold(r, int64(len(b))) // whole and small: one write
 	}
 	reply.CopyHeader(w.Header(), resp.Header)
 	w.Header()["Cache-Status"] = append(w.Header()["Cache-Status"], f.relayStatus)

@@ -11,7 +11,6 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
-	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/store"
 )
@@ -92,7 +91,6 @@ func (s *serving) Answer(e *store.Entry, rd io.Reader, status string) error {
 		return nil
 	}
 	if e.InMemory() && rd == nil && !decode {
-		coalesce.Hold(r, int64(len(e.Body))) // a small answer from memory leaves in one write
 		s.w.Write(e.Body)
 		return nil
 	}

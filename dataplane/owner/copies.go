@@ -7,7 +7,6 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
-	"github.com/shardcache/shardcache/dataplane/internal/coalesce"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/store"
@@ -78,7 +77,6 @@ func (o *Owner) Keep(w http.ResponseWriter, req Request, resp *http.Response) bo
 	w.Header()["Cache-Status"] = append(w.Header()["Cache-Status"], httpcache.RelayedMember(o.statusName))
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(resp.StatusCode)
-	coalesce.Hold(req.HTTP, int64(len(body)))
 	w.Write(body)
 	return true
 }

@@ -1,5 +1,5 @@
 // Package clientconn bounds and watches the client listener's connections,
-// below net/http:
+// below the client port's HTTP server:
 //
 //   - A connection the client stops reading is closed once no byte of the
 //     answer has been taken for WriteTimeout (nginx's send_timeout): the
@@ -7,10 +7,6 @@
 //     waiting, never the length of a transfer.
 //   - One client address holds at most MaxPerAddr connections; beyond, a
 //     new one is answered 503 and closed.
-//   - A request head naming Transfer-Encoding is noticed (SawTransferEncoding):
-//     net/http drops that field from an HTTP/1.0 request unseen and reads
-//     the body by its Content-Length, though RFC 9112 6.1 says the framing
-//     of such a message is faulty and the connection must close after it.
 //   - An answer that broke off can end the connection with a reset (Reset),
 //     so that a client reading to the close, as an HTTP/1.0 client of an
 //     answer without a length does, sees an error and not a whole body.
@@ -121,10 +117,6 @@ type Conn struct {
 	// renewed is when the write deadline was last pushed forward
 	// (UnixNano); see renew.
 	renewed atomic.Int64
-	sawTE   atomic.Bool
-	// tail holds the end of the last read that might start the field
-	// name, so that one split over two reads is still seen.
-	tail []byte
 }
 
 // Close closes the connection once.
@@ -202,85 +194,13 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 // writerOnly hides a Conn's ReadFrom from io.CopyBuffer.
 type writerOnly struct{ io.Writer }
 
-// CloseWrite passes on to the connection's, which net/http uses to close a
-// connection gracefully.
+// CloseWrite passes on to the connection's.
 func (c *Conn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
 	return nil
 }
-
-// fieldName is what SawTransferEncoding looks for at the start of a line.
-const fieldName = "transfer-encoding"
-
-// Read reads, noting a line that starts with the Transfer-Encoding field.
-// It looks at every byte read; a body that holds such a line is taken for
-// one too, which only closes a connection that could have stayed open.
-func (c *Conn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 && !c.sawTE.Load() {
-		c.scan(p[:n])
-	}
-	return n, err
-}
-
-func (c *Conn) scan(b []byte) {
-	if len(c.tail) > 0 {
-		joined := append(c.tail, b[:min(len(b), len(fieldName)+1)]...)
-		c.tail = c.tail[:0]
-		if lineStarts(joined) {
-			c.sawTE.Store(true)
-			return
-		}
-	}
-	if lineStarts(b) {
-		c.sawTE.Store(true)
-		return
-	}
-	// A newline near the end may start the name in the next read.
-	if i := lastNewline(b); i >= 0 && len(b)-i <= len(fieldName) {
-		c.tail = append(c.tail[:0], b[i:]...)
-	}
-}
-
-// lineStarts reports whether a line in b (after a '\n') starts with
-// fieldName, in any case.
-func lineStarts(b []byte) bool {
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\n' {
-			continue
-		}
-		rest := b[i+1:]
-		if len(rest) < len(fieldName) {
-			return false
-		}
-		match := true
-		for j := 0; j < len(fieldName); j++ {
-			if rest[j]|0x20 != fieldName[j] {
-				match = false
-				break
-			}
-		}
-		if match {
-			return true
-		}
-	}
-	return false
-}
-
-func lastNewline(b []byte) int {
-	for i := len(b) - 1; i >= 0 && i >= len(b)-len(fieldName)-1; i-- {
-		if b[i] == '\n' {
-			return i
-		}
-	}
-	return -1
-}
-
-// SawTransferEncoding reports whether a line starting with Transfer-Encoding
-// has been read on the connection since the last call, and clears it.
-func (c *Conn) SawTransferEncoding() bool { return c.sawTE.Swap(false) }
 
 // Reset makes the connection's close a reset (RST), so that the client
 // sees the answer broke off. It does nothing on a connection that is not

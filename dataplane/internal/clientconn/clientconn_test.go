@@ -185,33 +185,6 @@ func TestConnectionsPerAddressAreBounded(t *testing.T) {
 	}
 }
 
-// A line starting with Transfer-Encoding is noticed, in any case, also
-// split over two reads; SawTransferEncoding clears what it reports.
-func TestTransferEncodingIsNoticed(t *testing.T) {
-	for _, reads := range [][]string{
-		{"POST / HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"},
-		{"POST / HTTP/1.0\r\nHost: x\r\ntRANSFER-encoding: chunked\r\n\r\n"},
-		{"POST / HTTP/1.0\r\nHost: x\r\nTransfer-En", "coding: chunked\r\n\r\n"},
-		{"POST / HTTP/1.0\r\nHost: x\r\n", "Transfer-Encoding: chunked\r\n\r\n"},
-	} {
-		c := &Conn{}
-		for _, r := range reads {
-			c.scan([]byte(r))
-		}
-		if !c.SawTransferEncoding() {
-			t.Errorf("%q: not noticed", reads)
-		}
-		if c.SawTransferEncoding() {
-			t.Errorf("%q: still reported after it was read", reads)
-		}
-	}
-	c := &Conn{}
-	c.scan([]byte("GET / HTTP/1.0\r\nHost: x\r\nX-Transfer-Encoding: no\r\n\r\n"))
-	if c.SawTransferEncoding() {
-		t.Error("a field that only contains the name was taken for it")
-	}
-}
-
 func TestResetEndsWithARST(t *testing.T) {
 	a, b := tcpPair(t)
 	c := &Conn{Conn: a, l: &Listener{}}

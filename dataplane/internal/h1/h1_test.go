@@ -435,3 +435,36 @@ func TestAFileGoesOutWhole(t *testing.T) {
 		t.Errorf("read %d bytes (%v), want %d", len(b), err, len(content)-10)
 	}
 }
+
+// A body copied from a stream goes out as it comes: the client has the
+// first part before the handler has the rest.
+func TestAStreamGoesOutAsItComes(t *testing.T) {
+	pr, pw := io.Pipe()
+	addr, _ := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/length" {
+			w.Header().Set("Content-Length", "10")
+		}
+		io.Copy(w, pr)
+	}))
+	for _, path := range []string{"/chunked", "/length"} {
+		go io.WriteString(pw, "first")
+		resp, err := http.Get("http://" + addr + path) // returns with the header
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := make([]byte, 5)
+		if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != "first" {
+			t.Fatalf("%s: first part %q, %v", path, first, err)
+		}
+		io.WriteString(pw, "later")
+		if path == "/chunked" {
+			pw.Close()
+			pr, pw = io.Pipe()
+		}
+		rest, err := io.ReadAll(resp.Body)
+		if err != nil || string(rest) != "later" {
+			t.Errorf("%s: the rest %q, %v", path, rest, err)
+		}
+		resp.Body.Close()
+	}
+}

@@ -13,8 +13,9 @@ import (
 
 // An answer's bytes gather in one buffer (out): the head once the framing
 // is known, then the body, written out when the buffer would pass
-// MaxBuffered, on Flush, and when the handler returns. An answer of a head
-// and a body that fit leaves in one write.
+// MaxBuffered, on Flush, when the handler returns, and as it comes when
+// the body is copied from a stream (ReadFrom). An answer of a head and a
+// body written whole leaves in one write.
 //
 // The framing: the handler's Content-Length when it set one; else, for an
 // answer the handler finished before writing stageMax bytes, the length it
@@ -45,6 +46,7 @@ type response struct {
 	committed bool
 	chunked   bool
 	isHead    bool
+	stream    bool  // ReadFrom is copying a stream: written out as it comes
 	bodyOK    bool  // the status allows a body
 	declared  int64 // the Content-Length sent; -1: none
 	written   int64
@@ -119,7 +121,7 @@ func (w *response) Write(p []byte) (int, error) {
 		return 0, http.ErrBodyNotAllowed
 	}
 	if !w.committed {
-		if _, given := w.header["Content-Length"]; !given && int(w.written)+len(w.stage)+len(p) <= stageMax {
+		if _, given := w.header["Content-Length"]; !given && !w.stream && int(w.written)+len(w.stage)+len(p) <= stageMax {
 			if w.isHead {
 				w.written += int64(len(p)) // counted for the length a GET would have
 			} else {
@@ -165,6 +167,11 @@ func (w *response) body(p []byte) (int, error) {
 	if w.chunked {
 		w.out = append(w.out, "\r\n"...)
 	}
+	if w.stream {
+		if werr := w.flushOut(); werr != nil {
+			return 0, werr
+		}
+	}
 	return len(p), err
 }
 
@@ -195,6 +202,11 @@ func (w *response) ReadFrom(src io.Reader) (int64, error) {
 			}
 		}
 	}
+	// A body read from a stream (a fill, a relay) goes out as it comes,
+	// as net/http's does: a client sees its first bytes before its last
+	// have arrived.
+	w.stream = true
+	defer func() { w.stream = false }()
 	buf := buffers.Get().(*[]byte)
 	defer buffers.Put(buf)
 	return io.CopyBuffer(writerOnly{w}, src, (*buf)[:cap(*buf)])
