@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"sync/atomic"
 )
 
@@ -152,21 +153,51 @@ func (d *disk) takeSegment(st *stripe) (seg *segment, victims []rescue, err erro
 	}
 	share := d.g.nseg / d.g.nstripes
 	for _, from := range d.reclaimOrderLocked(st, share) {
-		owned := d.owned[from]
-		for i, idx := range owned {
-			s := d.segs[idx]
-			if s.state == segOpen || s.pins.Load() != 0 {
-				continue // in use; it keeps its objects a while longer
+		for tries := 0; tries < len(d.segs); tries++ {
+			i := slices.IndexFunc(d.owned[from], func(idx int) bool {
+				s := d.segs[idx]
+				return s.state != segOpen && s.state != segFree && s.pins.Load() == 0
+			})
+			if i < 0 || d.segs[d.owned[from][i]].state == segOpen {
+				break
 			}
-			v, ok := d.reclaimLocked(s, from == st.id)
-			if !ok {
-				continue // a reader pinned it meanwhile
+			s := d.segs[d.owned[from][i]]
+			v := d.reclaimThroughLocked(from, s.idx, from == st.id)
+			if s.pins.Load() != 0 {
+				continue // a reader pinned it meanwhile: it is freed once they are done
 			}
-			d.owned[from] = append(owned[:i:i], owned[i+1:]...)
+			if err := d.syncReclaimLocked(); err != nil {
+				return nil, nil, err
+			}
 			return s, v, nil
 		}
 	}
 	return nil, nil, errNoSegment
+}
+
+// reclaimThroughLocked reclaims stripe from's segments oldest first up to
+// and including segment idx. A stripe's segments on disk stay the newest
+// of those it wrote: an older one left valid would bring back, at a
+// rebuild, objects that a reclaimed newer one had replaced or deleted.
+func (d *disk) reclaimThroughLocked(from, idx int, keep bool) []rescue {
+	owned := d.owned[from]
+	n := slices.Index(owned, idx) + 1
+	var out []rescue
+	for _, j := range owned[:n] {
+		out = append(out, d.reclaimLocked(d.segs[j], keep)...)
+	}
+	// Those still pinned by readers are reused once they are done.
+	d.owned[from] = append(owned[:0:0], owned[n:]...)
+	return out
+}
+
+// syncReclaimLocked makes the reclaims' header writes durable before the
+// segment is written again, with Sync.
+func (d *disk) syncReclaimLocked() error {
+	if !d.sync {
+		return nil
+	}
+	return d.file.Sync()
 }
 
 // reclaimOrderLocked lists the stripes to take a segment from: st itself
@@ -211,7 +242,6 @@ func (d *disk) freeLocked() (*segment, error) {
 			continue
 		}
 		if s.used {
-			d.dropOwnedLocked(s.idx)
 			return s, nil
 		}
 		if fresh == nil {
@@ -237,23 +267,24 @@ func (d *disk) allocate(s *segment) error {
 	return nil
 }
 
-// reclaimLocked empties s (and its run): its objects leave the index; the
-// ones read since written are returned as victims to rewrite when
-// rescue is set. It reports false when a reader pinned s meanwhile: s
-// then keeps nothing indexed and is freed once its readers are done.
-func (d *disk) reclaimLocked(s *segment, rescue bool) ([]rescue, bool) {
+// reclaimLocked empties s (and its run): its objects leave the index (the
+// ones read since written, with rescue, are returned to be rewritten) and
+// its header is cleared, so that neither a checkpoint nor a rebuild trusts
+// its records again.
+func (d *disk) reclaimLocked(s *segment, rescue bool) []rescue {
 	lo, hi := d.start(s.idx), d.start(s.idx+max(1, s.run))
 	victims := d.stripes[s.owner].evictRange(lo, hi, rescue)
 	d.evicted.Add(uint64(victims.evicted))
-	n := max(1, s.run)
-	for i := range n {
+	if s.used {
+		if _, err := d.file.WriteAt(make([]byte, unit), lo); err != nil {
+			d.warn("write", err, "segment", s.idx)
+		}
+	}
+	for i := range max(1, s.run) {
 		p := d.segs[s.idx+i]
 		p.state, p.run = segFree, 0
 	}
-	if s.pins.Load() != 0 {
-		return nil, false
-	}
-	return victims.rescued, true
+	return victims.rescued
 }
 
 // takeRun finds n adjacent segments for one large object of stripe st,
@@ -280,11 +311,11 @@ func (d *disk) takeRun(st *stripe, n int) (*segment, error) {
 				s = d.runHead(s.idx)
 			}
 			if s.state != segFree && s.state != segInRun {
-				d.dropOwnedLocked(s.idx)
-				if _, ok := d.reclaimLocked(s, false); !ok {
-					return nil, errNoSegment
-				}
+				d.reclaimThroughLocked(s.owner, s.idx, false)
 			}
+		}
+		if err := d.syncReclaimLocked(); err != nil {
+			return nil, err
 		}
 		for i := range n {
 			if s := d.segs[first+i]; !s.used {
@@ -324,17 +355,6 @@ func (d *disk) runFreeLocked(first, n int) bool {
 		}
 	}
 	return true
-}
-
-func (d *disk) dropOwnedLocked(idx int) {
-	for i, o := range d.owned {
-		for j, x := range o {
-			if x == idx {
-				d.owned[i] = append(o[:j:j], o[j+1:]...)
-				return
-			}
-		}
-	}
 }
 
 // openSegment makes s stripe st's current segment under a new seq.

@@ -323,9 +323,12 @@ func (s *Store) Delete(key string) bool {
 	prob := st.probation.remove(key)
 	st.imu.Unlock()
 	if old.tag != 0 {
-		// The tombstone keeps the delete through a restart; if the stripe
-		// stopped writing, the next checkpoint does.
-		st.appendLocked(smallRecord(kindTombstone, 0, h, nil))
+		// The tombstone keeps the delete through a restart, written at once
+		// (and synced with Sync): a purge is not undone by a crash. If the
+		// stripe stopped writing, the next checkpoint keeps it.
+		if _, _, err := st.appendLocked(smallRecord(kindTombstone, 0, h, nil)); err == nil {
+			st.flushLocked()
+		}
 		s.disk.dirty.Add(1)
 	}
 	st.mu.Unlock()
