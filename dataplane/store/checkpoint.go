@@ -15,7 +15,7 @@ import (
 // reads one file instead of every segment:
 //
 //	"SHIX" | version u32 | segment bytes u64 | segments u32 | stripes u32
-//	per stripe: current segment i32 | write offset u64
+//	per stripe: current segment i32 | write offset u64 | seq u64
 //	            segments held u32, each: index u32 | seq u64 | run u32
 //	            slots u64, each: tag u32 | flags u32 | offset u32 | units u32
 //	            grouped keys u32, each: tag u32 | key length u32 | key
@@ -25,17 +25,19 @@ import (
 // checkpoint is taken, so what it points at is on disk. A start then
 // trusts a segment only if its header still has the seq the checkpoint
 // saw, and replays what follows the current segment's write offset and
-// every segment opened since.
+// every segment the stripe opened since (seq above the one noted with the
+// offset), whether the checkpoint saw it or not.
 const (
 	ckptName    = "index"
 	ckptMagic   = "SHIX"
-	ckptVersion = 1
+	ckptVersion = 2
 )
 
 // ckptStripe is one stripe's part of a checkpoint.
 type ckptStripe struct {
 	cur     int32
 	pos     int64
+	after   uint64 // segments of a greater seq were opened after pos was read
 	owned   []ckptSeg
 	slots   []slot
 	grouped map[uint32]string
@@ -60,7 +62,11 @@ func (d *disk) checkpoint() error {
 		}
 		parts[i].cur, parts[i].pos = -1, st.pos
 		if st.cur != nil {
-			parts[i].cur = int32(st.cur.idx)
+			parts[i].cur, parts[i].after = int32(st.cur.idx), st.cur.seqNow()
+		} else {
+			d.poolMu.Lock()
+			parts[i].after = d.seq
+			d.poolMu.Unlock()
 		}
 		st.mu.Unlock()
 	}
@@ -112,6 +118,7 @@ func (d *disk) writeCheckpoint(parts []ckptStripe) error {
 	for _, p := range parts {
 		b = binary.LittleEndian.AppendUint32(b[:0], uint32(p.cur))
 		b = binary.LittleEndian.AppendUint64(b, uint64(p.pos))
+		b = binary.LittleEndian.AppendUint64(b, p.after)
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(p.owned)))
 		for _, s := range p.owned {
 			b = binary.LittleEndian.AppendUint32(b, uint32(s.idx))
@@ -175,7 +182,7 @@ func (d *disk) readCheckpoint() ([]ckptStripe, error) {
 	parts := make([]ckptStripe, d.g.nstripes)
 	for i := range parts {
 		p := &parts[i]
-		p.cur, p.pos = int32(r.u32()), int64(r.u64())
+		p.cur, p.pos, p.after = int32(r.u32()), int64(r.u64()), r.u64()
 		for n := r.count(uint64(r.u32()), 16); n > 0; n-- {
 			p.owned = append(p.owned, ckptSeg{idx: int(r.u32()), seq: r.u64(), run: int(r.u32())})
 		}

@@ -75,6 +75,14 @@ func (s *Store) commitExtent(w *Writer, e *Entry) (*Entry, error) {
 	if _, err := s.disk.file.WriteAt(pb[:], ext.off); err != nil {
 		return nil, fmt.Errorf("completing an extent: %w", err)
 	}
+	if ext.seg.run > 0 && (st.cur == nil || st.cur.seqNow() < p.seq) {
+		// The marker goes to a segment newer than the run, so that no
+		// reclaim takes the marker and leaves the run: the order of a
+		// stripe's segments is the order of its objects' versions.
+		if err := st.rotateLocked(); err != nil {
+			return nil, err
+		}
+	}
 	ref := &extentRef{off: ext.off, units: uint32(ext.n / unit), seq: p.seq}
 	_, lsn, err := st.appendLocked(smallRecord(kindMarker, 0, w.h, ref))
 	if err != nil {

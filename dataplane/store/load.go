@@ -40,9 +40,13 @@ func (d *disk) load(stop <-chan struct{}) {
 		}
 	}
 	trusted := d.applyCheckpoint(parts, hdrs)
+	after := make([]uint64, len(d.stripes)) // per stripe: replay the segments opened after it
+	for i, p := range parts {
+		after[i] = p.after
+	}
 	var replay []int
 	for i, h := range hdrs.at {
-		if !trusted[i] {
+		if !trusted[i] || parts != nil && h.seq > after[h.stripe] && int32(i) != parts[h.stripe].cur {
 			replay = append(replay, i)
 			d.segs[i].owner = h.stripe
 		}
@@ -57,13 +61,18 @@ func (d *disk) load(stop <-chan struct{}) {
 	for _, idx := range replay {
 		s, h := d.segs[idx], hdrs.at[idx]
 		st := d.stripes[h.stripe]
-		d.owned[h.stripe] = append(d.owned[h.stripe], idx)
+		if !trusted[idx] {
+			d.owned[h.stripe] = append(d.owned[h.stripe], idx)
+		}
 		if h.run > 0 {
 			d.markRun(s, h.run, h.stripe)
 			continue
 		}
 		s.state = segSealed
 		tails[idx] = d.replay(st, s, d.start(idx)+unit, stop)
+	}
+	for i := range d.owned { // oldest first, whether the checkpoint saw them or not
+		slices.SortFunc(d.owned[i], func(a, b int) int { return cmp.Compare(d.segs[a].seqNow(), d.segs[b].seqNow()) })
 	}
 	d.resume(tails)
 	all := true

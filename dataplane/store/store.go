@@ -175,11 +175,25 @@ func (s *Store) maintain() {
 	}
 }
 
+// retryAfter is how long a stripe stopped by a disk error waits before it
+// tries to write again.
+const retryAfter = 30 * time.Second
+
 // flushAll writes out every stripe's buffer that has waited for 100 ms
-// (all of them when now is set).
+// (all of them when now is set), and lets a stripe stopped for a while
+// try again.
 func (d *disk) flushAll(now bool) {
 	for _, st := range d.stripes {
 		st.mu.Lock()
+		if st.failed != nil && time.Since(st.failedAt) > retryAfter {
+			d.log.Info("disk tier stripe tries writing again", "stripe", st.id, "stopped_by", st.failed)
+			if st.cur != nil {
+				d.seal(st.cur) // the next write opens a new segment
+			}
+			st.failed, st.cur = nil, nil
+			st.buf, st.bufStart = st.buf[:0], 0
+			st.curIdx.Store(-1)
+		}
 		if len(st.buf) > 0 && (now || time.Since(st.dirtySince) >= 100*time.Millisecond) {
 			st.flushLocked()
 		}

@@ -33,6 +33,7 @@ type stripe struct {
 	lsn, synced   int64     // bytes appended ever; bytes written (and synced) ever
 	dirtySince    time.Time // first append not yet written
 	failed        error     // a disk error stopped the stripe's writes
+	failedAt      time.Time
 	curIdx        atomic.Int32
 
 	imu sync.RWMutex
@@ -142,7 +143,7 @@ func (st *stripe) flushLocked() error {
 // index what was not written: records from off on in its segment.
 func (st *stripe) failLocked(op string, err error, off int64) {
 	if st.failed == nil {
-		st.failed = err
+		st.failed, st.failedAt = err, time.Now()
 		st.d.warn(op, err, "stripe", st.id)
 		st.d.log.Error("disk tier stripe stopped writing; the node serves on from memory, peers and the origin",
 			"stripe", st.id, "err", err)
@@ -184,6 +185,9 @@ func (st *stripe) drainLocked() error {
 // into it the objects of a reclaimed one of its own that were read since
 // they were written.
 func (st *stripe) rotateLocked() error {
+	for st.rotating {
+		st.cond.Wait()
+	}
 	st.rotating = true
 	defer func() {
 		st.rotating = false
