@@ -407,8 +407,12 @@ func TestOldLayoutAndOtherBudgetAreDiscarded(t *testing.T) {
 	if _, _, ok := read(t, s, "k"); !ok {
 		t.Fatal("the store does not serve on a directory that had the old layout")
 	}
+	gone := func(p string) bool {
+		_, err := os.Stat(filepath.Join(dir, p))
+		return errors.Is(err, os.ErrNotExist)
+	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(dir, "objects.discarded")); errors.Is(err, os.ErrNotExist) {
+		if gone("objects.discarded") && gone("tmp") {
 			break
 		}
 		if time.Now().After(deadline) {
