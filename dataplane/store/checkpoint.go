@@ -70,7 +70,7 @@ func (d *disk) checkpoint() error {
 		}
 		st.mu.Unlock()
 	}
-	if err := d.file.Sync(); err != nil {
+	if err := d.f().Sync(); err != nil {
 		return fmt.Errorf("syncing the data file: %w", err)
 	}
 	d.poolMu.Lock()

@@ -16,7 +16,8 @@ func (s *Store) commit(w *Writer, e *Entry) (*Entry, error) {
 	if body == nil {
 		body = []byte{}
 	}
-	if s.probation && e.Size <= s.memMax && !w.st.has(w.h) && s.freq.EstimateHash(freqKey(w.h)) <= 1 {
+	if s.probation && e.Size <= s.memMax && int64(len(body))+256 <= w.st.probation.max/8 && !w.st.has(w.h) &&
+		s.freq.EstimateHash(freqKey(w.h)) <= 1 {
 		e.Body = body
 		s.toProbation(w.st, e)
 		return e, nil
@@ -67,12 +68,15 @@ func (s *Store) commitExtent(w *Writer, e *Entry) (*Entry, error) {
 	putPrefix(pb[:], p, w.meta)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if w.gen != s.disk.gen.Load() {
+		return nil, ErrNotStored // its data file was removed meanwhile
+	}
 	replacing := st.has(w.h)
 	if !replacing && !s.admitLocked(st, w.h) {
 		s.disk.rejected.Add(1)
 		return nil, ErrNotAdmitted
 	}
-	if _, err := s.disk.file.WriteAt(pb[:], ext.off); err != nil {
+	if _, err := w.file.WriteAt(pb[:], ext.off); err != nil {
 		return nil, fmt.Errorf("completing an extent: %w", err)
 	}
 	if ext.seg.run > 0 && (st.cur == nil || st.cur.seqNow() < p.seq) {
@@ -178,8 +182,8 @@ type victimSet struct {
 	tags []uint32
 }
 
-// victimsLocked returns the tags of the unread objects of st's oldest
-// segment. st.mu is held.
+// victimsLocked returns the tags of the objects of st's oldest segment
+// that its reclaim would not rewrite. st.mu is held.
 func (st *stripe) victimsLocked() []uint32 {
 	d := st.d
 	d.poolMu.Lock()
@@ -199,7 +203,7 @@ func (st *stripe) victimsLocked() []uint32 {
 	lo, hi := d.start(oldest), d.start(oldest+max(1, d.segs[oldest].run))
 	st.imu.RLock()
 	st.tab.each(func(s *slot) bool {
-		if off := int64(s.off) * unit; off >= lo && off < hi && loadFlags(s)&slotRead == 0 {
+		if off := int64(s.off) * unit; off >= lo && off < hi && (loadFlags(s)&slotRead == 0 || !st.rescuable(s)) {
 			v.tags = append(v.tags, s.tag)
 		}
 		return true
@@ -221,7 +225,7 @@ func (st *stripe) reserve(n int64, meta []byte) (*extent, error) {
 	head := make([]byte, prefixLen+len(meta))
 	copy(head[prefixLen:], meta)
 	putPrefix(head, prefix{kind: kindObject, flags: flagExtent | flagPending, seq: ext.seg.seqNow(), units: uint32(n / unit)}, meta)
-	if _, err := st.d.file.WriteAt(head, ext.off); err != nil {
+	if _, err := st.d.f().WriteAt(head, ext.off); err != nil {
 		ext.seg.unpin()
 		st.d.warn("write", err)
 		return nil, err
@@ -238,7 +242,7 @@ func (st *stripe) reserveLocked(n int64) (*extent, error) {
 			return nil, err
 		}
 		head.pin()
-		if _, err := d.file.WriteAt(encodeSegHeader(d.g, st.id, head.seqNow(), k), d.start(head.idx)); err != nil {
+		if _, err := d.f().WriteAt(encodeSegHeader(d.g, st.id, head.seqNow(), k), d.start(head.idx)); err != nil {
 			head.unpin()
 			return nil, err
 		}

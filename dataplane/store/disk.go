@@ -29,7 +29,9 @@ type disk struct {
 	g       geometry
 	dir     string
 	path    string // the data file
-	file    *dataFile
+	file    atomic.Pointer[dataFile]
+	oldFile []*dataFile  // data files removed under the store, closed at Close
+	gen     atomic.Int64 // counts the data files: a fill of an earlier one is not stored
 	log     *slog.Logger
 	sync    bool
 	stripes []*stripe
@@ -88,14 +90,14 @@ func openDisk(cfg Config, g geometry) (*disk, error) {
 	}
 	d := &disk{
 		g: g, dir: cfg.Dir, path: path, log: cfg.Logger, sync: cfg.Sync,
-		file:   &dataFile{f: f, fault: cfg.fault},
-		fds:    fdPool{path: path, free: make(chan *os.File, 64)},
+		fds:    fdPool{path: path},
 		segs:   make([]*segment, g.nseg),
 		owned:  make([][]int, g.nstripes),
 		counts: newCounters(),
 		ready:  make(chan struct{}),
 		guard:  freeGuard{dir: cfg.Dir, min: cfg.MinFreeBytes, log: cfg.Logger},
 	}
+	d.file.Store(&dataFile{f: f, fault: cfg.fault})
 	for i := range d.segs {
 		d.segs[i] = &segment{idx: i}
 	}
@@ -109,7 +111,7 @@ func openDisk(cfg Config, g geometry) (*disk, error) {
 // spoolMax is the largest record a fill holds in memory until its commit:
 // larger ones of a known length are written in place as they stream, and
 // larger ones of unknown length are not stored.
-func (d *disk) spoolMax() int64 { return min(d.g.segSize/2, 8<<20) }
+func (d *disk) spoolMax() int64 { return min(d.g.segSize-2*unit, 8<<20) }
 
 // stripeOf is the stripe of key hash h.
 func (d *disk) stripeOf(h uint64) *stripe { return d.stripes[h&uint64(len(d.stripes)-1)] }
@@ -132,9 +134,15 @@ func (d *disk) discarded(off int64, err error) {
 	d.log.Warn("discarding bad cache record", "offset", off, "reason", reasonOf(err), "err", err)
 }
 
+// f is the current data file.
+func (d *disk) f() *dataFile { return d.file.Load() }
+
 func (d *disk) close() {
 	d.fds.close()
-	d.file.f.Close()
+	d.f().f.Close()
+	for _, f := range d.oldFile {
+		f.f.Close()
+	}
 }
 
 // dataFile is the data file with a fault hook for tests.
@@ -185,38 +193,55 @@ func (f *dataFile) Allocate(off, n int64) error {
 
 // fdPool keeps read-only descriptors of the data file. A Body takes one
 // for itself: sendfile reads at its descriptor's own offset, so two
-// readers never share one.
+// readers never share one. gen counts the data files: a descriptor of a
+// file removed under the store is closed, never handed out again.
 type fdPool struct {
 	path string
-	free chan *os.File
+	mu   sync.Mutex
+	gen  int64
+	free []*os.File
 }
 
-func (p *fdPool) get() (*os.File, error) {
-	select {
-	case f := <-p.free:
-		return f, nil
-	default:
-		return os.Open(p.path)
+// get returns a descriptor and the data file generation it is of.
+func (p *fdPool) get() (*os.File, int64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.free); n > 0 {
+		f := p.free[n-1]
+		p.free = p.free[:n-1]
+		return f, p.gen, nil
 	}
+	f, err := os.Open(p.path)
+	return f, p.gen, err
 }
 
-func (p *fdPool) put(f *os.File) {
-	select {
-	case p.free <- f:
-	default:
+func (p *fdPool) put(f *os.File, gen int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if gen != p.gen || len(p.free) >= 64 {
+		f.Close()
+		return
+	}
+	p.free = append(p.free, f)
+}
+
+// renew closes the idle descriptors and starts a new generation.
+func (p *fdPool) renew() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range p.free {
 		f.Close()
 	}
+	p.free = nil
+	p.gen++
 }
 
-func (p *fdPool) close() {
-	for {
-		select {
-		case f := <-p.free:
-			f.Close()
-		default:
-			return
-		}
-	}
+func (p *fdPool) close() { p.renew() }
+
+func (p *fdPool) generation() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gen
 }
 
 // freeGuard keeps the file system's free space above min: below it the

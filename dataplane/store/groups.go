@@ -131,3 +131,15 @@ func (g *groups) onDiskKeys() []map[uint32]string {
 	}
 	return out
 }
+
+// clearDisk notes every grouped key gone from disk.
+func (g *groups) clearDisk() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, m := range g.byTag {
+		for _, k := range m {
+			g.leaveLocked(k, onDisk)
+		}
+		g.byTag[i] = map[uint32]string{}
+	}
+}

@@ -23,7 +23,7 @@ func (d *disk) load(stop <-chan struct{}) {
 	switch {
 	case errors.Is(err, errGeometry) || errors.Is(hdrs.err, errGeometry):
 		d.log.Warn("disk tier: the data file was laid out for another disk budget; discarding what it holds", "dir", d.dir)
-		d.file.f.Truncate(0)
+		d.f().f.Truncate(0)
 		os.Remove(filepath.Join(d.dir, ckptName))
 		hdrs, size, parts = segHeaders{}, 0, nil
 	case errors.Is(err, fs.ErrNotExist):
@@ -98,7 +98,7 @@ type segHeaders struct {
 // readHeaders reads every segment's header, and the data file's size.
 func (d *disk) readHeaders() (segHeaders, int64) {
 	out := segHeaders{at: map[int]segHeader{}}
-	fi, err := d.file.f.Stat()
+	fi, err := d.f().f.Stat()
 	if err != nil {
 		d.warn("load", err)
 		return out, 0
@@ -108,7 +108,7 @@ func (d *disk) readHeaders() (segHeaders, int64) {
 		if d.start(i)+unit > fi.Size() {
 			break
 		}
-		if _, err := d.file.ReadAt(b, d.start(i)); err != nil {
+		if _, err := d.f().ReadAt(b, d.start(i)); err != nil {
 			continue
 		}
 		h, err := decodeSegHeader(d.g, b)
@@ -311,7 +311,7 @@ func (d *disk) checkExtent(ext extentRef, h uint64) (string, bool) {
 		return "", false
 	}
 	b := make([]byte, headRead)
-	n, _ := d.file.ReadAt(b, ext.off)
+	n, _ := d.f().ReadAt(b, ext.off)
 	p, err := parsePrefix(b[:n])
 	if err != nil || p.flags&flagPending != 0 || p.flags&flagExtent == 0 || p.units != ext.units || p.seq != ext.seq ||
 		prefixLen+int(p.metaLen) > n || checkPrefix(b, b[prefixLen:prefixLen+p.metaLen]) != nil {
@@ -345,7 +345,7 @@ func (r *segReader) at(off, n int64) ([]byte, bool) {
 		r.buf = make([]byte, size)
 	}
 	r.buf = r.buf[:size]
-	k, _ := r.d.file.ReadAt(r.buf, off)
+	k, _ := r.d.f().ReadAt(r.buf, off)
 	r.buf, r.start = r.buf[:k], off
 	if int64(k) < n {
 		return nil, false

@@ -101,7 +101,7 @@ func (d *disk) readAt(st *stripe, seg *segment, off, n int64) ([]byte, error) {
 		}
 	}
 	b := make([]byte, n)
-	if _, err := d.file.ReadAt(b, off); err != nil {
+	if _, err := d.f().ReadAt(b, off); err != nil {
 		if err == io.EOF {
 			return nil, badRecord(badLength, "record at %d cut short: the data file ends first", off)
 		}
@@ -134,7 +134,7 @@ func (st *stripe) written(seg *segment, end int64) error {
 // verify checks the body of r against its prefix's checksum.
 func (d *disk) verify(r *recRef) error {
 	var pb [prefixLen]byte
-	if _, err := d.file.ReadAt(pb[:], r.off); err != nil {
+	if _, err := d.f().ReadAt(pb[:], r.off); err != nil {
 		return err
 	}
 	p, err := parsePrefix(pb[:])
@@ -142,7 +142,7 @@ func (d *disk) verify(r *recRef) error {
 		return err
 	}
 	h := crc32.New(crcTable)
-	if _, err := io.Copy(h, io.NewSectionReader(d.file.f, r.body, p.size)); err != nil {
+	if _, err := io.Copy(h, io.NewSectionReader(d.f().f, r.body, p.size)); err != nil {
 		d.warn("read", err)
 		return err
 	}
@@ -161,6 +161,7 @@ func (d *disk) verify(r *recRef) error {
 // until Close, even if the object is evicted meanwhile.
 type Body struct {
 	f          *os.File
+	gen        int64
 	seg        *segment
 	pool       *fdPool
 	start, end int64
@@ -206,6 +207,6 @@ func (b *Body) Close() error {
 	}
 	b.closed = true
 	b.seg.unpin()
-	b.pool.put(b.f)
+	b.pool.put(b.f, b.gen)
 	return nil
 }

@@ -197,7 +197,7 @@ func (d *disk) syncReclaimLocked() error {
 	if !d.sync {
 		return nil
 	}
-	return d.file.Sync()
+	return d.f().Sync()
 }
 
 // reclaimOrderLocked lists the stripes to take a segment from: st itself
@@ -260,7 +260,7 @@ func (d *disk) freeLocked() (*segment, error) {
 
 // allocate gives s its space in the file.
 func (d *disk) allocate(s *segment) error {
-	if err := d.file.Allocate(d.start(s.idx), d.g.segSize); err != nil {
+	if err := d.f().Allocate(d.start(s.idx), d.g.segSize); err != nil {
 		return fmt.Errorf("allocating segment %d: %w", s.idx, err)
 	}
 	s.used = true
@@ -276,7 +276,7 @@ func (d *disk) reclaimLocked(s *segment, rescue bool) []rescue {
 	victims := d.stripes[s.owner].evictRange(lo, hi, rescue)
 	d.evicted.Add(uint64(victims.evicted))
 	if s.used {
-		if _, err := d.file.WriteAt(make([]byte, unit), lo); err != nil {
+		if _, err := d.f().WriteAt(make([]byte, unit), lo); err != nil {
 			d.warn("write", err, "segment", s.idx)
 		}
 	}

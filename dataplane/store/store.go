@@ -158,12 +158,16 @@ func (s *Store) Close() {
 func (s *Store) maintain() {
 	flush := time.NewTicker(100 * time.Millisecond)
 	defer flush.Stop()
-	last := time.Now()
+	last, checked := time.Now(), time.Now()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-flush.C:
+		}
+		if time.Since(checked) >= time.Second {
+			checked = time.Now()
+			s.disk.checkFile()
 		}
 		s.disk.flushAll(false)
 		if time.Since(last) >= s.ckptEvery && s.disk.dirty.Load() != 0 {
@@ -291,6 +295,7 @@ func (s *Store) Open(e *Entry) (*Body, error) {
 		return nil, errors.New("store: entry has no record on disk")
 	}
 	st := s.disk.stripeOf(r.hash)
+	gen := s.disk.fds.generation()
 	v, seg, ok := st.lookup(r.hash, false)
 	if !ok {
 		return nil, ErrGone
@@ -315,7 +320,12 @@ func (s *Store) Open(e *Entry) (*Body, error) {
 		}
 		st.imu.RUnlock()
 	}
-	f, err := s.disk.fds.get()
+	f, fgen, err := s.disk.fds.get()
+	if err == nil && fgen != gen {
+		s.disk.fds.put(f, fgen)
+		seg.unpin()
+		return nil, ErrGone // the data file was replaced meanwhile
+	}
 	if err == nil {
 		_, err = f.Seek(r.body, 0)
 	}
@@ -324,7 +334,7 @@ func (s *Store) Open(e *Entry) (*Body, error) {
 		s.disk.warn("read", err)
 		return nil, err
 	}
-	return &Body{f: f, seg: seg, pool: &s.disk.fds, start: r.body, end: r.body + e.Size}, nil
+	return &Body{f: f, gen: fgen, seg: seg, pool: &s.disk.fds, start: r.body, end: r.body + e.Size}, nil
 }
 
 // Delete removes key from both tiers.

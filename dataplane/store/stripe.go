@@ -76,7 +76,7 @@ func (st *stripe) appendLocked(rec []byte) (int64, int64, error) {
 		case n > int64(cap(st.buf)):
 			off := st.pos
 			stamp(rec, st.cur.seqNow())
-			if _, err := st.d.file.WriteAt(rec, off); err != nil {
+			if _, err := st.d.f().WriteAt(rec, off); err != nil {
 				st.failLocked("write", err, off)
 				return 0, 0, err
 			}
@@ -123,10 +123,10 @@ func (st *stripe) flushLocked() error {
 	var err error
 	op := "write"
 	if len(b) > 0 {
-		_, err = st.d.file.WriteAt(b, start)
+		_, err = st.d.f().WriteAt(b, start)
 	}
 	if err == nil && st.d.sync {
-		op, err = "sync", st.d.file.Sync()
+		op, err = "sync", st.d.f().Sync()
 	}
 	st.mu.Lock()
 	st.inflight, st.flushing, st.spare = nil, false, b[:0]
@@ -286,11 +286,11 @@ func (st *stripe) evictRange(lo, hi int64, rescue bool) evicted {
 	budget := st.d.g.segSize / 2
 	for _, s := range keep {
 		n := int64(s.n) * unit
-		if n > st.d.g.bufSize || n > budget {
+		if !st.rescuable(&s) || n > budget {
 			continue
 		}
 		rec := make([]byte, n)
-		if _, err := st.d.file.ReadAt(rec, int64(s.off)*unit); err != nil {
+		if _, err := st.d.f().ReadAt(rec, int64(s.off)*unit); err != nil {
 			continue
 		}
 		budget -= n
@@ -311,6 +311,13 @@ func (st *stripe) evictRange(lo, hi int64, rescue bool) evicted {
 		st.d.groups.evictedTags(st.id, tags)
 	}
 	return out
+}
+
+// rescuable reports whether a reclaim may rewrite s's record forward: one
+// no larger than the write buffer, nor half a segment.
+func (st *stripe) rescuable(s *slot) bool {
+	n := int64(s.n) * unit
+	return n <= st.d.g.bufSize && n <= st.d.g.segSize/2
 }
 
 func rescueOf(s slot, rec []byte) rescue { return rescue{tag: s.tag, rec: rec} }

@@ -65,7 +65,9 @@ type Writer struct {
 	length  int64 // identity bytes written
 	maxSize int64
 	ext     *extent
-	werr    error // first write error
+	file    *dataFile // the data file the extent is in
+	gen     int64     // and its generation
+	werr    error     // first write error
 
 	mu     sync.Mutex
 	cond   sync.Cond
@@ -121,7 +123,8 @@ func (s *Store) create(e *Entry, sizeHint int64, coding string, encode bool, max
 	}
 	meta := *e
 	meta.ref, meta.Body, meta.Size, meta.Length, meta.Coding = nil, nil, -1, sizeHint, coding
-	w := &Writer{s: s, e: &meta, h: keyHash(e.Key), maxSize: maxSize, refs: 1, meta: encodeMeta(&meta)}
+	w := &Writer{s: s, e: &meta, h: keyHash(e.Key), maxSize: maxSize, refs: 1, meta: encodeMeta(&meta),
+		file: d.f(), gen: d.gen.Load()}
 	w.st = d.stripeOf(w.h)
 	w.cond.L = &w.mu
 	if n := units(prefixLen+int64(len(w.meta))+bound) * unit; sizeHint >= 0 && n > d.spoolMax() && bound <= maxSize {
@@ -184,7 +187,7 @@ func (s sink) Write(p []byte) (int, error) {
 			break
 		}
 		w.mu.Unlock()
-		_, err := w.s.disk.file.WriteAt(p, at)
+		_, err := w.file.WriteAt(p, at)
 		w.mu.Lock()
 		if err != nil {
 			w.s.disk.warn("write", err)
@@ -392,7 +395,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 		q := p[:min(int64(len(p)), end-r.off)]
 		at := w.ext.off + prefixLen + int64(len(w.meta)) + r.off
 		w.mu.Unlock()
-		k, err := w.s.disk.file.ReadAt(q, at)
+		k, err := w.file.ReadAt(q, at)
 		w.mu.Lock()
 		if err != nil && k < len(q) {
 			return k, fmt.Errorf("%w: reading the fill back: %v", ErrAborted, err)
