@@ -22,13 +22,13 @@ func (s *Store) commit(w *Writer, e *Entry) (*Entry, error) {
 		s.toProbation(w.st, e)
 		return e, nil
 	}
-	return s.commitSmall(w.st, w.h, e, w.meta, body, false)
+	return s.commitSmall(w.st, w.h, e, objRec{meta: w.meta, body: body, length: e.Length, crc: w.crc}, false)
 }
 
-// commitSmall appends a whole record of e to stripe st and indexes it;
+// commitSmall appends record rec of e to stripe st and indexes it;
 // promoting, it moves e from probation (if e is still there).
-func (s *Store) commitSmall(st *stripe, h uint64, e *Entry, meta, body []byte, promoting bool) (*Entry, error) {
-	rec := objectRecord(0, meta, body, e.Length)
+func (s *Store) commitSmall(st *stripe, h uint64, e *Entry, rec objRec, promoting bool) (*Entry, error) {
+	n := rec.size()
 	st.mu.Lock()
 	if promoting && st.onProbation(e.Key) != e {
 		st.mu.Unlock()
@@ -40,12 +40,12 @@ func (s *Store) commitSmall(st *stripe, h uint64, e *Entry, meta, body []byte, p
 		s.disk.rejected.Add(1)
 		return nil, ErrNotAdmitted
 	}
-	off, lsn, err := st.appendLocked(rec)
+	off, lsn, err := st.appendFuncLocked(n, rec.put)
 	if err != nil {
 		st.mu.Unlock()
 		return nil, err
 	}
-	old := st.insert(h, off, int64(len(rec)), slotVerified)
+	old := st.insert(h, off, n, slotVerified)
 	st.imu.Lock()
 	onProb := st.probation.remove(e.Key) != nil
 	st.imu.Unlock()
@@ -56,7 +56,7 @@ func (s *Store) commitSmall(st *stripe, h uint64, e *Entry, meta, body []byte, p
 	if err != nil {
 		return nil, err // the stripe failed: what it held unwritten left the index
 	}
-	return s.committed(st, h, e, old, onProb, off, int64(len(rec)), off+prefixLen+int64(len(meta)), body), nil
+	return s.committed(st, h, e, old, onProb, off, n, off+prefixLen+int64(len(rec.meta)), rec.body), nil
 }
 
 // commitExtent completes w's extent and indexes it through a marker.

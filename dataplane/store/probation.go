@@ -1,5 +1,7 @@
 package store
 
+import "hash/crc32"
+
 // probation is a stripe's new objects, held in memory until their second
 // use: a FIFO bounded in bytes, whose oldest objects are dropped, never
 // written, when it is full. So an object asked for once never costs a
@@ -107,7 +109,8 @@ func (s *Store) promoteOne(e *Entry) {
 	if st.onProbation(e.Key) != e {
 		return
 	}
-	if _, err := s.commitSmall(st, h, e, encodeMeta(e), e.Body, true); err != nil {
+	rec := objRec{meta: encodeMeta(e), body: e.Body, length: e.Length, crc: crc32.Checksum(e.Body, crcTable)}
+	if _, err := s.commitSmall(st, h, e, rec, true); err != nil {
 		return // it stays on probation until it falls out
 	}
 }

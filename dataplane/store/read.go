@@ -165,21 +165,29 @@ type Body struct {
 	seg        *segment
 	pool       *fdPool
 	start, end int64
-	closed     bool
+	// pos is the descriptor's offset, known while only Read moves it;
+	// -1 once SyscallConn handed the descriptor out (to sendfile).
+	pos    int64
+	closed bool
 }
 
 var _ syscall.Conn = (*Body)(nil)
 
 // Read reads from the Body's offset, up to the body's end.
 func (b *Body) Read(p []byte) (int, error) {
-	pos, err := b.f.Seek(0, io.SeekCurrent)
-	if err != nil {
-		return 0, err
+	if b.pos < 0 {
+		pos, err := b.f.Seek(0, io.SeekCurrent)
+		if err != nil {
+			return 0, err
+		}
+		b.pos = pos
 	}
-	if pos >= b.end {
+	if b.pos >= b.end {
 		return 0, io.EOF
 	}
-	return b.f.Read(p[:min(int64(len(p)), b.end-pos)])
+	n, err := b.f.Read(p[:min(int64(len(p)), b.end-b.pos)])
+	b.pos += int64(n)
+	return n, err
 }
 
 // ReadAt reads at off, a data file offset inside the body.
@@ -195,10 +203,20 @@ func (b *Body) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // Seek moves the Body's offset in the data file.
-func (b *Body) Seek(offset int64, whence int) (int64, error) { return b.f.Seek(offset, whence) }
+func (b *Body) Seek(offset int64, whence int) (int64, error) {
+	pos, err := b.f.Seek(offset, whence)
+	b.pos = pos
+	if err != nil {
+		b.pos = -1
+	}
+	return pos, err
+}
 
 // SyscallConn gives sendfile the Body's descriptor.
-func (b *Body) SyscallConn() (syscall.RawConn, error) { return b.f.SyscallConn() }
+func (b *Body) SyscallConn() (syscall.RawConn, error) {
+	b.pos = -1 // sendfile moves the offset
+	return b.f.SyscallConn()
+}
 
 // Close releases the Body.
 func (b *Body) Close() error {

@@ -259,13 +259,27 @@ func (d *decoder) string() string {
 // objectRecord builds a whole object record (prefix, meta, body, padding)
 // for the segment of seq.
 func objectRecord(seq uint64, meta, body []byte, length int64) []byte {
-	n := units(prefixLen + int64(len(meta)) + int64(len(body)))
-	b := make([]byte, n*unit)
-	copy(b[prefixLen:], meta)
-	copy(b[prefixLen+len(meta):], body)
-	putPrefix(b, prefix{kind: kindObject, seq: seq, units: uint32(n), size: int64(len(body)), length: length,
-		bodyCRC: crc32.Checksum(body, crcTable)}, meta)
+	r := objRec{meta: meta, body: body, length: length, crc: crc32.Checksum(body, crcTable)}
+	b := make([]byte, r.size())
+	r.put(b, seq)
 	return b
+}
+
+// objRec is an object record to be written: put lays it out in place (in
+// a write buffer) once its segment's seq is known.
+type objRec struct {
+	meta, body []byte
+	length     int64
+	crc        uint32 // of body
+}
+
+func (r objRec) size() int64 { return units(prefixLen+int64(len(r.meta))+int64(len(r.body))) * unit }
+
+func (r objRec) put(b []byte, seq uint64) {
+	copy(b[prefixLen:], r.meta)
+	copy(b[prefixLen+len(r.meta):], r.body)
+	putPrefix(b, prefix{kind: kindObject, seq: seq, units: uint32(len(b) / unit), size: int64(len(r.body)), length: r.length,
+		bodyCRC: r.crc}, r.meta)
 }
 
 // smallRecord builds a tombstone or marker record: its meta is the key

@@ -334,7 +334,7 @@ func (s *Store) Open(e *Entry) (*Body, error) {
 		s.disk.warn("read", err)
 		return nil, err
 	}
-	return &Body{f: f, gen: fgen, seg: seg, pool: &s.disk.fds, start: r.body, end: r.body + e.Size}, nil
+	return &Body{f: f, gen: fgen, seg: seg, pool: &s.disk.fds, start: r.body, end: r.body + e.Size, pos: r.body}, nil
 }
 
 // Delete removes key from both tiers.

@@ -55,10 +55,19 @@ func newStripe(d *disk, id int) *stripe {
 var errStripeStopped = errors.New("store: stripe stopped writing after a disk error")
 
 // appendLocked appends rec (whole units) and returns its offset and the
+// stripe's lsn after it.
+func (st *stripe) appendLocked(rec []byte) (int64, int64, error) {
+	return st.appendFuncLocked(int64(len(rec)), func(b []byte, seq uint64) {
+		copy(b, rec)
+		stamp(b, seq)
+	})
+}
+
+// appendFuncLocked appends a record of n bytes (whole units) that put lays
+// out in place, given its segment's seq, and returns its offset and the
 // stripe's lsn after it. A record larger than the buffer is written at
 // once, after what the buffer holds.
-func (st *stripe) appendLocked(rec []byte) (int64, int64, error) {
-	n := int64(len(rec))
+func (st *stripe) appendFuncLocked(n int64, put func(b []byte, seq uint64)) (int64, int64, error) {
 	for {
 		switch {
 		case st.failed != nil:
@@ -75,7 +84,8 @@ func (st *stripe) appendLocked(rec []byte) (int64, int64, error) {
 			}
 		case n > int64(cap(st.buf)):
 			off := st.pos
-			stamp(rec, st.cur.seqNow())
+			rec := make([]byte, n)
+			put(rec, st.cur.seqNow())
 			if _, err := st.d.f().WriteAt(rec, off); err != nil {
 				st.failLocked("write", err, off)
 				return 0, 0, err
@@ -93,8 +103,9 @@ func (st *stripe) appendLocked(rec []byte) (int64, int64, error) {
 			if len(st.buf) == 0 {
 				st.dirtySince = time.Now()
 			}
-			stamp(rec, st.cur.seqNow())
-			st.buf = append(st.buf, rec...)
+			k := len(st.buf)
+			st.buf = st.buf[:k+int(n)]
+			put(st.buf[k:], st.cur.seqNow())
 			st.pos += n
 			st.lsn += n
 			return off, st.lsn, nil
