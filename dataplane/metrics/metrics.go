@@ -282,7 +282,7 @@ type storeCollector struct {
 
 var (
 	storeBytesDesc  = prometheus.NewDesc("shardcache_store_bytes", "Bytes held by each store tier (memory, disk).", []string{"tier"}, nil)
-	storeObjsDesc   = prometheus.NewDesc("shardcache_store_objects", "Objects held by each store tier (memory, disk).", []string{"tier"}, nil)
+	storeObjsDesc   = prometheus.NewDesc("shardcache_store_objects", "Objects held by each store tier (memory, disk; probation: new objects held in memory until their second use, counted in memory too).", []string{"tier"}, nil)
 	storePausedDesc = prometheus.NewDesc("shardcache_disk_admission_paused",
 		"1 while the disk tier stores nothing new because its data file may not grow: its file system is below the free-space guard.", nil, nil)
 	storeDiscardDesc = prometheus.NewDesc("shardcache_disk_records_discarded_total",
@@ -324,6 +324,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(storeBytesDesc, prometheus.GaugeValue, float64(s.DiskBytes), "disk")
 	ch <- prometheus.MustNewConstMetric(storeObjsDesc, prometheus.GaugeValue, float64(s.MemoryObjects), "memory")
 	ch <- prometheus.MustNewConstMetric(storeObjsDesc, prometheus.GaugeValue, float64(s.DiskObjects), "disk")
+	ch <- prometheus.MustNewConstMetric(storeObjsDesc, prometheus.GaugeValue, float64(s.ProbationObjects), "probation")
 	ch <- prometheus.MustNewConstMetric(storePausedDesc, prometheus.GaugeValue, BoolGauge(s.Paused))
 	ch <- prometheus.MustNewConstMetric(storeLoadingDesc, prometheus.GaugeValue, BoolGauge(s.Loading))
 	ch <- prometheus.MustNewConstMetric(storeLoadedDesc, prometheus.GaugeValue, float64(s.Loaded))
