@@ -101,7 +101,7 @@ func BenchmarkIndexBytesPerObject(b *testing.B) {
 				var used int64
 				for i := range n {
 					h := keyHash("https://example.com/objects/" + strconv.Itoa(i))
-					st.tab.put(slot{tag: tagOf(h), off: uint32(i), n: 33})
+					st.tab.put(newSlot(identOf(h), 0, int64(i)*unit, 33*unit))
 				}
 				used = st.tab.bytes()
 				b.ReportMetric(float64(used)/float64(st.tab.n), "index-bytes/object")

@@ -18,7 +18,7 @@ import (
 //	per stripe: current segment i32 | write offset u64 | seq u64
 //	            segments held u32, each: index u32 | seq u64 | run u32
 //	            slots u64, each: tag u32 | flags u32 | offset u32 | units u32
-//	            grouped keys u32, each: tag u32 | key length u32 | key
+//	            grouped keys u32, each: slot ident u64 | key length u32 | key
 //	CRC-32C u32 of everything before it
 //
 // Each stripe's buffer is written and the data file synced before the
@@ -30,7 +30,7 @@ import (
 const (
 	ckptName    = "index"
 	ckptMagic   = "SHIX"
-	ckptVersion = 2
+	ckptVersion = 3
 )
 
 // ckptStripe is one stripe's part of a checkpoint.
@@ -40,7 +40,7 @@ type ckptStripe struct {
 	after   uint64 // segments of a greater seq were opened after pos was read
 	owned   []ckptSeg
 	slots   []slot
-	grouped map[uint32]string
+	grouped map[ident]string
 }
 
 type ckptSeg struct {
@@ -86,7 +86,7 @@ func (d *disk) checkpoint() error {
 		parts[i].slots = make([]slot, 0, st.tab.n)
 		st.tab.each(func(v *slot) bool {
 			c := *v
-			c.flags = 0 // checked again after a restart
+			c.flags = loadFlags(v) & hashBits // flags: checked again after a restart
 			parts[i].slots = append(parts[i].slots, c)
 			return true
 		})
@@ -135,8 +135,8 @@ func (d *disk) writeCheckpoint(parts []ckptStripe) error {
 			w.Write(b)
 		}
 		b = binary.LittleEndian.AppendUint32(b[:0], uint32(len(p.grouped)))
-		for t, k := range p.grouped {
-			b = binary.LittleEndian.AppendUint32(b, t)
+		for id, k := range p.grouped {
+			b = binary.LittleEndian.AppendUint64(b, uint64(id))
 			b = binary.LittleEndian.AppendUint32(b, uint32(len(k)))
 			b = append(b, k...)
 		}
@@ -190,10 +190,10 @@ func (d *disk) readCheckpoint() ([]ckptStripe, error) {
 		for j := range p.slots {
 			p.slots[j] = slot{tag: r.u32(), flags: r.u32(), off: r.u32(), n: r.u32()}
 		}
-		p.grouped = map[uint32]string{}
-		for n := r.count(uint64(r.u32()), 8); n > 0; n-- {
-			t := r.u32()
-			p.grouped[t] = string(r.bytes(int(r.u32())))
+		p.grouped = map[ident]string{}
+		for n := r.count(uint64(r.u32()), 12); n > 0; n-- {
+			id := ident(r.u64())
+			p.grouped[id] = string(r.bytes(int(r.u32())))
 		}
 	}
 	if r.bad || len(r.b) != 0 {

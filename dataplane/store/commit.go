@@ -107,11 +107,11 @@ func (s *Store) commitExtent(w *Writer, e *Entry) (*Entry, error) {
 // committed finishes a commit: counts, groups, the memory tier.
 func (s *Store) committed(st *stripe, h uint64, e *Entry, old slot, onProb bool, off, n, bodyOff int64, body []byte) *Entry {
 	s.disk.admitted.Add(1)
-	tag := tagOf(h)
+	id := identOf(h)
 	if old.tag != 0 {
-		s.disk.groups.evictedTags(st.id, []uint32{tag})
+		s.disk.groups.evicted(st.id, []ident{id})
 	}
-	s.disk.groups.join(e.Key, onDisk, st.id, tag)
+	s.disk.groups.join(e.Key, onDisk, st.id, id)
 	if onProb {
 		s.disk.groups.leave(e.Key, inProbation)
 	}
@@ -133,7 +133,7 @@ func (s *Store) committed(st *stripe, h uint64, e *Entry, old slot, onProb bool,
 func (st *stripe) has(h uint64) bool {
 	st.imu.RLock()
 	defer st.imu.RUnlock()
-	return st.tab.find(tagOf(h)) != nil
+	return st.tab.find(identOf(h)) != nil
 }
 
 // freqKey is what the admission sketch counts for key hash h: derived from

@@ -19,14 +19,14 @@ type groups struct {
 	mu    sync.Mutex
 	fn    func(key string) (string, bool)
 	held  map[string]map[string]uint8 // group → key → where held
-	byTag []map[uint32]string         // per stripe: tag → grouped key on disk
+	byTag []map[ident]string          // per stripe: slot ident → grouped key on disk
 }
 
 func (g *groups) init(fn func(string) (string, bool), stripes int) {
 	g.fn, g.held = fn, map[string]map[string]uint8{}
-	g.byTag = make([]map[uint32]string, stripes)
+	g.byTag = make([]map[ident]string, stripes)
 	for i := range g.byTag {
-		g.byTag[i] = map[uint32]string{}
+		g.byTag[i] = map[ident]string{}
 	}
 }
 
@@ -37,8 +37,8 @@ func (g *groups) groupOf(key string) (string, bool) {
 	return g.fn(key)
 }
 
-// join notes key held at where (on disk: in stripe st under tag).
-func (g *groups) join(key string, where uint8, st int, tag uint32) {
+// join notes key held at where (on disk: in stripe st under id).
+func (g *groups) join(key string, where uint8, st int, id ident) {
 	grp, ok := g.groupOf(key)
 	if !ok {
 		return
@@ -52,10 +52,10 @@ func (g *groups) join(key string, where uint8, st int, tag uint32) {
 	}
 	m[key] |= where
 	if where == onDisk {
-		if old, ok := g.byTag[st][tag]; ok && old != key {
+		if old, ok := g.byTag[st][id]; ok && old != key {
 			g.leaveLocked(old, onDisk) // its slot went to key
 		}
-		g.byTag[st][tag] = key
+		g.byTag[st][id] = key
 	}
 }
 
@@ -83,16 +83,16 @@ func (g *groups) leaveLocked(key string, where uint8) {
 	}
 }
 
-// evictedTags notes the slots of stripe st with these tags gone from disk.
-func (g *groups) evictedTags(st int, tags []uint32) {
+// evicted notes the slots of stripe st with these idents gone from disk.
+func (g *groups) evicted(st int, ids []ident) {
 	if g.fn == nil {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, t := range tags {
-		if k, ok := g.byTag[st][t]; ok {
-			delete(g.byTag[st], t)
+	for _, id := range ids {
+		if k, ok := g.byTag[st][id]; ok {
+			delete(g.byTag[st], id)
 			g.leaveLocked(k, onDisk)
 		}
 	}
@@ -117,14 +117,14 @@ func (g *groups) count(grp string) int {
 	return len(g.held[grp])
 }
 
-// onDiskKeys returns the grouped keys on disk, per stripe by tag, for a
-// checkpoint.
-func (g *groups) onDiskKeys() []map[uint32]string {
+// onDiskKeys returns the grouped keys on disk, per stripe by slot ident,
+// for a checkpoint.
+func (g *groups) onDiskKeys() []map[ident]string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make([]map[uint32]string, len(g.byTag))
+	out := make([]map[ident]string, len(g.byTag))
 	for i, m := range g.byTag {
-		out[i] = make(map[uint32]string, len(m))
+		out[i] = make(map[ident]string, len(m))
 		for t, k := range m {
 			out[i][t] = k
 		}
@@ -140,6 +140,6 @@ func (g *groups) clearDisk() {
 		for _, k := range m {
 			g.leaveLocked(k, onDisk)
 		}
-		g.byTag[i] = map[uint32]string{}
+		g.byTag[i] = map[ident]string{}
 	}
 }

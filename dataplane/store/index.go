@@ -10,14 +10,17 @@ import (
 // (linear probing, backward-shift deletion, grown at 3/4 full): between
 // 21 and 43 bytes per object with the table's free slots, and no key.
 // A lookup that finds no slot is a miss that reads nothing from disk. A
-// slot holds the top 32 bits of the key's 64-bit hash; the record on disk
-// holds the whole key, checked on every read, so two keys sharing a tag
-// cost a disk read and a miss, never a wrong answer.
+// slot holds 56 bits of the key's 64-bit hash; the record on disk holds
+// the whole key, checked on every read, so two keys sharing those bits
+// (one pair in about 10^5 stripes of a million keys) cost a miss, never a
+// wrong answer.
 
 // slot is one object in the index.
 type slot struct {
 	tag uint32 // top 32 bits of the key hash; 0: an empty slot
-	// flags is read and set atomically under the stripe's read lock.
+	// flags holds bits 8 to 31 of the key hash in its high 24 bits and the
+	// slot's flags in its low 8; read and set atomically under the
+	// stripe's read lock. With tag, 56 bits of the hash tell keys apart.
 	flags uint32
 	off   uint32 // the record's offset in the data file, in units
 	n     uint32 // the record's length, in units
@@ -36,6 +39,23 @@ const (
 // keyHash is the hash the index and the records use: stable across
 // restarts (a checkpoint holds it).
 func keyHash(key string) uint64 { return xxhash.Sum64String(key) }
+
+// ident is what tells a key's slot from another's: tag and the hash bits
+// of flags.
+type ident uint64
+
+const hashBits = 0xFFFFFF00
+
+func identOf(h uint64) ident { return ident(uint64(tagOf(h))<<32 | uint64(uint32(h)&hashBits)) }
+
+func (s *slot) ident() ident {
+	return ident(uint64(s.tag)<<32 | uint64(atomic.LoadUint32(&s.flags)&hashBits))
+}
+
+// newSlot is the slot of key hash h's record of n bytes at off.
+func newSlot(id ident, flags uint32, off, n int64) slot {
+	return slot{tag: uint32(id >> 32), flags: uint32(id)&hashBits | flags&^hashBits, off: uint32(off / unit), n: uint32(n / unit)}
+}
 
 func tagOf(h uint64) uint32 {
 	t := uint32(h >> 32)
@@ -61,37 +81,39 @@ func (t *table) home(tag uint32) uint32 {
 	return (tag * 2654435769) & t.mask()
 }
 
-// find returns the slot of tag, or nil.
-func (t *table) find(tag uint32) *slot {
+// find returns the slot of id, or nil.
+func (t *table) find(id ident) *slot {
 	if len(t.slots) == 0 {
 		return nil
 	}
+	tag := uint32(id >> 32)
 	for i := t.home(tag); ; i = (i + 1) & t.mask() {
 		s := &t.slots[i]
-		switch s.tag {
-		case tag:
-			return s
-		case 0:
+		switch {
+		case s.tag == 0:
 			return nil
+		case s.tag == tag && s.ident() == id:
+			return s
 		}
 	}
 }
 
-// put sets tag's slot to v and returns the slot it replaced (tag 0 if
-// none).
+// put sets v's slot (by its ident) and returns the slot it replaced (tag
+// 0 if none).
 func (t *table) put(v slot) slot {
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.grow()
 	}
+	id := v.ident()
 	for i := t.home(v.tag); ; i = (i + 1) & t.mask() {
 		s := &t.slots[i]
-		switch s.tag {
-		case v.tag:
+		switch {
+		case s.tag == v.tag && s.ident() == id:
 			old := *s
 			*s = v
 			t.used += int64(v.n)*unit - int64(old.n)*unit
 			return old
-		case 0:
+		case s.tag == 0:
 			*s = v
 			t.n++
 			t.used += int64(v.n) * unit
@@ -100,14 +122,15 @@ func (t *table) put(v slot) slot {
 	}
 }
 
-// remove deletes tag's slot and returns it (tag 0 if none).
-func (t *table) remove(tag uint32) slot {
+// remove deletes id's slot and returns it (tag 0 if none).
+func (t *table) remove(id ident) slot {
 	if len(t.slots) == 0 {
 		return slot{}
 	}
 	m := t.mask()
+	tag := uint32(id >> 32)
 	i := t.home(tag)
-	for ; t.slots[i].tag != tag; i = (i + 1) & m {
+	for ; t.slots[i].tag != tag || t.slots[i].ident() != id; i = (i + 1) & m {
 		if t.slots[i].tag == 0 {
 			return slot{}
 		}

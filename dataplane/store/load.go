@@ -278,17 +278,15 @@ func (d *disk) apply(st *stripe, off int64, p prefix, rec []byte) error {
 			return badRecord(badFormat, "no key")
 		}
 		h := keyHash(key)
-		if old := st.tab.put(slot{tag: tagOf(h), flags: slotVerified, off: uint32(off / unit), n: p.units}); old.tag != 0 {
-			d.groups.evictedTags(st.id, []uint32{old.tag})
-		}
-		d.groups.join(key, onDisk, st.id, tagOf(h))
+		st.tab.put(newSlot(identOf(h), slotVerified, off, int64(p.units)*unit))
+		d.groups.join(key, onDisk, st.id, identOf(h))
 	case kindTombstone:
 		h, _, err := parseSmall(p.kind, meta)
 		if err != nil {
 			return err
 		}
-		if old := st.tab.remove(tagOf(h)); old.tag != 0 {
-			d.groups.evictedTags(st.id, []uint32{old.tag})
+		if old := st.tab.remove(identOf(h)); old.tag != 0 {
+			d.groups.evicted(st.id, []ident{identOf(h)})
 		}
 	case kindMarker:
 		h, ext, err := parseSmall(p.kind, meta)
@@ -296,8 +294,8 @@ func (d *disk) apply(st *stripe, off int64, p prefix, rec []byte) error {
 			return err
 		}
 		if key, ok := d.checkExtent(ext, h); ok {
-			st.tab.put(slot{tag: tagOf(h), off: uint32(ext.off / unit), n: ext.units})
-			d.groups.join(key, onDisk, st.id, tagOf(h))
+			st.tab.put(newSlot(identOf(h), 0, ext.off, int64(ext.units)*unit))
+			d.groups.join(key, onDisk, st.id, identOf(h))
 		}
 	}
 	d.loaded.Add(1)

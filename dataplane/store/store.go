@@ -277,11 +277,11 @@ func (s *Store) discard(st *stripe, v slot, err error) {
 	}
 	s.disk.discarded(int64(v.off)*unit, err)
 	st.imu.Lock()
-	if cur := st.tab.find(v.tag); cur != nil && cur.off == v.off {
-		st.tab.remove(v.tag)
+	if cur := st.tab.find(v.ident()); cur != nil && cur.off == v.off {
+		st.tab.remove(v.ident())
 	}
 	st.imu.Unlock()
-	s.disk.groups.evictedTags(st.id, []uint32{v.tag})
+	s.disk.groups.evicted(st.id, []ident{v.ident()})
 	s.disk.dirty.Add(1)
 }
 
@@ -315,7 +315,7 @@ func (s *Store) Open(e *Entry) (*Body, error) {
 			return nil, err
 		}
 		st.imu.RLock()
-		if cur := st.tab.find(v.tag); cur != nil && cur.off == v.off {
+		if cur := st.tab.find(v.ident()); cur != nil && cur.off == v.off {
 			setFlag(cur, slotVerified)
 		}
 		st.imu.RUnlock()
@@ -343,7 +343,7 @@ func (s *Store) Delete(key string) bool {
 	st := s.disk.stripeOf(h)
 	st.mu.Lock()
 	st.imu.Lock()
-	old := st.tab.remove(tagOf(h))
+	old := st.tab.remove(identOf(h))
 	prob := st.probation.remove(key)
 	st.imu.Unlock()
 	if old.tag != 0 {
@@ -358,7 +358,7 @@ func (s *Store) Delete(key string) bool {
 	st.mu.Unlock()
 	s.mem.Delete(key)
 	if old.tag != 0 {
-		s.disk.groups.evictedTags(st.id, []uint32{old.tag})
+		s.disk.groups.evicted(st.id, []ident{identOf(h)})
 	}
 	if prob != nil {
 		s.disk.groups.leave(key, inProbation)

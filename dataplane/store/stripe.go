@@ -256,7 +256,7 @@ func (st *stripe) rewriteLocked(victims []rescue) {
 		st.pos += int64(len(rec))
 		st.lsn += int64(len(rec))
 		st.imu.Lock()
-		st.tab.put(slot{tag: v.tag, off: uint32(off / unit), n: uint32(len(rec) / unit)})
+		st.tab.put(newSlot(v.id, 0, off, int64(len(rec))))
 		st.imu.Unlock()
 		st.d.rescued.Add(1)
 		st.d.dirty.Add(1)
@@ -266,7 +266,7 @@ func (st *stripe) rewriteLocked(victims []rescue) {
 // rescue is a record read back from a segment being reclaimed, to be
 // written again.
 type rescue struct {
-	tag uint32
+	id  ident
 	rec []byte
 }
 
@@ -281,12 +281,12 @@ type evicted struct {
 // half a segment of them, each no larger than the write buffer).
 func (st *stripe) evictRange(lo, hi int64, rescue bool) evicted {
 	var out evicted
-	var tags []uint32
+	var ids []ident
 	var keep []slot
 	st.imu.RLock()
 	st.tab.each(func(s *slot) bool {
 		if off := int64(s.off) * unit; off >= lo && off < hi {
-			tags = append(tags, s.tag)
+			ids = append(ids, s.ident())
 			if rescue && loadFlags(s)&slotRead != 0 {
 				keep = append(keep, *s)
 			}
@@ -308,18 +308,18 @@ func (st *stripe) evictRange(lo, hi int64, rescue bool) evicted {
 		out.rescued = append(out.rescued, rescueOf(s, rec))
 	}
 	st.imu.Lock()
-	for _, t := range tags {
-		if s := st.tab.find(t); s != nil {
+	for _, id := range ids {
+		if s := st.tab.find(id); s != nil {
 			if off := int64(s.off) * unit; off >= lo && off < hi {
-				st.tab.remove(t)
+				st.tab.remove(id)
 				out.evicted++
 			}
 		}
 	}
 	st.imu.Unlock()
-	if len(tags) > 0 {
+	if len(ids) > 0 {
 		st.d.dirty.Add(1)
-		st.d.groups.evictedTags(st.id, tags)
+		st.d.groups.evicted(st.id, ids)
 	}
 	return out
 }
@@ -331,13 +331,13 @@ func (st *stripe) rescuable(s *slot) bool {
 	return n <= st.d.g.bufSize && n <= st.d.g.segSize/2
 }
 
-func rescueOf(s slot, rec []byte) rescue { return rescue{tag: s.tag, rec: rec} }
+func rescueOf(s slot, rec []byte) rescue { return rescue{id: s.ident(), rec: rec} }
 
 // insert points the index at a record written for key hash h; flags are
 // the new slot's. It returns the slot replaced. st.mu is held.
 func (st *stripe) insert(h uint64, off, n int64, flags uint32) slot {
 	st.imu.Lock()
-	old := st.tab.put(slot{tag: tagOf(h), flags: flags, off: uint32(off / unit), n: uint32(n / unit)})
+	old := st.tab.put(newSlot(identOf(h), flags, off, n))
 	st.imu.Unlock()
 	st.d.dirty.Add(1)
 	return old
@@ -347,7 +347,7 @@ func (st *stripe) insert(h uint64, off, n int64, flags uint32) slot {
 // unpins it.
 func (st *stripe) lookup(h uint64, read bool) (slot, *segment, bool) {
 	st.imu.RLock()
-	s := st.tab.find(tagOf(h))
+	s := st.tab.find(identOf(h))
 	if s == nil {
 		st.imu.RUnlock()
 		return slot{}, nil, false
