@@ -6,8 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The store's benchmarks: make bench runs them. Each reports bytes/op so
@@ -134,7 +137,9 @@ func benchRebuild(b *testing.B, objects int) {
 // 1 KiB (once, in SHARDCACHE_BENCH_DIR if set, so that runs can share it),
 // then times a start until the first hit served from disk: from the
 // checkpoint a clean stop wrote (clean), and from the segment headers
-// alone, as after a crash before any checkpoint (rebuilt).
+// alone, as after a crash before any checkpoint (rebuilt); each with the
+// files in the page cache, and out of it (cold: dropped with
+// posix_fadvise, as after a reboot).
 //
 // It writes about 1.5 GB: it runs only with SHARDCACHE_BENCH_RESTART=1.
 func BenchmarkRestart1M(b *testing.B) {
@@ -159,13 +164,18 @@ func BenchmarkRestart1M(b *testing.B) {
 		os.WriteFile(filepath.Join(dir, "generated"), nil, 0o644)
 	}
 	ckpt, _ := os.ReadFile(filepath.Join(dir, ckptName))
-	for _, mode := range []string{"clean", "rebuilt"} {
+	for _, mode := range []string{"clean", "rebuilt", "clean-cold", "rebuilt-cold"} {
 		b.Run(mode, func(b *testing.B) {
 			for b.Loop() {
-				if mode == "rebuilt" {
+				if strings.HasPrefix(mode, "rebuilt") {
 					os.Remove(filepath.Join(dir, ckptName))
 				} else {
 					os.WriteFile(filepath.Join(dir, ckptName), ckpt, 0o644)
+				}
+				if strings.HasSuffix(mode, "cold") {
+					for _, name := range []string{dataName, ckptName} {
+						dropCache(b, filepath.Join(dir, name))
+					}
 				}
 				start := time.Now()
 				s := openStore(b, dir, diskOnly, cfg) // returns once Ready
@@ -189,4 +199,17 @@ func BenchmarkRestart1M(b *testing.B) {
 		})
 	}
 	os.WriteFile(filepath.Join(dir, ckptName), ckpt, 0o644)
+}
+
+// dropCache writes out and drops a file's pages from the page cache.
+func dropCache(b *testing.B, path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return // no checkpoint
+	}
+	defer f.Close()
+	unix.Fdatasync(int(f.Fd()))
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		b.Fatal(err)
+	}
 }
