@@ -151,40 +151,31 @@ func mix(x uint64) uint64 {
 // admitLocked applies TinyLFU's admission (Einziger et al.) once the tier
 // is full: a new object is stored only if it is asked for at least as often
 // as the objects the next reclaim of its stripe would evict: those of the
-// stripe's oldest segment not read since they were written (the ones read
-// are rewritten forward), all of them or a sample of 8. So a scan of
-// objects asked for once passes through a full tier without evicting what
-// its clients keep asking for. st.mu is held.
+// stripe's oldest segment that it would not rewrite forward (not read since
+// written), all of them or a sample of 8, counted again every second. So
+// a scan of objects asked for once passes through a full tier without
+// evicting what its clients keep asking for. st.mu is held.
 func (s *Store) admitLocked(st *stripe, h uint64) bool {
 	if s.freq == nil || s.disk.growing() {
 		return true
 	}
-	want := s.freq.EstimateHash(freqKey(h))
-	tags := st.victimsLocked()
-	for i := range min(len(tags), 8) {
-		t := tags[i]
-		if len(tags) > 8 {
-			t = tags[rand.IntN(len(tags))]
-		}
-		if want < s.freq.EstimateHash(mix(uint64(t))) {
-			return false
-		}
-	}
-	return true
+	return s.freq.EstimateHash(freqKey(h)) >= st.victimFreqLocked(s.freq.EstimateHash)
 }
 
-// victimSet is the tags of the objects a stripe's next reclaim would
-// evict, found again when its oldest segment changes, or after a second.
+// victimSet is what a stripe's next reclaim would evict, found again when
+// its oldest segment changes, or after a second: the highest count among
+// (a sample of) its objects.
 type victimSet struct {
 	idx  int
 	seq  uint64
 	at   time.Time
-	tags []uint32
+	freq uint32
 }
 
-// victimsLocked returns the tags of the objects of st's oldest segment
-// that its reclaim would not rewrite. st.mu is held.
-func (st *stripe) victimsLocked() []uint32 {
+// victimFreqLocked returns the highest count, by estimate, among (up to 8
+// of) the objects of st's oldest segment that its reclaim would not
+// rewrite. st.mu is held.
+func (st *stripe) victimFreqLocked(estimate func(uint64) uint32) uint32 {
 	d := st.d
 	d.poolMu.Lock()
 	oldest := -1
@@ -193,23 +184,31 @@ func (st *stripe) victimsLocked() []uint32 {
 	}
 	d.poolMu.Unlock()
 	if oldest < 0 {
-		return nil
+		return 0
 	}
 	seq, v := d.segs[oldest].seqNow(), &st.victimCache
 	if v.idx == oldest && v.seq == seq && time.Since(v.at) < time.Second {
-		return v.tags
+		return v.freq
 	}
-	v.idx, v.seq, v.at, v.tags = oldest, seq, time.Now(), v.tags[:0]
+	var tags []uint32
 	lo, hi := d.start(oldest), d.start(oldest+max(1, d.segs[oldest].run))
 	st.imu.RLock()
 	st.tab.each(func(s *slot) bool {
 		if off := int64(s.off) * unit; off >= lo && off < hi && (loadFlags(s)&slotRead == 0 || !st.rescuable(s)) {
-			v.tags = append(v.tags, s.tag)
+			tags = append(tags, s.tag)
 		}
 		return true
 	})
 	st.imu.RUnlock()
-	return v.tags
+	v.idx, v.seq, v.at, v.freq = oldest, seq, time.Now(), 0
+	for i := range min(len(tags), 8) {
+		t := tags[i]
+		if len(tags) > 8 {
+			t = tags[rand.IntN(len(tags))]
+		}
+		v.freq = max(v.freq, estimate(mix(uint64(t))))
+	}
+	return v.freq
 }
 
 // reserve makes room for a fill of n bytes (its record, padding included)
