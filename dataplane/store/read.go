@@ -119,16 +119,7 @@ func (st *stripe) written(seg *segment, end int64) error {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for !st.writtenLocked(end) {
-		if st.flushing {
-			st.cond.Wait()
-			continue
-		}
-		if err := st.flushLocked(); err != nil {
-			return err
-		}
-	}
-	return nil
+	return st.flushUntilLocked(func() bool { return st.writtenLocked(end) })
 }
 
 // verify checks the body of r against its prefix's checksum.

@@ -167,7 +167,14 @@ func (st *stripe) failLocked(op string, err error, off int64) {
 // syncToLocked waits until the stripe's bytes up to lsn are written and
 // synced: the group commit of Sync.
 func (st *stripe) syncToLocked(lsn int64) error {
-	for st.synced < lsn {
+	return st.flushUntilLocked(func() bool { return st.synced >= lsn })
+}
+
+// flushUntilLocked writes the buffer out, or waits for the write under
+// way, until done: a committer or a reader waiting for its bytes joins the
+// flush another started rather than writing again.
+func (st *stripe) flushUntilLocked(done func() bool) error {
+	for !done() {
 		if st.failed != nil {
 			return fmt.Errorf("%w: %v", errStripeStopped, st.failed)
 		}
