@@ -16,7 +16,9 @@ func (s *Store) commit(w *Writer, e *Entry) (*Entry, error) {
 	if body == nil {
 		body = []byte{}
 	}
-	if s.probation && e.Size <= s.memMax && int64(len(body))+256 <= w.st.probation.max/8 && !w.st.has(w.h) &&
+	// Probation only once the tier is full: until then storing costs no
+	// other object its place.
+	if s.probation && !s.disk.growing() && e.Size <= s.memMax && int64(len(body))+256 <= w.st.probation.max/8 && !w.st.has(w.h) &&
 		s.freq.EstimateHash(freqKey(w.h)) <= 1 {
 		e.Body = body
 		s.toProbation(w.st, e)
@@ -152,9 +154,10 @@ func mix(x uint64) uint64 {
 // is full: a new object is stored only if it is asked for at least as often
 // as the objects the next reclaim of its stripe would evict: those of the
 // stripe's oldest segment that it would not rewrite forward (not read since
-// written), all of them or a sample of 8, counted again every second. So
-// a scan of objects asked for once passes through a full tier without
-// evicting what its clients keep asking for. st.mu is held.
+// written), the most asked for of all of them or of a sample of 8, counted
+// again every second. So a scan of objects asked for once passes through
+// a full tier without evicting what its clients keep asking for. st.mu is
+// held.
 func (s *Store) admitLocked(st *stripe, h uint64) bool {
 	if s.freq == nil || s.disk.growing() {
 		return true

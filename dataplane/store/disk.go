@@ -55,6 +55,9 @@ type disk struct {
 	// new records admission refused.
 	admitted, evicted, rejected atomic.Uint64
 	rescued                     atomic.Uint64
+	// freqOf estimates how often the key of a slot's tag (mixed) is asked
+	// for; nil without admission.
+	freqOf func(uint64) uint32
 	// dirty counts index changes since the last checkpoint.
 	dirty atomic.Int64
 }

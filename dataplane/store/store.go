@@ -107,6 +107,7 @@ func Open(cfg Config) (*Store, error) {
 		// seconds to spot a burst, this one follows the slower rate at
 		// which the disk tier's contents turn over.
 		s.freq = sketch.New(1<<16, cmp.Or(cfg.AdmissionPeriod, time.Minute), nil)
+		d.freqOf = s.freq.EstimateHash
 	}
 	s.wg.Go(s.start)
 	return s, nil

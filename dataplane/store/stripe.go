@@ -1,8 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -285,7 +287,8 @@ type evicted struct {
 
 // evictRange drops from the index the records at offsets lo..hi; with
 // rescue, it first reads back those read since they were written (up to
-// half a segment of them, each no larger than the write buffer).
+// three quarters of a segment of them, the most asked for first, each no
+// larger than the write buffer).
 func (st *stripe) evictRange(lo, hi int64, rescue bool) evicted {
 	var out evicted
 	var ids []ident
@@ -301,7 +304,14 @@ func (st *stripe) evictRange(lo, hi int64, rescue bool) evicted {
 		return true
 	})
 	st.imu.RUnlock()
-	budget := st.d.g.segSize / 2
+	// Up to three quarters of a segment, the most asked for first, so that
+	// a reclaim always frees some room.
+	budget := st.d.g.segSize * 3 / 4
+	if st.d.freqOf != nil {
+		slices.SortFunc(keep, func(a, b slot) int {
+			return cmp.Compare(st.d.freqOf(mix(uint64(b.tag))), st.d.freqOf(mix(uint64(a.tag))))
+		})
+	}
 	for _, s := range keep {
 		n := int64(s.n) * unit
 		if !st.rescuable(&s) || n > budget {
