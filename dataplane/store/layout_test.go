@@ -449,3 +449,27 @@ func TestIndexBytesPerObject(t *testing.T) {
 		t.Fatalf("%d objects indexed in %d bytes: %.1f bytes each, want at most 64", st.DiskObjects, st.IndexBytes, per)
 	}
 }
+
+// A store closed while its index still loads saves no partial index: the
+// next start finds every object.
+func TestCloseWhileLoadingLosesNothing(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, diskOnly)
+	for i := range 2000 {
+		put(t, s, meta(fmt.Sprintf("k%d", i)), body("k", i, 2000), false)
+	}
+	s.Close()
+	os.Remove(filepath.Join(dir, ckptName)) // a rebuild from the segments: the longest load
+	cfg := Config{Dir: dir, DiskBytes: 64 << 20, MemoryBytes: 8 << 20, MemoryMaxObject: 64 << 10, ProbationBytes: -1,
+		Logger: slog.New(slog.DiscardHandler)}
+	early, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	early.Close() // most likely before the load is done
+	s = openStore(t, dir, diskOnly)
+	defer s.Close()
+	if got := s.Stats().DiskObjects; got != 2000 {
+		t.Fatalf("%d objects after a store was closed while loading, want 2000", got)
+	}
+}

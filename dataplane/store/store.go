@@ -117,6 +117,11 @@ func Open(cfg Config) (*Store, error) {
 func (s *Store) start() {
 	old := s.disk.discardOldLayout()
 	s.disk.load(s.stop)
+	select {
+	case <-s.stop:
+		return // cut short: the index is partial, and Close must not save it
+	default:
+	}
 	s.disk.loading.Store(false)
 	close(s.disk.ready)
 	if len(old) > 0 {
