@@ -35,9 +35,9 @@ func BenchmarkMemoryHit4KiB(b *testing.B) {
 
 func benchDiskHit(b *testing.B, size int) {
 	// Nothing fits the memory tier: every Get goes to disk.
-	s := openStore(b, b.TempDir(), diskOnly, func(c *Config) { c.MemoryMaxObject = 1 })
+	s := openStore(b, b.TempDir(), diskOnly, func(c *Config) { c.MemoryMaxObject, c.DiskBytes = 1, 1<<30 })
 	defer s.Close()
-	const keys = 256
+	keys := min(256, (256<<20)/size) // a quarter of the budget: all of them stay
 	for i := range keys {
 		put(b, s, meta("k"+strconv.Itoa(i)), body("k", i, size), false)
 	}
