@@ -63,7 +63,8 @@ fuzz: ## run each fuzz test for FUZZTIME (default 1m); make test runs their seed
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCacheControl$$' -fuzztime $(FUZZTIME) ./dataplane/httpcache/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDate$$' -fuzztime $(FUZZTIME) ./dataplane/httpcache/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTargeted$$' -fuzztime $(FUZZTIME) ./dataplane/httpcache/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHead$$' -fuzztime $(FUZZTIME) ./dataplane/store/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMeta$$' -fuzztime $(FUZZTIME) ./dataplane/store/
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePrefix$$' -fuzztime $(FUZZTIME) ./dataplane/store/
 	$(GO) test -run '^$$' -fuzz '^FuzzArrivalSendsWhatItKeys$$' -fuzztime $(FUZZTIME) ./dataplane/front/
 
 bench-quick: build ## the same with short workloads, to try the harness (figures not for quoting)

@@ -50,6 +50,7 @@ type measurement struct {
 	MBPerSec     float64
 	RSSGrowthMiB float64
 	ObjsPerNode  float64 // objects stored per instance at the end (-1: not read)
+	IdealBound   float64 // S2s: the hit ratio of an ideal cache of as many objects
 	ClientErrors int64   // S6: requests the clients saw fail
 	Errors       int64
 	Note         string
@@ -72,7 +73,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench/results", "folder of the results")
 	flag.StringVar(&o.shardcache, "shardcache", ".bin/shardcache", "shardcache binary")
 	flag.StringVar(&o.cachectl, "cachectl", ".bin/cachectl", "cachectl binary")
-	flag.StringVar(&o.scenarios, "scenarios", "S0,S1,S2,S3,S4,S5,S6", "scenarios to run")
+	flag.StringVar(&o.scenarios, "scenarios", "S0,S1,S2,S2s,S3,S4,S5,S6", "scenarios to run")
 	flag.StringVar(&o.systems, "systems", "", "comma-separated systems to run (default: all; shardcache first)")
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs (for trying the harness, not for figures)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work folder (configurations and logs) after the run")

@@ -45,6 +45,7 @@ var columns = map[string]struct {
 	"MB/s":                        {func(m measurement) float64 { return m.MBPerSec }, "%.0f"},
 	"RSS growth MiB":              {func(m measurement) float64 { return m.RSSGrowthMiB }, "%.0f"},
 	"objects/node":                {func(m measurement) float64 { return m.ObjsPerNode }, "%.0f"},
+	"ideal bound":                 {func(m measurement) float64 { return m.IdealBound }, "%.3f"},
 	"client errors":               {func(m measurement) float64 { return float64(m.ClientErrors) }, "%.0f"},
 	"relay fraction":              {func(m measurement) float64 { return m.RelayFraction }, "%.3f"},
 	"relay fraction, hottest 1 %": {func(m measurement) float64 { return m.HotRelayFraction }, "%.3f"},

@@ -47,6 +47,7 @@ var scenarios = []scenario{
 		metrics: []string{"origin requests", "hit ratio", "objects/node", "p99 ms", "req/s", "CPU µs/req"},
 		run:     runS2,
 	},
+	steadyScenario,
 	{
 		id: "S3", title: "one 1 GiB object through a non-owner",
 		workload: func(*runner) string {

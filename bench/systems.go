@@ -296,9 +296,9 @@ func startCeiling(ctx context.Context, r *runner, dir string, _ int64, _ int) (*
 }
 
 // objectsPerNode is the mean number of objects each instance holds, read
-// the way each system counts them: shardcache's disk tier (every object
-// has a record there; memory holds copies), nginx's cache files, Varnish's
-// MAIN.n_object. -1 when it cannot be read.
+// the way each system counts them: shardcache's disk tier and probation
+// queue (an object is in one or the other; memory holds copies), nginx's
+// cache files, Varnish's MAIN.n_object. -1 when it cannot be read.
 func objectsPerNode(ctx context.Context, sys system, in *instance) float64 {
 	switch sys.name {
 	case "shardcache", syncedShardcache.name:
@@ -306,7 +306,9 @@ func objectsPerNode(ctx context.Context, sys system, in *instance) float64 {
 		if err != nil || len(in.ops) == 0 {
 			return -1
 		}
-		return s.counter("shardcache_store_objects", `tier="disk"`) / float64(len(in.ops))
+		// The disk tier, and the new objects on probation in memory (not on
+		// disk until their second use).
+		return (s.counter("shardcache_store_objects", `tier="disk"`) + s.counter("shardcache_store_objects", `tier="probation"`)) / float64(len(in.ops))
 	case "nginx two-tier", "nginx local":
 		var n int
 		for i := range in.caches {

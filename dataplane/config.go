@@ -84,8 +84,10 @@ type Config struct {
 	// DiskMinFree is the free space the disk tier leaves on its file
 	// system: below it, new objects are served but not stored. Default 1 GiB.
 	DiskMinFree int64
-	// DiskSync fsyncs every disk record before it is renamed into place,
-	// so that stored objects survive a power failure (--disk-sync data).
+	// DiskSync makes the disk tier fdatasync each write buffer it flushes
+	// before the fills in it are committed (one sync per buffer, shared by
+	// every fill in it), so that stored objects survive a power failure
+	// (--disk-sync data).
 	DiskSync bool
 	// MaxObjectBytes is the largest response stored; larger ones are
 	// streamed to the client without storing. Default a quarter of DiskBytes.

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/ops"
@@ -54,7 +55,8 @@ func (n *Node) readiness() (string, bool) {
 	select {
 	case <-n.store.Ready():
 	default:
-		return fmt.Sprintf("not ready: loading the disk tier's index (%d records so far)", n.store.Loaded()), false
+		return fmt.Sprintf("not ready: loading the disk tier's index (%d records so far; serving from peers and the origin meanwhile)",
+			n.store.Loaded()), false
 	}
 	if n.certs != nil {
 		select {
@@ -82,8 +84,14 @@ func (n *Node) readiness() (string, bool) {
 		// data may be stale.
 		control = "disconnected (stale control data)"
 	}
-	return fmt.Sprintf("ready epoch=%d members=%d policies=%d control=%s peer_hop=%s", rt.Epoch.GetEpoch(), len(rt.Epoch.GetMembers()),
-		n.policies.Load().Revision(), control, n.cfg.peerHop()), true
+	// Still ready with a stripe stopped: the node serves from memory,
+	// peers and the origin; say which stripes store nothing new.
+	disk, stopped := "ok", n.store.Stats().Stopped
+	if len(stopped) > 0 {
+		disk = fmt.Sprintf("degraded(%d stripes not storing: %s)", len(stopped), strings.Join(stopped, "; "))
+	}
+	return fmt.Sprintf("ready epoch=%d members=%d policies=%d control=%s peer_hop=%s disk=%s", rt.Epoch.GetEpoch(), len(rt.Epoch.GetMembers()),
+		n.policies.Load().Revision(), control, n.cfg.peerHop(), disk), true
 }
 
 // loadReport is what the session reports to the control plane.

@@ -21,8 +21,10 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// TestWarmRestartServesFromDisk warms 10,000 objects, restarts the node on
-// the same data directory, and reads them all back as hits.
+// TestWarmRestartServesFromDisk warms 10,000 objects, each asked for
+// twice (asked for once, an object stays on probation in memory and may
+// never reach the disk), restarts the node on the same data directory, and
+// reads them all back as hits.
 func TestWarmRestartServesFromDisk(t *testing.T) {
 	const objects = 10_000
 	fc := startFakeControl(t, "127.0.0.1:0")
@@ -37,7 +39,7 @@ func TestWarmRestartServesFromDisk(t *testing.T) {
 	}))
 	defer countingOrigin.Close()
 
-	fetchAll := func(n *Node, want string) {
+	fetchAll := func(n *Node, want ...string) {
 		t.Helper()
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 		defer client.CloseIdleConnections()
@@ -47,31 +49,33 @@ func TestWarmRestartServesFromDisk(t *testing.T) {
 		for w := range 4 {
 			wg.Go(func() {
 				for i := w; i < objects; i += 4 {
-					resp, err := client.Get(fmt.Sprintf("http://%s/obj/%d", n.ClientAddr(), i))
-					if err != nil {
-						bad.Add(1)
-						first.CompareAndSwap(nil, err.Error())
-						continue
-					}
-					b, _ := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if string(b) != fmt.Sprintf("body of /obj/%d", i) || resp.Header.Get("X-Cache") != want {
-						bad.Add(1)
-						first.CompareAndSwap(nil, fmt.Sprintf("/obj/%d: %s %q", i, resp.Header.Get("X-Cache"), b))
+					for _, want := range want {
+						resp, err := client.Get(fmt.Sprintf("http://%s/obj/%d", n.ClientAddr(), i))
+						if err != nil {
+							bad.Add(1)
+							first.CompareAndSwap(nil, err.Error())
+							continue
+						}
+						b, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						if string(b) != fmt.Sprintf("body of /obj/%d", i) || resp.Header.Get("X-Cache") != want {
+							bad.Add(1)
+							first.CompareAndSwap(nil, fmt.Sprintf("/obj/%d: %s %q", i, resp.Header.Get("X-Cache"), b))
+						}
 					}
 				}
 			})
 		}
 		wg.Wait()
 		if bad.Load() != 0 {
-			t.Fatalf("%d of %d answers not %s with the right body; first: %v", bad.Load(), objects, want, first.Load())
+			t.Fatalf("%d of %d answers not %v with the right body; first: %v", bad.Load(), objects*len(want), want, first.Load())
 		}
 	}
 
 	n, stop := runNode(t, "a", fc.addr, countingOrigin.URL, func(c *Config) { c.DataDir = dir })
 	fc.publish(epochOf(1, n))
 	waitEpoch(t, n, 1)
-	fetchAll(n, "MISS")
+	fetchAll(n, "MISS", "HIT")
 	if got := originRequests.Load(); got != objects {
 		t.Fatalf("warming made %d origin requests, want %d", got, objects)
 	}
@@ -374,6 +378,11 @@ func TestCacheDirectoryDeletedWhileRunning(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(dir, "cache")); err != nil {
 		t.Fatal(err)
 	}
+	// The node notices its data file gone and starts a new one.
+	waitFor(t, "a new data file", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "cache", "segments"))
+		return err == nil
+	})
 	// A stored object whose file is gone is fetched again, and stored again.
 	if x := get("/d/1"); x == "HIT" {
 		t.Fatalf("served a HIT from a deleted file (origin fetched %d)", fetched.Load())
@@ -394,37 +403,39 @@ func TestCacheDirectoryDeletedWhileRunning(t *testing.T) {
 	}
 }
 
-func TestReadOnlyDiskWhileRunning(t *testing.T) {
+// TestFullDiskWhileRunning runs a node whose disk budget is larger than
+// its file system (a small tmpfs) until the disk is full: every answer is
+// whole, what was stored is still served, and /readyz and a metric say the
+// disk tier stopped storing.
+func TestFullDiskWhileRunning(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("remounting a file system read-only needs root (CI runs as root)")
+		t.Skip("mounting a small tmpfs needs root (CI runs as root)")
 	}
 	dir := t.TempDir()
-	mount := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
-			t.Fatalf("mount %v: %v: %s", args, err, out)
-		}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v: %s", err, out)
 	}
-	mount("-t", "tmpfs", "-o", "size=64m", "tmpfs", dir)
-	t.Cleanup(func() { exec.Command("umount", dir).Run() }) // after the node stops
-	a, get, fetched := diskOnlyNode(t, dir, func(c *Config) { c.DiskBytes, c.DiskMinFree = 32<<20, 1<<20 })
-	get("/r/1")
-	mount("-o", "remount,ro", dir)
-	if x := get("/r/1"); x != "HIT" {
-		t.Errorf("a stored object on a read-only disk: %s, want HIT", x)
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() }) // after the node stops
+	a, get, fetched := diskOnlyNode(t, dir, func(c *Config) { c.DiskBytes, c.DiskMinFree = 64<<20, 1 })
+	get("/f/0")
+	if x := get("/f/0"); x != "HIT" {
+		t.Fatalf("/f/0 before the disk is full: %s, want HIT", x)
 	}
-	get("/r/2")
-	get("/r/2") // not stored: fetched again, served all the same
-	if errs := metricValue(t, a, "shardcache_disk_errors_total", `op="create"`); errs == 0 {
-		t.Error("no disk error counted for the read-only disk")
+	for i := 1; i < 60; i++ { // 12 MB on 8 MB: the disk fills on the way
+		get(fmt.Sprintf("/f/%d", i))
 	}
-	mount("-o", "remount,rw", dir)
-	get("/r/3")
-	if x := get("/r/3"); x != "HIT" {
-		t.Errorf("after the disk is writable again: %s, want HIT", x)
+	waitFor(t, "a stripe to say it stopped", func() bool {
+		return metricValue(t, a, "shardcache_disk_stripes_stopped") > 0
+	})
+	if x := get("/f/0"); x != "HIT" {
+		t.Errorf("an object stored before the disk filled: %s, want HIT", x)
 	}
-	if n := fetched.Load(); n != 4 {
-		t.Errorf("origin fetched %d times, want 4 (/r/1 once, /r/2 twice, /r/3 once)", n)
+	resp, body := do(t, "GET", "http://"+a.OpsAddr().String()+"/readyz")
+	if resp.StatusCode != 200 || !strings.Contains(body, "disk=degraded") || !strings.Contains(body, "no space left") {
+		t.Errorf("/readyz with the disk full: %d %q; want ready, saying the disk tier is degraded", resp.StatusCode, body)
+	}
+	if n := fetched.Load(); n < 60 {
+		t.Errorf("origin fetched %d times, want at least 60", n)
 	}
 }
 
@@ -453,7 +464,8 @@ func TestAFillRefusedByAdmissionIsStillAnswered(t *testing.T) {
 		w.Write(body(r.URL.Path))
 	}))
 	defer origin.Close()
-	_, n := startOne(t, origin.URL, noHotKeys, func(c *Config) { c.DiskBytes, c.MaxObjectBytes = 1<<20, 256<<10 })
+	// Larger than the memory tier takes: straight to disk, no probation.
+	_, n := startOne(t, origin.URL, noHotKeys, func(c *Config) { c.DiskBytes, c.MaxObjectBytes, c.MemoryMaxObject = 1<<20, 256<<10, 8<<10 })
 	base := "http://" + n.ClientAddr().String()
 	// Popular objects fill the disk tier.
 	for i := range 70 {

@@ -103,7 +103,7 @@ func newNodeCommand() *cobra.Command {
 	f.Var(units.Value{N: &o.cfg.MemoryBytes}, "memory", "memory budget for cached objects, hot copies included (default 256MiB)")
 	f.Var(units.Value{N: &o.cfg.MemoryMaxObject}, "memory-max-object", "largest object kept in the memory tier; larger ones are served from disk (default 1MiB)")
 	f.Var(units.Value{N: &o.cfg.DiskBytes}, "disk", "disk tier budget under --data-dir (default 10GiB)")
-	f.StringVar(&o.diskSync, "disk-sync", "none", "none: records are renamed into place unsynced (a power failure may lose the last seconds' objects); data: each is fsynced first")
+	f.StringVar(&o.diskSync, "disk-sync", "none", "none: write buffers go to the kernel unsynced (a power failure may lose the last seconds' objects); data: each flushed buffer is fdatasynced before its fills are committed")
 	f.Var(units.Value{N: &o.cfg.DiskMinFree}, "disk-min-free", "free space kept on the data directory's file system; below it nothing new is stored (default 1GiB)")
 	f.Var(units.Value{N: &o.cfg.MaxObjectBytes}, "max-object", "largest response stored; larger ones are streamed unstored (default disk/4)")
 	f.DurationVar(&o.cfg.OriginTimeout, "origin-timeout", 0, "timeout of one origin request (default 60s)")

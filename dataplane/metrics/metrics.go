@@ -282,24 +282,34 @@ type storeCollector struct {
 
 var (
 	storeBytesDesc  = prometheus.NewDesc("shardcache_store_bytes", "Bytes held by each store tier (memory, disk).", []string{"tier"}, nil)
-	storeObjsDesc   = prometheus.NewDesc("shardcache_store_objects", "Objects held by each store tier (memory, disk).", []string{"tier"}, nil)
+	storeObjsDesc   = prometheus.NewDesc("shardcache_store_objects", "Objects held by each store tier (memory, disk; probation: new objects held in memory until their second use, counted in memory too).", []string{"tier"}, nil)
 	storePausedDesc = prometheus.NewDesc("shardcache_disk_admission_paused",
-		"1 while the disk tier stores nothing new because its file system is below the free-space guard.", nil, nil)
+		"1 while the disk tier stores nothing new because its data file may not grow: its file system is below the free-space guard.", nil, nil)
 	storeDiscardDesc = prometheus.NewDesc("shardcache_disk_records_discarded_total",
-		"Bad record files found and removed, by reason (format, version, length, checksum, key, io).", []string{"reason"}, nil)
+		"Bad disk tier records found and dropped from the index, by reason (format, version, length, checksum, key, io).", []string{"reason"}, nil)
 	storeAdmitDesc = prometheus.NewDesc("shardcache_store_admissions_total",
 		"Objects stored by each tier (memory, disk).", []string{"tier"}, nil)
 	storeEvictDesc = prometheus.NewDesc("shardcache_store_evictions_total",
 		"Objects evicted from each tier (memory, disk) to make room.", []string{"tier"}, nil)
 	storeRejectDesc = prometheus.NewDesc("shardcache_store_rejections_total",
-		"Objects a tier's admission refused as asked for less often than what they would evict (memory: ristretto's TinyLFU; disk: TinyLFU over sampled LRU).", []string{"tier"}, nil)
+		"Objects a tier's admission refused as asked for less often than what they would evict (memory: ristretto's TinyLFU; disk: TinyLFU against the oldest segment's objects).", []string{"tier"}, nil)
 	storeErrorsDesc = prometheus.NewDesc("shardcache_disk_errors_total",
-		"Disk tier I/O errors by operation (create, write, commit, read, remove, load).", []string{"op"}, nil)
+		"Disk tier I/O errors by operation (write, sync, read, allocate, load, checkpoint).", []string{"op"}, nil)
+	storeLoadingDesc = prometheus.NewDesc("shardcache_disk_index_loading",
+		"1 while the disk tier loads its index at start (the node serves from peers and the origin meanwhile).", nil, nil)
+	storeLoadedDesc = prometheus.NewDesc("shardcache_disk_index_loaded_records",
+		"Records the disk tier's index loaded at start, so far.", nil, nil)
+	storeIndexDesc = prometheus.NewDesc("shardcache_disk_index_bytes",
+		"Memory the disk tier's index takes.", nil, nil)
+	storeStoppedDesc = prometheus.NewDesc("shardcache_disk_stripes_stopped",
+		"Disk tier stripes that stopped writing after a disk error (full, failing); the node serves on without storing their new objects.", nil, nil)
+	storeRewrittenDesc = prometheus.NewDesc("shardcache_disk_rewritten_total",
+		"Objects the disk tier rewrote forward from a segment it reclaimed, as they were read since written.", nil, nil)
 )
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{storeBytesDesc, storeObjsDesc, storePausedDesc, storeDiscardDesc, storeErrorsDesc,
-		storeAdmitDesc, storeEvictDesc, storeRejectDesc} {
+		storeAdmitDesc, storeEvictDesc, storeRejectDesc, storeLoadingDesc, storeLoadedDesc, storeIndexDesc, storeStoppedDesc, storeRewrittenDesc} {
 		ch <- d
 	}
 }
@@ -314,7 +324,13 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(storeBytesDesc, prometheus.GaugeValue, float64(s.DiskBytes), "disk")
 	ch <- prometheus.MustNewConstMetric(storeObjsDesc, prometheus.GaugeValue, float64(s.MemoryObjects), "memory")
 	ch <- prometheus.MustNewConstMetric(storeObjsDesc, prometheus.GaugeValue, float64(s.DiskObjects), "disk")
+	ch <- prometheus.MustNewConstMetric(storeObjsDesc, prometheus.GaugeValue, float64(s.ProbationObjects), "probation")
 	ch <- prometheus.MustNewConstMetric(storePausedDesc, prometheus.GaugeValue, BoolGauge(s.Paused))
+	ch <- prometheus.MustNewConstMetric(storeLoadingDesc, prometheus.GaugeValue, BoolGauge(s.Loading))
+	ch <- prometheus.MustNewConstMetric(storeLoadedDesc, prometheus.GaugeValue, float64(s.Loaded))
+	ch <- prometheus.MustNewConstMetric(storeIndexDesc, prometheus.GaugeValue, float64(s.IndexBytes))
+	ch <- prometheus.MustNewConstMetric(storeStoppedDesc, prometheus.GaugeValue, float64(len(s.Stopped)))
+	ch <- prometheus.MustNewConstMetric(storeRewrittenDesc, prometheus.CounterValue, float64(s.Rewritten))
 	for reason, v := range s.Discarded {
 		ch <- prometheus.MustNewConstMetric(storeDiscardDesc, prometheus.CounterValue, float64(v), reason)
 	}

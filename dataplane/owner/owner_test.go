@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -201,7 +202,11 @@ func policyOf(t *testing.T, cp *pb.CachePolicy) *policy.Policy {
 // A miss is filled from the origin and stored; the next request is a hit
 // from memory; a large object is a hit from disk. Each outcome says so.
 func TestMissThenHitFromMemoryAndDisk(t *testing.T) {
-	big := strings.Repeat("d", 200<<10)
+	// Random, so that stored compressed it is still larger than the
+	// memory tier takes.
+	raw := make([]byte, 200<<10)
+	rand.NewChaCha8([32]byte{1}).Read(raw)
+	big := string(raw)
 	to := newTestOwner(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/big" {
 			cacheable(big)(w, r)

@@ -1,12 +1,15 @@
 // Package store holds cached HTTP responses in two tiers: a ristretto memory
-// tier for small objects over a persistent disk tier that holds every
-// object. Objects stream in through a Writer and become visible only when
-// complete; a record on disk carries checksums, so a crash never leaves a
-// torn object that is later served. Both tiers admit by frequency
-// (TinyLFU): the disk tier counts lookups in a hotkey sketch of its own
-// and stores a new object that needs room only if it is asked for at least
-// as often as what it would evict. It imports hotkey and nothing else of
-// the data plane.
+// tier for small objects over a persistent disk tier. The disk tier is one
+// data file of large segments, written in sequence per stripe of the key
+// hash through a write buffer, with a compact index in memory (no file per
+// object); whole segments are reclaimed in order, and the objects of a
+// reclaimed segment read since they were written are rewritten forward.
+// Objects stream in through a Writer and become visible only when
+// complete; a record on disk carries its key and checksums, so a crash or
+// a flipped bit never leaves a torn or wrong object that is later served.
+// New objects wait in memory on probation until their second use, and the
+// disk tier admits by frequency (TinyLFU) once full. It imports
+// internal/sketch and nothing else of the data plane.
 package store
 
 import (
@@ -46,8 +49,9 @@ type Entry struct {
 	// object read from disk with Store.Open.
 	Body []byte
 
-	disk *diskEntry // the entry's record on disk, nil if none
-	off  int64      // the body's offset in the record file
+	ref *recRef // the entry's record on disk, nil if none
+	// verified is set when the body's checksum was checked as it was read.
+	verified bool
 }
 
 // Age is the entry's current age (RFC 9111 4.2.3).
@@ -73,14 +77,3 @@ func (e *Entry) Cost() int64 {
 	}
 	return n
 }
-
-// touch notes a use of the entry's disk record, for eviction.
-func (e *Entry) touch() {
-	if d := e.disk; d != nil {
-		d.access.Store(clock())
-	}
-}
-
-// clock is the access time recorded for eviction: Unix nanoseconds, so a
-// record's modification time stands in for it after a restart.
-func clock() int64 { return time.Now().UnixNano() }

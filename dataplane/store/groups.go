@@ -1,22 +1,108 @@
 package store
 
+import "sync"
+
 // A group is a set of keys the store keeps together with its index, exact
 // through replacement, deletion, eviction and restart: the owner groups a
 // URL's Vary variants under the URL's key (Config.Group), to count them and
-// to drop them without scanning every key.
+// to drop them without scanning every key. The index holds no keys, so the
+// keys of groups are kept here, by stripe and tag, for the disk's evictions
+// to find: a grouped object costs its key's length besides its slot.
 
-func (d *disk) groupOf(key string) (string, bool) {
-	if d.group == nil {
-		return "", false
-	}
-	return d.group(key)
+// Where a grouped key is held.
+const (
+	onDisk      = 1
+	inProbation = 2
+)
+
+type groups struct {
+	mu    sync.Mutex
+	fn    func(key string) (string, bool)
+	held  map[string]map[string]uint8 // group → key → where held
+	byTag []map[ident]string          // per stripe: slot ident → grouped key on disk
 }
 
-// members returns the keys held in group g.
-func (d *disk) members(g string) []string {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	m := d.groups[g]
+func (g *groups) init(fn func(string) (string, bool), stripes int) {
+	g.fn, g.held = fn, map[string]map[string]uint8{}
+	g.byTag = make([]map[ident]string, stripes)
+	for i := range g.byTag {
+		g.byTag[i] = map[ident]string{}
+	}
+}
+
+func (g *groups) groupOf(key string) (string, bool) {
+	if g.fn == nil {
+		return "", false
+	}
+	return g.fn(key)
+}
+
+// join notes key held at where (on disk: in stripe st under id).
+func (g *groups) join(key string, where uint8, st int, id ident) {
+	grp, ok := g.groupOf(key)
+	if !ok {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m := g.held[grp]
+	if m == nil {
+		m = map[string]uint8{}
+		g.held[grp] = m
+	}
+	m[key] |= where
+	if where == onDisk {
+		if old, ok := g.byTag[st][id]; ok && old != key {
+			g.leaveLocked(old, onDisk) // its slot went to key
+		}
+		g.byTag[st][id] = key
+	}
+}
+
+// leave notes key no longer held at where.
+func (g *groups) leave(key string, where uint8) {
+	if _, ok := g.groupOf(key); !ok {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.leaveLocked(key, where)
+}
+
+func (g *groups) leaveLocked(key string, where uint8) {
+	grp, _ := g.groupOf(key)
+	m := g.held[grp]
+	if m == nil {
+		return
+	}
+	if m[key] &^= where; m[key] == 0 {
+		delete(m, key)
+		if len(m) == 0 {
+			delete(g.held, grp)
+		}
+	}
+}
+
+// evicted notes the slots of stripe st with these idents gone from disk.
+func (g *groups) evicted(st int, ids []ident) {
+	if g.fn == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, id := range ids {
+		if k, ok := g.byTag[st][id]; ok {
+			delete(g.byTag[st], id)
+			g.leaveLocked(k, onDisk)
+		}
+	}
+}
+
+// members returns the keys held in group grp.
+func (g *groups) members(grp string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m := g.held[grp]
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -24,33 +110,36 @@ func (d *disk) members(g string) []string {
 	return out
 }
 
-// count returns how many keys group g holds.
-func (d *disk) count(g string) int {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	return len(d.groups[g])
+// count returns how many keys group grp holds.
+func (g *groups) count(grp string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.held[grp])
 }
 
-// joinGroupLocked adds key to its group, if it has one; d.mu is held.
-func (d *disk) joinGroupLocked(key string) {
-	if g, ok := d.groupOf(key); ok {
-		m := d.groups[g]
-		if m == nil {
-			m = map[string]struct{}{}
-			d.groups[g] = m
+// onDiskKeys returns the grouped keys on disk, per stripe by slot ident,
+// for a checkpoint.
+func (g *groups) onDiskKeys() []map[ident]string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]map[ident]string, len(g.byTag))
+	for i, m := range g.byTag {
+		out[i] = make(map[ident]string, len(m))
+		for t, k := range m {
+			out[i][t] = k
 		}
-		m[key] = struct{}{}
 	}
+	return out
 }
 
-// leaveGroupLocked removes key from its group; d.mu is held.
-func (d *disk) leaveGroupLocked(key string) {
-	if g, ok := d.groupOf(key); ok {
-		if m := d.groups[g]; m != nil {
-			delete(m, key)
-			if len(m) == 0 {
-				delete(d.groups, g)
-			}
+// clearDisk notes every grouped key gone from disk.
+func (g *groups) clearDisk() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, m := range g.byTag {
+		for _, k := range m {
+			g.leaveLocked(k, onDisk)
 		}
+		g.byTag[i] = map[ident]string{}
 	}
 }

@@ -9,27 +9,49 @@ import (
 	"time"
 )
 
-// A record file holds one object:
+// A record is one object (or a tombstone, or a marker) in a segment. It
+// starts on a 512-byte boundary and takes a whole number of 512-byte units:
 //
-//	magic "SHCR" | version u16 | flags u16 | meta length u32
+//	prefix (48 bytes):
+//	  magic "SHR3" | kind u8 | flags u8 | reserved u16
+//	  segment seq u64   the seq of the segment header it was written under
+//	  units u32         the record's length in 512-byte units, padding included
+//	  meta length u32
+//	  stored size u64   body bytes
+//	  identity length u64
+//	  body CRC-32C u32
+//	  prefix CRC-32C u32 (over the 44 bytes before it and the meta)
 //	meta: key, status, received, initial age, lifetime, coding, header, URL
-//	meta CRC-32C u32 (over everything before it)
 //	body
-//	footer: stored size u64 | identity length u64 | body CRC-32C u32 | "SHCE"
 //
 // Integers are little-endian; meta fields are varints and length-prefixed
-// strings. The footer is written last, so a record cut short by a crash
-// has no valid footer, and a file whose size disagrees with its header and
-// footer is discarded. Version 1 records, which have no URL, are still
-// read.
+// strings. The prefix checksum covers the metadata, the body checksum the
+// body: a record cut short by a crash, overwritten in part, or with a
+// flipped bit fails one of them and is never served. The segment seq tells
+// a record of this lap of the segment from a stale one of an earlier lap
+// that follows the last record written.
 const (
-	recordMagic   = "SHCR"
-	footerMagic   = "SHCE"
-	recordVersion = 2
-	prefixLen     = 12
-	footerLen     = 24
-	// maxMetaLen bounds a record's metadata; more means a corrupt file.
+	recordMagic = "SHR3"
+	prefixLen   = 48
+	unit        = 512
+	// maxMetaLen bounds a record's metadata; more means a corrupt record.
 	maxMetaLen = 1 << 20
+)
+
+// Record kinds.
+const (
+	kindObject    = 1 // an object: metadata and body
+	kindTombstone = 2 // key (hash) deleted: meta holds the key hash
+	kindMarker    = 3 // an extent's object committed: meta holds hash and place
+)
+
+// Record flags.
+const (
+	// flagExtent marks an object written in place into space reserved when
+	// its fill began: a replay skips it, and indexes it at its marker.
+	flagExtent = 1
+	// flagPending marks an extent whose fill has not committed.
+	flagPending = 2
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -43,7 +65,7 @@ const (
 	badKey      = "key"
 )
 
-// recordError says why a record file cannot be used.
+// recordError says why a record cannot be used.
 type recordError struct {
 	reason string
 	detail string
@@ -64,11 +86,22 @@ func reasonOf(err error) string {
 	return "io"
 }
 
-// encodeHead returns the record's prefix, metadata and metadata checksum.
-func encodeHead(e *Entry) []byte {
-	b := make([]byte, prefixLen, 512)
-	copy(b, recordMagic)
-	binary.LittleEndian.PutUint16(b[4:], recordVersion)
+// prefix is a record's fixed part.
+type prefix struct {
+	kind, flags  uint8
+	seq          uint64
+	units        uint32
+	metaLen      uint32
+	size, length int64
+	bodyCRC      uint32
+}
+
+// units is the number of 512-byte units n bytes take.
+func units(n int64) int64 { return (n + unit - 1) / unit }
+
+// encodeMeta returns the metadata of e as a record holds it.
+func encodeMeta(e *Entry) []byte {
+	b := make([]byte, 0, 256)
 	b = appendString(b, e.Key)
 	b = binary.AppendUvarint(b, uint64(e.Status))
 	b = binary.AppendVarint(b, e.Received.UnixNano())
@@ -83,9 +116,7 @@ func encodeHead(e *Entry) []byte {
 			b = appendString(b, v)
 		}
 	}
-	b = appendString(b, e.URL)
-	binary.LittleEndian.PutUint32(b[8:], uint32(len(b)-prefixLen))
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+	return appendString(b, e.URL)
 }
 
 func appendString(b []byte, s string) []byte {
@@ -93,35 +124,68 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// headLen reads the prefix and returns the length of the whole head
-// (prefix, metadata and its checksum), which is the body's offset.
-func headLen(prefix []byte) (int, error) {
-	if len(prefix) < prefixLen || string(prefix[:4]) != recordMagic {
-		return 0, badRecord(badFormat, "no record magic")
-	}
-	if v := binary.LittleEndian.Uint16(prefix[4:]); v != recordVersion && v != 1 {
-		return 0, badRecord(badVersion, "format version %d, this build reads %d", v, recordVersion)
-	}
-	n := binary.LittleEndian.Uint32(prefix[8:])
-	if n > maxMetaLen {
-		return 0, badRecord(badFormat, "metadata of %d bytes", n)
-	}
-	return prefixLen + int(n) + 4, nil
+// putPrefix writes p into b[:prefixLen], with the checksum over it and
+// meta.
+func putPrefix(b []byte, p prefix, meta []byte) {
+	copy(b, recordMagic)
+	b[4], b[5], b[6], b[7] = p.kind, p.flags, 0, 0
+	binary.LittleEndian.PutUint64(b[8:], p.seq)
+	binary.LittleEndian.PutUint32(b[16:], p.units)
+	binary.LittleEndian.PutUint32(b[20:], uint32(len(meta)))
+	binary.LittleEndian.PutUint64(b[24:], uint64(p.size))
+	binary.LittleEndian.PutUint64(b[32:], uint64(p.length))
+	binary.LittleEndian.PutUint32(b[40:], p.bodyCRC)
+	c := crc32.Update(crc32.Checksum(b[:44], crcTable), crcTable, meta)
+	binary.LittleEndian.PutUint32(b[44:], c)
 }
 
-// decodeHead parses a whole head as returned by encodeHead.
-func decodeHead(b []byte) (*Entry, error) {
-	n, err := headLen(b)
-	if err != nil {
-		return nil, err
+// stamp sets the segment seq of a record built before its segment was
+// known, and its checksum again.
+func stamp(b []byte, seq uint64) {
+	binary.LittleEndian.PutUint64(b[8:], seq)
+	meta := b[prefixLen : prefixLen+int(binary.LittleEndian.Uint32(b[20:]))]
+	c := crc32.Update(crc32.Checksum(b[:44], crcTable), crcTable, meta)
+	binary.LittleEndian.PutUint32(b[44:], c)
+}
+
+// parsePrefix reads a prefix without checking its checksum, which needs
+// the metadata (checkPrefix).
+func parsePrefix(b []byte) (prefix, error) {
+	if len(b) < prefixLen || string(b[:4]) != recordMagic {
+		return prefix{}, badRecord(badFormat, "no record magic")
 	}
-	if len(b) != n {
-		return nil, badRecord(badLength, "head of %d bytes, want %d", len(b), n)
+	p := prefix{
+		kind:    b[4],
+		flags:   b[5],
+		seq:     binary.LittleEndian.Uint64(b[8:]),
+		units:   binary.LittleEndian.Uint32(b[16:]),
+		metaLen: binary.LittleEndian.Uint32(b[20:]),
+		size:    int64(binary.LittleEndian.Uint64(b[24:])),
+		length:  int64(binary.LittleEndian.Uint64(b[32:])),
+		bodyCRC: binary.LittleEndian.Uint32(b[40:]),
 	}
-	if got, want := crc32.Checksum(b[:n-4], crcTable), binary.LittleEndian.Uint32(b[n-4:]); got != want {
-		return nil, badRecord(badChecksum, "metadata checksum %08x, want %08x", got, want)
+	if p.kind < kindObject || p.kind > kindMarker {
+		return prefix{}, badRecord(badVersion, "record kind %d, this build reads 1 to 3", p.kind)
 	}
-	d := decoder{b: b[prefixLen : n-4]}
+	if p.metaLen > maxMetaLen || p.size < 0 || p.length < 0 ||
+		int64(p.units)*unit < prefixLen+int64(p.metaLen)+p.size {
+		return prefix{}, badRecord(badLength, "a record of %d units does not hold %d bytes of metadata and %d of body", p.units, p.metaLen, p.size)
+	}
+	return p, nil
+}
+
+// checkPrefix checks the prefix checksum of b[:prefixLen] over meta.
+func checkPrefix(b, meta []byte) error {
+	c := crc32.Update(crc32.Checksum(b[:44], crcTable), crcTable, meta)
+	if want := binary.LittleEndian.Uint32(b[44:]); c != want {
+		return badRecord(badChecksum, "record checksum %08x, want %08x", c, want)
+	}
+	return nil
+}
+
+// decodeMeta parses metadata as encodeMeta wrote it.
+func decodeMeta(b []byte) (*Entry, error) {
+	d := decoder{b: b}
 	e := &Entry{Key: d.string(), Length: -1}
 	e.Status = int(d.uvarint())
 	e.Received = time.Unix(0, d.varint())
@@ -146,9 +210,7 @@ func decodeHead(b []byte) (*Entry, error) {
 		}
 		e.Header[k] = vs
 	}
-	if binary.LittleEndian.Uint16(b[4:]) >= 2 {
-		e.URL = d.string()
-	}
+	e.URL = d.string()
 	if d.err || len(d.b) != 0 {
 		return nil, badRecord(badFormat, "metadata does not parse")
 	}
@@ -194,33 +256,67 @@ func (d *decoder) string() string {
 	return s
 }
 
-// footer is the record's last bytes.
-type footer struct {
-	size, length int64
-	crc          uint32
+// objectRecord builds a whole object record (prefix, meta, body, padding)
+// for the segment of seq.
+func objectRecord(seq uint64, meta, body []byte, length int64) []byte {
+	r := objRec{meta: meta, body: body, length: length, crc: crc32.Checksum(body, crcTable)}
+	b := make([]byte, r.size())
+	r.put(b, seq)
+	return b
 }
 
-func (f footer) encode() []byte {
-	b := make([]byte, 0, footerLen)
-	b = binary.LittleEndian.AppendUint64(b, uint64(f.size))
-	b = binary.LittleEndian.AppendUint64(b, uint64(f.length))
-	b = binary.LittleEndian.AppendUint32(b, f.crc)
-	return append(b, footerMagic...)
+// objRec is an object record to be written: put lays it out in place (in
+// a write buffer) once its segment's seq is known.
+type objRec struct {
+	meta, body []byte
+	length     int64
+	crc        uint32 // of body
 }
 
-// decodeFooter parses the footer of a record of fileSize bytes whose body
-// starts at bodyOff, and checks that the sizes agree.
-func decodeFooter(b []byte, bodyOff, fileSize int64) (footer, error) {
-	if len(b) != footerLen || string(b[20:]) != footerMagic {
-		return footer{}, badRecord(badLength, "no footer: the record was cut short")
+func (r objRec) size() int64 { return units(prefixLen+int64(len(r.meta))+int64(len(r.body))) * unit }
+
+func (r objRec) put(b []byte, seq uint64) {
+	copy(b[prefixLen:], r.meta)
+	copy(b[prefixLen+len(r.meta):], r.body)
+	putPrefix(b, prefix{kind: kindObject, seq: seq, units: uint32(len(b) / unit), size: int64(len(r.body)), length: r.length,
+		bodyCRC: r.crc}, r.meta)
+}
+
+// smallRecord builds a tombstone or marker record: its meta is the key
+// hash and, for a marker, the extent's offset, units and segment seq.
+func smallRecord(kind uint8, seq, hash uint64, ext *extentRef) []byte {
+	meta := binary.LittleEndian.AppendUint64(nil, hash)
+	if ext != nil {
+		meta = binary.LittleEndian.AppendUint64(meta, uint64(ext.off))
+		meta = binary.LittleEndian.AppendUint32(meta, ext.units)
+		meta = binary.LittleEndian.AppendUint64(meta, ext.seq)
 	}
-	f := footer{
-		size:   int64(binary.LittleEndian.Uint64(b)),
-		length: int64(binary.LittleEndian.Uint64(b[8:])),
-		crc:    binary.LittleEndian.Uint32(b[16:]),
+	b := make([]byte, unit)
+	copy(b[prefixLen:], meta)
+	putPrefix(b, prefix{kind: kind, seq: seq, units: 1}, meta)
+	return b
+}
+
+// extentRef is where an extent's object lies, as its marker says.
+type extentRef struct {
+	off   int64 // byte offset of the record in the data file
+	units uint32
+	seq   uint64 // the seq of the extent's segment
+}
+
+// parseSmall reads the meta of a tombstone or marker.
+func parseSmall(kind uint8, meta []byte) (hash uint64, ext extentRef, err error) {
+	want := 8
+	if kind == kindMarker {
+		want = 28
 	}
-	if f.size < 0 || f.length < 0 || bodyOff+f.size+footerLen != fileSize {
-		return footer{}, badRecord(badLength, "file of %d bytes does not hold a %d-byte body at offset %d", fileSize, f.size, bodyOff)
+	if len(meta) != want {
+		return 0, ext, badRecord(badFormat, "a kind %d record with %d bytes of metadata", kind, len(meta))
 	}
-	return f, nil
+	hash = binary.LittleEndian.Uint64(meta)
+	if kind == kindMarker {
+		ext = extentRef{off: int64(binary.LittleEndian.Uint64(meta[8:])), units: binary.LittleEndian.Uint32(meta[16:]),
+			seq: binary.LittleEndian.Uint64(meta[20:])}
+	}
+	return hash, ext, nil
 }

@@ -3,12 +3,8 @@ package store
 import (
 	"cmp"
 	"errors"
-	"fmt"
-	"hash/crc32"
-	"io"
-	"io/fs"
 	"log/slog"
-	"os"
+	"sync"
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/internal/sketch"
@@ -18,34 +14,49 @@ import (
 type Config struct {
 	// Dir is the disk tier's directory; created if missing.
 	Dir string
-	// DiskBytes is the disk tier's budget: the record files' total size.
+	// DiskBytes is the disk tier's budget: the data file's size once every
+	// segment is in use. At least 256 KiB, under 2 TiB.
 	DiskBytes int64
 	// MinFreeBytes is the free space the disk tier leaves on its file
-	// system: below it, new objects are not stored.
+	// system: below it, the data file does not grow.
 	MinFreeBytes int64
-	// MemoryBytes is the memory tier's budget.
+	// MemoryBytes is the memory tier's budget, the probation queue's
+	// included.
 	MemoryBytes int64
 	// MemoryMaxObject is the largest stored body held in memory; larger
 	// ones are served from disk.
 	MemoryMaxObject int64
+	// ProbationBytes is the part of MemoryBytes that holds new objects
+	// until their second use: one asked for once never reaches the disk.
+	// 0 means MemoryBytes/10; negative, or no admission (it counts the
+	// uses): every object goes to disk at once.
+	ProbationBytes int64
 	// AdmissionPeriod is how often the disk tier's admission halves its
 	// request counts, so that they follow the recent rate. Default 1
-	// minute; negative: no admission, every object stored (sampled LRU).
+	// minute; negative: no admission, every object stored.
 	AdmissionPeriod time.Duration
-	// Sync makes every record reach the disk (fsync) before it is renamed
-	// into place: a stored object then survives a power failure. Without
-	// it a crash may lose the records written in the last seconds (a torn
-	// one is never served: its checksum fails).
+	// Sync makes each flushed write buffer reach the disk (fdatasync)
+	// before the fills in it are committed: one sync per buffer, not per
+	// object (group commit). A committed object then survives a power
+	// failure. Without it a power failure may lose what the kernel had not
+	// yet written back; a torn record is never served.
 	Sync bool
+	// CheckpointPeriod is how often the index is saved, when it changed,
+	// so that a start reads it instead of every segment. Default 30 s.
+	CheckpointPeriod time.Duration
 	// Group names the group a key belongs to, if any: the store keeps each
 	// group's keys (Members, Count) as exactly as its index. The owner
 	// groups a URL's Vary variants under the URL's key.
 	Group  func(key string) (string, bool)
 	Logger *slog.Logger
+
+	// fault, in tests, fails the data file's writes, syncs and allocations.
+	fault func(op string) error
 }
 
-// Store is the two tiers together. Every object is on disk; small ones are
-// also held in memory, promoted there on a disk hit.
+// Store is the two tiers together: the disk tier holds every object but
+// new ones on probation; small ones are also held in memory, promoted
+// there on a disk hit.
 type Store struct {
 	mem    *Memory
 	disk   *disk
@@ -53,38 +64,71 @@ type Store struct {
 	log    *slog.Logger
 	// freq counts lookups by key, for the disk tier's admission; nil when
 	// it is off.
-	freq *sketch.Sketch
-	sync bool // fsync each record before it is renamed into place
+	freq      *sketch.Sketch
+	probation bool
+	promote   chan *Entry // second uses of objects on probation
+	ckptEvery time.Duration
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
 }
 
-// Open opens or creates the store in cfg.Dir and starts rebuilding its
-// index from the records there; Ready is closed when that is done.
+// Open opens or creates the store in cfg.Dir and starts loading its
+// index; Ready is closed when that is done.
 func Open(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.DiskBytes <= 0 {
-		return nil, fmt.Errorf("store: disk budget %d bytes; it must be positive", cfg.DiskBytes)
-	}
-	mem, err := NewMemory(cfg.MemoryBytes)
+	g, err := geometryFor(cfg.DiskBytes)
 	if err != nil {
 		return nil, err
 	}
-	d, err := openDisk(cfg.Dir, cfg.DiskBytes, cfg.MinFreeBytes, cfg.Group, cfg.Logger)
+	prob := cfg.ProbationBytes
+	if prob == 0 {
+		prob = cfg.MemoryBytes / 10
+	}
+	mem, err := NewMemory(cfg.MemoryBytes - max(prob, 0))
+	if err != nil {
+		return nil, err
+	}
+	d, err := openDisk(cfg, g)
 	if err != nil {
 		mem.Close()
 		return nil, err
 	}
-	d.onEvict = mem.Delete // memory holds only what disk holds
-	s := &Store{mem: mem, disk: d, memMax: cfg.MemoryMaxObject, log: cfg.Logger, sync: cfg.Sync}
+	d.groups.init(cfg.Group, g.nstripes)
+	for _, st := range d.stripes {
+		st.probation.max = max(prob, 0) / int64(g.nstripes)
+	}
+	s := &Store{mem: mem, disk: d, memMax: cfg.MemoryMaxObject, log: cfg.Logger, probation: prob > 0 && cfg.AdmissionPeriod >= 0,
+		promote: make(chan *Entry, 1024), ckptEvery: cmp.Or(cfg.CheckpointPeriod, 30*time.Second), stop: make(chan struct{})}
 	if cfg.AdmissionPeriod >= 0 {
 		// Its own sketch, not the hot-key one: that one halves every few
 		// seconds to spot a burst, this one follows the slower rate at
 		// which the disk tier's contents turn over.
 		s.freq = sketch.New(1<<16, cmp.Or(cfg.AdmissionPeriod, time.Minute), nil)
-		d.freq = s.freq.Estimate
+		d.freqOf = s.freq.EstimateHash
 	}
+	s.wg.Go(s.start)
 	return s, nil
+}
+
+// start loads the index, then runs the store's background work.
+func (s *Store) start() {
+	old := s.disk.discardOldLayout()
+	s.disk.load(s.stop)
+	select {
+	case <-s.stop:
+		return // cut short: the index is partial, and Close must not save it
+	default:
+	}
+	s.disk.loading.Store(false)
+	close(s.disk.ready)
+	if len(old) > 0 {
+		s.wg.Go(func() { s.disk.removeAll(old, s.stop) })
+	}
+	s.wg.Go(s.promoter)
+	s.maintain()
 }
 
 // Ready is closed once the index holds every record found on disk.
@@ -93,41 +137,136 @@ func (s *Store) Ready() <-chan struct{} { return s.disk.ready }
 // Loaded is the number of records indexed so far at start.
 func (s *Store) Loaded() int64 { return s.disk.loaded.Load() }
 
-// Close stops the store's goroutines. Files stay for the next Open.
+// Close writes out what is buffered and on probation, saves the index and
+// stops the store's goroutines. The data stays for the next Open.
 func (s *Store) Close() {
-	close(s.disk.stop)
-	s.disk.loading.Wait()
-	s.mem.Close()
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+		if !s.disk.loading.Load() {
+			for _, st := range s.disk.stripes {
+				for _, e := range st.probation.all() {
+					s.promoteOne(e)
+				}
+			}
+			s.disk.flushAll(true)
+			if err := s.disk.checkpoint(); err != nil {
+				s.disk.warn("checkpoint", err)
+			}
+		}
+		s.disk.close()
+		s.mem.Close()
+	})
 }
 
-// Get returns key's entry: from memory, else from disk (a small one is
-// read whole, checked and promoted to memory). A record found bad is
-// discarded and reported as a miss.
-func (s *Store) Get(key string) (*Entry, bool) {
-	if s.freq != nil {
-		s.freq.Observe(key)
+// maintain writes out buffers idle for a moment and checkpoints the
+// index, until the store closes.
+func (s *Store) maintain() {
+	flush := time.NewTicker(100 * time.Millisecond)
+	defer flush.Stop()
+	last, checked := time.Now(), time.Now()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-flush.C:
+		}
+		if time.Since(checked) >= time.Second {
+			checked = time.Now()
+			s.disk.checkFile()
+		}
+		s.disk.flushAll(false)
+		if time.Since(last) >= s.ckptEvery && s.disk.dirty.Load() != 0 {
+			last = time.Now()
+			if err := s.disk.checkpoint(); err != nil {
+				s.disk.warn("checkpoint", err)
+			}
+		}
 	}
-	de := s.disk.lookup(key)
+}
+
+// retryAfter is how long a stripe stopped by a disk error waits before it
+// tries to write again.
+const retryAfter = 30 * time.Second
+
+// flushAll writes out every stripe's buffer that has waited for 100 ms
+// (all of them when now is set), and lets a stripe stopped for a while
+// try again.
+func (d *disk) flushAll(now bool) {
+	for _, st := range d.stripes {
+		st.mu.Lock()
+		if st.failed != nil && time.Since(st.failedAt) > retryAfter {
+			d.log.Info("disk tier stripe tries writing again", "stripe", st.id, "stopped_by", st.failed)
+			if st.cur != nil {
+				d.seal(st.cur) // the next write opens a new segment
+			}
+			st.failed, st.cur = nil, nil
+			st.buf, st.bufStart = st.buf[:0], 0
+			st.curIdx.Store(-1)
+		}
+		if len(st.buf) > 0 && (now || time.Since(st.dirtySince) >= 100*time.Millisecond) {
+			st.flushLocked()
+		}
+		if now {
+			st.drainLocked()
+		}
+		st.mu.Unlock()
+	}
+}
+
+// Get returns key's entry: from memory (or probation), else from disk (a
+// small one is read whole, checked and promoted to memory). A record found
+// bad is discarded and reported as a miss.
+func (s *Store) Get(key string) (*Entry, bool) {
+	h := keyHash(key)
+	if s.freq != nil {
+		s.freq.ObserveHash(freqKey(h))
+	}
+	return s.get(key, h, true)
+}
+
+func (s *Store) get(key string, h uint64, use bool) (*Entry, bool) {
+	st := s.disk.stripeOf(h)
+	v, seg, onDisk := st.lookup(h, use)
+	if onDisk {
+		defer seg.unpin()
+	}
 	if e, ok := s.mem.Get(key); ok {
 		// The memory tier applies its sets a little later: a promotion
 		// of a version an update has since replaced may land after the
-		// update. Only the disk index's current record is served.
-		if e.disk == nil || e.disk == de {
-			e.touch()
+		// update. Only the index's current record is served.
+		if onDisk && e.ref != nil && e.ref.matches(v, seg) {
 			return e, true
 		}
 		s.mem.Delete(key)
 	}
-	if de == nil {
-		return nil, false
-	}
-	de.access.Store(clock())
-	if e := de.meta.Load(); e != nil {
+	if e := st.onProbation(key); e != nil {
+		if use {
+			select {
+			case s.promote <- e: // its second use: it goes to disk
+			default:
+			}
+		}
 		return e, true
 	}
-	e, err := s.readEntry(de)
-	if err != nil {
+	if !onDisk {
 		return nil, false
+	}
+	whole := int64(headRead)
+	if use {
+		whole = max(whole, s.memMax+headRead)
+	}
+	e, err := s.disk.readRecord(st, key, v, seg, whole)
+	if err != nil {
+		if !errors.Is(err, errOtherKey) {
+			s.discard(st, v, err)
+		}
+		return nil, false
+	}
+	if e.Body != nil && e.Size <= s.memMax && use {
+		s.mem.Offer(e)
+	} else if e.Size > s.memMax || !use {
+		e.Body = nil // metadata only: the body is read with Open
 	}
 	return e, true
 }
@@ -135,191 +274,130 @@ func (s *Store) Get(key string) (*Entry, bool) {
 // Peek returns key's entry without counting a use of it: from memory when
 // it is there, else the metadata of its disk record (no body). Purges use
 // it to look at every stored object without promoting any.
-func (s *Store) Peek(key string) (*Entry, bool) {
-	de := s.disk.lookup(key)
-	if de == nil {
-		return nil, false
+func (s *Store) Peek(key string) (*Entry, bool) { return s.get(key, keyHash(key), false) }
+
+// discard drops a bad record from the index: logged, counted, never served.
+func (s *Store) discard(st *stripe, v slot, err error) {
+	if reasonOf(err) == "io" {
+		return // the disk failed to read, the record may be fine
 	}
-	if e, ok := s.mem.Get(key); ok {
-		return e, true
+	s.disk.discarded(int64(v.off)*unit, err)
+	st.imu.Lock()
+	if cur := st.tab.find(v.ident()); cur != nil && cur.off == v.off {
+		st.tab.remove(v.ident())
 	}
-	if e := de.meta.Load(); e != nil {
-		return e, true
-	}
-	_, p := s.disk.path(key)
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, false
-	}
-	defer f.Close()
-	e, err := readHead(f, make([]byte, 4096))
-	if err != nil {
-		return nil, false
-	}
-	return e, true
+	st.imu.Unlock()
+	s.disk.groups.evicted(st.id, []ident{v.ident()})
+	s.disk.dirty.Add(1)
 }
 
-// readEntry reads de's record: its metadata, and its body if it is small
-// enough for memory.
-func (s *Store) readEntry(de *diskEntry) (*Entry, error) {
-	_, p := s.disk.path(de.key)
-	f, err := os.Open(p)
-	if err != nil {
-		s.lost(de, p, err)
-		return nil, err
-	}
-	defer f.Close()
-	e, ft, err := s.checkRecord(f, de, p)
-	if err != nil {
-		return nil, err
-	}
-	if e.Size > s.memMax {
-		de.meta.Store(e)
-		return e, nil
-	}
-	body := make([]byte, e.Size)
-	if _, err := f.ReadAt(body, e.off); err != nil {
-		s.disk.discard(p, de, badRecord(badLength, "body cut short: %v", err))
-		return nil, err
-	}
-	if got := crc32.Checksum(body, crcTable); got != ft.crc {
-		err := badRecord(badChecksum, "body checksum %08x, want %08x", got, ft.crc)
-		s.disk.discard(p, de, err)
-		return nil, err
-	}
-	de.verified.Store(true)
-	e.Body = body
-	s.mem.Offer(e)
-	return e, nil
-}
-
-// checkRecord reads and checks f's head and footer.
-func (s *Store) checkRecord(f *os.File, de *diskEntry, p string) (*Entry, footer, error) {
-	st, err := f.Stat()
-	if err != nil {
-		s.disk.warn("read", err, "file", p)
-		return nil, footer{}, err
-	}
-	e, err := readHead(f, make([]byte, 4096))
-	if err == nil && e.Key != de.key {
-		err = badRecord(badKey, "record holds key %q, want %q", e.Key, de.key)
-	}
-	var ft footer
-	if err == nil {
-		ft, err = readFooter(f, e.off, st.Size())
-	}
-	if err != nil {
-		s.disk.discard(p, de, err)
-		return nil, footer{}, err
-	}
-	e.Size, e.Length, e.disk = ft.size, ft.length, de
-	return e, ft, nil
-}
-
-// lost handles a record that could not be opened: gone from disk (removed
-// behind the store's back) or unreadable.
-func (s *Store) lost(de *diskEntry, p string, err error) {
-	if errors.Is(err, fs.ErrNotExist) {
-		s.disk.mu.Lock()
-		s.disk.forgetLocked(de)
-		s.disk.mu.Unlock()
-		return
-	}
-	s.disk.warn("read", err, "file", p)
-}
-
-// Open returns e's body for reading, positioned at its start: e.Size bytes
-// follow. A body not checked since the store opened is checked first; a
-// bad one is discarded and an error returned. The caller closes the file.
-func (s *Store) Open(e *Entry) (*os.File, error) {
-	de := e.disk
-	if de == nil {
+// Open returns e's body on disk, positioned at its first byte: e.Size
+// bytes follow. A body not checked since the store opened is checked
+// first; a bad one is discarded and an error returned. The caller closes
+// the Body.
+func (s *Store) Open(e *Entry) (*Body, error) {
+	r := e.ref
+	if r == nil {
 		return nil, errors.New("store: entry has no record on disk")
 	}
-	_, p := s.disk.path(de.key)
-	f, err := os.Open(p)
-	if err != nil {
-		s.lost(de, p, err)
+	st := s.disk.stripeOf(r.hash)
+	gen := s.disk.fds.generation()
+	v, seg, ok := st.lookup(r.hash, false)
+	if !ok {
+		return nil, ErrGone
+	}
+	if !r.matches(v, seg) {
+		seg.unpin()
+		return nil, ErrGone
+	}
+	if err := st.written(seg, r.off+r.n); err != nil {
+		seg.unpin()
 		return nil, err
 	}
-	if !de.verified.Load() {
-		if err := s.verify(f, de, p); err != nil {
-			f.Close()
+	if v.flags&slotVerified == 0 && !e.verified {
+		if err := s.disk.verify(r); err != nil {
+			seg.unpin()
+			s.discard(st, v, err)
 			return nil, err
 		}
+		st.imu.RLock()
+		if cur := st.tab.find(v.ident()); cur != nil && cur.off == v.off {
+			setFlag(cur, slotVerified)
+		}
+		st.imu.RUnlock()
 	}
-	if _, err := f.Seek(e.off, io.SeekStart); err != nil {
-		f.Close()
+	f, fgen, err := s.disk.fds.get()
+	if err == nil && fgen != gen {
+		s.disk.fds.put(f, fgen)
+		seg.unpin()
+		return nil, ErrGone // the data file was replaced meanwhile
+	}
+	if err == nil {
+		_, err = f.Seek(r.body, 0)
+	}
+	if err != nil {
+		seg.unpin()
+		s.disk.warn("read", err)
 		return nil, err
 	}
-	return f, nil
-}
-
-// verify checks a whole record, body included.
-func (s *Store) verify(f *os.File, de *diskEntry, p string) error {
-	e, ft, err := s.checkRecord(f, de, p)
-	if err != nil {
-		return err
-	}
-	h := crc32.New(crcTable)
-	if _, err := io.Copy(h, io.NewSectionReader(f, e.off, e.Size)); err != nil {
-		s.disk.warn("read", err, "file", p)
-		return err
-	}
-	if got := h.Sum32(); got != ft.crc {
-		err := badRecord(badChecksum, "body checksum %08x, want %08x", got, ft.crc)
-		s.disk.discard(p, de, err)
-		return err
-	}
-	de.verified.Store(true)
-	return nil
+	return &Body{f: f, gen: fgen, seg: seg, pool: &s.disk.fds, start: r.body, end: r.body + e.Size, pos: r.body}, nil
 }
 
 // Delete removes key from both tiers.
 func (s *Store) Delete(key string) bool {
+	h := keyHash(key)
+	st := s.disk.stripeOf(h)
+	st.mu.Lock()
+	st.imu.Lock()
+	old := st.tab.remove(identOf(h))
+	prob := st.probation.remove(key)
+	st.imu.Unlock()
+	if old.tag != 0 {
+		// The tombstone keeps the delete through a restart, written at once
+		// (and synced with Sync): a purge is not undone by a crash. If the
+		// stripe stopped writing, the next checkpoint keeps it.
+		if _, _, err := st.appendLocked(smallRecord(kindTombstone, 0, h, nil)); err == nil {
+			st.flushLocked()
+		}
+		s.disk.dirty.Add(1)
+	}
+	st.mu.Unlock()
 	s.mem.Delete(key)
-	return s.disk.remove(key)
+	if old.tag != 0 {
+		s.disk.groups.evicted(st.id, []ident{identOf(h)})
+	}
+	if prob != nil {
+		s.disk.groups.leave(key, inProbation)
+	}
+	return old.tag != 0 || prob != nil
 }
 
 // Members returns the keys stored in group g (Config.Group).
-func (s *Store) Members(g string) []string { return s.disk.members(g) }
+func (s *Store) Members(g string) []string { return s.disk.groups.members(g) }
 
 // Count returns how many keys are stored in group g (Config.Group).
-func (s *Store) Count(g string) int { return s.disk.count(g) }
+func (s *Store) Count(g string) int { return s.disk.groups.count(g) }
 
 // Keys calls fn with every stored key until fn returns false, for purges
-// by prefix. Keys stored meanwhile may or may not be seen.
-func (s *Store) Keys(fn func(key string) bool) { s.disk.keys(fn) }
-
-// Stats are the store's sizes and event counts.
-type Stats struct {
-	MemoryBytes, MemoryObjects int64
-	DiskBytes, DiskObjects     int64
-	// Paused is true while the free-space guard refuses new objects.
-	Paused bool
-	// Discarded counts bad records found, by reason; Errors counts disk
-	// errors, by operation.
-	Discarded, Errors map[string]uint64
-	// Admitted, Evicted and Rejected count objects by tier ("memory",
-	// "disk") since start: stored, evicted to make room, refused by the
-	// tier's admission.
-	Admitted, Evicted, Rejected map[string]uint64
-}
-
-// Stats returns the store's current figures.
-func (s *Store) Stats() Stats {
-	st := Stats{Paused: s.disk.paused.Load(), Discarded: map[string]uint64{}, Errors: map[string]uint64{}}
-	ma, me, mr := s.mem.Counts()
-	st.Admitted = map[string]uint64{"memory": ma, "disk": s.disk.admitted.Load()}
-	st.Evicted = map[string]uint64{"memory": me, "disk": s.disk.evicted.Load()}
-	st.Rejected = map[string]uint64{"memory": mr, "disk": s.disk.rejected.Load()}
-	st.MemoryBytes, st.MemoryObjects = s.mem.Stats()
-	st.DiskBytes, st.DiskObjects = s.disk.stats()
-	for k, v := range s.disk.counts.discarded {
-		st.Discarded[k] = v.Load()
+// by prefix. It reads each key from its record (the index holds none);
+// keys stored meanwhile may or may not be seen.
+func (s *Store) Keys(fn func(key string) bool) {
+	for _, st := range s.disk.stripes {
+		st.imu.RLock()
+		slots := make([]slot, 0, st.tab.n)
+		st.tab.each(func(v *slot) bool { slots = append(slots, *v); return true })
+		prob := st.probation.keys()
+		st.imu.RUnlock()
+		for _, k := range prob {
+			if !fn(k) {
+				return
+			}
+		}
+		for _, v := range slots {
+			k, ok := s.disk.keyOf(st, v)
+			if ok && !fn(k) {
+				return
+			}
+		}
 	}
-	for k, v := range s.disk.counts.errors {
-		st.Errors[k] = v.Load()
-	}
-	return st
 }

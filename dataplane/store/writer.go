@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"io/fs"
-	"os"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -33,38 +31,74 @@ var ErrAborted = errors.New("store: the object's fill failed before it was compl
 // but not kept gets.
 var ErrNotStored = errors.New("store: the object was streamed to its readers but not stored")
 
+// Where a fill's bytes go while it streams.
+const (
+	// toSpool: memory, up to spoolMax; the record is appended whole at
+	// Commit.
+	toSpool = iota
+	// toExtent: space reserved in the data file when the fill began (its
+	// length was known), written in place.
+	toExtent
+	// toWindow: not stored (a body of unknown length outgrew the spool, or
+	// the disk failed under an extent); the bytes pass through a bounded
+	// window that the slowest reader paces.
+	toWindow
+)
+
+// windowMax bounds the bytes a fill that is not stored holds for readers.
+const windowMax = 1 << 20
+
 // Writer streams one object into the store. Readers made with NewReader
 // follow it as it is written, each at its own pace, so a slow client does
-// not slow the fill nor the other clients. The object becomes visible to
-// Get only when Commit succeeds; Abort leaves nothing behind.
+// not slow the fill nor the other clients (except when the object cannot
+// be stored: then the fill goes at its slowest reader's pace, holding at
+// most a window of bytes). The object becomes visible to Get only when
+// Commit succeeds; Abort leaves nothing behind.
 type Writer struct {
 	s       *Store
 	e       *Entry // the object's metadata; Size and Length final at Commit
-	f       *os.File
-	tmp     string
+	h       uint64
+	st      *stripe
+	meta    []byte
 	zw      *zstd.Encoder // nil unless compressing
 	crc     uint32
 	length  int64 // identity bytes written
 	maxSize int64
-	mem     []byte // a copy of the stored body while it may fit the memory tier
-	memOK   bool
-	werr    error // first write error
+	ext     *extent
+	file    *dataFile // the data file the extent is in
+	gen     int64     // and its generation
+	werr    error     // first write error
 
-	mu    sync.Mutex
-	cond  sync.Cond
-	avail int64 // stored body bytes readers may read
-	done  bool
-	err   error  // why the fill failed
-	final *Entry // the stored object, once committed
+	mu     sync.Mutex
+	cond   sync.Cond
+	mode   int
+	spool  []byte // toSpool: the stored body so far (and after toWindow, its start)
+	window []byte // toWindow: bytes from winBase on
+	// winBase is the body offset of window[0]; bytes between the spool
+	// (or extent) and it are gone.
+	winBase int64
+	keepTo  int64 // toWindow: bytes below it are in the spool or the extent
+	avail   int64 // stored body bytes readers may read
+	done    bool
+	err     error  // why the fill failed
+	final   *Entry // the stored object, once committed
 	// onFinish runs as the fill ends, before its readers see the end.
 	onFinish func()
-	refs     int // the writer and its open readers; the file closes at 0
+	refs     int // the writer and its open readers
+	readers  map[*Reader]struct{}
+}
+
+// extent is space reserved in the data file for one fill.
+type extent struct {
+	seg *segment // pinned while the writer or a reader uses it
+	off int64    // the record's offset
+	n   int64    // the bytes reserved
 }
 
 // Create starts storing an object with e's metadata (Key, Status, Header,
 // times). sizeHint is the origin's Content-Length, or -1. compress stores
 // the body zstd-coded. maxSize is the largest body stored: a longer one is
-// still spooled for its readers, then discarded.
+// still streamed to its readers, then discarded.
 func (s *Store) Create(e *Entry, sizeHint int64, compress bool, maxSize int64) (*Writer, error) {
 	coding := ""
 	if compress {
@@ -76,30 +110,35 @@ func (s *Store) Create(e *Entry, sizeHint int64, compress bool, maxSize int64) (
 // create starts a record whose body has coding; encode says whether
 // Write takes identity bytes to encode, or bytes already coded.
 func (s *Store) create(e *Entry, sizeHint int64, coding string, encode bool, maxSize int64) (*Writer, error) {
-	if err := s.disk.admit(max(sizeHint, 0)); err != nil {
-		return nil, err
+	d := s.disk
+	if d.loading.Load() {
+		return nil, ErrLoading
 	}
-	f, err := os.CreateTemp(s.disk.tmp, "fill-*")
-	if errors.Is(err, fs.ErrNotExist) && s.disk.recreate() {
-		f, err = os.CreateTemp(s.disk.tmp, "fill-*")
+	bound := sizeHint
+	if encode && coding == Coding && sizeHint >= 0 {
+		bound = sizeHint + sizeHint/128 + 1<<10 // zstd's worst case, with room
 	}
-	if err != nil {
-		s.disk.warn("create", err)
-		return nil, err
+	if bound > d.budget() || d.growing() && d.guard.pausedFor(max(sizeHint, 0)) {
+		return nil, ErrNoSpace
 	}
 	meta := *e
-	meta.disk, meta.Body, meta.Size, meta.Length, meta.Coding = nil, nil, -1, sizeHint, coding
-	head := encodeHead(&meta)
-	meta.off = int64(len(head))
-	if _, err := f.Write(head); err != nil {
-		s.disk.warn("write", err)
-		f.Close()
-		os.Remove(f.Name())
-		return nil, err
-	}
-	w := &Writer{s: s, e: &meta, f: f, tmp: f.Name(), maxSize: maxSize, refs: 1,
-		memOK: sizeHint <= s.memMax}
+	meta.ref, meta.Body, meta.Size, meta.Length, meta.Coding = nil, nil, -1, sizeHint, coding
+	w := &Writer{s: s, e: &meta, h: keyHash(e.Key), maxSize: maxSize, refs: 1, meta: encodeMeta(&meta),
+		file: d.f(), gen: d.gen.Load()}
+	w.st = d.stripeOf(w.h)
 	w.cond.L = &w.mu
+	if sizeHint > 0 && sizeHint <= d.spoolMax() {
+		w.spool = make([]byte, 0, sizeHint)
+	}
+	if n := units(prefixLen+int64(len(w.meta))+bound) * unit; sizeHint >= 0 && n > d.spoolMax() && bound <= maxSize {
+		ext, err := w.st.reserve(n, w.meta)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrNoSpace, err)
+		}
+		w.ext, w.mode = ext, toExtent
+	} else if w.st.stopped() {
+		return nil, ErrNoSpace
+	}
 	if encode && coding == Coding {
 		w.zw = encoders.Get().(*zstd.Encoder)
 		w.zw.Reset(sink{w})
@@ -126,30 +165,74 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return sink{w}.Write(p)
 }
 
-// sink takes stored (possibly coded) bytes: to the file, the checksum,
-// the memory copy, and the readers.
+// sink takes stored (possibly coded) bytes: to the spool or the extent,
+// the checksum, and the readers.
 type sink struct{ w *Writer }
 
 func (s sink) Write(p []byte) (int, error) {
 	w := s.w
-	n, err := w.f.WriteAt(p, w.e.off+w.avail)
-	w.crc = crc32.Update(w.crc, crcTable, p[:n])
-	if w.memOK {
-		if int64(len(w.mem)+n) <= w.s.memMax {
-			w.mem = append(w.mem, p[:n]...)
-		} else {
-			w.mem, w.memOK = nil, false
-		}
-	}
+	w.crc = crc32.Update(w.crc, crcTable, p)
 	w.mu.Lock()
-	w.avail += int64(n)
-	w.mu.Unlock()
-	w.cond.Broadcast()
-	if err != nil {
-		w.s.disk.warn("write", err)
-		w.werr = err
+	defer w.mu.Unlock()
+	switch w.mode {
+	case toSpool:
+		if int64(len(w.spool)+len(p)) <= w.s.disk.spoolMax()-prefixLen-int64(len(w.meta)) {
+			w.spool = append(w.spool, p...)
+			break
+		}
+		w.toWindowLocked()
+		w.windowLocked(p)
+	case toExtent:
+		at := w.ext.off + prefixLen + int64(len(w.meta)) + w.avail
+		if w.avail+int64(len(p)) > w.ext.n-prefixLen-int64(len(w.meta)) {
+			w.toWindowLocked()
+			w.windowLocked(p)
+			break
+		}
+		w.mu.Unlock()
+		_, err := w.file.WriteAt(p, at)
+		w.mu.Lock()
+		if err != nil {
+			w.s.disk.warn("write", err)
+			w.toWindowLocked()
+			w.windowLocked(p)
+		}
+	case toWindow:
+		w.windowLocked(p)
 	}
-	return n, err
+	w.avail += int64(len(p))
+	w.cond.Broadcast()
+	return len(p), nil
+}
+
+// toWindowLocked gives up storing the object: what follows passes through
+// the window.
+func (w *Writer) toWindowLocked() {
+	w.mode, w.keepTo, w.winBase = toWindow, w.avail, w.avail
+}
+
+// windowLocked adds p to the window, first waiting while the slowest
+// open reader is more than windowMax behind.
+func (w *Writer) windowLocked(p []byte) {
+	for {
+		low := w.avail
+		for r := range w.readers {
+			low = min(low, max(r.off, w.keepTo))
+		}
+		if cut := low - w.winBase; cut > 0 {
+			w.window = append(w.window[:0], w.window[cut:]...)
+			w.winBase = low
+		}
+		if int64(len(w.window)) <= windowMax || len(w.readers) == 0 {
+			break
+		}
+		w.cond.Wait()
+	}
+	if len(w.readers) == 0 {
+		w.window, w.winBase = w.window[:0], w.avail+int64(len(p)) // nobody to hand them to
+		return
+	}
+	w.window = append(w.window, p...)
 }
 
 // Commit completes the object and makes it visible. It reports whether
@@ -169,50 +252,28 @@ func (w *Writer) Commit() (stored bool, err error) {
 		w.Abort(w.werr)
 		return false, w.werr
 	}
-	size := w.avail
+	w.mu.Lock()
+	size, mode := w.avail, w.mode
+	w.mu.Unlock()
 	e := *w.e
 	e.Size, e.Length = size, w.length
 	if e.Coding == "" {
 		e.Length = size
 	}
-	if size > w.maxSize {
+	if size > w.maxSize || mode == toWindow {
 		w.finish(nil)
 		return false, nil
 	}
-	ft := footer{size: size, length: e.Length, crc: w.crc}.encode()
-	if _, err := w.f.WriteAt(ft, e.off+size); err != nil {
-		w.s.disk.warn("write", err)
-		w.Abort(err)
-		return false, err
-	}
-	if w.s.sync {
-		if err := w.f.Sync(); err != nil {
-			w.s.disk.warn("sync", err)
-			w.Abort(err)
-			return false, err
-		}
-	}
-	de, err := w.s.disk.commit(w.tmp, e.Key, e.off+size+footerLen)
+	final, err := w.s.commit(w, &e)
 	if err != nil {
-		if !errors.Is(err, ErrNoSpace) && !errors.Is(err, ErrNotAdmitted) {
-			w.s.disk.warn("commit", err)
+		if !errors.Is(err, ErrNotAdmitted) && !errors.Is(err, errNoSegment) && !errors.Is(err, errStripeStopped) {
+			w.s.disk.warn("write", err)
 		}
 		w.finish(nil)
 		return false, nil
-	}
-	e.disk = de
-	if w.memOK && size <= w.s.memMax {
-		e.Body = w.mem
-		if e.Body == nil {
-			e.Body = []byte{}
-		}
-		w.s.mem.Offer(&e) // the disk record serves until then
-	} else {
-		meta := e
-		de.meta.Store(&meta)
 	}
 	w.mu.Lock()
-	w.final = &e
+	w.final = final
 	w.mu.Unlock()
 	w.finish(nil)
 	return true, nil
@@ -257,9 +318,6 @@ func (w *Writer) finish(err error) {
 	w.done, w.err = true, err
 	w.mu.Unlock()
 	w.cond.Broadcast()
-	if w.final == nil {
-		os.Remove(w.tmp) // not stored; readers keep their open file
-	}
 	w.release()
 }
 
@@ -268,8 +326,8 @@ func (w *Writer) release() {
 	w.refs--
 	last := w.refs == 0
 	w.mu.Unlock()
-	if last {
-		w.f.Close()
+	if last && w.ext != nil {
+		w.ext.seg.unpin() // the extent is the record now, or dead space
 	}
 }
 
@@ -280,9 +338,14 @@ func (w *Writer) release() {
 func (w *Writer) NewReader() (io.ReadCloser, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.refs > 0 {
+	if w.refs > 0 && (w.mode != toWindow || w.winBase == w.keepTo) {
 		w.refs++
-		return &Reader{w: w}, nil
+		r := &Reader{w: w}
+		if w.readers == nil {
+			w.readers = map[*Reader]struct{}{}
+		}
+		w.readers[r] = struct{}{}
+		return r, nil
 	}
 	switch {
 	case w.err != nil:
@@ -312,31 +375,56 @@ type Reader struct {
 func (r *Reader) Read(p []byte) (int, error) {
 	w := r.w
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	for r.off >= w.avail && !w.done {
 		w.cond.Wait()
 	}
-	avail, done, err := w.avail, w.done, w.err
-	w.mu.Unlock()
-	if err != nil {
-		return 0, err
+	if w.err != nil {
+		return 0, w.err
 	}
-	if r.off >= avail && done {
+	if r.off >= w.avail {
 		return 0, io.EOF
 	}
-	n, rerr := w.f.ReadAt(p[:min(int64(len(p)), avail-r.off)], w.e.off+r.off)
-	r.off += int64(n)
-	if rerr == io.EOF {
-		rerr = nil
+	p = p[:min(int64(len(p)), w.avail-r.off)]
+	var n int
+	switch {
+	case w.mode == toSpool || r.off < w.keepTo && w.ext == nil:
+		n = copy(p, w.spool[r.off:])
+	case r.off < w.keepTo || w.mode == toExtent:
+		end := w.avail
+		if w.mode == toWindow {
+			end = w.keepTo
+		}
+		q := p[:min(int64(len(p)), end-r.off)]
+		at := w.ext.off + prefixLen + int64(len(w.meta)) + r.off
+		w.mu.Unlock()
+		k, err := w.file.ReadAt(q, at)
+		w.mu.Lock()
+		if err != nil && k < len(q) {
+			return k, fmt.Errorf("%w: reading the fill back: %v", ErrAborted, err)
+		}
+		n = k
+	case r.off < w.winBase:
+		return 0, fmt.Errorf("%w: the reader fell behind a fill that is not stored", ErrAborted)
+	default:
+		n = copy(p, w.window[r.off-w.winBase:])
 	}
-	return n, rerr
+	r.off += int64(n)
+	w.cond.Broadcast() // a writer waiting on the window
+	return n, nil
 }
 
 // Close releases the reader.
 func (r *Reader) Close() error {
-	if !r.closed {
-		r.closed = true
-		r.w.release()
+	if r.closed {
+		return nil
 	}
+	r.closed = true
+	r.w.mu.Lock()
+	delete(r.w.readers, r)
+	r.w.mu.Unlock()
+	r.w.cond.Broadcast()
+	r.w.release()
 	return nil
 }
 
@@ -350,10 +438,8 @@ func (s *Store) Put(e *Entry, body []byte) error {
 		w.Abort(err)
 		return err
 	}
-	if _, err := w.Commit(); err != nil {
-		return err
-	}
-	return nil
+	_, err = w.Commit()
+	return err
 }
 
 // Update stores old's body, as stored (coded or not), under new metadata:

@@ -50,11 +50,14 @@ func New(width int, period time.Duration, now func() time.Time) *Sketch {
 }
 
 // Observe counts one request for key and returns its estimated count.
-func (s *Sketch) Observe(key string) uint32 {
+func (s *Sketch) Observe(key string) uint32 { return s.ObserveHash(maphash.String(s.seed, key)) }
+
+// ObserveHash is Observe for a key the caller has hashed itself (a
+// well-mixed 64-bit hash): it counts the same as Observe of another key.
+func (s *Sketch) ObserveHash(h uint64) uint32 {
 	if !s.owned.Load() {
 		s.maybeDecay()
 	}
-	h := maphash.String(s.seed, key)
 	h1, h2 := h, h>>32|h<<32
 	est := ^uint32(0)
 	for i := range s.rows {
@@ -76,8 +79,10 @@ func (s *Sketch) ObserveRate(key string) float64 {
 }
 
 // Estimate returns key's estimated count without counting a request.
-func (s *Sketch) Estimate(key string) uint32 {
-	h := maphash.String(s.seed, key)
+func (s *Sketch) Estimate(key string) uint32 { return s.EstimateHash(maphash.String(s.seed, key)) }
+
+// EstimateHash is Estimate for a key hashed as for ObserveHash.
+func (s *Sketch) EstimateHash(h uint64) uint32 {
 	h1, h2 := h, h>>32|h<<32
 	est := ^uint32(0)
 	for i := range s.rows {

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// S2 in steady state: S2's workload over a key space small enough that a
+// long warm-up asks for nearly every key, so that the measured requests
+// see few first-time keys and the hit ratio says how well each system
+// chooses what to keep. Request counts, not durations, so that a slower
+// system is not charged more cold misses.
+const (
+	steadyKeys    = 20000
+	steadyWarm    = 200000
+	steadyMeasure = 100000
+	// steadyMemory is a fifth of the key space, spread over the instances.
+	steadyMemory = steadyKeys * 16 << 10 / 5 / instances
+)
+
+var steadyScenario = scenario{
+	id: "S2s", title: "S2 in steady state",
+	workload: func(r *runner) string {
+		w, m := steadyCounts(r)
+		return fmt.Sprintf("Zipf s=1.0 over %d keys × 16 KiB, %d warm-up requests, then %d measured, 16 clients; total cache memory ≈ 20 %% of the key space (%s per instance); "+
+			"objects/node sampled every second of the measured requests; ideal bound: the popularity share of the N most popular keys (N the objects held), less their first-time requests in the measured window",
+			steadyKeys, w, m, mib(steadyMemory))
+	},
+	metrics: []string{"hit ratio", "ideal bound", "objects/node", "p99 ms", "req/s", "CPU µs/req"},
+	run:     runSteady,
+}
+
+func steadyCounts(r *runner) (warm, measure int) {
+	if r.quick {
+		return steadyWarm / 10, steadyMeasure / 10
+	}
+	return steadyWarm, steadyMeasure
+}
+
+func runSteady(ctx context.Context, r *runner) ([]measurement, error) {
+	var out []measurement
+	warm, measure := steadyCounts(r)
+	for _, sys := range systems {
+		fmt.Fprintf(r.log, "   %s\n", sys.name)
+		err := withSystem(ctx, r, sys, steadyMemory, func(in *instance) error {
+			zipf := func(n, seed int) (*loadResult, error) {
+				return r.load(ctx, in.targets, "--dist", "zipf:1.0", "--keys", strconv.Itoa(steadyKeys), "--size", "16KiB", "-c", "16",
+					"-n", strconv.Itoa(n), "-d", "0", "--seed", strconv.Itoa(seed))
+			}
+			if _, err := zipf(warm, 41); err != nil {
+				return err
+			}
+			o0, err := r.originRequests()
+			if err != nil {
+				return err
+			}
+			cpu0 := cpuSeconds(in.serving)
+			held := sampleObjects(ctx, sys, in)
+			res, err := zipf(measure, 42)
+			perNode := held()
+			if err != nil {
+				return err
+			}
+			cpu := cpuSeconds(in.serving) - cpu0
+			o1, err := r.originRequests()
+			if err != nil {
+				return err
+			}
+			bound := math.NaN()
+			if perNode > 0 {
+				bound = zipfBound(steadyKeys, int(perNode*float64(len(in.targets))), warm, measure)
+			}
+			out = append(out, measurement{System: sys.name, OriginReqs: o1 - o0, HitRatio: res.HitRatio, IdealBound: bound,
+				P50: res.LatencyMs.P50, P99: res.LatencyMs.P99, ReqPerSec: res.PerSecond, CPUPerReqUs: cpu / float64(res.Requests) * 1e6,
+				Errors: sumErrors(res), Runs: 1, ObjsPerNode: perNode,
+				Note: fmt.Sprintf("bound %.3f for %.0f objects held in all; %s", bound, perNode*float64(len(in.targets)), errorKinds(res))})
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// sampleObjects reads sys's objects per node every second until the
+// returned function is called, which returns their mean (-1 if none
+// could be read): nginx's cache manager trims only now and then, so one
+// reading at the end says little.
+func sampleObjects(ctx context.Context, sys system, in *instance) func() float64 {
+	var mu sync.Mutex
+	var samples []float64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			if v := objectsPerNode(ctx, sys, in); v >= 0 {
+				mu.Lock()
+				samples = append(samples, v)
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() float64 {
+		close(stop)
+		<-done
+		if v := objectsPerNode(ctx, sys, in); v >= 0 {
+			samples = append(samples, v)
+		}
+		if len(samples) == 0 {
+			return -1
+		}
+		var sum float64
+		for _, v := range samples {
+			sum += v
+		}
+		return sum / float64(len(samples))
+	}
+}
+
+// zipfBound is the hit ratio of a cache that holds exactly the held most
+// popular of keys keys under Zipf s=1.0, over measure requests after warm
+// ones: their popularity share, less the expected first-time requests of
+// those keys in the measured window (a key first asked for then is a miss
+// whatever the cache holds).
+func zipfBound(keys, held, warm, measure int) float64 {
+	held = min(held, keys)
+	var h float64
+	for k := 1; k <= keys; k++ {
+		h += 1 / float64(k)
+	}
+	var share, first float64
+	for k := 1; k <= held; k++ {
+		p := 1 / float64(k) / h
+		share += p
+		first += math.Pow(1-p, float64(warm)) * (1 - math.Pow(1-p, float64(measure)))
+	}
+	return share - first/float64(measure)
+}
