@@ -221,6 +221,8 @@ func rfcCases() []rfcCase {
 		{"5.2.2.5", "no-store response is not stored", versioned("Cache-Control", "no-store, max-age=60"), []rfcStep{{}, {cache: "MISS", origin: 2}}},
 		{"5.2.2.3", "must-understand with an understood status overrides no-store", versioned("Cache-Control", "must-understand, no-store, max-age=60"),
 			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
+		{"5.2.2.3", "must-understand with a status the cache does not recognise is not stored", fixed(599, "v", "Cache-Control", "max-age=3600, no-store, must-understand"),
+			[]rfcStep{{code: 599, cache: "MISS", check: notStored}, {code: 599, cache: "MISS", origin: 2}}},
 		{"4.3.2", "without Last-Modified, If-Modified-Since is answered by the stored Date", versioned("Cache-Control", "max-age=600", "Date", httpDate(-10*time.Second)),
 			[]rfcStep{{}, {header: []string{"If-Modified-Since", httpDate(0)}, code: 304, origin: 1},
 				{header: []string{"If-Modified-Since", httpDate(-2 * time.Hour)}, code: 200, cache: "HIT", origin: 1}}},
@@ -262,6 +264,10 @@ func rfcCases() []rfcCase {
 			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
 		{"5.1", "an Age with a parameter is ignored", versioned("Cache-Control", "max-age=60", "Age", "100;x=1"),
 			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
+		{"5.1", "an Age holding a list uses its first member", versioned("Cache-Control", "max-age=3600", "Age", "7200, 0"),
+			[]rfcStep{{}, {origin: 2, body: "v2"}}},
+		{"5.1", "an Age list's later members are discarded", versioned("Cache-Control", "max-age=3600", "Age", "0, 7200"),
+			[]rfcStep{{}, {cache: "HIT", origin: 1, body: "v1"}}},
 
 		// RFC 9213: targeted cache control. CDN-Cache-Control governs this
 		// cache and leaves Cache-Control to the caches downstream.
@@ -605,6 +611,14 @@ func deflated(s string) []byte {
 	io.WriteString(zw, s)
 	zw.Close()
 	return b.Bytes()
+}
+
+// notStored checks that Cache-Status does not say the answer was stored.
+func notStored(resp *http.Response, _ string, _ []http.Header) error {
+	if cs := resp.Header.Get("Cache-Status"); strings.Contains(cs, "; stored") {
+		return fmt.Errorf("Cache-Status %q says stored", cs)
+	}
+	return nil
 }
 
 func noTransferEncoding(resp *http.Response, _ string, _ []http.Header) error {
