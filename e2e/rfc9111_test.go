@@ -475,6 +475,15 @@ func rfcCases() []rfcCase {
 			[]rfcStep{{}, {code: 504, origin: 3}}},
 		{"4.2.4", "without a stale directive a stale response is not served on error", failAfterFirst(500, staleAge("max-age=60")...),
 			[]rfcStep{{}, {code: 500, origin: 2}}},
+		// An origin that closes the connection without answering leaves
+		// the cache disconnected: a stale response may be served without a
+		// stale directive, as a stale answer on error is.
+		{"4.2.4", "disconnected: a stale response is served when the origin closes the connection without answering", dropAfterFirst(staleAge("max-age=60")...),
+			[]rfcStep{{}, {cache: "STALE", body: "v1", origin: 3, check: staleHit}}},
+		{"4.2.4", "disconnected: must-revalidate still forbids the stale response", dropAfterFirst(staleAge("max-age=60, must-revalidate")...),
+			[]rfcStep{{}, {code: 504, origin: 3}}},
+		{"4.2.4", "disconnected: no-cache still forbids the stale response", dropAfterFirst("Cache-Control", "no-cache", "ETag", `"e1"`),
+			[]rfcStep{{}, {code: 504, origin: 3}}},
 
 		// 4.4: invalidation.
 		{"4.4", "a successful POST invalidates the target", versioned(ma60...), []rfcStep{
@@ -617,6 +626,16 @@ func deflated(s string) []byte {
 func notStored(resp *http.Response, _ string, _ []http.Header) error {
 	if cs := resp.Header.Get("Cache-Status"); strings.Contains(cs, "; stored") {
 		return fmt.Errorf("Cache-Status %q says stored", cs)
+	}
+	return nil
+}
+
+// staleHit checks the Cache-Status of a stale answer: a hit with a
+// negative ttl.
+func staleHit(resp *http.Response, _ string, _ []http.Header) error {
+	cs := resp.Header.Get("Cache-Status")
+	if !strings.Contains(cs, "; hit; ttl=-") {
+		return fmt.Errorf("Cache-Status %q, want a hit with a negative ttl", cs)
 	}
 	return nil
 }

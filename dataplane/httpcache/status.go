@@ -154,6 +154,13 @@ func ErrorType(err error) string {
 	return "proxy_internal_error"
 }
 
+// Disconnected reports whether err, from reaching the origin, is the
+// origin closing (or resetting) the connection before any answer: the
+// cache is then disconnected (RFC 9111 4.2.4; see StaleDisconnected).
+func Disconnected(err error) bool {
+	return err != nil && ErrorType(err) == "connection_terminated"
+}
+
 // ErrorDetails describes err, from reaching the origin, for a client to
 // read in Proxy-Status: what failed, never the origin's URL or address,
 // which are the cluster's own (they stay in the node's log).
