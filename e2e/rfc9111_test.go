@@ -557,7 +557,7 @@ func rfcCases() []rfcCase {
 			[]rfcStep{{body: "longer than three"}, {cache: "HIT", origin: 2, body: "longer than three"}}},
 		{"9112 6.1", "a transfer coding the node cannot decode is a 502, never stored", rawAnswer([]string{"Cache-Control: max-age=60", "Transfer-Encoding: compress, chunked"},
 			chunked([]byte("not really compressed"))),
-			[]rfcStep{{code: 502}, {code: 502, origin: 4}}},
+			[]rfcStep{{code: 502, check: proxyStatus("error=http_response_transfer_coding", `transfer coding \"compress\"`)}, {code: 502, origin: 4}}},
 		{"9110 7.6.1", "fields named in Connection are not forwarded", fixed(200, "v1", "Cache-Control", "max-age=60", "Connection", "X-Hop-Private", "X-Hop-Private", "secret"),
 			[]rfcStep{{check: noField("X-Hop-Private")}, {cache: "HIT", check: noField("X-Hop-Private")}}},
 	}
@@ -620,6 +620,19 @@ func deflated(s string) []byte {
 	io.WriteString(zw, s)
 	zw.Close()
 	return b.Bytes()
+}
+
+// proxyStatus checks that the answer's Proxy-Status holds each of parts.
+func proxyStatus(parts ...string) func(*http.Response, string, []http.Header) error {
+	return func(resp *http.Response, _ string, _ []http.Header) error {
+		ps := strings.Join(resp.Header.Values("Proxy-Status"), ", ")
+		for _, p := range parts {
+			if !strings.Contains(ps, p) {
+				return fmt.Errorf("Proxy-Status %q, want it to hold %s", ps, p)
+			}
+		}
+		return nil
+	}
 }
 
 // notStored checks that Cache-Status does not say the answer was stored.

@@ -58,6 +58,7 @@ func TestErrorTypes(t *testing.T) {
 		{fmt.Errorf("waiting: %w", context.DeadlineExceeded), "http_response_timeout"},
 		{io.ErrUnexpectedEOF, "http_response_incomplete"},
 		{io.EOF, "connection_terminated"},
+		{fmt.Errorf("reading: %w", ErrTransferCoding), "http_response_transfer_coding"},
 		{errors.New("something else"), "proxy_internal_error"},
 	} {
 		if got := ErrorType(tt.err); got != tt.want {

@@ -189,12 +189,15 @@ func (f *fill) failed(err error) bool {
 	}
 	f.cfg.Metrics.OriginReqs.WithLabelValues("fill", "error").Inc()
 	f.cfg.Logger.Warn("origin request failed", "key", f.key, "err", err)
-	code := http.StatusBadGateway
-	if f.stale != nil {
+	msg, code := "origin unreachable", http.StatusBadGateway
+	switch {
+	case errors.Is(err, httpcache.ErrTransferCoding):
+		msg = "origin answer not decodable" // it answered: a 502 whatever is stored
+	case f.stale != nil:
 		code = http.StatusGatewayTimeout // a stored response it may not serve
 	}
-	f.settle(&fillShare{err: fmt.Errorf("origin unreachable: %w", err), code: code})
-	f.originError(code, err, "origin unreachable")
+	f.settle(&fillShare{err: fmt.Errorf("%s: %w", msg, err), code: code})
+	f.originError(code, err, msg)
 	return false
 }
 
