@@ -108,6 +108,9 @@ func policyViolations(p *pb.CachePolicy) []*errdetails.BadRequest_FieldViolation
 	if p.GetAuthorizeEveryRequest() && p.CacheAuthorized != nil && !p.GetCacheAuthorized() {
 		bad("authorize_every_request", "not with cache_authorized false, which sends every request with Authorization to the origin uncached")
 	}
+	if p.GetAuthorizeEveryRequest() && p.GetStaleIfDisconnected() {
+		bad("stale_if_disconnected", "not with authorize_every_request, which serves nothing stored that the origin has not just authorised")
+	}
 	if h := p.GetOriginHost(); h != "" && h != "origin" && h != "client" {
 		bad("origin_host", "%q: want \"origin\" (the origin's own Host) or \"client\" (the client's)", h)
 	}

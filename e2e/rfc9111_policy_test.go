@@ -19,9 +19,12 @@ import (
 // policyPrefix, which policyCases' policy matches.
 const policyPrefix = "/policy"
 
-// suitePolicy is the policy the cases under policyPrefix run with.
+// suitePolicy is the policy the cases under policyPrefix run with: partial
+// content on, and no stale answers for a closed connection beyond
+// stale-if-error.
 func suitePolicy() *pb.CachePolicy {
-	return &pb.CachePolicy{Name: "rfc9111-suite", PathPrefix: policyPrefix + "/", PartialContent: true}
+	disconnected := false
+	return &pb.CachePolicy{Name: "rfc9111-suite", PathPrefix: policyPrefix + "/", PartialContent: true, StaleIfDisconnected: &disconnected}
 }
 
 // partialBody is the object the partial-content cases' origins serve.
@@ -116,6 +119,12 @@ func policyCases() []rfcCase {
 			{cache: "MISS", origin: 1, body: partialBody, check: sawHeader(0, "Range", "")},
 			rangeStep("bytes=10-19", 206, "HIT", 1),
 		}},
+		// 4.2.4 under stale_if_disconnected false: a closed connection is
+		// an origin failure like any other.
+		{"4.2.4", "stale_if_disconnected off: no stale answer for a closed connection", dropAfterFirst("Cache-Control", "max-age=60", "Age", "120"),
+			[]rfcStep{{}, {code: 504, origin: 3}}},
+		{"4.2.4", "stale_if_disconnected off: stale-if-error still serves stale", dropAfterFirst("Cache-Control", "max-age=60, stale-if-error=600", "Age", "120"),
+			[]rfcStep{{}, {cache: "STALE", body: "v1", origin: 3, check: staleHit}}},
 	}
 }
 

@@ -221,6 +221,8 @@ func rfcCases() []rfcCase {
 		{"5.2.2.5", "no-store response is not stored", versioned("Cache-Control", "no-store, max-age=60"), []rfcStep{{}, {cache: "MISS", origin: 2}}},
 		{"5.2.2.3", "must-understand with an understood status overrides no-store", versioned("Cache-Control", "must-understand, no-store, max-age=60"),
 			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
+		{"5.2.2.3", "must-understand with a status the cache does not recognise is not stored", fixed(599, "v", "Cache-Control", "max-age=3600, no-store, must-understand"),
+			[]rfcStep{{code: 599, cache: "MISS", check: notStored}, {code: 599, cache: "MISS", origin: 2}}},
 		{"4.3.2", "without Last-Modified, If-Modified-Since is answered by the stored Date", versioned("Cache-Control", "max-age=600", "Date", httpDate(-10*time.Second)),
 			[]rfcStep{{}, {header: []string{"If-Modified-Since", httpDate(0)}, code: 304, origin: 1},
 				{header: []string{"If-Modified-Since", httpDate(-2 * time.Hour)}, code: 200, cache: "HIT", origin: 1}}},
@@ -262,6 +264,10 @@ func rfcCases() []rfcCase {
 			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
 		{"5.1", "an Age with a parameter is ignored", versioned("Cache-Control", "max-age=60", "Age", "100;x=1"),
 			[]rfcStep{{}, {cache: "HIT", origin: 1}}},
+		{"5.1", "an Age holding a list uses its first member", versioned("Cache-Control", "max-age=3600", "Age", "7200, 0"),
+			[]rfcStep{{}, {origin: 2, body: "v2"}}},
+		{"5.1", "an Age list's later members are discarded", versioned("Cache-Control", "max-age=3600", "Age", "0, 7200"),
+			[]rfcStep{{}, {cache: "HIT", origin: 1, body: "v1"}}},
 
 		// RFC 9213: targeted cache control. CDN-Cache-Control governs this
 		// cache and leaves Cache-Control to the caches downstream.
@@ -469,6 +475,15 @@ func rfcCases() []rfcCase {
 			[]rfcStep{{}, {code: 504, origin: 3}}},
 		{"4.2.4", "without a stale directive a stale response is not served on error", failAfterFirst(500, staleAge("max-age=60")...),
 			[]rfcStep{{}, {code: 500, origin: 2}}},
+		// An origin that closes the connection without answering leaves
+		// the cache disconnected: a stale response may be served without a
+		// stale directive, as a stale answer on error is.
+		{"4.2.4", "disconnected: a stale response is served when the origin closes the connection without answering", dropAfterFirst(staleAge("max-age=60")...),
+			[]rfcStep{{}, {cache: "STALE", body: "v1", origin: 3, check: staleHit}}},
+		{"4.2.4", "disconnected: must-revalidate still forbids the stale response", dropAfterFirst(staleAge("max-age=60, must-revalidate")...),
+			[]rfcStep{{}, {code: 504, origin: 3}}},
+		{"4.2.4", "disconnected: no-cache still forbids the stale response", dropAfterFirst("Cache-Control", "no-cache", "ETag", `"e1"`),
+			[]rfcStep{{}, {code: 504, origin: 3}}},
 
 		// 4.4: invalidation.
 		{"4.4", "a successful POST invalidates the target", versioned(ma60...), []rfcStep{
@@ -542,7 +557,7 @@ func rfcCases() []rfcCase {
 			[]rfcStep{{body: "longer than three"}, {cache: "HIT", origin: 2, body: "longer than three"}}},
 		{"9112 6.1", "a transfer coding the node cannot decode is a 502, never stored", rawAnswer([]string{"Cache-Control: max-age=60", "Transfer-Encoding: compress, chunked"},
 			chunked([]byte("not really compressed"))),
-			[]rfcStep{{code: 502}, {code: 502, origin: 4}}},
+			[]rfcStep{{code: 502, check: proxyStatus("error=http_response_transfer_coding", `transfer coding \"compress\"`)}, {code: 502, origin: 4}}},
 		{"9110 7.6.1", "fields named in Connection are not forwarded", fixed(200, "v1", "Cache-Control", "max-age=60", "Connection", "X-Hop-Private", "X-Hop-Private", "secret"),
 			[]rfcStep{{check: noField("X-Hop-Private")}, {cache: "HIT", check: noField("X-Hop-Private")}}},
 	}
@@ -605,6 +620,37 @@ func deflated(s string) []byte {
 	io.WriteString(zw, s)
 	zw.Close()
 	return b.Bytes()
+}
+
+// proxyStatus checks that the answer's Proxy-Status holds each of parts.
+func proxyStatus(parts ...string) func(*http.Response, string, []http.Header) error {
+	return func(resp *http.Response, _ string, _ []http.Header) error {
+		ps := strings.Join(resp.Header.Values("Proxy-Status"), ", ")
+		for _, p := range parts {
+			if !strings.Contains(ps, p) {
+				return fmt.Errorf("Proxy-Status %q, want it to hold %s", ps, p)
+			}
+		}
+		return nil
+	}
+}
+
+// notStored checks that Cache-Status does not say the answer was stored.
+func notStored(resp *http.Response, _ string, _ []http.Header) error {
+	if cs := resp.Header.Get("Cache-Status"); strings.Contains(cs, "; stored") {
+		return fmt.Errorf("Cache-Status %q says stored", cs)
+	}
+	return nil
+}
+
+// staleHit checks the Cache-Status of a stale answer: a hit with a
+// negative ttl.
+func staleHit(resp *http.Response, _ string, _ []http.Header) error {
+	cs := resp.Header.Get("Cache-Status")
+	if !strings.Contains(cs, "; hit; ttl=-") {
+		return fmt.Errorf("Cache-Status %q, want a hit with a negative ttl", cs)
+	}
+	return nil
 }
 
 func noTransferEncoding(resp *http.Response, _ string, _ []http.Header) error {

@@ -76,3 +76,13 @@ func StaleOnError(age, lifetime time.Duration, stored, req http.Header, window t
 	}
 	return age-lifetime <= window
 }
+
+// StaleDisconnected reports whether a stored response with header stored
+// may be served, however stale, when the cache is disconnected from the
+// origin (RFC 9111 4.2.4), as when the origin closes the connection
+// without answering (Disconnected): unless a directive forbids serving it
+// stale (must-revalidate, proxy-revalidate, s-maxage, no-cache; 5.2.2).
+func StaleDisconnected(stored http.Header, targeted ...string) bool {
+	resp, _ := ResponseControl(stored, targeted...)
+	return !resp.MustRevalidate()
+}

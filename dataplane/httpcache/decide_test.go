@@ -63,3 +63,28 @@ func TestStaleOnError(t *testing.T) {
 		})
 	}
 }
+
+func TestStaleDisconnected(t *testing.T) {
+	for _, tt := range []struct {
+		stored, targeted string // Cache-Control, CDN-Cache-Control
+		want             bool
+	}{
+		{"max-age=60", "", true},
+		{"", "", true},
+		{"max-age=60, stale-if-error=0", "", true},
+		{"max-age=60, must-revalidate", "", false},
+		{"max-age=60, proxy-revalidate", "", false},
+		{"s-maxage=60", "", false},
+		{"no-cache", "", false},
+		{"max-age=60", "max-age=60, must-revalidate", false}, // RFC 9213: the targeted field governs
+		{"must-revalidate", "max-age=60", true},
+	} {
+		h := http.Header{"Cache-Control": {tt.stored}}
+		if tt.targeted != "" {
+			h.Set("CDN-Cache-Control", tt.targeted)
+		}
+		if got := StaleDisconnected(h); got != tt.want {
+			t.Errorf("Cache-Control %q, CDN-Cache-Control %q: %v, want %v", tt.stored, tt.targeted, got, tt.want)
+		}
+	}
+}

@@ -98,14 +98,24 @@ func (d Directives) MustRevalidate() bool {
 // freshness applies to them.
 var heuristicStatuses = map[int]bool{200: true, 203: true, 204: true, 206: true, 300: true, 301: true, 308: true, 404: true, 405: true, 410: true, 414: true, 501: true}
 
+// understoodStatuses are the final statuses RFC 9110 (15) defines, whose
+// caching rules this cache implements: what must-understand asks of it.
+var understoodStatuses = map[int]bool{
+	200: true, 201: true, 202: true, 203: true, 204: true, 205: true, 206: true,
+	300: true, 301: true, 302: true, 303: true, 304: true, 305: true, 307: true, 308: true,
+	400: true, 401: true, 402: true, 403: true, 404: true, 405: true, 406: true, 407: true, 408: true, 409: true,
+	410: true, 411: true, 412: true, 413: true, 414: true, 415: true, 416: true, 417: true, 421: true, 422: true, 426: true,
+	500: true, 501: true, 502: true, 503: true, 504: true, 505: true,
+}
+
 // Forbidden reports whether the response forbids a shared cache to store
 // it: no-store, private (unless allowPrivate), or Vary: *. A no-cache
 // response may be stored; it is revalidated on every use.
 func Forbidden(h http.Header, allowPrivate bool, targeted ...string) bool {
 	cc, _ := ResponseControl(h, targeted...)
 	// must-understand (RFC 9111 5.2.2.3) overrides no-store for a cache
-	// that understands the status; Storable refuses the statuses it does
-	// not understand before asking.
+	// that understands the status; Storable refuses, under
+	// must-understand, the statuses it does not understand.
 	if cc.Has("no-store") && !cc.Has("must-understand") || cc.Has("private") && !allowPrivate {
 		return true
 	}
@@ -161,6 +171,12 @@ func Storable(status int, h http.Header, authorized bool, o Overrides, targeted 
 		return false
 	}
 	cc, _ := ResponseControl(h, targeted...)
+	// must-understand limits storing to a cache that implements the
+	// status's caching rules (RFC 9111 3, 5.2.2.3): those of RFC 9110's
+	// statuses, whatever no-store says.
+	if cc.Has("must-understand") && !understoodStatuses[status] {
+		return false
+	}
 	// Other statuses than the heuristically cacheable ones only with
 	// explicit freshness or public (RFC 9111 3), or a policy's TTL.
 	if !heuristicStatuses[status] && !o.Heuristic && !Explicit(h, targeted...) && !cc.Has("public") && !o.TTL {
@@ -222,11 +238,12 @@ func LifetimeHeuristic(status int, h http.Header, received time.Time, heuristic 
 
 // InitialAge is the age a response already had when received (RFC 9111
 // 4.2.3): the larger of its apparent age (received minus Date) and its Age
-// plus the response delay (received minus requested). An invalid Age is
-// ignored.
+// plus the response delay (received minus requested). An Age holding a
+// list, on one line or several, counts by its first member (RFC 9111 5.1);
+// an invalid Age is ignored.
 func InitialAge(h http.Header, requested, received time.Time) time.Duration {
 	age := time.Duration(0)
-	if v := strings.TrimSpace(h.Get("Age")); v != "" {
+	if v := firstMember(h.Values("Age")); v != "" {
 		if d, ok := parseDelta(v); ok {
 			age = d + max(received.Sub(requested), 0)
 		}
@@ -237,4 +254,17 @@ func InitialAge(h http.Header, requested, received time.Time) time.Duration {
 		}
 	}
 	return age
+}
+
+// firstMember is the first non-empty member of a list field's lines (RFC
+// 9110 5.6.1: empty members are skipped), trimmed; "" when there is none.
+func firstMember(lines []string) string {
+	for _, line := range lines {
+		for m := range strings.SplitSeq(line, ",") {
+			if m = strings.TrimSpace(m); m != "" {
+				return m
+			}
+		}
+	}
+	return ""
 }

@@ -47,6 +47,12 @@ func TestStorable(t *testing.T) {
 		{"authorized, public", 200, header("Cache-Control", "public, max-age=60"), true, true, Overrides{}},
 		{"authorized, s-maxage", 200, header("Cache-Control", "s-maxage=60"), true, true, Overrides{}},
 		{"authorized, must-revalidate", 200, header("Cache-Control", "max-age=60, must-revalidate"), true, true, Overrides{}},
+		{"must-understand with an understood status overrides no-store", 200, header("Cache-Control", "max-age=60, no-store, must-understand"), true, false, Overrides{}},
+		{"must-understand with an unknown status is not stored", 599, header("Cache-Control", "max-age=3600, no-store, must-understand"), false, false, Overrides{}},
+		{"must-understand with an unknown status, without no-store", 599, header("Cache-Control", "max-age=3600, must-understand"), false, false, Overrides{}},
+		{"must-understand with an unknown status, whatever the policy", 599, header("Cache-Control", "must-understand"), false, false, Overrides{TTL: true, Heuristic: true}},
+		{"must-understand with an unregistered 2xx", 299, header("Cache-Control", "max-age=60, must-understand"), false, false, Overrides{}},
+		{"an unknown status with max-age is stored without must-understand", 599, header("Cache-Control", "max-age=3600"), true, false, Overrides{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,6 +105,27 @@ func TestInitialAge(t *testing.T) {
 	}
 	if got := InitialAge(header("Date", now.Add(-time.Minute).Format(http.TimeFormat), "Age", "5"), now, now); got != time.Minute {
 		t.Fatalf("Date older than Age: %s", got)
+	}
+	// RFC 9111 5.1: a list-based Age counts by its first member; an
+	// invalid one (after discarding the rest) is ignored.
+	for _, tt := range []struct {
+		lines []string
+		want  time.Duration
+	}{
+		{[]string{"7200, 0"}, 7200 * time.Second},
+		{[]string{"0, 7200"}, 0},
+		{[]string{"7200", "0"}, 7200 * time.Second},
+		{[]string{" , 30 ,"}, 30 * time.Second},
+		{[]string{"30, x"}, 30 * time.Second},
+		{[]string{"x, 30"}, 0},
+		{[]string{"100s"}, 0},
+		{[]string{"100;x=1"}, 0},
+		{[]string{""}, 0},
+	} {
+		h := http.Header{"Age": tt.lines}
+		if got := InitialAge(h, now, now); got != tt.want {
+			t.Errorf("Age %q: %s, want %s", tt.lines, got, tt.want)
+		}
 	}
 }
 

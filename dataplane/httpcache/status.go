@@ -122,6 +122,11 @@ func ProxyStatus(node, errType, details string) string {
 	return string(b)
 }
 
+// ErrTransferCoding marks an origin answer whose Transfer-Encoding the
+// node cannot parse or decode (errors.Is holds for it): RFC 9209's
+// http_response_transfer_coding.
+var ErrTransferCoding = errors.New("httpcache: transfer coding not decodable")
+
 // ErrorType names err, from reaching the origin, as an RFC 9209 error
 // type.
 func ErrorType(err error) string {
@@ -131,6 +136,8 @@ func ErrorType(err error) string {
 	var unknown x509.UnknownAuthorityError
 	var ne net.Error
 	switch {
+	case errors.Is(err, ErrTransferCoding):
+		return "http_response_transfer_coding"
 	case errors.As(err, &dns):
 		if dns.IsTimeout {
 			return "dns_timeout"
@@ -152,6 +159,13 @@ func ErrorType(err error) string {
 		return "destination_unavailable"
 	}
 	return "proxy_internal_error"
+}
+
+// Disconnected reports whether err, from reaching the origin, is the
+// origin closing (or resetting) the connection before any answer: the
+// cache is then disconnected (RFC 9111 4.2.4; see StaleDisconnected).
+func Disconnected(err error) bool {
+	return err != nil && ErrorType(err) == "connection_terminated"
 }
 
 // ErrorDetails describes err, from reaching the origin, for a client to

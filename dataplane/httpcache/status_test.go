@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"syscall"
@@ -56,6 +58,7 @@ func TestErrorTypes(t *testing.T) {
 		{fmt.Errorf("waiting: %w", context.DeadlineExceeded), "http_response_timeout"},
 		{io.ErrUnexpectedEOF, "http_response_incomplete"},
 		{io.EOF, "connection_terminated"},
+		{fmt.Errorf("reading: %w", ErrTransferCoding), "http_response_transfer_coding"},
 		{errors.New("something else"), "proxy_internal_error"},
 	} {
 		if got := ErrorType(tt.err); got != tt.want {
@@ -64,6 +67,56 @@ func TestErrorTypes(t *testing.T) {
 	}
 	if h := ProxyStatus("node-1", "connection_refused", `dial "x"`); h != `node-1; error=connection_refused; details="dial \"x\""` {
 		t.Errorf("ProxyStatus: %s", h)
+	}
+}
+
+// TestDisconnected: an origin that closes or resets the connection before
+// answering leaves the cache disconnected; one that breaks off mid-answer,
+// refuses the connection or answers at all does not.
+func TestDisconnected(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ok" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		c, bw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		switch r.URL.Path {
+		case "/reset":
+			c.(*net.TCPConn).SetLinger(0) // close with a RST
+		case "/partial":
+			bw.WriteString("HTTP/1.1 200 OK\r\nContent-Le")
+			bw.Flush()
+		}
+		c.Close()
+	}))
+	defer srv.Close()
+	refused := httptest.NewServer(http.NotFoundHandler())
+	refused.Close()
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	get := func(url string) error {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	for _, tt := range []struct {
+		url  string
+		want bool
+	}{
+		{srv.URL + "/close", true},
+		{srv.URL + "/reset", true},
+		{srv.URL + "/partial", false},
+		{srv.URL + "/ok", false},
+		{refused.URL, false},
+	} {
+		if got := Disconnected(get(tt.url)); got != tt.want {
+			t.Errorf("%s: Disconnected %v, want %v", tt.url, got, tt.want)
+		}
 	}
 }
 

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/gzip"
+
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 )
 
 // net/http's client takes a response's Transfer-Encoding only as one
@@ -38,6 +40,15 @@ func unsupportedTE(err error) bool {
 	s := err.Error()
 	return strings.Contains(s, "unsupported transfer encoding") || strings.Contains(s, "too many transfer encodings")
 }
+
+// codingError is an origin answer whose transfer codings the node cannot
+// parse or decode: its message is err's, and errors.Is(e,
+// httpcache.ErrTransferCoding) holds, so that Proxy-Status names it.
+type codingError struct{ err error }
+
+func (e codingError) Error() string      { return e.err.Error() }
+func (e codingError) Unwrap() error      { return e.err }
+func (codingError) Is(target error) bool { return target == httpcache.ErrTransferCoding }
 
 // maxCodedHead bounds the response head read here, as the transport's
 // MaxResponseHeaderBytes does.
@@ -117,7 +128,7 @@ func (c *Client) readCoded(conn net.Conn, req *http.Request) (*http.Response, er
 	head.N = 1 << 62
 	codings, err := transferCodings(resp.Header.Values("Transfer-Encoding"))
 	if err != nil {
-		return nil, err
+		return nil, codingError{err}
 	}
 	resp.Header.Del("Transfer-Encoding")
 	resp.Header.Del("Content-Length") // a Transfer-Encoding overrides it (RFC 9112 6.3)
@@ -131,18 +142,18 @@ func (c *Client) readCoded(conn net.Conn, req *http.Request) (*http.Response, er
 		case "gzip", "x-gzip":
 			zr, err := gzip.NewReader(body)
 			if err != nil {
-				return nil, fmt.Errorf("origin response: gzip transfer coding: %w", err)
+				return nil, codingError{fmt.Errorf("origin response: gzip transfer coding: %w", err)}
 			}
 			body = zr
 		case "deflate":
 			zr, err := zlib.NewReader(body)
 			if err != nil {
-				return nil, fmt.Errorf("origin response: deflate transfer coding: %w", err)
+				return nil, codingError{fmt.Errorf("origin response: deflate transfer coding: %w", err)}
 			}
 			body = zr
 		case "identity":
 		default:
-			return nil, fmt.Errorf("origin response: transfer coding %q, which shardcache cannot decode", codings[i])
+			return nil, codingError{fmt.Errorf("origin response: transfer coding %q, which shardcache cannot decode", codings[i])}
 		}
 	}
 	resp.Body = io.NopCloser(body)

@@ -100,9 +100,13 @@ func (c *Client) Fetch(ctx context.Context, r *http.Request, p *policy.Policy, f
 		var resp *http.Response
 		sent := time.Now()
 		resp, err = c.http.Do(req)
-		if unsupportedTE(err) && (req.Body == nil || req.Body == http.NoBody) {
-			// A valid Transfer-Encoding net/http does not take (coded.go).
-			resp, err = c.fetchCoded(req)
+		if unsupportedTE(err) {
+			if req.Body == nil || req.Body == http.NoBody {
+				// A valid Transfer-Encoding net/http does not take (coded.go).
+				resp, err = c.fetchCoded(req)
+			} else {
+				err = codingError{err} // the request's body cannot be sent again
+			}
 		}
 		if c.cfg.Observe != nil {
 			c.cfg.Observe(time.Since(sent))

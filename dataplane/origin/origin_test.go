@@ -1,7 +1,10 @@
 package origin
 
 import (
+	"compress/gzip"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/shardcache/shardcache/dataplane/hop"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -192,5 +196,92 @@ func TestOriginHostAndLocations(t *testing.T) {
 	fetch(&policy.Policy{ClientHost: true}, "origin")
 	if got := hosts[len(hosts)-1]; got != "node.example:8080" {
 		t.Errorf("origin got Host %q under origin_host client, want the client's", got)
+	}
+}
+
+// TestTransferEncodingsNetHTTPRefuses: net/http's client refuses a
+// response whose Transfer-Encoding is more than one "chunked" (a list, or
+// two field lines); Fetch reads such a response on a connection of its own
+// and returns its decoded content. A coding the node cannot decode is an
+// error that Proxy-Status names as a transfer-coding error, as is a
+// refused one on a request with a body, which cannot be sent again.
+func TestTransferEncodingsNetHTTPRefuses(t *testing.T) {
+	gz := func(s string) string {
+		var b strings.Builder
+		zw := gzip.NewWriter(&b)
+		io.WriteString(zw, s)
+		zw.Close()
+		return b.String()
+	}
+	chunked := func(s string) string { return fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(s), s) }
+	answers := map[string]string{
+		"/list":     "Transfer-Encoding: gzip, chunked\r\n\r\n" + chunked(gz("coded body")),
+		"/lines":    "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(gz("two lines")),
+		"/compress": "Transfer-Encoding: compress, chunked\r\n\r\n" + chunked("not compressed"),
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		c, bw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		bw.WriteString("HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nConnection: close\r\n" + answers[r.URL.Path])
+		bw.Flush()
+	}))
+	defer srv.Close()
+
+	plain := &http.Transport{}
+	defer plain.CloseIdleConnections()
+	for _, path := range []string{"/list", "/lines"} {
+		resp, err := (&http.Client{Transport: plain}).Get(srv.URL + path)
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("%s: net/http's client took the answer; the coded path is not needed for it", path)
+		}
+		if !unsupportedTE(err) {
+			t.Fatalf("%s: net/http's client: %v, not the refusal the coded path looks for", path, err)
+		}
+	}
+
+	c := New(Config{Default: mustURL(t, srv.URL)})
+	defer c.CloseIdle()
+	fetch := func(method, path string, body io.Reader) (*http.Response, error) {
+		r := httptest.NewRequest(method, "http://shop.example"+path, body)
+		return c.Fetch(context.Background(), r, policy.Default, method == http.MethodGet, nil)
+	}
+	for path, want := range map[string]string{"/list": "coded body", "/lines": "two lines"} {
+		resp, err := fetch(http.MethodGet, path, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(b) != want || resp.StatusCode != 200 || resp.ContentLength != -1 ||
+			resp.Header.Get("Transfer-Encoding") != "" || resp.Header.Get("Cache-Control") != "max-age=60" {
+			t.Fatalf("%s: %d, %q (%v), length %d, header %v", path, resp.StatusCode, b, err, resp.ContentLength, resp.Header)
+		}
+	}
+
+	for _, tt := range []struct {
+		method, path, body, details string
+	}{
+		{http.MethodGet, "/compress", "", `transfer coding "compress", which shardcache cannot decode`},
+		{http.MethodPost, "/list", "order", `unsupported transfer encoding: "gzip, chunked"`},
+	} {
+		var body io.Reader
+		if tt.body != "" {
+			body = strings.NewReader(tt.body)
+		}
+		resp, err := fetch(tt.method, tt.path, body)
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("%s %s: answered", tt.method, tt.path)
+		}
+		if !errors.Is(err, httpcache.ErrTransferCoding) || httpcache.ErrorType(err) != "http_response_transfer_coding" ||
+			!strings.Contains(httpcache.ErrorDetails(err), tt.details) {
+			t.Fatalf("%s %s: %v: type %s, details %q; want http_response_transfer_coding naming %s",
+				tt.method, tt.path, err, httpcache.ErrorType(err), httpcache.ErrorDetails(err), tt.details)
+		}
 	}
 }

@@ -165,12 +165,15 @@ func (f *fill) originFields() http.Header {
 }
 
 // failed answers an origin that failed (err) or answered 5xx to a
-// revalidation: with the stale response where stale-if-error allows, else
-// an error that every collapsed request shares. It reports whether the
-// fill goes on (a 5xx that must be passed on).
+// revalidation: with the stale response where stale-if-error allows, or
+// where the origin closed the connection without answering (the node is
+// disconnected, RFC 9111 4.2.4) and neither the policy nor the response
+// forbids it; else with an error that every collapsed request shares. It
+// reports whether the fill goes on (a 5xx that must be passed on).
 func (f *fill) failed(err error) bool {
 	if st := f.stale; st != nil && !f.unconfirmed && !f.p.AuthorizeEach &&
-		httpcache.StaleOnError(st.Age(f.received), st.Lifetime, st.Header, f.r.Header, f.p.StaleIfError, f.p.Targeted...) {
+		(httpcache.StaleOnError(st.Age(f.received), st.Lifetime, st.Header, f.r.Header, f.p.StaleIfError, f.p.Targeted...) ||
+			f.p.StaleIfDisconnected && httpcache.Disconnected(err) && httpcache.StaleDisconnected(st.Header, f.p.Targeted...)) {
 		result := "error"
 		if err == nil {
 			result = metrics.StatusClass(f.resp.StatusCode)
@@ -186,12 +189,15 @@ func (f *fill) failed(err error) bool {
 	}
 	f.cfg.Metrics.OriginReqs.WithLabelValues("fill", "error").Inc()
 	f.cfg.Logger.Warn("origin request failed", "key", f.key, "err", err)
-	code := http.StatusBadGateway
-	if f.stale != nil {
+	msg, code := "origin unreachable", http.StatusBadGateway
+	switch {
+	case errors.Is(err, httpcache.ErrTransferCoding):
+		msg = "origin answer not decodable" // it answered: a 502 whatever is stored
+	case f.stale != nil:
 		code = http.StatusGatewayTimeout // a stored response it may not serve
 	}
-	f.settle(&fillShare{err: fmt.Errorf("origin unreachable: %w", err), code: code})
-	f.originError(code, err, "origin unreachable")
+	f.settle(&fillShare{err: fmt.Errorf("%s: %w", msg, err), code: code})
+	f.originError(code, err, msg)
 	return false
 }
 

@@ -47,6 +47,10 @@ type Policy struct {
 	// response may be served while revalidated in the background, or when
 	// the origin fails, where the response does not say.
 	StaleWhileRevalidate, StaleIfError time.Duration
+	// StaleIfDisconnected (default true) serves a stored response however
+	// stale when the origin closes the connection without answering,
+	// unless the response forbids it (see the CachePolicy field).
+	StaleIfDisconnected bool
 	// CacheAuthorized (default true) lets requests with Authorization
 	// through the cache, as RFC 9111 3.5 allows; StorePrivate and
 	// StoreSetCookie relax the default refusals: see the CachePolicy
@@ -155,6 +159,13 @@ func Compile(p *pb.CachePolicy) (*Policy, error) {
 				"not Cache-Control or CDN-Cache-Control (obeyed anyway)", c.Name, f)
 		}
 		c.Targeted = []string{name}
+	}
+	// Unset means on, but under authorize_every_request, which serves
+	// nothing stale; set there, it is refused.
+	c.StaleIfDisconnected = p.StaleIfDisconnected == nil && !c.AuthorizeEach || p.GetStaleIfDisconnected()
+	if c.StaleIfDisconnected && c.AuthorizeEach {
+		return nil, fmt.Errorf("policy %s: stale_if_disconnected: not with authorize_every_request, "+
+			"which serves nothing stored that the origin has not just authorised", c.Name)
 	}
 	if c.SliceSize < 0 || c.SliceSize > 0 && c.SliceSize < MinSliceSize || c.SliceSize > MaxSliceSize {
 		return nil, fmt.Errorf("policy %s: slice size %d: want 0 (whole objects) or %d to %d bytes", c.Name, c.SliceSize, MinSliceSize, MaxSliceSize)

@@ -135,3 +135,41 @@ func TestTargetedCacheControl(t *testing.T) {
 		}
 	}
 }
+
+// stale_if_disconnected is on unless set false, and off under
+// authorize_every_request, where setting it is refused, naming the field.
+func TestStaleIfDisconnected(t *testing.T) {
+	on, off := true, false
+	for _, tt := range []struct {
+		name  string
+		p     *pb.CachePolicy
+		want  bool
+		error bool
+	}{
+		{"unset", &pb.CachePolicy{Name: "s"}, true, false},
+		{"true", &pb.CachePolicy{Name: "s", StaleIfDisconnected: &on}, true, false},
+		{"false", &pb.CachePolicy{Name: "s", StaleIfDisconnected: &off}, false, false},
+		{"unset under authorize_every_request", &pb.CachePolicy{Name: "s", AuthorizeEveryRequest: true}, false, false},
+		{"false under authorize_every_request", &pb.CachePolicy{Name: "s", AuthorizeEveryRequest: true, StaleIfDisconnected: &off}, false, false},
+		{"true under authorize_every_request", &pb.CachePolicy{Name: "s", AuthorizeEveryRequest: true, StaleIfDisconnected: &on}, false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Compile(tt.p)
+			if tt.error {
+				if err == nil || !strings.Contains(err.Error(), "stale_if_disconnected") {
+					t.Fatalf("Compile: %v, want a refusal naming stale_if_disconnected", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.StaleIfDisconnected != tt.want {
+				t.Fatalf("StaleIfDisconnected %v, want %v", c.StaleIfDisconnected, tt.want)
+			}
+		})
+	}
+	if !Default.StaleIfDisconnected {
+		t.Error("the default policy does not serve stale when disconnected")
+	}
+}

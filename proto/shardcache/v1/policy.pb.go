@@ -369,8 +369,14 @@ type CachePolicy struct {
 	// Cache-Status (RFC 9211) names the cache key each answer was stored under (its key
 	// parameter), for debugging keys; off, as a key may say more than the URL does.
 	CacheStatusKey bool `protobuf:"varint,33,opt,name=cache_status_key,json=cacheStatusKey,proto3" json:"cache_status_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// When the origin closes (or resets) the connection without answering, the node is
+	// disconnected (RFC 9111 4.2.4) and serves the stored response however stale (X-Cache: STALE),
+	// unless must-revalidate, proxy-revalidate, s-maxage or no-cache forbid it (then a 504).
+	// Unset means true; false treats it as any other origin failure: stale only within
+	// stale_if_error or the response's stale-if-error. Not true with authorize_every_request.
+	StaleIfDisconnected *bool `protobuf:"varint,34,opt,name=stale_if_disconnected,json=staleIfDisconnected,proto3,oneof" json:"stale_if_disconnected,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CachePolicy) Reset() {
@@ -634,6 +640,13 @@ func (x *CachePolicy) GetCacheStatusKey() bool {
 	return false
 }
 
+func (x *CachePolicy) GetStaleIfDisconnected() bool {
+	if x != nil && x.StaleIfDisconnected != nil {
+		return *x.StaleIfDisconnected
+	}
+	return false
+}
+
 var File_shardcache_v1_policy_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_policy_proto_rawDesc = "" +
@@ -652,7 +665,7 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\amethods\x18\x01 \x03(\tR\amethods\x12\x18\n" +
 	"\aheaders\x18\x02 \x03(\tR\aheaders\x12\x18\n" +
 	"\acookies\x18\x03 \x03(\tR\acookies\x12#\n" +
-	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\x9c\f\n" +
+	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\xef\f\n" +
 	"\vCachePolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x1f\n" +
@@ -693,10 +706,12 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\vorigin_host\x18\x1f \x01(\tR\n" +
 	"originHost\x126\n" +
 	"\x17authorize_every_request\x18  \x01(\bR\x15authorizeEveryRequest\x12(\n" +
-	"\x10cache_status_key\x18! \x01(\bR\x0ecacheStatusKeyB\v\n" +
+	"\x10cache_status_key\x18! \x01(\bR\x0ecacheStatusKey\x127\n" +
+	"\x15stale_if_disconnected\x18\" \x01(\bH\x03R\x13staleIfDisconnected\x88\x01\x01B\v\n" +
 	"\t_compressB\x13\n" +
 	"\x11_cache_authorizedB\x11\n" +
-	"\x0f_registry_aware*\x85\x01\n" +
+	"\x0f_registry_awareB\x18\n" +
+	"\x16_stale_if_disconnected*\x85\x01\n" +
 	"\tCacheMode\x12\x1a\n" +
 	"\x16CACHE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CACHE_MODE_SHARDED\x10\x01\x12\x14\n" +
