@@ -173,3 +173,28 @@ func TestStaleIfDisconnected(t *testing.T) {
 		t.Error("the default policy does not serve stale when disconnected")
 	}
 }
+
+// Compile refuses what Check refuses, naming the field: nodes and the
+// control plane keep one grammar.
+func TestCompileRefusesWhatCheckRefuses(t *testing.T) {
+	for field, p := range map[string]*pb.CachePolicy{
+		"name":                   {Name: "Not A Name"},
+		"hosts[0]":               {Name: "t", Hosts: []string{"Example.com:80"}},
+		"origin_urls[0]":         {Name: "t", OriginUrls: []string{"ftp://x"}},
+		"bypass[0]":              {Name: "t", Bypass: []*pb.BypassRule{{}}},
+		"vary_by[0]":             {Name: "t", VaryBy: []string{"a b"}},
+		"replication_factor":     {Name: "t", ReplicationFactor: MaxReplication + 1},
+		"targeted_cache_control": {Name: "t", TargetedCacheControl: "cache-control"},
+	} {
+		v := Check(p)
+		if len(v) != 1 || v[0].Field != field {
+			t.Errorf("Check(%v) = %v; want one violation of %s", p, v, field)
+		}
+		if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), field+": ") {
+			t.Errorf("Compile(%v) = %v; want an error naming %s", p, err, field)
+		}
+	}
+	if v := Check(&pb.CachePolicy{Name: "ok", Hosts: []string{"*.example.com"}, OriginUrls: []string{"https://o.example:8443"}}); len(v) != 0 {
+		t.Errorf("a valid policy: %v", v)
+	}
+}
