@@ -329,21 +329,76 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 	if err != nil {
 		return false, err
 	}
-	// A stream that stays silent is ended, whatever keeps it so: the
-	// watchdog cancels it, which also wakes a Send blocked on it.
-	var limit, silent atomic.Int64 // the watchdog's limit; how long it was silent, once it fired
+	stream, silent, stop := watch(st, cancel)
+	defer stop()
+	defer func() {
+		if d := silent(); d > 0 && err != nil {
+			err = fmt.Errorf("no message from the control plane for %s; the stream is taken for dead: %w", d, err)
+		}
+	}()
+	hello := &pb.Hello{Member: c.cfg.Member, LastEpoch: c.Epoch(), PolicyRevision: c.apply.PolicyRevision(),
+		PurgeRevision: c.apply.PurgeRevision(), JoinToken: c.cfg.JoinToken, Csr: c.cfg.CSR, Instance: c.instance, CompactPushes: true}
+	if err := stream.send(&pb.SessionRequest{Msg: &pb.SessionRequest_Hello{Hello: hello}}); err != nil {
+		return false, err
+	}
+	s := &sessionState{stream: stream, addr: addr}
+	// Load reports every LoadInterval, each interval jittered by ±20 %:
+	// nodes that (re)connected together, as after a control-plane restart,
+	// do not all report in the same instant.
+	tick := time.NewTimer(jitter(c.cfg.LoadInterval))
+	defer tick.Stop()
+	for {
+		var err error
+		select {
+		case <-ctx.Done():
+			return s.established, c.goodbye(stream)
+		case <-tick.C:
+			tick.Reset(jitter(c.cfg.LoadInterval))
+			if c.cfg.Load != nil && s.established {
+				err = stream.send(&pb.SessionRequest{Msg: &pb.SessionRequest_Load{Load: c.cfg.Load()}})
+			}
+		case <-c.certReq:
+			if len(c.cfg.CSR) > 0 && s.established {
+				err = stream.send(&pb.SessionRequest{Msg: &pb.SessionRequest_CertificateRequest{CertificateRequest: &pb.CertificateRequest{Csr: c.cfg.CSR}}})
+			}
+		case <-c.epochReq:
+			if s.established && c.epochSeen.Load() > c.applied.Load() {
+				err = stream.send(&pb.SessionRequest{Msg: &pb.SessionRequest_EpochRequest{EpochRequest: &pb.EpochRequest{Seen: c.epochSeen.Load()}}})
+			}
+		case <-c.drainReq:
+			err = c.sendDrain(stream, s.established)
+		case <-c.resultReq:
+			if s.established { // else sent after the snapshot
+				err = c.sendResults(stream)
+			}
+		case m := <-stream.msgs:
+			err = c.receive(s, m)
+		}
+		if err != nil {
+			return s.established, err
+		}
+	}
+}
+
+// sessionState is what one stream's loop keeps.
+type sessionState struct {
+	stream      stream
+	addr        string // the control plane's, for the log
+	established bool   // a snapshot arrived
+	catchUpErrs atomic.Int32
+}
+
+// watch starts st's reader, which hands every result to the returned
+// stream's msgs, the stream's end too, until stop is called. A stream that
+// stays silent past its limit is ended, whatever keeps it so: the
+// watchdog cancels it, which also wakes a Send blocked on it; silent then
+// says how long it waited.
+func watch(st pb.NodeService_SessionClient, cancel context.CancelFunc) (s stream, silent func() time.Duration, stop func()) {
+	var limit, quiet atomic.Int64 // the watchdog's limit; how long it was silent, once it fired
 	limit.Store(int64(snapshotWait))
-	watchdog := time.AfterFunc(snapshotWait, func() { silent.Store(limit.Load()); cancel() })
-	// The reader hands every result to the loop, the stream's end too,
-	// until the loop has returned.
+	watchdog := time.AfterFunc(snapshotWait, func() { quiet.Store(limit.Load()); cancel() })
 	msgs := make(chan inbound)
 	loopDone, readerDone := make(chan struct{}), make(chan struct{})
-	defer func() {
-		close(loopDone)
-		watchdog.Stop()
-		cancel()
-		<-readerDone
-	}()
 	go func() {
 		defer close(readerDone)
 		for {
@@ -369,132 +424,85 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 			}
 		}
 	}()
-	stream := stream{st, msgs}
-	defer func() {
-		if d := time.Duration(silent.Load()); d > 0 && err != nil {
-			err = fmt.Errorf("no message from the control plane for %s; the stream is taken for dead: %w", d, err)
-		}
-	}()
-	hello := &pb.Hello{Member: c.cfg.Member, LastEpoch: c.Epoch(), PolicyRevision: c.apply.PolicyRevision(),
-		PurgeRevision: c.apply.PurgeRevision(), JoinToken: c.cfg.JoinToken, Csr: c.cfg.CSR, Instance: c.instance, CompactPushes: true}
-	if err := stream.send(&pb.SessionRequest{Msg: &pb.SessionRequest_Hello{Hello: hello}}); err != nil {
-		return false, err
+	stop = func() {
+		close(loopDone)
+		watchdog.Stop()
+		cancel()
+		<-readerDone
 	}
+	return stream{st, msgs}, func() time.Duration { return time.Duration(quiet.Load()) }, stop
+}
 
-	// Load reports every LoadInterval, each interval jittered by ±20 %:
-	// nodes that (re)connected together, as after a control-plane restart,
-	// do not all report in the same instant.
-	tick := time.NewTimer(jitter(c.cfg.LoadInterval))
-	defer tick.Stop()
-	var catchUpErrs atomic.Int32 // missed purges' errors reported in this session
-	for {
-		select {
-		case <-ctx.Done():
-			return established, c.goodbye(stream)
-		case <-tick.C:
-			tick.Reset(jitter(c.cfg.LoadInterval))
-			if c.cfg.Load == nil || !established {
-				continue
-			}
-			if err := stream.send(&pb.SessionRequest{Msg: &pb.SessionRequest_Load{Load: c.cfg.Load()}}); err != nil {
-				return established, err
-			}
-		case <-c.certReq:
-			if len(c.cfg.CSR) == 0 || !established {
-				continue
-			}
-			req := &pb.SessionRequest{Msg: &pb.SessionRequest_CertificateRequest{CertificateRequest: &pb.CertificateRequest{Csr: c.cfg.CSR}}}
-			if err := stream.send(req); err != nil {
-				return established, err
-			}
-		case <-c.epochReq:
-			if !established || c.epochSeen.Load() <= c.applied.Load() {
-				continue
-			}
-			req := &pb.SessionRequest{Msg: &pb.SessionRequest_EpochRequest{EpochRequest: &pb.EpochRequest{Seen: c.epochSeen.Load()}}}
-			if err := stream.send(req); err != nil {
-				return established, err
-			}
-		case <-c.drainReq:
-			if err := c.sendDrain(stream, established); err != nil {
-				return established, err
-			}
-		case <-c.resultReq:
-			if !established {
-				continue // sent after the snapshot
-			}
-			if err := c.sendResults(stream); err != nil {
-				return established, err
-			}
-		case m := <-msgs:
-			if m.err != nil {
-				if errors.Is(m.err, io.EOF) {
-					return established, errors.New("control plane closed the session")
-				}
-				return established, m.err
-			}
-			switch msg := m.resp.GetMsg().(type) {
-			case *pb.SessionResponse_Snapshot:
-				if !established {
-					c.cfg.Logger.Info("session established", "control_plane", addr, "epoch", msg.Snapshot.GetEpoch().GetEpoch())
-				}
-				established = true
-				c.heartbeats.Store(msg.Snapshot.GetHeartbeatInterval().AsDuration() > 0)
-				c.connected.Store(true)
-				c.setMember(true, "", "")
-				if cert := msg.Snapshot.GetCertificate(); cert != nil && c.cfg.OnCertificate != nil {
-					c.cfg.OnCertificate(cert)
-				}
-				// Purges missed while away first: the node must not serve
-				// what they match once it has an epoch to serve with.
-				c.apply.ApplyPurges(msg.Snapshot.GetPurges(), c.catchUpReport(msg.Snapshot.GetPurges(), &catchUpErrs))
-				c.apply.CaughtUp()
-				if err := c.sendResults(stream); err != nil {
-					return established, err
-				}
-				c.applyEpoch(c.withIncoming(msg.Snapshot.GetEpoch()))
-				if ps := msg.Snapshot.GetPolicies(); ps != nil {
-					if err := c.applyPolicies(stream, ps); err != nil {
-						return established, err
-					}
-				}
-			case *pb.SessionResponse_Heartbeat:
-			case *pb.SessionResponse_Certificate:
-				if c.cfg.OnCertificate != nil {
-					c.cfg.OnCertificate(msg.Certificate)
-				}
-			case *pb.SessionResponse_Epoch:
-				c.applyEpoch(msg.Epoch)
-			case *pb.SessionResponse_EpochChange:
-				e, err := c.changed(msg.EpochChange)
-				if err != nil {
-					return established, err
-				}
-				c.applyEpoch(e)
-			case *pb.SessionResponse_SnapshotMembers:
-				if err := c.addIncoming(msg.SnapshotMembers.GetMembers()); err != nil {
-					return established, err
-				}
-			case *pb.SessionResponse_Purges:
-				c.apply.ApplyPurges(msg.Purges.GetPurges(), c.report)
-			case *pb.SessionResponse_MissedPurges:
-				// Ahead of the snapshot: too many missed purges for one message.
-				ps := msg.MissedPurges.GetPurges()
-				c.apply.ApplyPurges(ps, c.catchUpReport(ps, &catchUpErrs))
-			case *pb.SessionResponse_Purge:
-				c.apply.ApplyPurges([]*pb.Purge{msg.Purge}, c.report)
-			case *pb.SessionResponse_Policies:
-				if err := c.applyPolicies(stream, msg.Policies); err != nil {
-					return established, err
-				}
-			}
-			if established {
-				// Heard, and what was missed applied: from here on the
-				// node is not cut off.
-				c.heard.Store(time.Now().UnixNano())
-			}
+// receive applies one message from the control plane, or returns how the
+// stream ended.
+func (c *Client) receive(s *sessionState, m inbound) error {
+	if m.err != nil {
+		if errors.Is(m.err, io.EOF) {
+			return errors.New("control plane closed the session")
 		}
+		return m.err
 	}
+	var err error
+	switch msg := m.resp.GetMsg().(type) {
+	case *pb.SessionResponse_Snapshot:
+		err = c.snapshot(s, msg.Snapshot)
+	case *pb.SessionResponse_Heartbeat:
+	case *pb.SessionResponse_Certificate:
+		if c.cfg.OnCertificate != nil {
+			c.cfg.OnCertificate(msg.Certificate)
+		}
+	case *pb.SessionResponse_Epoch:
+		c.applyEpoch(msg.Epoch)
+	case *pb.SessionResponse_EpochChange:
+		var e *pb.RingEpoch
+		if e, err = c.changed(msg.EpochChange); err == nil {
+			c.applyEpoch(e)
+		}
+	case *pb.SessionResponse_SnapshotMembers:
+		err = c.addIncoming(msg.SnapshotMembers.GetMembers())
+	case *pb.SessionResponse_Purges:
+		c.apply.ApplyPurges(msg.Purges.GetPurges(), c.report)
+	case *pb.SessionResponse_MissedPurges:
+		// Ahead of the snapshot: too many missed purges for one message.
+		ps := msg.MissedPurges.GetPurges()
+		c.apply.ApplyPurges(ps, c.catchUpReport(ps, &s.catchUpErrs))
+	case *pb.SessionResponse_Purge:
+		c.apply.ApplyPurges([]*pb.Purge{msg.Purge}, c.report)
+	case *pb.SessionResponse_Policies:
+		err = c.applyPolicies(s.stream, msg.Policies)
+	}
+	if err == nil && s.established {
+		// Heard, and what was missed applied: from here on the node is
+		// not cut off.
+		c.heard.Store(time.Now().UnixNano())
+	}
+	return err
+}
+
+// snapshot applies the state a session starts with.
+func (c *Client) snapshot(s *sessionState, snap *pb.Snapshot) error {
+	if !s.established {
+		c.cfg.Logger.Info("session established", "control_plane", s.addr, "epoch", snap.GetEpoch().GetEpoch())
+	}
+	s.established = true
+	c.heartbeats.Store(snap.GetHeartbeatInterval().AsDuration() > 0)
+	c.connected.Store(true)
+	c.setMember(true, "", "")
+	if cert := snap.GetCertificate(); cert != nil && c.cfg.OnCertificate != nil {
+		c.cfg.OnCertificate(cert)
+	}
+	// Purges missed while away first: the node must not serve what they
+	// match once it has an epoch to serve with.
+	c.apply.ApplyPurges(snap.GetPurges(), c.catchUpReport(snap.GetPurges(), &s.catchUpErrs))
+	c.apply.CaughtUp()
+	if err := c.sendResults(s.stream); err != nil {
+		return err
+	}
+	c.applyEpoch(c.withIncoming(snap.GetEpoch()))
+	if ps := snap.GetPolicies(); ps != nil {
+		return c.applyPolicies(s.stream, ps)
+	}
+	return nil
 }
 
 // applyPolicies installs a push and acknowledges it, or reports the refusal.
