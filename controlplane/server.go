@@ -147,43 +147,11 @@ func (s *Server) Run(ctx context.Context) error {
 		s.marks.replica = s.cfg.ReplicaID
 	}
 
-	endpoints := s.cfg.EtcdEndpoints
-	var etcdErr <-chan error // nil (never ready) with an external etcd
-	if len(endpoints) == 0 {
-		e, err := startEmbeddedEtcd(ctx, s.cfg.EmbeddedEtcd)
-		if err != nil {
-			return err
-		}
-		defer e.Close()
-		etcdErr = e.Err()
-		endpoints = []string{s.cfg.EmbeddedEtcd.ClientURL}
-		s.log.Info("embedded etcd ready", "client_url", s.cfg.EmbeddedEtcd.ClientURL, "dir", s.cfg.EmbeddedEtcd.Dir)
-	}
-	etcdTLS, err := s.cfg.EtcdTLS.client()
+	cli, etcdErr, closeEtcd, err := s.openEtcd(ctx)
 	if err != nil {
 		return err
 	}
-	cli, err := clientv3.New(clientv3.Config{
-		TLS:         etcdTLS,
-		Endpoints:   endpoints,
-		DialTimeout: s.cfg.EtcdDialTimeout,
-		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{
-			grpc.WithChainUnaryInterceptor(s.metrics.etcd.UnaryClientInterceptor()),
-			grpc.WithChainStreamInterceptor(s.metrics.etcd.StreamClientInterceptor()),
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
-	}
-	defer cli.Close()
-	// clientv3 dials lazily: ask once so an unreachable etcd fails now, by name.
-	pctx, cancel := context.WithTimeout(ctx, s.cfg.EtcdDialTimeout)
-	_, err = cli.Get(pctx, s.cfg.Prefix+"epochs/current")
-	cancel()
-	if err != nil {
-		return fmt.Errorf("etcd at %s unreachable: %w", strings.Join(endpoints, ","), err)
-	}
+	defer closeEtcd()
 	s.etcd = cli
 	s.state = &state{kv: cli, prefix: s.cfg.Prefix, forgetAbsent: s.cfg.ForgetAbsentAfter, historyMax: s.cfg.PolicyHistory}
 	s.marks.state = s.state
@@ -264,6 +232,55 @@ func (s *Server) Run(ctx context.Context) error {
 	close(s.ready)
 	s.log.Info("control plane serving", "addr", lis.Addr().String(), "replica", s.cfg.ReplicaID)
 	return g.Wait()
+}
+
+// openEtcd starts the embedded etcd when no endpoints are configured, and
+// connects to etcd. etcdErr says when the embedded etcd fails (nil, never
+// ready, with an external one); closeEtcd closes the client, then the
+// embedded etcd.
+func (s *Server) openEtcd(ctx context.Context) (cli *clientv3.Client, etcdErr <-chan error, closeEtcd func(), err error) {
+	endpoints := s.cfg.EtcdEndpoints
+	closeEmbedded := func() {}
+	if len(endpoints) == 0 {
+		e, err := startEmbeddedEtcd(ctx, s.cfg.EmbeddedEtcd)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		closeEmbedded = e.Close
+		etcdErr = e.Err()
+		endpoints = []string{s.cfg.EmbeddedEtcd.ClientURL}
+		s.log.Info("embedded etcd ready", "client_url", s.cfg.EmbeddedEtcd.ClientURL, "dir", s.cfg.EmbeddedEtcd.Dir)
+	}
+	fail := func(err error) (*clientv3.Client, <-chan error, func(), error) {
+		closeEmbedded()
+		return nil, nil, nil, err
+	}
+	etcdTLS, err := s.cfg.EtcdTLS.client()
+	if err != nil {
+		return fail(err)
+	}
+	cli, err = clientv3.New(clientv3.Config{
+		TLS:         etcdTLS,
+		Endpoints:   endpoints,
+		DialTimeout: s.cfg.EtcdDialTimeout,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{
+			grpc.WithChainUnaryInterceptor(s.metrics.etcd.UnaryClientInterceptor()),
+			grpc.WithChainStreamInterceptor(s.metrics.etcd.StreamClientInterceptor()),
+		},
+	})
+	if err != nil {
+		return fail(fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err))
+	}
+	// clientv3 dials lazily: ask once so an unreachable etcd fails now, by name.
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.EtcdDialTimeout)
+	_, err = cli.Get(pctx, s.cfg.Prefix+"epochs/current")
+	cancel()
+	if err != nil {
+		cli.Close()
+		return fail(fmt.Errorf("etcd at %s unreachable: %w", strings.Join(endpoints, ","), err))
+	}
+	return cli, etcdErr, func() { cli.Close(); closeEmbedded() }, nil
 }
 
 // stopGRPC stops gs gracefully, or forcibly once grace has passed.
