@@ -143,61 +143,13 @@ func (s *serving) servePartial() bool {
 // ranges), which the fill stores whole. It reports whether it handed the
 // response, and its release, to a goroutine storing it.
 func (f *fill) storePart() (handed bool) {
-	w, r, key, p, resp, plan, requested, now, release := f.w, f.r, f.key, f.p, f.resp, f.plan, f.requested, f.received, f.release
-	joined := plan.have
-	if resp.StatusCode != http.StatusPartialContent {
-		if joined {
-			http.Error(w, "shardcache: origin answered a range request with "+strconv.Itoa(resp.StatusCode), http.StatusBadGateway)
-			return false
-		}
-		f.writeResponse(resp, true, httpcache.CacheMiss) // the origin's answer to the client's range
+	r, key, p, resp, requested, now, release := f.r, f.key, f.p, f.resp, f.requested, f.received, f.release
+	pc, ok := f.partPiece()
+	if !ok {
 		return false
 	}
-	first, last, total, ok := httpcache.ParseContentRange(resp.Header.Get("Content-Range"))
-	if !ok || total < 0 || joined && (total != plan.sp.total || strongETag(resp.Header) != plan.ask.Get("If-Range")) {
-		if joined {
-			http.Error(w, "shardcache: origin's range is not a piece of the stored part", http.StatusBadGateway)
-			return false
-		}
-		f.writeResponse(resp, true, httpcache.CacheMiss) // a 206 no part can be made of
-		return false
-	}
-	want := plan.want
-	if !joined {
-		ranges, err := httpcache.ParseRange(plan.field, total)
-		if err != nil || len(ranges) != 1 {
-			f.writeResponse(resp, true, httpcache.CacheMiss)
-			return false
-		}
-		want = ranges[0]
-	}
-	// The span to store: the part and the piece (whose bytes the part has
-	// already are skipped), or the piece alone.
-	got := span{first, last, total}
-	body := io.LimitReader(resp.Body, last-first+1)
-	closePart := func() {}
-	if joined {
-		rd, done, err := f.readerAt(plan.part)
-		if err != nil {
-			http.Error(w, "shardcache: stored part unreadable", http.StatusBadGateway)
-			return false
-		}
-		closePart = done
-		sp := plan.sp
-		partBody := io.NewSectionReader(rd, 0, plan.part.Length)
-		if first < sp.first { // the piece goes before the part
-			body = io.MultiReader(io.LimitReader(resp.Body, sp.first-first), partBody)
-			got = span{first, sp.last, total}
-		} else {
-			body = io.MultiReader(partBody, skipReader(resp.Body, sp.last+1-first, last-sp.last))
-			got = span{sp.first, last, total}
-		}
-	}
-	if !got.covers(want) {
-		closePart()
-		http.Error(w, "shardcache: origin's range does not hold the range asked for", http.StatusBadGateway)
-		return false
-	}
+	got, want, body, closePart := pc.got, pc.want, pc.body, pc.close
+	total := got.total
 	maxObject := f.maxObject(p)
 	lifetime, storable := StoreLifetime(p, r, http.StatusOK, resp.Header, now, maxObject)
 	storable = storable && got.last-got.first+1 <= maxObject &&
@@ -247,7 +199,7 @@ func (f *fill) storePart() (handed bool) {
 		}
 	})
 	if rdErr != nil {
-		http.Error(w, "shardcache: origin response broke off", http.StatusBadGateway)
+		http.Error(f.w, "shardcache: origin response broke off", http.StatusBadGateway)
 		return true
 	}
 	defer rd.Close()
@@ -258,6 +210,77 @@ func (f *fill) storePart() (handed bool) {
 	// part it stored.
 	wr.Wait()
 	return true
+}
+
+// piece is what an origin's range answer makes of a part: the span to
+// store, the client's range in it, and the bytes to copy (close releases
+// the stored part they are read from).
+type piece struct {
+	got   span
+	want  httpcache.ByteRange
+	body  io.Reader
+	close func()
+}
+
+// partPiece checks the origin's answer to a part's range request and
+// makes the piece it stores; ok false: the client is answered already.
+func (f *fill) partPiece() (pc piece, ok bool) {
+	w, resp, plan := f.w, f.resp, f.plan
+	joined := plan.have
+	if resp.StatusCode != http.StatusPartialContent {
+		if joined {
+			http.Error(w, "shardcache: origin answered a range request with "+strconv.Itoa(resp.StatusCode), http.StatusBadGateway)
+			return pc, false
+		}
+		f.writeResponse(resp, true, httpcache.CacheMiss) // the origin's answer to the client's range
+		return pc, false
+	}
+	first, last, total, ok := httpcache.ParseContentRange(resp.Header.Get("Content-Range"))
+	if !ok || total < 0 || joined && (total != plan.sp.total || strongETag(resp.Header) != plan.ask.Get("If-Range")) {
+		if joined {
+			http.Error(w, "shardcache: origin's range is not a piece of the stored part", http.StatusBadGateway)
+			return pc, false
+		}
+		f.writeResponse(resp, true, httpcache.CacheMiss) // a 206 no part can be made of
+		return pc, false
+	}
+	want := plan.want
+	if !joined {
+		ranges, err := httpcache.ParseRange(plan.field, total)
+		if err != nil || len(ranges) != 1 {
+			f.writeResponse(resp, true, httpcache.CacheMiss)
+			return pc, false
+		}
+		want = ranges[0]
+	}
+	// The span to store: the part and the piece (whose bytes the part has
+	// already are skipped), or the piece alone.
+	got := span{first, last, total}
+	body := io.LimitReader(resp.Body, last-first+1)
+	closePart := func() {}
+	if joined {
+		rd, done, err := f.readerAt(plan.part)
+		if err != nil {
+			http.Error(w, "shardcache: stored part unreadable", http.StatusBadGateway)
+			return pc, false
+		}
+		closePart = done
+		sp := plan.sp
+		partBody := io.NewSectionReader(rd, 0, plan.part.Length)
+		if first < sp.first { // the piece goes before the part
+			body = io.MultiReader(io.LimitReader(resp.Body, sp.first-first), partBody)
+			got = span{first, sp.last, total}
+		} else {
+			body = io.MultiReader(partBody, skipReader(resp.Body, sp.last+1-first, last-sp.last))
+			got = span{sp.first, last, total}
+		}
+	}
+	if !got.covers(want) {
+		closePart()
+		http.Error(w, "shardcache: origin's range does not hold the range asked for", http.StatusBadGateway)
+		return pc, false
+	}
+	return piece{got: got, want: want, body: body, close: closePart}, true
 }
 
 // answerPart answers ranges of the request from part, whose span is sp; a
