@@ -108,11 +108,11 @@ type Node struct {
 	// them and waits for them before the store closes.
 	tasks *tasks.Group
 
-	// bans are the purges in force; purgeFile keeps them in the data
-	// directory. inflight tracks running fills for the sweep.
-	bans      *purge.Set
-	purgeFile string
-	inflight  purge.Inflight
+	// bans are the purges in force, which purges applies and keeps in
+	// the data directory. inflight tracks running fills for the sweep.
+	bans     *purge.Set
+	purges   *purge.Applier
+	inflight purge.Inflight
 	// shadow estimates what a local-only cache would have hit.
 	shadow *metrics.Shadow
 
@@ -283,6 +283,17 @@ func (n *Node) ApplyPolicies(ps *pb.PolicySet) error {
 // PolicyRevision is the revision of the policy set in force.
 func (n *Node) PolicyRevision() int64 { return n.policies.Load().Revision() }
 
+// ApplyPurges applies the purges the control plane pushes (purge.Applier).
+func (n *Node) ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult)) { n.purges.Apply(ps, report) }
+
+// PurgeRevision is the highest purge revision this node has applied.
+func (n *Node) PurgeRevision() int64 { return n.bans.Revision() }
+
+// CaughtUp says the purges missed while the node was away are applied:
+// objects stored before this run may be served again, as far as the bans
+// allow.
+func (n *Node) CaughtUp() { n.owner.CaughtUp() }
+
 // ApplyEpoch installs a ring epoch pushed by the control plane.
 func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
 	if len(e.GetMembers()) == 0 {
@@ -403,10 +414,10 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	defer st.Close()
 	n.store = st
-	if err := n.restorePurges(dir); err != nil {
+	n.build()
+	if err := n.purges.Restore(dir); err != nil {
 		return err
 	}
-	n.build()
 	n.metrics.WatchStore(st)
 	listeners := make([]net.Listener, 0, 3)
 	defer func() {
@@ -473,7 +484,7 @@ func (n *Node) Run(ctx context.Context) error {
 	g.Go(func() error {
 		select {
 		case <-st.Ready():
-			purge.Sweep(gctx, n.bans, n.owner.Index(), &n.inflight, n.swept)
+			purge.Sweep(gctx, n.bans, n.owner.Index(), &n.inflight, n.purges.Swept)
 		case <-gctx.Done():
 		}
 		return nil
@@ -537,7 +548,6 @@ func (n *Node) RingMembers() int {
 	return 0
 }
 
-// build makes the owner and the front over the open store.
 // cutOff reports whether the node has been cut off from the control plane
 // for longer than its bound and, if so, before when what it stored must be
 // confirmed by the origin: the bound ago. A purge issued during the cut
@@ -553,6 +563,8 @@ func (n *Node) cutOff() (time.Time, bool) {
 	return time.Now().Add(-n.cfg.CutOffBound), true
 }
 
+// build makes the owner, the front and the purge applier over the open
+// store.
 func (n *Node) build() {
 	c := n.cfg
 	n.owner = owner.New(owner.Config{
@@ -572,6 +584,8 @@ func (n *Node) build() {
 		Owner:        n.owner, Origin: n.origin, Peers: n.peers, Routes: &n.routes, Policies: &n.policies,
 		Shadow: n.shadow, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
 	})
+	n.purges = &purge.Applier{NodeID: c.ID, Bans: n.bans, Target: n.owner, Policies: &n.policies,
+		Metrics: n.metrics, Tasks: n.tasks, Logger: n.log}
 }
 
 // every calls f every period until ctx ends.
