@@ -302,59 +302,20 @@ func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
 		n.log.Info("ring epoch has no members; waiting for the next", "epoch", e.GetEpoch())
 		return
 	}
-	rt, err := routes.New(e)
+	rt, again, err := routes.Next(n.routes.Load(), e, n.cfg.ID, time.Now())
 	if err != nil {
 		n.log.Error("refusing ring epoch", "epoch", e.GetEpoch(), "err", err)
 		return
 	}
-	rt.Applied = time.Now()
-	again := false
-	switch old := n.routes.Load(); {
-	case old != nil && old.Epoch.GetEpoch() == e.GetEpoch():
-		rt.Prev, rt.Applied, again = old.Prev, old.Applied, true // the same epoch again (a new session)
-	case old != nil:
-		prev := *old
-		prev.Prev = nil
-		rt.Prev = &prev
-	case e.GetEpoch() > 1:
-		// The first epoch this run sees, of a running ring. A node that
-		// has just joined (or come back) takes its keys from the others:
-		// the ring without it is where they were. (In a new ring's first
-		// epoch every node is as cold as this one.)
-		rt.Prev = routes.Without(e, n.cfg.ID)
-	}
 	n.routes.Store(rt)
 	n.followSelfDrain(e)
-	n.peers.Ring(peerChange(rt.Prev, e))
+	n.peers.Ring(routes.PeerChange(rt.Prev, e))
 	if rt.Prev != nil && !again && n.hot != nil && n.cfg.HandoffWindow > 0 && n.owner != nil {
 		n.tasks.Go("precopy", func() { n.owner.Precopy(rt) })
 	}
 	n.metrics.RingEpoch.Set(float64(e.GetEpoch()))
 	n.metrics.RingMembers.Set(float64(len(e.GetMembers())))
 	n.log.Info("applied ring epoch", "epoch", e.GetEpoch(), "members", len(e.GetMembers()), "reason", e.GetReason())
-}
-
-// peerChange returns the peer addresses of e, and those of the members
-// that joined the ring with e or came back to it with a new lease since
-// prev (none in a run's first epoch).
-func peerChange(prev *routes.Table, e *pb.RingEpoch) (peers, joined []string) {
-	before := map[string]*pb.Member{}
-	if prev != nil {
-		for _, m := range prev.Epoch.GetMembers() {
-			before[m.GetId()] = m
-		}
-	}
-	for _, m := range e.GetMembers() {
-		peers = append(peers, m.GetPeerAddress())
-		if prev == nil {
-			continue
-		}
-		if was := before[m.GetId()]; was == nil || was.GetPeerAddress() != m.GetPeerAddress() ||
-			!was.GetJoinedAt().AsTime().Equal(m.GetJoinedAt().AsTime()) {
-			joined = append(joined, m.GetPeerAddress())
-		}
-	}
-	return peers, joined
 }
 
 // Ready is closed once every listener is bound.
