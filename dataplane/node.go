@@ -75,7 +75,6 @@ type Node struct {
 	// leave ends the session, which takes the node out of the ring; set
 	// by Run.
 	leave   atomic.Pointer[context.CancelFunc]
-	self    selfDrain // a drain the node asked for itself (/drain)
 	log     *slog.Logger
 	access  *slog.Logger // nil: no access log
 	metrics *metrics.Set
@@ -203,6 +202,10 @@ func New(cfg Config) (*Node, error) {
 		TLS:           cfg.ControlPlaneTLS,
 		CSR:           csr,
 		OnCertificate: n.applyCertificate,
+		OnUndrained: func(epoch uint64) {
+			n.front.Undrain()
+			n.log.Info("undrained: back in the ring", "epoch", epoch)
+		},
 		OnMembership: func(member bool, cause, _ string) {
 			n.metrics.Member.Set(metrics.BoolGauge(member))
 			if !member {
@@ -308,7 +311,6 @@ func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
 		return
 	}
 	n.routes.Store(rt)
-	n.followSelfDrain(e)
 	n.peers.Ring(routes.PeerChange(rt.Prev, e))
 	if rt.Prev != nil && !again && n.hot != nil && n.cfg.HandoffWindow > 0 && n.owner != nil {
 		n.tasks.Go("precopy", func() { n.owner.Precopy(rt) })

@@ -126,3 +126,40 @@ func (n *Node) loadReport() *pb.LoadReport {
 		}(),
 	}
 }
+
+// drainOutWait bounds the wait for the epoch without the node: the
+// control plane batches membership changes into epochs (2 s by default).
+const drainOutWait = 30 * time.Second
+
+// serveDrain is /drain (a pod's preStop hook, by shardcache drain): the
+// control plane drains the node over its session, as cachectl drain would,
+// and the node keeps its session, so cachectl undrain gives the running
+// node its keys back. The drain is the process's own: it ends when the
+// process leaves. It answers once the node is out of the ring, its keys
+// handed off; the node keeps running until it is told to stop. Without a
+// session the node leaves the ring by ending it, as it does when it stops.
+func (n *Node) serveDrain(w http.ResponseWriter, r *http.Request) {
+	if !n.session.Connected() {
+		if leave := n.leave.Load(); leave != nil {
+			(*leave)()
+		}
+		n.drain()
+		fmt.Fprintln(w, "drained: out of the ring; safe to stop")
+		return
+	}
+	out := n.session.Drain()
+	t := time.NewTimer(drainOutWait)
+	defer t.Stop()
+	select {
+	case <-out:
+	case <-r.Context().Done():
+		return
+	case <-t.C:
+		n.log.Warn("no epoch without this node came after its drain request; leaving the ring", "waited", drainOutWait)
+		if leave := n.leave.Load(); leave != nil {
+			(*leave)()
+		}
+	}
+	n.drain()
+	fmt.Fprintln(w, "drained: out of the ring; safe to stop (cachectl undrain "+n.cfg.ID+" gives it its keys back while it runs)")
+}

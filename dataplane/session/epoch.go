@@ -15,6 +15,9 @@ func (c *Client) applyEpoch(e *pb.RingEpoch) {
 		return
 	}
 	c.apply.ApplyEpoch(e)
+	if c.self.epoch(e, c.cfg.Member.GetId()) && c.cfg.OnUndrained != nil {
+		c.cfg.OnUndrained(e.GetEpoch())
+	}
 	c.epochMu.Lock()
 	c.current = e
 	c.epochMu.Unlock()

@@ -82,6 +82,9 @@ type Config struct {
 	// again and each time it learns it is not one (every refusal); reason
 	// says why (empty for a member), cause is a short fixed word for metrics.
 	OnMembership func(member bool, cause, reason string)
+	// OnUndrained, when set, is called when an epoch gives a node that
+	// drained itself (Drain) its keys back: an operator undrained it.
+	OnUndrained func(epoch uint64)
 	// TracerProvider, when set, traces the session's gRPC calls.
 	TracerProvider trace.TracerProvider
 	// Logger receives connection changes. Default slog.Default().
@@ -105,6 +108,7 @@ type Client struct {
 	epochReq  chan struct{}
 	epochSeen atomic.Uint64
 	drainReq  chan struct{} // the node drains itself (RequestDrain)
+	self      selfDrain     // that drain, followed through the epochs
 	// instance tells this process's sessions apart from those of another
 	// process started with the same id.
 	instance string
