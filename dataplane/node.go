@@ -155,36 +155,11 @@ func New(cfg Config) (*Node, error) {
 	if cfg.AccessLog != nil {
 		n.access = slog.New(slog.NewJSONHandler(cfg.AccessLog, nil))
 	}
-	if f := cfg.PeerTLS; f.enabled() {
-		peerTLS, err := relay.LoadTLS(f.CertFile, f.KeyFile, f.CAFile, cfg.ID)
-		if err != nil {
-			return nil, err
-		}
-		n.peerTLS, n.serverTLS = peerTLS, relay.ServerTLS(peerTLS)
+	csr, err := n.peerHop()
+	if err != nil {
+		return nil, err
 	}
-	var roots func() *x509.CertPool
-	var csr []byte
-	if cfg.PeerCertsFromControlPlane {
-		var err error
-		if n.certs, err = relay.NewCerts(cfg.ID); err != nil {
-			return nil, err
-		}
-		n.peerTLS, n.serverTLS, roots, csr = n.certs.ClientTLS(), n.certs.ServerTLS(), n.certs.Roots, n.certs.CSR()
-	}
-	n.peers = relay.New(relay.Config{
-		OnConn: func(reused bool) {
-			if reused {
-				n.metrics.PeerConns.WithLabelValues("reused").Inc()
-			} else {
-				n.metrics.PeerConns.WithLabelValues("opened").Inc()
-			}
-		},
-		TLS:    n.peerTLS,
-		Roots:  roots,
-		PeerID: n.peerID,
-		Wrap:   func(rt http.RoundTripper) http.RoundTripper { return n.traceTransport(rt, "relay") },
-	})
-	sc, err := session.New(session.Config{
+	n.session, err = session.New(session.Config{
 		Addresses: strings.Split(cfg.ControlPlane, ","),
 		Member: &pb.Member{
 			Id:            cfg.ID,
@@ -218,7 +193,6 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.session = sc
 	if cfg.peerHop() == "insecure" {
 		n.log.Warn("the peer hop authenticates no one (--insecure-peer-hop): whoever reaches the peer listener can fill this node's cache",
 			"peer", cfg.PeerAddr)
@@ -237,6 +211,40 @@ func New(cfg Config) (*Node, error) {
 		n.hot = sketch.New(1<<16, 3*time.Second, nil)
 	}
 	return n, nil
+}
+
+// peerHop sets up the relay to peers and the peer listener's TLS: from
+// files, issued by the control plane (csr is then the request for it), or
+// none.
+func (n *Node) peerHop() (csr []byte, err error) {
+	if f := n.cfg.PeerTLS; f.enabled() {
+		peerTLS, err := relay.LoadTLS(f.CertFile, f.KeyFile, f.CAFile, n.cfg.ID)
+		if err != nil {
+			return nil, err
+		}
+		n.peerTLS, n.serverTLS = peerTLS, relay.ServerTLS(peerTLS)
+	}
+	var roots func() *x509.CertPool
+	if n.cfg.PeerCertsFromControlPlane {
+		if n.certs, err = relay.NewCerts(n.cfg.ID); err != nil {
+			return nil, err
+		}
+		n.peerTLS, n.serverTLS, roots, csr = n.certs.ClientTLS(), n.certs.ServerTLS(), n.certs.Roots, n.certs.CSR()
+	}
+	n.peers = relay.New(relay.Config{
+		OnConn: func(reused bool) {
+			if reused {
+				n.metrics.PeerConns.WithLabelValues("reused").Inc()
+			} else {
+				n.metrics.PeerConns.WithLabelValues("opened").Inc()
+			}
+		},
+		TLS:    n.peerTLS,
+		Roots:  roots,
+		PeerID: n.peerID,
+		Wrap:   func(rt http.RoundTripper) http.RoundTripper { return n.traceTransport(rt, "relay") },
+	})
+	return csr, nil
 }
 
 // peerServer is the peer listener's server: h2c, or mutual TLS when
@@ -358,20 +366,7 @@ func (n *Node) Run(ctx context.Context) error {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	memory := n.cfg.MemoryBytes
-	if n.cfg.HotThreshold > 0 {
-		memory -= n.cfg.HotCopyBytes // hot copies come out of the same budget
-	}
-	st, err := store.Open(store.Config{
-		Dir:             filepath.Join(dir, "cache"),
-		DiskBytes:       n.cfg.DiskBytes,
-		MinFreeBytes:    n.cfg.DiskMinFree,
-		MemoryBytes:     memory,
-		MemoryMaxObject: n.cfg.MemoryMaxObject,
-		Sync:            n.cfg.DiskSync,
-		Group:           httpcache.VariantOf, // a URL's variants, counted and dropped together
-		Logger:          n.log,
-	})
+	st, err := n.openStore(dir)
 	if err != nil {
 		return err
 	}
@@ -382,39 +377,16 @@ func (n *Node) Run(ctx context.Context) error {
 		return err
 	}
 	n.metrics.WatchStore(st)
-	listeners := make([]net.Listener, 0, 3)
+	listeners, err := n.listen()
 	defer func() {
 		for _, l := range listeners {
 			l.Close()
 		}
 	}()
-	for i, a := range []struct{ name, addr string }{{"client", n.cfg.ClientAddr}, {"peer", n.cfg.PeerAddr}, {"ops", n.cfg.OpsAddr}} {
-		l, err := net.Listen("tcp", a.addr)
-		if err != nil {
-			return fmt.Errorf("%s listener: %w", a.name, err)
-		}
-		n.addrs[i].Store(l.Addr().(*net.TCPAddr))
-		if a.name == "client" {
-			l = clientconn.NewListener(l, clientconn.Config{
-				WriteTimeout: max(n.cfg.ClientSendTimeout, 0), MaxPerAddr: max(n.cfg.ClientMaxConnsPerAddr, 0),
-				Exempt: n.trustedProxy, OnRefused: n.metrics.ClientConnsRefused.Inc, OnStalled: n.metrics.ClientStalled.Inc,
-			})
-		}
-		listeners = append(listeners, l)
+	if err != nil {
+		return err
 	}
-	peer, opsSrv := n.peerServer(), &http.Server{Handler: n.opsHandler(), ReadHeaderTimeout: 10 * time.Second}
-	for _, s := range []*http.Server{peer, opsSrv} {
-		s.ErrorLog = slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)
-	}
-	opsSrv.RegisterOnShutdown(n.logs.Shutdown) // log streams end as the ops listener shuts down
-	servers := []server{
-		// The client port: the data plane's own HTTP/1.1 server, over the
-		// connection bounds of the clientconn.Listener.
-		h1.New(h1.Config{Handler: n.traceHandler(http.HandlerFunc(n.front.ServeClient), "shardcache.client"),
-			HeaderTimeout: n.cfg.ClientHeaderTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: maxClientHeader,
-			ConnContext: clientconn.ConnContext, Logger: n.log}),
-		servePlain{peer}, servePlain{opsSrv},
-	}
+	servers := n.servers()
 
 	g, gctx := errgroup.WithContext(ctx)
 	sctx, leave := context.WithCancel(gctx)
@@ -444,30 +416,7 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		return err
 	})
-	g.Go(func() error {
-		select {
-		case <-st.Ready():
-			purge.Sweep(gctx, n.bans, n.owner.Index(), &n.inflight, n.purges.Swept)
-		case <-gctx.Done():
-		}
-		return nil
-	})
-	if n.certs != nil {
-		g.Go(func() error { n.renewCertificates(gctx); return nil })
-	}
-	if n.hot != nil {
-		// The hot-key sketch is halved here, not inside a request.
-		n.hot.Owned()
-		g.Go(func() error { every(gctx, n.hot.Period(), n.hot.Halve); return nil })
-	}
-	g.Go(func() error {
-		every(gctx, time.Second, func() {
-			n.metrics.Session.Set(metrics.BoolGauge(n.session.Connected()))
-			_, cut := n.cutOff()
-			n.metrics.CutOff.Set(metrics.BoolGauge(cut))
-		})
-		return nil
-	})
+	n.background(gctx, g, st)
 	g.Go(func() error {
 		<-gctx.Done()
 		if ctx.Err() != nil {
@@ -490,6 +439,93 @@ func (n *Node) Run(ctx context.Context) error {
 	// stored) before the store closes.
 	n.tasks.Stop()
 	return err
+}
+
+// background starts, in g, the node's work no request waits on: the
+// purge sweep once the disk tier's index is loaded, certificate renewal,
+// the hot-key sketch's halving, and the session's gauges.
+func (n *Node) background(gctx context.Context, g *errgroup.Group, st *store.Store) {
+	g.Go(func() error {
+		select {
+		case <-st.Ready():
+			purge.Sweep(gctx, n.bans, n.owner.Index(), &n.inflight, n.purges.Swept)
+		case <-gctx.Done():
+		}
+		return nil
+	})
+	if n.certs != nil {
+		g.Go(func() error { n.certs.Renew(gctx, n.session.RequestCertificate); return nil })
+	}
+	if n.hot != nil {
+		// The hot-key sketch is halved here, not inside a request.
+		n.hot.Owned()
+		g.Go(func() error { tasks.Every(gctx, n.hot.Period(), n.hot.Halve); return nil })
+	}
+	g.Go(func() error {
+		tasks.Every(gctx, time.Second, func() {
+			n.metrics.Session.Set(metrics.BoolGauge(n.session.Connected()))
+			_, cut := n.cutOff()
+			n.metrics.CutOff.Set(metrics.BoolGauge(cut))
+		})
+		return nil
+	})
+}
+
+// openStore opens the memory tier over the disk tier under dir.
+func (n *Node) openStore(dir string) (*store.Store, error) {
+	memory := n.cfg.MemoryBytes
+	if n.cfg.HotThreshold > 0 {
+		memory -= n.cfg.HotCopyBytes // hot copies come out of the same budget
+	}
+	return store.Open(store.Config{
+		Dir:             filepath.Join(dir, "cache"),
+		DiskBytes:       n.cfg.DiskBytes,
+		MinFreeBytes:    n.cfg.DiskMinFree,
+		MemoryBytes:     memory,
+		MemoryMaxObject: n.cfg.MemoryMaxObject,
+		Sync:            n.cfg.DiskSync,
+		Group:           httpcache.VariantOf, // a URL's variants, counted and dropped together
+		Logger:          n.log,
+	})
+}
+
+// listen binds the client, peer and ops listeners, in that order; the
+// client's under the connection bounds of a clientconn.Listener. On an
+// error, the ones bound are returned, for the caller to close.
+func (n *Node) listen() ([]net.Listener, error) {
+	listeners := make([]net.Listener, 0, 3)
+	for i, a := range []struct{ name, addr string }{{"client", n.cfg.ClientAddr}, {"peer", n.cfg.PeerAddr}, {"ops", n.cfg.OpsAddr}} {
+		l, err := net.Listen("tcp", a.addr)
+		if err != nil {
+			return listeners, fmt.Errorf("%s listener: %w", a.name, err)
+		}
+		n.addrs[i].Store(l.Addr().(*net.TCPAddr))
+		if a.name == "client" {
+			l = clientconn.NewListener(l, clientconn.Config{
+				WriteTimeout: max(n.cfg.ClientSendTimeout, 0), MaxPerAddr: max(n.cfg.ClientMaxConnsPerAddr, 0),
+				Exempt: n.trustedProxy, OnRefused: n.metrics.ClientConnsRefused.Inc, OnStalled: n.metrics.ClientStalled.Inc,
+			})
+		}
+		listeners = append(listeners, l)
+	}
+	return listeners, nil
+}
+
+// servers are the client, peer and ops servers, in listen's order. The
+// client port is the data plane's own HTTP/1.1 server; the peer and ops
+// ports are net/http's.
+func (n *Node) servers() []server {
+	peer, opsSrv := n.peerServer(), &http.Server{Handler: n.opsHandler(), ReadHeaderTimeout: 10 * time.Second}
+	for _, s := range []*http.Server{peer, opsSrv} {
+		s.ErrorLog = slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)
+	}
+	opsSrv.RegisterOnShutdown(n.logs.Shutdown) // log streams end as the ops listener shuts down
+	return []server{
+		h1.New(h1.Config{Handler: n.traceHandler(http.HandlerFunc(n.front.ServeClient), "shardcache.client"),
+			HeaderTimeout: n.cfg.ClientHeaderTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: maxClientHeader,
+			ConnContext: clientconn.ConnContext, Logger: n.log}),
+		servePlain{peer}, servePlain{opsSrv},
+	}
 }
 
 // ID is the node's id.
@@ -549,18 +585,4 @@ func (n *Node) build() {
 	})
 	n.purges = &purge.Applier{NodeID: c.ID, Bans: n.bans, Target: n.owner, Policies: &n.policies,
 		Metrics: n.metrics, Tasks: n.tasks, Logger: n.log}
-}
-
-// every calls f every period until ctx ends.
-func every(ctx context.Context, period time.Duration, f func()) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			f()
-		}
-	}
 }

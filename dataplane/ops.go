@@ -96,35 +96,11 @@ func (n *Node) readiness() (string, bool) {
 
 // loadReport is what the session reports to the control plane.
 func (n *Node) loadReport() *pb.LoadReport {
-	st := n.store.Stats()
-	t := &n.metrics.Totals
-	estRequests, estHits := n.shadow.Totals()
 	var epoch uint64
 	if rt := n.routes.Load(); rt != nil {
 		epoch = rt.Epoch.GetEpoch()
 	}
-	return &pb.LoadReport{
-		Epoch:                 epoch,
-		MemoryBytes:           st.MemoryBytes,
-		MemoryObjects:         st.MemoryObjects,
-		DiskBytes:             st.DiskBytes,
-		DiskObjects:           st.DiskObjects,
-		RequestsTotal:         t.Requests.Load(),
-		HitsTotal:             t.Hits.Load(),
-		OriginRequestsTotal:   t.OriginRequests.Load(),
-		RelayedTotal:          t.Relayed.Load(),
-		PeerBytesTotal:        t.PeerBytes.Load(),
-		HandoffAnswersTotal:   t.HandoffAnswers.Load(),
-		LocalEstimateRequests: estRequests,
-		LocalEstimateHits:     estHits,
-		ResponseBytesByRoute: func() map[string]uint64 {
-			m := make(map[string]uint64, len(n.metrics.RouteBytes))
-			for r, c := range n.metrics.RouteBytes {
-				m[r] = c.Load()
-			}
-			return m
-		}(),
-	}
+	return n.metrics.LoadReport(n.store.Stats(), n.shadow, epoch)
 }
 
 // drainOutWait bounds the wait for the epoch without the node: the

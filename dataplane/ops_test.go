@@ -84,6 +84,9 @@ func TestLoadReportCountsBypassInOriginRequests(t *testing.T) {
 	do(t, "GET", base+"/filled") // a hit
 	do(t, "POST", base+"/posted")
 	do(t, "GET", base+"/bypassed", "Cache-Control", "no-store")
+	// A request is counted as its handler returns, which may be after
+	// its client has read the answer.
+	waitFor(t, "four requests counted", func() bool { return n.loadReport().GetRequestsTotal() >= 4 })
 	l := n.loadReport()
 	if l.GetRequestsTotal() != 4 || l.GetOriginRequestsTotal() != 3 {
 		t.Fatalf("load report: %d requests, %d origin requests; want 4 and 3 (a fill and two bypasses)", l.GetRequestsTotal(), l.GetOriginRequestsTotal())

@@ -9,6 +9,7 @@ import (
 	"context"
 	"runtime/debug"
 	"sync"
+	"time"
 )
 
 // Group owns background tasks. Its zero value is not usable; see New.
@@ -48,4 +49,18 @@ func (g *Group) Guard(task string, f func()) func() {
 func (g *Group) Stop() {
 	g.cancel()
 	g.wg.Wait()
+}
+
+// Every calls f every period until ctx ends.
+func Every(ctx context.Context, period time.Duration, f func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
 }
