@@ -6,7 +6,6 @@
 package metrics
 
 import (
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -361,8 +360,11 @@ func StatusClass(code int) string {
 	if code < 100 || code > 599 {
 		return "other"
 	}
-	return strconv.Itoa(code/100) + "xx"
+	return statusClasses[code/100-1]
 }
+
+// statusClasses are StatusClass's answers, made once.
+var statusClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
 
 type routeObservers struct{ duration, size prometheus.Observer }
 

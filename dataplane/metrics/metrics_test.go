@@ -56,3 +56,11 @@ func inFiniteBucket(h *dto.Histogram) bool {
 	}
 	return false
 }
+
+func TestStatusClass(t *testing.T) {
+	for code, want := range map[int]string{99: "other", 100: "1xx", 204: "2xx", 304: "3xx", 451: "4xx", 599: "5xx", 600: "other", 0: "other"} {
+		if got := StatusClass(code); got != want {
+			t.Errorf("StatusClass(%d) = %q, want %q", code, got, want)
+		}
+	}
+}

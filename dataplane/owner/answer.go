@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -39,6 +40,9 @@ func (s *serving) Answer(e *store.Entry, rd io.Reader, status string) error {
 	}
 	if ranges, err := rangesFor(r, e, rd != nil); ranges != nil || errors.Is(err, httpcache.ErrRangeUnsatisfiable) {
 		return s.answerRanges(e, rd, ranges, status)
+	}
+	if rd == nil && e.InMemory() && e.Coding == "" && r.Method == http.MethodGet && s.answerWhole(e, status) {
+		return nil
 	}
 	var src io.Reader
 	var follow *reply.ErrReader
@@ -181,10 +185,19 @@ func (s *serving) writeNotModified(e *store.Entry, status string) {
 // fields are set without the work Header.Set does to canonicalise them,
 // on every answer.
 func (s *serving) cacheHeaders(h http.Header, e *store.Entry, status string) {
-	age := e.Age(s.req.Now)
+	age, m := s.statusMember(e, status)
 	h["Age"] = []string{strconv.FormatInt(int64(age/time.Second), 10)}
 	h["X-Cache"] = statusField(status)
 	h["X-Cache-Node"] = s.nodeField
+	var buf [128]byte
+	addCacheStatus(h, string(m.Append(buf[:0])))
+	s.out.Member, s.out.Node = m, s.cfg.ID
+}
+
+// statusMember is e's age, and this node's Cache-Status member for an
+// answer from e with status.
+func (s *serving) statusMember(e *store.Entry, status string) (time.Duration, httpcache.StatusMember) {
+	age := e.Age(s.req.Now)
 	m := httpcache.StatusMember{Node: s.statusName, Cache: status, TTL: e.Lifetime - age, HasTTL: true}
 	if s.p.CacheStatusKey {
 		m.Key = e.Key
@@ -195,10 +208,83 @@ func (s *serving) cacheHeaders(h http.Header, e *store.Entry, status string) {
 	case httpcache.CacheRevalidated:
 		m.Status, m.Stored = http.StatusNotModified, true
 	}
-	var buf [128]byte
-	addCacheStatus(h, string(m.Append(buf[:0])))
-	s.out.Member, s.out.Node = m, s.cfg.ID
+	return age, m
 }
+
+// answerWhole writes an answer whole from e in memory (its identity body,
+// no range, no conditional that matched) when the writer takes a whole
+// answer (reply.Answerer, the client port's): the head serialised
+// straight from e's stored header and the answer's own fields, with no
+// header map filled, and the body, in one write. It writes what Answer's
+// header map would hold. It reports false, having written nothing, when
+// the writer takes no whole answer.
+func (s *serving) answerWhole(e *store.Entry, status string) bool {
+	if !reply.TakesWhole(s.w) || e.Length < 0 || !reply.BodyAllowed(e.Status) {
+		return false
+	}
+	for _, f := range s.p.Targeted {
+		if _, ok := e.Header[f]; ok {
+			return false // the cluster's own field, which the answer drops
+		}
+	}
+	set := s.w.Header() // the front's fields: a stored one of the same name replaces it
+	ranges := e.Status == http.StatusOK
+	buf := heads.Get().(*[]byte)
+	defer heads.Put(buf)
+	b := (*buf)[:0]
+	var prior []string
+	for k, vs := range e.Header {
+		switch k {
+		case "Content-Length", "Age", "X-Cache", "X-Cache-Node":
+			continue
+		case "Cache-Status":
+			prior = vs
+			continue
+		case "Accept-Ranges":
+			if ranges {
+				continue
+			}
+		}
+		if len(set) > 0 {
+			delete(set, k)
+		}
+		for _, v := range vs {
+			b = append(b, k...)
+			b = append(b, ": "...)
+			b = append(b, v...)
+			b = append(b, "\r\n"...)
+		}
+	}
+	if ranges {
+		b = append(b, "Accept-Ranges: bytes\r\n"...)
+	}
+	age, m := s.statusMember(e, status)
+	b = append(b, "Age: "...)
+	b = strconv.AppendInt(b, int64(age/time.Second), 10)
+	b = append(b, "\r\nX-Cache: "...)
+	b = append(b, statusField(status)[0]...)
+	b = append(b, "\r\nX-Cache-Node: "...)
+	b = append(b, s.nodeField[0]...)
+	b = append(b, "\r\n"...)
+	for _, v := range prior {
+		b = append(b, "Cache-Status: "...)
+		b = append(b, v...)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, "Cache-Status: "...)
+	b = m.Append(b)
+	b = append(b, "\r\n"...)
+	*buf = b[:0] // grown, if it had to, for the next answer
+	if !s.w.(reply.Answerer).Answer(e.Status, b, e.Body) {
+		return false
+	}
+	s.out.Member, s.out.Node = m, s.cfg.ID
+	return true
+}
+
+// heads are the buffers answerWhole serialises heads into: the writer
+// copies a head before Answer returns.
+var heads = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
 // addCacheStatus adds this node's member to the Cache-Status of the
 // caches before it (an origin's own), never writing into a stored slice.

@@ -468,3 +468,48 @@ func TestAStreamGoesOutAsItComes(t *testing.T) {
 		resp.Body.Close()
 	}
 }
+
+// Answer sends a whole answer from a serialised head: the header map's
+// fields first, then the head, its length from the body, and nothing
+// when the answer has begun; a HEAD gets the length and no body.
+func TestAnswerFromASerialisedHead(t *testing.T) {
+	type answerer interface {
+		Answer(status int, head, body []byte) bool
+	}
+	addr, _ := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a := w.(answerer)
+		w.Header().Set("X-Request-Id", "r1")
+		w.Header().Set("Content-Length", "999") // the body's own length wins
+		if r.URL.Path == "/begun" {
+			io.WriteString(w, "x")
+			w.(http.Flusher).Flush()
+			if a.Answer(200, []byte("X-Late: 1\r\n"), []byte("late")) {
+				panic("Answer after the answer began")
+			}
+			return
+		}
+		head := "Content-Type: text/plain\r\nAge: 3\r\n"
+		if r.URL.Path == "/dated" {
+			head = "Date: Mon, 30 Nov 2026 12:00:00 GMT\r\n" + head
+		}
+		if !a.Answer(200, []byte(head), []byte("stored body")) {
+			panic("Answer refused")
+		}
+	}))
+	got := exchange(t, addr, "GET /hit HTTP/1.1\r\nHost: x\r\n\r\nGET /hit HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	one := "HTTP/1.1 200 OK\r\nDate: "
+	if strings.Count(got, one) != 2 || strings.Count(got, "Content-Length: 11\r\n") != 2 || strings.Contains(got, "999") ||
+		!strings.Contains(got, "X-Request-Id: r1\r\nContent-Type: text/plain\r\nAge: 3\r\nContent-Length: 11\r\n") ||
+		!strings.HasSuffix(got, "Connection: close\r\n\r\nstored body") {
+		t.Fatalf("two pipelined answers: %q", got)
+	}
+	if got := exchange(t, addr, "HEAD /hit HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); !strings.Contains(got, "Content-Length: 11\r\n") || strings.HasSuffix(got, "stored body") {
+		t.Fatalf("HEAD: %q", got)
+	}
+	if got := exchange(t, addr, "GET /dated HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); strings.Count(got, "Date: ") != 1 || !strings.Contains(got, "Date: Mon, 30 Nov 2026 12:00:00 GMT\r\n") {
+		t.Fatalf("a head with its own Date: %q, want that Date alone", got)
+	}
+	if got := exchange(t, addr, "GET /begun HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); strings.Contains(got, "late") || strings.Contains(got, "X-Late") {
+		t.Fatalf("an Answer after the answer began was written: %q", got)
+	}
+}

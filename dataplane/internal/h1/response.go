@@ -1,6 +1,7 @@
 package h1
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"os"
@@ -50,6 +51,8 @@ type response struct {
 	bodyOK    bool  // the status allows a body
 	declared  int64 // the Content-Length sent; -1: none
 	written   int64
+	raw       []byte // header fields Answer was given, written after header's
+	rawLen    int64  // the length Answer was given; -1: none
 	stage     []byte
 	buf       *[]byte
 	out       []byte
@@ -61,6 +64,7 @@ func (w *response) reset(r *http.Request, h *head) {
 	}
 	w.req, w.status, w.committed, w.chunked = r, 0, false, false
 	w.isHead, w.bodyOK, w.declared, w.written = h.method == http.MethodHead, true, -1, 0
+	w.raw, w.rawLen = nil, -1
 	w.stage = w.stage[:0]
 }
 
@@ -132,6 +136,30 @@ func (w *response) Write(p []byte) (int, error) {
 		w.commit(false)
 	}
 	return w.body(p)
+}
+
+// Answer writes a whole answer at once: its status, the fields set in
+// Header, then head (field lines, each ending in CRLF, with none of
+// Content-Length, Transfer-Encoding or Connection: the server's; a Date
+// in head is sent instead of the server's),
+// and body, whose length is sent as Content-Length. A stored answer is
+// sent this way with no header map filled. It reports false, having
+// written nothing, when the answer has begun already.
+func (w *response) Answer(status int, head, body []byte) bool {
+	if w.committed || w.status != 0 || status < 200 {
+		return false
+	}
+	w.WriteHeader(status)
+	w.raw, w.rawLen = head, int64(len(body))
+	if !w.bodyOK {
+		w.rawLen = -1
+	}
+	w.commit(false)
+	w.raw = nil
+	if w.bodyOK {
+		w.body(body)
+	}
+	return true
 }
 
 // body writes p after the head.
@@ -263,10 +291,10 @@ func (w *response) commit(final bool) {
 		delete(h, "Connection")
 	}
 	delete(h, "Transfer-Encoding")
-	w.declared = -1
+	w.declared = w.rawLen
 	if v, ok := h["Content-Length"]; ok {
 		delete(h, "Content-Length")
-		if n, err := strconv.ParseInt(strings.TrimSpace(strings.Join(v, "")), 10, 64); err == nil && n >= 0 && len(v) == 1 {
+		if n, err := strconv.ParseInt(strings.TrimSpace(strings.Join(v, "")), 10, 64); err == nil && n >= 0 && len(v) == 1 && w.rawLen < 0 {
 			w.declared = n
 		}
 	}
@@ -291,12 +319,13 @@ func (w *response) commit(final bool) {
 		w.c.closing = true
 	}
 	b := appendStatusLine(w.out, w.status)
-	if _, ok := h["Date"]; !ok {
+	if _, ok := h["Date"]; !ok && !headHas(w.raw, "Date") {
 		b = append(b, "Date: "...)
 		b = appendDate(b, w.c.arrived)
 		b = append(b, "\r\n"...)
 	}
 	b = appendFields(b, h)
+	b = append(b, w.raw...)
 	if w.declared >= 0 {
 		b = append(b, "Content-Length: "...)
 		b = strconv.AppendInt(b, w.declared, 10)
@@ -432,4 +461,20 @@ func appendDate(b []byte, now time.Time) []byte {
 	d := &dateCache{sec: sec, b: now.UTC().AppendFormat(nil, http.TimeFormat)}
 	date.Store(d)
 	return append(b, d.b...)
+}
+
+// headHas reports whether head, field lines each ending in CRLF, holds a
+// line of field name (as spelled).
+func headHas(head []byte, name string) bool {
+	for len(head) > len(name) {
+		if head[len(name)] == ':' && string(head[:len(name)]) == name {
+			return true
+		}
+		i := bytes.IndexByte(head, '\n')
+		if i < 0 {
+			return false
+		}
+		head = head[i+1:]
+	}
+	return false
 }

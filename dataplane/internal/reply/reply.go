@@ -175,6 +175,46 @@ func (r *Recorder) ReadFrom(src io.Reader) (int64, error) {
 	return n, err
 }
 
+// Answerer is a writer that takes a whole answer with its header fields
+// already serialised (head: field lines, each ending in CRLF), its length
+// from body: the client port's server. Answer reports false, having
+// written nothing, when the answer has begun.
+type Answerer interface {
+	Answer(status int, head, body []byte) bool
+}
+
+// TakesWhole reports whether w takes a whole answer now: it is an
+// Answerer, or a Recorder over one whose answer has not begun.
+func TakesWhole(w http.ResponseWriter) bool {
+	if r, ok := w.(*Recorder); ok {
+		_, ok = r.ResponseWriter.(Answerer)
+		return ok && !r.wrote && !r.Broken
+	}
+	_, ok := w.(Answerer)
+	return ok
+}
+
+// Answer passes a whole answer to the writer below when it is an
+// Answerer, recording it as WriteHeader and Write would; head must hold
+// none of the fields to Strip (a written head cannot lose them). It
+// reports false, having written nothing, when the writer is none, or the
+// answer has begun or broken off.
+func (r *Recorder) Answer(status int, head, body []byte) bool {
+	a, ok := r.ResponseWriter.(Answerer)
+	if !ok || r.wrote || r.Broken || status < 200 {
+		return false
+	}
+	for _, f := range r.Strip {
+		delete(r.ResponseWriter.Header(), f)
+	}
+	if !a.Answer(status, head, body) {
+		return false
+	}
+	r.Status, r.wrote = status, true
+	r.Bytes += int64(len(body))
+	return true
+}
+
 // Unwrap lets http.ResponseController reach the real writer.
 func (r *Recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
