@@ -247,8 +247,9 @@ func (n *Node) peerHop() (csr []byte, err error) {
 	return csr, nil
 }
 
-// peerServer is the peer listener's server: h2c, or mutual TLS when
-// configured.
+// peerServer is the peer listener's server: HTTP/1.1 keep-alive and h2c,
+// or both over mutual TLS when configured (package relay's two classes;
+// front.ServePeer checks every request alike).
 func (n *Node) peerServer() *http.Server {
 	s := &http.Server{Handler: n.traceHandler(http.HandlerFunc(n.front.ServePeer), "shardcache.peer"), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute,
 		MaxHeaderBytes: relay.MaxHeaderList, Protocols: relay.Protocols(true), HTTP2: relay.PeerServerHTTP2()}
@@ -352,7 +353,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.hotCopies != nil {
 		defer n.hotCopies.Close()
 	}
-	defer n.peers.CloseIdle()
+	defer n.peers.Close()
 	defer n.origin.CloseIdle()
 	defer func() {
 		n.admin.Close()

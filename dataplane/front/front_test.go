@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -342,60 +343,68 @@ func TestPurgeRequests(t *testing.T) {
 	}
 }
 
-// The peer gate: HTTP/1.1 and requests without the hop marker are refused
-// and marked; a member's request reaches the owner with its hop fields as
-// typed facts; an invalidation and a hot-key listing are answered.
+// The peer gate, the same over both classes of the hop (HTTP/1.1 and
+// HTTP/2): requests without the hop marker are refused and marked; a
+// member's request reaches the owner with its hop fields as typed facts;
+// an invalidation and a hot-key listing are answered.
 func TestThePeerGate(t *testing.T) {
-	tf := newTestFront(t, nil)
-	peer := func(proto int, header ...string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest("GET", "http://shop.example/p", nil)
-		r.ProtoMajor = proto
-		for i := 0; i+1 < len(header); i += 2 {
-			r.Header.Set(header[i], header[i+1])
-		}
-		w := httptest.NewRecorder()
-		tf.ServePeer(w, r)
-		return w
-	}
-	if w := peer(1, hop.Marker, "b"); w.Code != http.StatusHTTPVersionNotSupported || w.Header().Get(hop.RefusedField) != "http1" {
-		t.Fatalf("HTTP/1.1: %d %v", w.Code, w.Header())
-	}
-	if w := peer(2); w.Code != http.StatusBadRequest || w.Header().Get(hop.RefusedField) != "no_hop" {
-		t.Fatalf("no hop marker: %d", w.Code)
-	}
-	if w := peer(2, hop.Marker, "b", hop.HandoffField, "1", hop.SchemeField, "https"); w.Code != 200 {
-		t.Fatalf("a member's handoff: %d", w.Code)
-	}
-	reqs := tf.owner.requests()
-	if req := reqs[len(reqs)-1]; req.Hop.From != "b" || !req.Hop.Handoff || req.Key != "httpsshop.example/p" {
-		t.Fatalf("the owner got %+v", req)
-	}
-	if w := peer(2, hop.Marker, "b", hop.InvalidateField, "1"); w.Code != http.StatusNoContent || len(tf.owner.invalidated) != 1 {
-		t.Fatalf("an invalidation: %d", w.Code)
-	}
-	if w := peer(2, hop.Marker, "b", hop.HotKeysField, "10"); w.Code != 200 || !strings.HasPrefix(w.Body.String(), "[") {
-		t.Fatalf("hot keys: %d %q", w.Code, w.Body.String())
-	}
-	if w := peer(2, hop.Marker, "b", hop.HotKeysField, "x"); w.Code != http.StatusBadRequest {
-		t.Fatalf("a bad hot-key count: %d", w.Code)
-	}
-	if w := peer(2, hop.Marker, "b", hop.SliceField, "nonsense"); w.Code != http.StatusBadRequest {
-		t.Fatalf("a bad slice field: %d", w.Code)
+	for _, proto := range []int{1, 2} {
+		t.Run(fmt.Sprintf("HTTP/%d", proto), func(t *testing.T) {
+			tf := newTestFront(t, nil)
+			peer := func(header ...string) *httptest.ResponseRecorder {
+				r := httptest.NewRequest("GET", "http://shop.example/p", nil)
+				r.ProtoMajor = proto
+				for i := 0; i+1 < len(header); i += 2 {
+					r.Header.Set(header[i], header[i+1])
+				}
+				w := httptest.NewRecorder()
+				tf.ServePeer(w, r)
+				return w
+			}
+			if w := peer(); w.Code != http.StatusBadRequest || w.Header().Get(hop.RefusedField) != "no_hop" {
+				t.Fatalf("no hop marker: %d", w.Code)
+			}
+			if w := peer(hop.Marker, "b", hop.HandoffField, "1", hop.SchemeField, "https"); w.Code != 200 {
+				t.Fatalf("a member's handoff: %d", w.Code)
+			}
+			reqs := tf.owner.requests()
+			if req := reqs[len(reqs)-1]; req.Hop.From != "b" || !req.Hop.Handoff || req.Key != "httpsshop.example/p" {
+				t.Fatalf("the owner got %+v", req)
+			}
+			if w := peer(hop.Marker, "b", hop.InvalidateField, "1"); w.Code != http.StatusNoContent || len(tf.owner.invalidated) != 1 {
+				t.Fatalf("an invalidation: %d", w.Code)
+			}
+			if w := peer(hop.Marker, "b", hop.HotKeysField, "10"); w.Code != 200 || !strings.HasPrefix(w.Body.String(), "[") {
+				t.Fatalf("hot keys: %d %q", w.Code, w.Body.String())
+			}
+			if w := peer(hop.Marker, "b", hop.HotKeysField, "x"); w.Code != http.StatusBadRequest {
+				t.Fatalf("a bad hot-key count: %d", w.Code)
+			}
+			if w := peer(hop.Marker, "b", hop.SliceField, "nonsense"); w.Code != http.StatusBadRequest {
+				t.Fatalf("a bad slice field: %d", w.Code)
+			}
+		})
 	}
 }
 
-// With mutual TLS the peer gate serves a certificate naming a member only.
+// With mutual TLS the peer gate serves a certificate naming a member
+// only, over either protocol, and refuses the others alike.
 func TestThePeerGateChecksTheCertificatesMember(t *testing.T) {
 	tf := newTestFront(t, nil, func(c *Config) { c.PeerMTLS = true })
-	for id, want := range map[string]int{"b": 200, "mallory": http.StatusForbidden} {
-		r := httptest.NewRequest("GET", "http://shop.example/p", nil)
-		r.ProtoMajor = 2
-		r.Header.Set(hop.Marker, id)
-		r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{DNSNames: []string{id}}}}
-		w := httptest.NewRecorder()
-		tf.ServePeer(w, r)
-		if w.Code != want {
-			t.Fatalf("a certificate for %s: %d, want %d", id, w.Code, want)
+	for _, proto := range []int{1, 2} {
+		for id, want := range map[string]int{"b": 200, "mallory": http.StatusForbidden} {
+			r := httptest.NewRequest("GET", "http://shop.example/p", nil)
+			r.ProtoMajor = proto
+			r.Header.Set(hop.Marker, id)
+			r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{DNSNames: []string{id}}}}
+			w := httptest.NewRecorder()
+			tf.ServePeer(w, r)
+			if w.Code != want {
+				t.Fatalf("a certificate for %s over HTTP/%d: %d, want %d", id, proto, w.Code, want)
+			}
+			if want != 200 && w.Header().Get(hop.RefusedField) != "not_a_member" {
+				t.Fatalf("a certificate for %s over HTTP/%d: refused as %q, want not_a_member", id, proto, w.Header().Get(hop.RefusedField))
+			}
 		}
 	}
 }

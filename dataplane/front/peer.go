@@ -22,15 +22,12 @@ import (
 
 // servePeer is the peer listener's handler: requests relayed by other nodes,
 // served from this node's store and never relayed again. It serves only
-// HTTP/2 requests that carry the hop marker and, on a mutual-TLS peer hop,
-// come with a certificate of the cluster CA naming a member of the ring;
-// the rest are refused, logged and counted.
+// requests that carry the hop marker and, on a mutual-TLS peer hop, come
+// with a certificate of the cluster CA naming a member of the ring; the
+// rest are refused, logged and counted. The checks are the same whichever
+// class of connection a request came on, a keep-alive HTTP/1.1 one or a
+// stream of an HTTP/2 one (package relay).
 func (f *Front) servePeer(w http.ResponseWriter, r *http.Request) {
-	if r.ProtoMajor != 2 {
-		w.Header().Set("Connection", "close")
-		f.refusePeer(w, r, "http1", http.StatusHTTPVersionNotSupported, "peer listener: HTTP/2 only; nodes speak it to each other")
-		return
-	}
 	if r.Header.Get(hop.Marker) == "" {
 		f.refusePeer(w, r, "no_hop", http.StatusBadRequest, "peer listener: only requests relayed by shardcache nodes are served here")
 		return
