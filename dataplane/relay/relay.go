@@ -264,6 +264,9 @@ func (c *Client) Ring(peers, joined []string) {
 }
 
 func (c *Client) breaker(peer string) *breaker {
+	if b, ok := c.breakers.Load(peer); ok {
+		return b.(*breaker)
+	}
 	b, _ := c.breakers.LoadOrStore(peer, &breaker{})
 	return b.(*breaker)
 }
