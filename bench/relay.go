@@ -17,12 +17,18 @@ import (
 var relayScenario = scenario{
 	id: "S5", title: "shardcache's relay path, hot-key handling off and on",
 	workload: func(r *runner) string {
-		return fmt.Sprintf("shardcache only, 3 nodes. Relay fraction: S2's workload (%d requests); hottest 1 %%: Zipf s=1.0 over its 1,000 hottest keys (%d requests). "+
-			"Latency of relayed and local requests: S1's all-hit workload, read from the nodes' duration histograms (interpolated within buckets, as histogram_quantile does)",
+		fractions := fmt.Sprintf("Relay fraction: S2's workload (%d requests); hottest 1 %%: Zipf s=1.0 over its 1,000 hottest keys (%d requests). ",
 			s2Requests(r), s2Requests(r)/3)
+		if r.relayLatencyOnly {
+			fractions = "Relay fractions not measured (-relay-latency). "
+		}
+		return "shardcache only, 3 nodes. " + fractions +
+			"Latency of relayed and local requests, req/s and CPU µs/req: S1's all-hit workload and load generator, " +
+			"the latencies read from the nodes' duration histograms (interpolated within buckets, as histogram_quantile does)"
 	},
-	metrics: []string{"relay fraction", "relay fraction, hottest 1 %", "p50 local ms", "p50 relayed ms", "p99 local ms", "p99 relayed ms", "connections per 10k relayed"},
-	run:     runS5,
+	metrics: []string{"relay fraction", "relay fraction, hottest 1 %", "p50 local ms", "p50 relayed ms", "p99 local ms", "p99 relayed ms",
+		"connections per 10k relayed", "req/s", "CPU µs/req"},
+	run: runS5,
 }
 
 func runS5(ctx context.Context, r *runner) ([]measurement, error) {
@@ -35,7 +41,11 @@ func runS5(ctx context.Context, r *runner) ([]measurement, error) {
 		saved := r.nodeArgs
 		r.nodeArgs = append(append([]string{}, saved...), mode.args...)
 		m := measurement{System: "shardcache, " + mode.name, Runs: 1}
+		m.RelayFraction, m.HotRelayFraction, m.ConnsPer10k = -1, -1, -1
 		err := withSystem(ctx, r, systems[0], s2Memory, func(in *instance) error {
+			if r.relayLatencyOnly {
+				return nil
+			}
 			s2, err := relayFraction(ctx, r, in, "--dist", "zipf:1.0", "--keys", "100000", "--size", "16KiB", "-c", "16",
 				"-n", strconv.Itoa(s2Requests(r)), "-d", "0", "--seed", "42")
 			if err != nil {
@@ -59,9 +69,12 @@ func runS5(ctx context.Context, r *runner) ([]measurement, error) {
 				if err != nil {
 					return err
 				}
-				if _, err := r.load(ctx, in.targets, "--dist", "uniform", "--keys", "1000", "--size", "4KiB", "-c", "32", "-d", s1Duration(r).String()); err != nil {
+				cpu0 := cpuSeconds(in.serving)
+				res, err := r.loadHits(ctx, in.targets, 1000)
+				if err != nil {
 					return err
 				}
+				m.ReqPerSec, m.CPUPerReqUs = res.PerSecond, (cpuSeconds(in.serving)-cpu0)/float64(max(res.Requests, 1))*1e6
 				after, err := scrape(in)
 				if err != nil {
 					return err
