@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -343,47 +342,46 @@ func TestPurgeRequests(t *testing.T) {
 	}
 }
 
-// The peer gate, the same over both classes of the hop (HTTP/1.1 and
-// HTTP/2): requests without the hop marker are refused and marked; a
-// member's request reaches the owner with its hop fields as typed facts;
-// an invalidation and a hot-key listing are answered.
+// The peer gate in plain text: HTTP/1.1 (served over mutual TLS alone) and
+// requests without the hop marker are refused and marked; a member's
+// request reaches the owner with its hop fields as typed facts; an
+// invalidation and a hot-key listing are answered.
 func TestThePeerGate(t *testing.T) {
-	for _, proto := range []int{1, 2} {
-		t.Run(fmt.Sprintf("HTTP/%d", proto), func(t *testing.T) {
-			tf := newTestFront(t, nil)
-			peer := func(header ...string) *httptest.ResponseRecorder {
-				r := httptest.NewRequest("GET", "http://shop.example/p", nil)
-				r.ProtoMajor = proto
-				for i := 0; i+1 < len(header); i += 2 {
-					r.Header.Set(header[i], header[i+1])
-				}
-				w := httptest.NewRecorder()
-				tf.ServePeer(w, r)
-				return w
-			}
-			if w := peer(); w.Code != http.StatusBadRequest || w.Header().Get(hop.RefusedField) != "no_hop" {
-				t.Fatalf("no hop marker: %d", w.Code)
-			}
-			if w := peer(hop.Marker, "b", hop.HandoffField, "1", hop.SchemeField, "https"); w.Code != 200 {
-				t.Fatalf("a member's handoff: %d", w.Code)
-			}
-			reqs := tf.owner.requests()
-			if req := reqs[len(reqs)-1]; req.Hop.From != "b" || !req.Hop.Handoff || req.Key != "httpsshop.example/p" {
-				t.Fatalf("the owner got %+v", req)
-			}
-			if w := peer(hop.Marker, "b", hop.InvalidateField, "1"); w.Code != http.StatusNoContent || len(tf.owner.invalidated) != 1 {
-				t.Fatalf("an invalidation: %d", w.Code)
-			}
-			if w := peer(hop.Marker, "b", hop.HotKeysField, "10"); w.Code != 200 || !strings.HasPrefix(w.Body.String(), "[") {
-				t.Fatalf("hot keys: %d %q", w.Code, w.Body.String())
-			}
-			if w := peer(hop.Marker, "b", hop.HotKeysField, "x"); w.Code != http.StatusBadRequest {
-				t.Fatalf("a bad hot-key count: %d", w.Code)
-			}
-			if w := peer(hop.Marker, "b", hop.SliceField, "nonsense"); w.Code != http.StatusBadRequest {
-				t.Fatalf("a bad slice field: %d", w.Code)
-			}
-		})
+	tf := newTestFront(t, nil)
+	peer := func(proto int, header ...string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "http://shop.example/p", nil)
+		r.ProtoMajor = proto
+		for i := 0; i+1 < len(header); i += 2 {
+			r.Header.Set(header[i], header[i+1])
+		}
+		w := httptest.NewRecorder()
+		tf.ServePeer(w, r)
+		return w
+	}
+	if w := peer(1, hop.Marker, "b"); w.Code != http.StatusHTTPVersionNotSupported || w.Header().Get(hop.RefusedField) != "http1" {
+		t.Fatalf("HTTP/1.1: %d %v", w.Code, w.Header())
+	}
+	if w := peer(2); w.Code != http.StatusBadRequest || w.Header().Get(hop.RefusedField) != "no_hop" {
+		t.Fatalf("no hop marker: %d", w.Code)
+	}
+	if w := peer(2, hop.Marker, "b", hop.HandoffField, "1", hop.SchemeField, "https"); w.Code != 200 {
+		t.Fatalf("a member's handoff: %d", w.Code)
+	}
+	reqs := tf.owner.requests()
+	if req := reqs[len(reqs)-1]; req.Hop.From != "b" || !req.Hop.Handoff || req.Key != "httpsshop.example/p" {
+		t.Fatalf("the owner got %+v", req)
+	}
+	if w := peer(2, hop.Marker, "b", hop.InvalidateField, "1"); w.Code != http.StatusNoContent || len(tf.owner.invalidated) != 1 {
+		t.Fatalf("an invalidation: %d", w.Code)
+	}
+	if w := peer(2, hop.Marker, "b", hop.HotKeysField, "10"); w.Code != 200 || !strings.HasPrefix(w.Body.String(), "[") {
+		t.Fatalf("hot keys: %d %q", w.Code, w.Body.String())
+	}
+	if w := peer(2, hop.Marker, "b", hop.HotKeysField, "x"); w.Code != http.StatusBadRequest {
+		t.Fatalf("a bad hot-key count: %d", w.Code)
+	}
+	if w := peer(2, hop.Marker, "b", hop.SliceField, "nonsense"); w.Code != http.StatusBadRequest {
+		t.Fatalf("a bad slice field: %d", w.Code)
 	}
 }
 

@@ -7,8 +7,8 @@
 //   - keep-alive HTTP/1.1 connections, up to MaxConnsPerPeer to each peer,
 //     each carrying one exchange at a time, written and read by the
 //     relaying goroutine itself (pool.go, h1.go): a relayed request costs a
-//     round-trip, and a bulk body is a plain stream the owner can send by
-//     sendfile;
+//     round-trip. A node uses them over mutual TLS only: its peer listener
+//     serves HTTP/1.1 in plain text to no one (front.ServePeer);
 //   - one multiplexed HTTP/2 connection to each peer, for the requests
 //     that find every keep-alive connection busy: past the bound a request
 //     never queues, it takes a stream.
@@ -42,7 +42,7 @@ type Config struct {
 	// MaxConnsPerPeer bounds the keep-alive HTTP/1.1 connections to one
 	// peer, busy or idle. A request that finds them all busy rides the
 	// peer's HTTP/2 connection. Default 64; negative: no keep-alive
-	// class, every relay over HTTP/2.
+	// class, every relay over HTTP/2 (a node's plain-text hop).
 	MaxConnsPerPeer int
 	// IdleTimeout closes a keep-alive connection idle this long (the
 	// peer listener keeps one ten minutes). Default 90s.

@@ -7,8 +7,9 @@ import (
 )
 
 // Protocols returns the protocols of the peer hop without TLS: h2c only
-// for the client's HTTP/2 class; for the peer listener also HTTP/1.1, the
-// keep-alive class.
+// for the client; for the peer listener also HTTP/1.1, on which a node
+// serves nothing but the refusal (505) that tells a caller why: the
+// keep-alive class is for mutual TLS alone.
 func Protocols(server bool) *http.Protocols {
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
