@@ -176,11 +176,7 @@ func (p *pools) closeIdle() {
 	p.mu.Lock()
 	var idle []*conn
 	for _, pc := range p.peers {
-		for _, c := range pc.idle {
-			delete(pc.conns, c)
-			idle = append(idle, c)
-		}
-		pc.idle = nil
+		idle = pc.takeIdleLocked(idle)
 	}
 	p.mu.Unlock()
 	for _, c := range idle {
@@ -200,16 +196,23 @@ func (p *pools) keep(keep func(addr string) bool) {
 		}
 		pc.gone = true
 		delete(p.peers, addr)
-		for _, c := range pc.idle {
-			delete(pc.conns, c)
-			idle = append(idle, c)
-		}
-		pc.idle = nil
+		idle = pc.takeIdleLocked(idle)
 	}
 	p.mu.Unlock()
 	for _, c := range idle {
 		c.nc.Close()
 	}
+}
+
+// takeIdleLocked removes pc's idle connections from it and appends them
+// to to, for the caller to close once the lock is released.
+func (pc *peerConns) takeIdleLocked(to []*conn) []*conn {
+	for _, c := range pc.idle {
+		delete(pc.conns, c)
+		to = append(to, c)
+	}
+	pc.idle = nil
+	return to
 }
 
 // open reports the connections open to addr and how many are idle.
