@@ -20,9 +20,13 @@ var relayScenario = scenario{
 		fractions := fmt.Sprintf("Relay fraction: S2's workload (%d requests); hottest 1 %%: Zipf s=1.0 over its 1,000 hottest keys (%d requests). ",
 			s2Requests(r), s2Requests(r)/3)
 		if r.relayLatencyOnly {
-			fractions = "Relay fractions not measured (-relay-latency). "
+			fractions = "Relay fractions not measured (-relay-latency); connections per 10k relayed under S1's load. "
 		}
-		return "shardcache only, 3 nodes. " + fractions +
+		hop := "the peer hop h2c on loopback. "
+		if r.peerTLS {
+			hop = "the peer hop over mutual TLS (-peer-tls). "
+		}
+		return "shardcache only, 3 nodes, " + hop + fractions +
 			"Latency of relayed and local requests, req/s and CPU µs/req: S1's all-hit workload and load generator, " +
 			"the latencies read from the nodes' duration histograms (interpolated within buckets, as histogram_quantile does)"
 	},
@@ -82,6 +86,11 @@ func runS5(ctx context.Context, r *runner) ([]measurement, error) {
 				local, relayed := after.sub(before, "local"), after.sub(before, "relayed")
 				m.P50Local, m.P99Local = local.quantile(.5)*1000, local.quantile(.99)*1000
 				m.P50Relayed, m.P99Relayed = relayed.quantile(.5)*1000, relayed.quantile(.99)*1000
+				if r.relayLatencyOnly { // the connections opened under S1's load instead of S2's
+					n := after.counter(`shardcache_requests_total`, `route="relayed"`) - before.counter(`shardcache_requests_total`, `route="relayed"`)
+					opened := after.counter(`shardcache_peer_connections_total`, `state="opened"`) - before.counter(`shardcache_peer_connections_total`, `state="opened"`)
+					m.ConnsPer10k = opened / max(n, 1) * 10000
+				}
 				return nil
 			})
 		}
