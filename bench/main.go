@@ -36,6 +36,8 @@ type runner struct {
 	nodeArgs                                    []string // extra flags for shardcache nodes
 	work                                        string
 	quick                                       bool
+	relayLatencyOnly                            bool // S5: the latency phase alone
+	peerTLS                                     bool // the peer hop over mutual TLS, the control plane its CA
 	log                                         io.Writer
 }
 
@@ -76,6 +78,8 @@ func main() {
 	flag.StringVar(&o.scenarios, "scenarios", "S0,S1,S2,S2s,S3,S4,S5,S6", "scenarios to run")
 	flag.StringVar(&o.systems, "systems", "", "comma-separated systems to run (default: all; shardcache first)")
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs (for trying the harness, not for figures)")
+	flag.BoolVar(&o.relayLatency, "relay-latency", false, "S5 measures only the relay's latency under S1's load, not the relay fractions")
+	flag.BoolVar(&o.peerTLS, "peer-tls", false, "shardcache's peer hop over mutual TLS (certificates from the control plane's CA) instead of loopback h2c")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work folder (configurations and logs) after the run")
 	flag.StringVar(&nodeArgs, "node-args", "", "extra flags for shardcache nodes, e.g. \"--hot-threshold -1\"")
 	flag.DurationVar(&o.soak, "soak", 0, "instead of the scenarios, soak a shardcache cluster this long and chart it")
@@ -93,7 +97,8 @@ func main() {
 type options struct {
 	out, shardcache, cachectl string
 	scenarios, systems        string
-	quick, keep               bool
+	quick, keep, relayLatency bool
+	peerTLS                   bool
 	nodeArgs                  []string
 	soak                      time.Duration
 }
@@ -112,7 +117,7 @@ func run(ctx context.Context, o options) error {
 		}
 		systems = chosen
 	}
-	r := &runner{quick: quick, log: os.Stderr, nodeArgs: o.nodeArgs}
+	r := &runner{quick: quick, relayLatencyOnly: o.relayLatency, peerTLS: o.peerTLS, log: os.Stderr, nodeArgs: o.nodeArgs}
 	var err error
 	for _, b := range []struct {
 		dst  *string

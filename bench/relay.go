@@ -17,12 +17,22 @@ import (
 var relayScenario = scenario{
 	id: "S5", title: "shardcache's relay path, hot-key handling off and on",
 	workload: func(r *runner) string {
-		return fmt.Sprintf("shardcache only, 3 nodes. Relay fraction: S2's workload (%d requests); hottest 1 %%: Zipf s=1.0 over its 1,000 hottest keys (%d requests). "+
-			"Latency of relayed and local requests: S1's all-hit workload, read from the nodes' duration histograms (interpolated within buckets, as histogram_quantile does)",
+		fractions := fmt.Sprintf("Relay fraction: S2's workload (%d requests); hottest 1 %%: Zipf s=1.0 over its 1,000 hottest keys (%d requests). ",
 			s2Requests(r), s2Requests(r)/3)
+		if r.relayLatencyOnly {
+			fractions = "Relay fractions not measured (-relay-latency); connections per 10k relayed under S1's load. "
+		}
+		hop := "the peer hop h2c on loopback. "
+		if r.peerTLS {
+			hop = "the peer hop over mutual TLS (-peer-tls). "
+		}
+		return "shardcache only, 3 nodes, " + hop + fractions +
+			"Latency of relayed and local requests, req/s and CPU µs/req: S1's all-hit workload and load generator, " +
+			"the latencies read from the nodes' duration histograms (interpolated within buckets, as histogram_quantile does)"
 	},
-	metrics: []string{"relay fraction", "relay fraction, hottest 1 %", "p50 local ms", "p50 relayed ms", "p99 local ms", "p99 relayed ms", "connections per 10k relayed"},
-	run:     runS5,
+	metrics: []string{"relay fraction", "relay fraction, hottest 1 %", "p50 local ms", "p50 relayed ms", "p99 local ms", "p99 relayed ms",
+		"connections per 10k relayed", "req/s", "CPU µs/req"},
+	run: runS5,
 }
 
 func runS5(ctx context.Context, r *runner) ([]measurement, error) {
@@ -35,7 +45,11 @@ func runS5(ctx context.Context, r *runner) ([]measurement, error) {
 		saved := r.nodeArgs
 		r.nodeArgs = append(append([]string{}, saved...), mode.args...)
 		m := measurement{System: "shardcache, " + mode.name, Runs: 1}
+		m.RelayFraction, m.HotRelayFraction, m.ConnsPer10k = -1, -1, -1
 		err := withSystem(ctx, r, systems[0], s2Memory, func(in *instance) error {
+			if r.relayLatencyOnly {
+				return nil
+			}
 			s2, err := relayFraction(ctx, r, in, "--dist", "zipf:1.0", "--keys", "100000", "--size", "16KiB", "-c", "16",
 				"-n", strconv.Itoa(s2Requests(r)), "-d", "0", "--seed", "42")
 			if err != nil {
@@ -59,9 +73,12 @@ func runS5(ctx context.Context, r *runner) ([]measurement, error) {
 				if err != nil {
 					return err
 				}
-				if _, err := r.load(ctx, in.targets, "--dist", "uniform", "--keys", "1000", "--size", "4KiB", "-c", "32", "-d", s1Duration(r).String()); err != nil {
+				cpu0 := cpuSeconds(in.serving)
+				res, err := r.loadHits(ctx, in.targets, 1000)
+				if err != nil {
 					return err
 				}
+				m.ReqPerSec, m.CPUPerReqUs = res.PerSecond, (cpuSeconds(in.serving)-cpu0)/float64(max(res.Requests, 1))*1e6
 				after, err := scrape(in)
 				if err != nil {
 					return err
@@ -69,6 +86,11 @@ func runS5(ctx context.Context, r *runner) ([]measurement, error) {
 				local, relayed := after.sub(before, "local"), after.sub(before, "relayed")
 				m.P50Local, m.P99Local = local.quantile(.5)*1000, local.quantile(.99)*1000
 				m.P50Relayed, m.P99Relayed = relayed.quantile(.5)*1000, relayed.quantile(.99)*1000
+				if r.relayLatencyOnly { // the connections opened under S1's load instead of S2's
+					n := after.counter(`shardcache_requests_total`, `route="relayed"`) - before.counter(`shardcache_requests_total`, `route="relayed"`)
+					opened := after.counter(`shardcache_peer_connections_total`, `state="opened"`) - before.counter(`shardcache_peer_connections_total`, `state="opened"`)
+					m.ConnsPer10k = opened / max(n, 1) * 10000
+				}
 				return nil
 			})
 		}

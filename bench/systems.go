@@ -51,10 +51,21 @@ const instances = 3
 func startShardcache(ctx context.Context, r *runner, dir string, memBytes int64, n int) (*instance, error) {
 	control := freePort()
 	in := &instance{dir: dir, control: control}
-	cp, err := startProc(dir, "control", r.shardcache, "control", "--listen", control, "--ops", freePort(),
-		"--etcd-dir", filepath.Join(dir, "etcd"), "--etcd-client-url", "http://"+freePort(),
-		"--etcd-peer-url", "http://"+freePort(), "--admin-token", "bench", "--epoch-batch-window", "200ms",
-		"--log-level", "warn")
+	controlArgs := []string{"control", "--listen", control, "--ops", freePort(),
+		"--etcd-dir", filepath.Join(dir, "etcd"), "--etcd-client-url", "http://" + freePort(),
+		"--etcd-peer-url", "http://" + freePort(), "--admin-token", "bench", "--epoch-batch-window", "200ms",
+		"--log-level", "warn"}
+	var nodeTLS []string
+	if r.peerTLS {
+		// The control plane is the peer hop's CA, its key sealed in etcd.
+		seal := filepath.Join(dir, "ca-seal.key")
+		if err := os.WriteFile(seal, []byte(strings.Repeat("bench-seal-key-", 4)+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		controlArgs = append(controlArgs, "--ca", "--ca-seal-key-file", seal)
+		nodeTLS = []string{"--peer-certs-from-control-plane"}
+	}
+	cp, err := startProc(dir, "control", r.shardcache, controlArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +78,7 @@ func startShardcache(ctx context.Context, r *runner, dir string, memBytes int64,
 			// As nginx's max_size: the disk budget equals the memory one. No
 			// access log, as nginx's is off.
 			"--disk", fmt.Sprint(memBytes), "--max-object", fmt.Sprint(memBytes / 2), "--access-log", "off",
-			"--data-dir", filepath.Join(dir, fmt.Sprintf("node-%d-data", i))}, r.nodeArgs...)
+			"--data-dir", filepath.Join(dir, fmt.Sprintf("node-%d-data", i))}, append(nodeTLS, r.nodeArgs...)...)
 		n, err := startProc(dir, fmt.Sprintf("node-%d", i), r.shardcache, args...)
 		if err != nil {
 			in.stop()

@@ -3,7 +3,6 @@ package dataplane
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -213,52 +212,6 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// peerHop sets up the relay to peers and the peer listener's TLS: from
-// files, issued by the control plane (csr is then the request for it), or
-// none.
-func (n *Node) peerHop() (csr []byte, err error) {
-	if f := n.cfg.PeerTLS; f.enabled() {
-		peerTLS, err := relay.LoadTLS(f.CertFile, f.KeyFile, f.CAFile, n.cfg.ID)
-		if err != nil {
-			return nil, err
-		}
-		n.peerTLS, n.serverTLS = peerTLS, relay.ServerTLS(peerTLS)
-	}
-	var roots func() *x509.CertPool
-	if n.cfg.PeerCertsFromControlPlane {
-		if n.certs, err = relay.NewCerts(n.cfg.ID); err != nil {
-			return nil, err
-		}
-		n.peerTLS, n.serverTLS, roots, csr = n.certs.ClientTLS(), n.certs.ServerTLS(), n.certs.Roots, n.certs.CSR()
-	}
-	n.peers = relay.New(relay.Config{
-		OnConn: func(reused bool) {
-			if reused {
-				n.metrics.PeerConns.WithLabelValues("reused").Inc()
-			} else {
-				n.metrics.PeerConns.WithLabelValues("opened").Inc()
-			}
-		},
-		TLS:    n.peerTLS,
-		Roots:  roots,
-		PeerID: n.peerID,
-		Wrap:   func(rt http.RoundTripper) http.RoundTripper { return n.traceTransport(rt, "relay") },
-	})
-	return csr, nil
-}
-
-// peerServer is the peer listener's server: h2c, or mutual TLS when
-// configured.
-func (n *Node) peerServer() *http.Server {
-	s := &http.Server{Handler: n.traceHandler(http.HandlerFunc(n.front.ServePeer), "shardcache.peer"), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute,
-		MaxHeaderBytes: relay.MaxHeaderList, Protocols: relay.Protocols(true), HTTP2: relay.PeerServerHTTP2()}
-	if n.serverTLS != nil {
-		s.TLSConfig = n.serverTLS
-		s.Protocols = relay.ServerProtocols()
-	}
-	return s
-}
-
 // trustedProxy reports whether a is one of the configured trusted proxies.
 func (n *Node) trustedProxy(a netip.Addr) bool {
 	for _, p := range n.cfg.TrustedProxies {
@@ -352,7 +305,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.hotCopies != nil {
 		defer n.hotCopies.Close()
 	}
-	defer n.peers.CloseIdle()
+	defer n.peers.Close()
 	defer n.origin.CloseIdle()
 	defer func() {
 		n.admin.Close()

@@ -63,7 +63,7 @@ tests:
           - exp_labels: {severity: ticket, namespace: sc, pod: n-2, reason: not_a_member}
             exp_annotations:
               summary: "n-2 refuses peer-hop requests (not_a_member)"
-              description: "not_a_member: a caller whose certificate names no member of the ring; http1 or no_hop: something that is not a node reaches the peer port."
+              description: "not_a_member: a caller whose certificate names no member of the ring; no_hop: something that is not a node reaches the peer port."
 `
 
 // TestAlertRules: the base's PrometheusRule carries every alert, each

@@ -102,8 +102,9 @@ func (o *echoOrigin) count(path string) int {
 
 // TestHostilePeersAreRefused attacks a node's peer port the ways someone
 // on the cluster network could: plain HTTP/1.1 and h2c with the hop
-// marker, mutual TLS with a certificate of the cluster CA for an id that
-// is no member, and one of another CA naming a member. Each is refused;
+// marker, mutual TLS (over HTTP/2 and over the keep-alive HTTP/1.1 class)
+// with a certificate of the cluster CA for an id that is no member, and
+// one of another CA naming a member. Each is refused;
 // nothing they send is stored, no key is dropped, and clients keep
 // getting the origin's bytes.
 func TestHostilePeersAreRefused(t *testing.T) {
@@ -173,18 +174,21 @@ func TestHostilePeersAreRefused(t *testing.T) {
 		if resp.StatusCode < 400 {
 			t.Fatalf("%s: %d %s; want a refusal", name, resp.StatusCode, b)
 		}
-		t.Logf("%s: %d %s", name, resp.StatusCode, strings.TrimSpace(string(b)))
+		if strings.HasSuffix(name, "over HTTP/1.1") && resp.ProtoMajor != 1 {
+			t.Fatalf("%s: answered over %s", name, resp.Proto)
+		}
+		t.Logf("%s: %d %s over %s", name, resp.StatusCode, strings.TrimSpace(string(b)), resp.Proto)
 	}
 	h2c := new(http.Protocols)
 	h2c.SetUnencryptedHTTP2(true)
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.cert)
-	tlsClient := func(certFile, keyFile string) *http.Client {
+	tlsClient := func(h2 bool, certFile, keyFile string) *http.Client {
 		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{
+		return &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: h2, TLSClientConfig: &tls.Config{
 			Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: "node-2", MinVersion: tls.VersionTLS12}}}
 	}
 	other := newTestCA(t, "another CA")
@@ -195,11 +199,16 @@ func TestHostilePeersAreRefused(t *testing.T) {
 		}
 		attack("plain HTTP/1.1", &http.Client{}, "http", path, extra...)
 		attack("h2c", &http.Client{Transport: &http.Transport{Protocols: h2c}}, "http", path, extra...)
-		attack("the cluster CA's certificate for a non-member", tlsClient(ca.issue(t, "mallory")), "https", path, extra...)
-		attack("another CA's certificate naming node-1", tlsClient(other.issue(t, "node-1")), "https", path, extra...)
+		for _, h2 := range []bool{true, false} {
+			proto := map[bool]string{true: "HTTP/2", false: "HTTP/1.1"}[h2]
+			mallory, mKey := ca.issue(t, "mallory")
+			foreign, fKey := other.issue(t, "node-1")
+			attack("the cluster CA's certificate for a non-member over "+proto, tlsClient(h2, mallory, mKey), "https", path, extra...)
+			attack("another CA's certificate naming node-1 over "+proto, tlsClient(h2, foreign, fKey), "https", path, extra...)
+		}
 	}
-	if v := metric(t, owner, "shardcache_peer_refused_total", `reason="not_a_member"`); v != 2 {
-		t.Fatalf("node-2 refused %v requests as not from a member, want 2", v)
+	if v := metric(t, owner, "shardcache_peer_refused_total", `reason="not_a_member"`); v != 4 {
+		t.Fatalf("node-2 refused %v requests as not from a member, want 4 (2 over each protocol)", v)
 	}
 	if n := origin.count(target); n != 0 {
 		t.Fatalf("the attacks reached the origin %d times", n)

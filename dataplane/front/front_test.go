@@ -342,9 +342,10 @@ func TestPurgeRequests(t *testing.T) {
 	}
 }
 
-// The peer gate: HTTP/1.1 and requests without the hop marker are refused
-// and marked; a member's request reaches the owner with its hop fields as
-// typed facts; an invalidation and a hot-key listing are answered.
+// The peer gate in plain text: HTTP/1.1 (served over mutual TLS alone) and
+// requests without the hop marker are refused and marked; a member's
+// request reaches the owner with its hop fields as typed facts; an
+// invalidation and a hot-key listing are answered.
 func TestThePeerGate(t *testing.T) {
 	tf := newTestFront(t, nil)
 	peer := func(proto int, header ...string) *httptest.ResponseRecorder {
@@ -384,18 +385,24 @@ func TestThePeerGate(t *testing.T) {
 	}
 }
 
-// With mutual TLS the peer gate serves a certificate naming a member only.
+// With mutual TLS the peer gate serves a certificate naming a member
+// only, over either protocol, and refuses the others alike.
 func TestThePeerGateChecksTheCertificatesMember(t *testing.T) {
 	tf := newTestFront(t, nil, func(c *Config) { c.PeerMTLS = true })
-	for id, want := range map[string]int{"b": 200, "mallory": http.StatusForbidden} {
-		r := httptest.NewRequest("GET", "http://shop.example/p", nil)
-		r.ProtoMajor = 2
-		r.Header.Set(hop.Marker, id)
-		r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{DNSNames: []string{id}}}}
-		w := httptest.NewRecorder()
-		tf.ServePeer(w, r)
-		if w.Code != want {
-			t.Fatalf("a certificate for %s: %d, want %d", id, w.Code, want)
+	for _, proto := range []int{1, 2} {
+		for id, want := range map[string]int{"b": 200, "mallory": http.StatusForbidden} {
+			r := httptest.NewRequest("GET", "http://shop.example/p", nil)
+			r.ProtoMajor = proto
+			r.Header.Set(hop.Marker, id)
+			r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{DNSNames: []string{id}}}}
+			w := httptest.NewRecorder()
+			tf.ServePeer(w, r)
+			if w.Code != want {
+				t.Fatalf("a certificate for %s over HTTP/%d: %d, want %d", id, proto, w.Code, want)
+			}
+			if want != 200 && w.Header().Get(hop.RefusedField) != "not_a_member" {
+				t.Fatalf("a certificate for %s over HTTP/%d: refused as %q, want not_a_member", id, proto, w.Header().Get(hop.RefusedField))
+			}
 		}
 	}
 }

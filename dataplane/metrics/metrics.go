@@ -130,7 +130,7 @@ func New() *Set {
 			Name: "shardcache_peer_bytes_total", Help: "Body bytes over the peer hop: in (answers from owners), out (answers to relaying peers).",
 		}, []string{"direction"}),
 		PeerRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_peer_refused_total", Help: "Peer-listener requests refused, by reason (http1: not HTTP/2; no_hop: not a relayed request; not_a_member: the certificate names no member of the ring).",
+			Name: "shardcache_peer_refused_total", Help: "Peer-listener requests refused, by reason (no_hop: not a relayed request; not_a_member: the certificate names no member of the ring).",
 		}, []string{"reason"}),
 		OpsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_ops_refused_total", Help: "Ops-listener requests (/drain, /debug/pprof/) refused, by reason (no_token: not from loopback and no admin token; bad_token).",

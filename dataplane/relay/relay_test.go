@@ -19,66 +19,75 @@ import (
 // h2cServer is a peer listener: HTTP/1.1 and h2c, as nodes serve it.
 func h2cServer(t *testing.T, h http.Handler) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h, Protocols: Protocols(true)}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return l.Addr().String()
+	return peerListener(t, h, nil)
 }
 
-func TestTenThousandRelaysShareOneConnection(t *testing.T) {
-	addr := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ProtoMajor != 2 {
-			t.Errorf("relayed over %s, want HTTP/2", r.Proto)
-		}
-		io.WriteString(w, "ok")
-	}))
-	var opened, reused atomic.Int64
-	c := New(Config{OnConn: func(r bool) {
-		if r {
-			reused.Add(1)
-		} else {
-			opened.Add(1)
-		}
-	}})
-	defer c.CloseIdle()
-	do := func() error {
-		req := httptest.NewRequest("GET", "/x", nil)
-		resp, err := c.Forward(context.Background(), addr, req, http.Header{hop.Marker: {"a"}})
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		_, err = io.Copy(io.Discard, resp.Body)
-		return err
+// relayOnce relays GET path to addr and reads the answer whole.
+func relayOnce(c *Client, addr, path string) (string, error) {
+	req := httptest.NewRequest("GET", path, nil)
+	resp, err := c.Forward(context.Background(), addr, req, http.Header{hop.Marker: {"a"}})
+	if err != nil {
+		return "", err
 	}
-	if err := do(); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < 9999; i += 16 {
-				if err := do(); err != nil {
-					errs <- err
-					return
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// Ten thousand relays from 16 goroutines: the keep-alive class opens no
+// more connections than there are relays in flight, each over HTTP/1.1;
+// with the class off, every relay is a stream of one HTTP/2 connection.
+func TestTenThousandRelaysOpenNoMoreConnectionsThanTheyKeepInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		max       int
+		proto     int
+		maxOpened int64
+	}{{"keep-alive", 0, 1, 16}, {"HTTP/2 alone", -1, 2, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var wrong atomic.Int64
+			addr := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.ProtoMajor != tc.proto {
+					wrong.Add(1)
 				}
+				io.WriteString(w, "ok")
+			}))
+			var opened, reused atomic.Int64
+			c := New(Config{MaxConnsPerPeer: tc.max, OnConn: func(r bool) {
+				if r {
+					reused.Add(1)
+				} else {
+					opened.Add(1)
+				}
+			}})
+			defer c.Close()
+			if _, err := relayOnce(c, addr, "/x"); err != nil {
+				t.Fatal(err)
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if opened.Load() > 2 || opened.Load()+reused.Load() != 10000 {
-		t.Fatalf("10,000 relays opened %d connections (%d reuses), want at most 2", opened.Load(), reused.Load())
+			var wg sync.WaitGroup
+			errs := make(chan error, 16)
+			for w := range 16 {
+				wg.Go(func() {
+					for i := w; i < 9999; i += 16 {
+						if b, err := relayOnce(c, addr, "/x"); err != nil || b != "ok" {
+							errs <- fmt.Errorf("%q, %v", b, err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			if wrong.Load() != 0 {
+				t.Fatalf("%d relays came over another protocol than HTTP/%d", wrong.Load(), tc.proto)
+			}
+			if opened.Load() > tc.maxOpened || opened.Load()+reused.Load() != 10000 {
+				t.Fatalf("10,000 relays opened %d connections (%d reuses), want at most %d", opened.Load(), reused.Load(), tc.maxOpened)
+			}
+		})
 	}
 }
 
@@ -126,13 +135,24 @@ func TestBreakerSkipsADeadPeerThenRetries(t *testing.T) {
 	if err := forward(); err == nil || errors.Is(err, ErrPeerDown) {
 		t.Fatalf("after the peer joined the ring: %v, want a real attempt", err)
 	}
-	// A peer that left the ring takes its breaker with it.
+	// A peer that left the ring takes its breaker and its connections
+	// with it.
 	forward()
+	live := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	if _, err := relayOnce(c, live, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if open, idle := c.pools.open(live); open != 1 || idle != 1 {
+		t.Fatalf("after a relay: %d connections open, %d idle; want 1 and 1", open, idle)
+	}
 	c.Ring([]string{"127.0.0.1:1"}, nil)
 	n := 0
 	c.breakers.Range(func(any, any) bool { n++; return true })
 	if n != 0 {
 		t.Fatalf("%d breakers kept for peers out of the ring, want 0", n)
+	}
+	if open, _ := c.pools.open(live); open != 0 {
+		t.Fatalf("%d connections kept to a peer out of the ring, want 0", open)
 	}
 }
 
@@ -156,14 +176,21 @@ func TestTheRequestsOwnErrorsAreNoPeerFailures(t *testing.T) {
 	for i := range 40000 {
 		huge.Set(fmt.Sprintf("X-F%d", i), "v")
 	}
-	bad := http.Header{hop.Marker: {"a"}, "Connection": {"x-private"}} // refused by HTTP/2 before it is sent
+	bad := []http.Header{
+		{hop.Marker: {"a"}, "Connection": {"x-private"}}, // connection-specific: HTTP/2 does not carry it
+		{hop.Marker: {"a"}, "Transfer-Encoding": {"chunked"}},
+		{hop.Marker: {"a"}, "X-Split": {"v\r\nX-Shardcache-Invalidate: 1"}}, // would frame a field of its own
+		{hop.Marker: {"a"}, "Bad Name": {"v"}},
+	}
 	for range 2 * breakerFailures {
 		req := httptest.NewRequest("GET", "/x", nil)
 		if _, err := c.Forward(context.Background(), addr, req, huge); !errors.Is(err, ErrHeaderTooLarge) {
 			t.Fatalf("a header past the limit: %v, want ErrHeaderTooLarge", err)
 		}
-		if _, err := c.Forward(context.Background(), addr, req, bad); err == nil || errors.Is(err, ErrPeerDown) {
-			t.Fatalf("a request HTTP/2 cannot carry: %v; want its own error", err)
+		for _, h := range bad {
+			if _, err := c.Forward(context.Background(), addr, req, h); !errors.Is(err, ErrHeaderInvalid) {
+				t.Fatalf("a request the hop does not carry (%q): %v; want ErrHeaderInvalid", h, err)
+			}
 		}
 		if _, err := c.Forward(context.Background(), addr, req, http.Header{hop.Marker: {"a"}, "X-Refuse": {"1"}}); !errors.Is(err, ErrRefused) {
 			t.Fatalf("a refusal: %v, want ErrRefused", err)
