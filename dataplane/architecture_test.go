@@ -31,6 +31,7 @@ var forbiddenImports = map[string][]string{
 	"internal/sketch":   {"*"},
 	"internal/reply":    {"*"},
 	"internal/tasks":    {"*"},
+	"internal/tracing":  {"*"},
 	"internal/wait":     {"*"},
 	"internal/coalesce": {"*"},
 	"hop":               {"*except httpcache"},

@@ -26,6 +26,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/h1"
 	"github.com/shardcache/shardcache/dataplane/internal/sketch"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
+	"github.com/shardcache/shardcache/dataplane/internal/tracing"
 	"github.com/shardcache/shardcache/dataplane/logstream"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/ops"
@@ -141,15 +142,17 @@ func New(cfg Config) (*Node, error) {
 		n.log.Error("background task failed", "task", task, "panic", v, "stack", string(stack))
 	})
 	if cfg.TracerProvider != nil {
-		n.tracer = cfg.TracerProvider.Tracer(tracerName)
+		n.tracer = cfg.TracerProvider.Tracer(tracing.Scope)
 	}
 	n.origin = origin.New(origin.Config{
 		Default:       originURL,
 		Via:           routes.Via(cfg.ID, cfg.AdvertisePeerAddr),
 		HeaderTimeout: cfg.OriginTimeout,
-		Wrap:          func(rt http.RoundTripper) http.RoundTripper { return n.traceTransport(rt, "origin") },
-		Observe:       func(d time.Duration) { n.metrics.OriginDuration.Observe(d.Seconds()) },
-		Logger:        n.log,
+		Wrap: func(rt http.RoundTripper) http.RoundTripper {
+			return tracing.Transport(n.cfg.TracerProvider, rt, "origin")
+		},
+		Observe: func(d time.Duration) { n.metrics.OriginDuration.Observe(d.Seconds()) },
+		Logger:  n.log,
 	})
 	if cfg.AccessLog != nil {
 		n.access = slog.New(slog.NewJSONHandler(cfg.AccessLog, nil))
@@ -474,7 +477,7 @@ func (n *Node) servers() []server {
 	}
 	opsSrv.RegisterOnShutdown(n.logs.Shutdown) // log streams end as the ops listener shuts down
 	return []server{
-		h1.New(h1.Config{Handler: n.traceHandler(http.HandlerFunc(n.front.ServeClient), "shardcache.client"),
+		h1.New(h1.Config{Handler: tracing.Handler(n.cfg.TracerProvider, http.HandlerFunc(n.front.ServeClient), "shardcache.client"),
 			HeaderTimeout: n.cfg.ClientHeaderTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: maxClientHeader,
 			ConnContext: clientconn.ConnContext, Logger: n.log}),
 		servePlain{peer}, servePlain{opsSrv},

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/shardcache/shardcache/dataplane/internal/tracing"
 	"github.com/shardcache/shardcache/dataplane/relay"
 )
 
@@ -40,18 +41,14 @@ func (n *Node) peerClient(roots func() *x509.CertPool) *relay.Client {
 		keepAlive = -1
 	}
 	return relay.New(relay.Config{
-		OnConn: func(reused bool) {
-			if reused {
-				n.metrics.PeerConns.WithLabelValues("reused").Inc()
-			} else {
-				n.metrics.PeerConns.WithLabelValues("opened").Inc()
-			}
-		},
+		OnConn:          n.metrics.PeerConn,
 		MaxConnsPerPeer: keepAlive,
 		TLS:             n.peerTLS,
 		Roots:           roots,
 		PeerID:          n.peerID,
-		Wrap:            func(rt http.RoundTripper) http.RoundTripper { return n.traceTransport(rt, "relay") },
+		Wrap: func(rt http.RoundTripper) http.RoundTripper {
+			return tracing.Transport(n.cfg.TracerProvider, rt, "relay")
+		},
 	})
 }
 
@@ -60,7 +57,7 @@ func (n *Node) peerClient(roots func() *x509.CertPool) *relay.Client {
 // two classes; front.ServePeer checks every request alike, and refuses
 // HTTP/1.1 in plain text).
 func (n *Node) peerServer() *http.Server {
-	s := &http.Server{Handler: n.traceHandler(http.HandlerFunc(n.front.ServePeer), "shardcache.peer"), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute,
+	s := &http.Server{Handler: tracing.Handler(n.cfg.TracerProvider, http.HandlerFunc(n.front.ServePeer), "shardcache.peer"), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute,
 		MaxHeaderBytes: relay.MaxHeaderList, Protocols: relay.Protocols(true), HTTP2: relay.PeerServerHTTP2()}
 	if n.serverTLS != nil {
 		s.TLSConfig = n.serverTLS
