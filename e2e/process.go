@@ -43,6 +43,11 @@ const failureLines = 200
 func startProcess(t *testing.T, name, bin string, args ...string) *process {
 	t.Helper()
 	p := &process{name: name, cmd: exec.Command(bin, args...), lines: make(chan string, 1024), done: make(chan struct{})}
+	// A node without --data-dir keeps its data (its disk tier's data file
+	// preallocated) in a temporary directory it removes as it stops; the
+	// test kills its processes, so that directory is one of the test's
+	// own, removed after them.
+	p.cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
 	pr, pw := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = pw, pw
 	if err := p.cmd.Start(); err != nil {
