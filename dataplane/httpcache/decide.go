@@ -24,39 +24,57 @@ func (u Use) String() string {
 // is the stale-while-revalidate window the policy allows where the
 // response states none.
 func Decide(age, lifetime time.Duration, stored http.Header, req Directives, swr time.Duration, targeted ...string) Use {
+	u, _ := DecideWhy(age, lifetime, stored, req, swr, targeted...)
+	return u
+}
+
+// DecideWhy is Decide, with the rule that decided (a Reason) when the
+// stored response is not served fresh.
+func DecideWhy(age, lifetime time.Duration, stored http.Header, req Directives, swr time.Duration, targeted ...string) (Use, string) {
 	if age < lifetime {
-		ok := !req.Has("no-cache")
+		if req.Has("no-cache") {
+			return UseRevalidate, ReasonRequestNoCache
+		}
 		if req.Has("max-age") {
 			// An invalid max-age is taken as 0: revalidate (RFC 9111 4.2.1).
-			maxAge, _ := req.Seconds("max-age")
-			ok = ok && age <= maxAge
+			if maxAge, _ := req.Seconds("max-age"); age > maxAge {
+				return UseRevalidate, ReasonRequestMaxAge
+			}
 		}
 		if minFresh, valid := req.Seconds("min-fresh"); valid && lifetime-age < minFresh {
-			ok = false
+			return UseRevalidate, ReasonRequestMinFresh
 		}
-		if ok {
-			return UseFresh
-		}
-		return UseRevalidate
+		return UseFresh, ""
 	}
 	// Only a stale response needs its own directives read.
 	resp, _ := ResponseControl(stored, targeted...)
-	if resp.MustRevalidate() || req.Has("no-cache") {
-		return UseRevalidate
+	switch {
+	case req.Has("no-cache"):
+		return UseRevalidate, ReasonRequestNoCache
+	case resp.Has("no-cache"):
+		return UseRevalidate, ReasonNoCache
 	}
 	staleness := age - lifetime
+	maxStale := false
 	if v, present := req["max-stale"]; present {
-		if limit, valid := req.Seconds("max-stale"); v == "" || valid && staleness <= limit {
-			return UseStale
-		}
+		limit, valid := req.Seconds("max-stale")
+		maxStale = v == "" || valid && staleness <= limit
 	}
 	if d, ok := resp.Seconds("stale-while-revalidate"); ok {
 		swr = d
 	}
-	if staleness < swr && !req.Has("max-age") && !req.Has("min-fresh") {
-		return UseUpdating
+	updating := staleness < swr && !req.Has("max-age") && !req.Has("min-fresh")
+	switch {
+	case resp.MustRevalidate() && (maxStale || updating):
+		return UseRevalidate, ReasonMustRevalidate // it would have been served stale
+	case resp.MustRevalidate():
+		return UseRevalidate, ReasonExpired
+	case maxStale:
+		return UseStale, ReasonMaxStale
+	case updating:
+		return UseUpdating, ReasonSWR
 	}
-	return UseRevalidate
+	return UseRevalidate, ReasonExpired
 }
 
 // StaleOnError reports whether a stored response of age and lifetime, with

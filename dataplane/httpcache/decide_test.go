@@ -14,26 +14,31 @@ func TestDecide(t *testing.T) {
 		stored, req   string // Cache-Control
 		swr           time.Duration
 		want          Use
+		why           string // the reason DecideWhy gives
 	}{
-		{"fresh", 1 * min, 5 * min, "", "", 0, UseFresh},
-		{"no-cache request revalidates", 1 * min, 5 * min, "", "no-cache", 0, UseRevalidate},
-		{"max-age below the age", 2 * min, 5 * min, "", "max-age=60", 0, UseRevalidate},
-		{"invalid max-age is 0", 1 * min, 5 * min, "", "max-age=x", 0, UseRevalidate},
-		{"min-fresh beyond what is left", 4 * min, 5 * min, "", "min-fresh=120", 0, UseRevalidate},
-		{"stale without leave", 6 * min, 5 * min, "", "", 0, UseRevalidate},
-		{"max-stale with no value", 60 * min, 5 * min, "", "max-stale", 0, UseStale},
-		{"max-stale within its limit", 6 * min, 5 * min, "", "max-stale=120", 0, UseStale},
-		{"max-stale past its limit", 9 * min, 5 * min, "", "max-stale=120", 0, UseRevalidate},
-		{"must-revalidate beats max-stale", 6 * min, 5 * min, "must-revalidate", "max-stale", 0, UseRevalidate},
-		{"the policy's stale-while-revalidate", 6 * min, 5 * min, "", "", 2 * min, UseUpdating},
-		{"the response's stale-while-revalidate wins", 6 * min, 5 * min, "stale-while-revalidate=30", "", 2 * min, UseRevalidate},
-		{"a request's max-age refuses updating", 6 * min, 5 * min, "stale-while-revalidate=600", "max-age=9999", 0, UseRevalidate},
+		{"fresh", 1 * min, 5 * min, "", "", 0, UseFresh, ""},
+		{"no-cache request revalidates", 1 * min, 5 * min, "", "no-cache", 0, UseRevalidate, ReasonRequestNoCache},
+		{"max-age below the age", 2 * min, 5 * min, "", "max-age=60", 0, UseRevalidate, ReasonRequestMaxAge},
+		{"invalid max-age is 0", 1 * min, 5 * min, "", "max-age=x", 0, UseRevalidate, ReasonRequestMaxAge},
+		{"min-fresh beyond what is left", 4 * min, 5 * min, "", "min-fresh=120", 0, UseRevalidate, ReasonRequestMinFresh},
+		{"stale without leave", 6 * min, 5 * min, "", "", 0, UseRevalidate, ReasonExpired},
+		{"max-stale with no value", 60 * min, 5 * min, "", "max-stale", 0, UseStale, ReasonMaxStale},
+		{"max-stale within its limit", 6 * min, 5 * min, "", "max-stale=120", 0, UseStale, ReasonMaxStale},
+		{"max-stale past its limit", 9 * min, 5 * min, "", "max-stale=120", 0, UseRevalidate, ReasonExpired},
+		{"must-revalidate beats max-stale", 6 * min, 5 * min, "must-revalidate", "max-stale", 0, UseRevalidate, ReasonMustRevalidate},
+		{"the policy's stale-while-revalidate", 6 * min, 5 * min, "", "", 2 * min, UseUpdating, ReasonSWR},
+		{"the response's stale-while-revalidate wins", 6 * min, 5 * min, "stale-while-revalidate=30", "", 2 * min, UseRevalidate, ReasonExpired},
+		{"a no-cache response is revalidated on every use", 1 * min, 0, "no-cache", "max-stale", 0, UseRevalidate, ReasonNoCache},
+		{"a request's max-age refuses updating", 6 * min, 5 * min, "stale-while-revalidate=600", "max-age=9999", 0, UseRevalidate, ReasonExpired},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			stored := http.Header{"Cache-Control": {tt.stored}}
 			req := ForRequest(http.Header{"Cache-Control": {tt.req}})
 			if got := Decide(tt.age, tt.lifetime, stored, req, tt.swr); got != tt.want {
 				t.Fatalf("Decide = %v, want %v", got, tt.want)
+			}
+			if got, why := DecideWhy(tt.age, tt.lifetime, stored, req, tt.swr); got != tt.want || why != tt.why {
+				t.Fatalf("DecideWhy = %v, %q; want %v, %q", got, why, tt.want, tt.why)
 			}
 		})
 	}

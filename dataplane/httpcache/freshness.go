@@ -112,21 +112,29 @@ var understoodStatuses = map[int]bool{
 // it: no-store, private (unless allowPrivate), or Vary: *. A no-cache
 // response may be stored; it is revalidated on every use.
 func Forbidden(h http.Header, allowPrivate bool, targeted ...string) bool {
+	return forbidden(h, allowPrivate, targeted...) != ""
+}
+
+// forbidden is why Forbidden forbids storing (a Reason), or "".
+func forbidden(h http.Header, allowPrivate bool, targeted ...string) string {
 	cc, _ := ResponseControl(h, targeted...)
 	// must-understand (RFC 9111 5.2.2.3) overrides no-store for a cache
 	// that understands the status; Storable refuses, under
 	// must-understand, the statuses it does not understand.
-	if cc.Has("no-store") && !cc.Has("must-understand") || cc.Has("private") && !allowPrivate {
-		return true
+	switch {
+	case cc.Has("no-store") && !cc.Has("must-understand"):
+		return ReasonNoStore
+	case cc.Has("private") && !allowPrivate:
+		return ReasonPrivate
 	}
 	for _, v := range h.Values("Vary") {
 		for f := range strings.SplitSeq(v, ",") {
 			if strings.TrimSpace(f) == "*" {
-				return true
+				return ReasonVaryStar
 			}
 		}
 	}
-	return false
+	return ""
 }
 
 // Explicit reports whether the response states its freshness (s-maxage,
@@ -162,29 +170,44 @@ type Overrides struct {
 // before CDN-Cache-Control; the first valid one replaces Cache-Control and
 // Expires here and in Lifetime, Decide and StaleOnError.
 func Storable(status int, h http.Header, authorized bool, o Overrides, targeted ...string) bool {
+	return Unstorable(status, h, authorized, o, targeted...) == ""
+}
+
+// Unstorable is why Storable refuses a response (a Reason), or "" when it
+// may be stored.
+func Unstorable(status int, h http.Header, authorized bool, o Overrides, targeted ...string) string {
 	// A status the cache does not understand is not stored; a 206 is stored
 	// only as a slice of a whole, a 304 only merged into what it confirms.
-	if status < 200 || status >= 600 || status == http.StatusPartialContent || status == http.StatusNotModified || o.Excluded {
-		return false
+	switch {
+	case o.Excluded:
+		return ReasonExcluded
+	case status < 200 || status >= 600 || status == http.StatusPartialContent || status == http.StatusNotModified:
+		return ReasonStatus
 	}
-	if Forbidden(h, o.StorePrivate, targeted...) || !o.StoreSetCookie && len(h.Values("Set-Cookie")) > 0 {
-		return false
+	if why := forbidden(h, o.StorePrivate, targeted...); why != "" {
+		return why
+	}
+	if !o.StoreSetCookie && len(h.Values("Set-Cookie")) > 0 {
+		return ReasonSetCookie
 	}
 	cc, _ := ResponseControl(h, targeted...)
 	// must-understand limits storing to a cache that implements the
 	// status's caching rules (RFC 9111 3, 5.2.2.3): those of RFC 9110's
 	// statuses, whatever no-store says.
 	if cc.Has("must-understand") && !understoodStatuses[status] {
-		return false
+		return ReasonStatus
 	}
 	// Other statuses than the heuristically cacheable ones only with
 	// explicit freshness or public (RFC 9111 3), or a policy's TTL.
 	if !heuristicStatuses[status] && !o.Heuristic && !Explicit(h, targeted...) && !cc.Has("public") && !o.TTL {
-		return false
+		return ReasonStatus
 	}
 	// RFC 9111 3.5: to an authorized request, only what the response
 	// explicitly shares.
-	return !authorized || cc.Has("public") || cc.Has("s-maxage") || cc.Has("must-revalidate")
+	if authorized && !cc.Has("public") && !cc.Has("s-maxage") && !cc.Has("must-revalidate") {
+		return ReasonAuthorization
+	}
+	return ""
 }
 
 // Lifetime returns how long a response stays fresh in a shared cache, from

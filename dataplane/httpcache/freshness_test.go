@@ -59,8 +59,22 @@ func TestStorable(t *testing.T) {
 			if got := Storable(tt.status, tt.h, tt.authorized, tt.o); got != tt.want {
 				t.Fatalf("Storable = %v, want %v", got, tt.want)
 			}
+			if why := Unstorable(tt.status, tt.h, tt.authorized, tt.o); why != unstorableWhy[tt.name] {
+				t.Fatalf("Unstorable = %q, want %q", why, unstorableWhy[tt.name])
+			}
 		})
 	}
+}
+
+// unstorableWhy is the reason Unstorable gives for TestStorable's cases
+// that are not stored.
+var unstorableWhy = map[string]string{
+	"no-store": ReasonNoStore, "private": ReasonPrivate, "vary star among others": ReasonVaryStar, "vary star": ReasonVaryStar,
+	"500 without freshness": ReasonStatus, "directive names are case-insensitive": ReasonNoStore,
+	"206 is stored only as a slice": ReasonStatus, "304 is not stored": ReasonStatus, "1xx is not stored": ReasonStatus,
+	"a status the policy excludes":                         ReasonExcluded,
+	"must-understand with an unknown status is not stored": ReasonStatus, "must-understand with an unknown status, without no-store": ReasonStatus,
+	"must-understand with an unknown status, whatever the policy": ReasonStatus, "must-understand with an unregistered 2xx": ReasonStatus, "Set-Cookie": ReasonSetCookie, "authorized, max-age only": ReasonAuthorization,
 }
 
 func TestLifetime(t *testing.T) {

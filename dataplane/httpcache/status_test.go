@@ -140,3 +140,19 @@ func TestErrorDetailsHideTheOrigin(t *testing.T) {
 		}
 	}
 }
+
+// TestReasonsAreTokens: every reason is sent as Cache-Status's detail
+// bare, so each must be a Structured Fields Token, and each is named once.
+func TestReasonsAreTokens(t *testing.T) {
+	seen := map[string]bool{}
+	for _, r := range Reasons {
+		if SFItem(r) != r || seen[r] {
+			t.Errorf("reason %q: not a token, or listed twice", r)
+		}
+		seen[r] = true
+		m := StatusMember{Node: "n", Cache: CacheMiss, Detail: r}
+		if ms, ok := ParseList(m.String()); !ok || ms[0].Params["detail"] != r {
+			t.Errorf("Cache-Status %q does not parse back to detail %q", m.String(), r)
+		}
+	}
+}
