@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,7 +23,9 @@ func newInspectCommand(g *globalOptions) *cobra.Command {
 		Long: `Show what each node stores for a URL: on its owners, and on any node holding a hot
 copy, each stored response (its Vary variant, a stored range, slices held), its tier
 (memory or disk), size, age, freshness left and where that comes from (the directive or
-the policy), validators and tags; and the policy, key and owners that apply. It answers
+the policy), validators and tags; and the policy, key and owners that apply; and each
+node's last answer for the key that was not a plain hit, with the rule that decided
+(no-store, set-cookie, expired, purged... as Cache-Status's detail). It answers
 "why was this a MISS?". Each node is asked at its ops listener (its member's ops_url)
 with the admin token; a node that does not answer is shown as unreachable.`,
 		Args: cobra.ExactArgs(1),
@@ -62,6 +65,7 @@ type nodeInspection struct {
 	Node        string               `json:"node"`
 	Owner       bool                 `json:"owner"`
 	Objects     []admin.StoredObject `json:"objects"`
+	Last        *admin.LastAnswer    `json:"last,omitempty"`
 	Unreachable string               `json:"unreachable,omitempty"`
 }
 
@@ -79,7 +83,7 @@ func inspect(ctx context.Context, c *admin.Client, resp *pb.ListNodesResponse, r
 			if in.Key == "" && a.Key != "" {
 				in.Policy, in.Key, in.Owners = a.Policy, a.Key, a.Owners
 			}
-			ni.Owner, ni.Objects = a.Owner, a.Objects
+			ni.Owner, ni.Objects, ni.Last = a.Owner, a.Objects, a.Last
 			in.Stored = in.Stored || len(a.Objects) > 0
 		}
 		in.Nodes = append(in.Nodes, ni)
@@ -170,4 +174,29 @@ func inspectTable(tw *tabwriter.Writer, in *inspection) {
 	if !in.Stored {
 		fmt.Fprintf(tw, "\nnot stored: no node that answered holds %s\n", in.URL)
 	}
+	for _, n := range in.Nodes {
+		if n.Last != nil {
+			fmt.Fprintf(tw, "\n%s", wrap(n.Node+" last: "+lastAnswer(n.Last), 80))
+		}
+	}
+	if slices.ContainsFunc(in.Nodes, func(n nodeInspection) bool { return n.Last != nil }) {
+		fmt.Fprintln(tw)
+	}
+}
+
+// lastAnswer is a node's last answer other than a plain hit, as a phrase:
+// "MISS 200, not stored: set-cookie, 3s ago"; "purged 1m0s ago".
+func lastAnswer(l *admin.LastAnswer) string {
+	ago := (time.Duration(l.Age) * time.Second).String() + " ago"
+	if l.Cache == "" {
+		return l.Reason + " " + ago
+	}
+	s := l.Cache
+	if l.Status > 0 {
+		s += fmt.Sprintf(" %d", l.Status)
+	}
+	if l.Stored {
+		return s + ", stored (" + l.Reason + "), " + ago
+	}
+	return s + ", not stored: " + l.Reason + ", " + ago
 }

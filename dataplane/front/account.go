@@ -35,6 +35,9 @@ func (f *Front) record(rec *reply.Recorder, req *owner.Request, route string, ou
 	if cache == httpcache.CacheHit {
 		f.cfg.Metrics.Totals.Hits.Add(1)
 	}
+	if out.Member.Detail != "" {
+		f.countReason(out.Member.Detail)
+	}
 	elapsed := time.Since(req.Now)
 	f.cfg.Metrics.Requests.WithLabelValues(route, cache, methodLabel(r.Method), metrics.StatusClass(rec.Status)).Inc()
 	exemplar := ""
@@ -55,7 +58,8 @@ func (f *Front) record(rec *reply.Recorder, req *owner.Request, route string, ou
 		lr := logstream.Record{Start: req.Now, Client: client, ForwardedFor: r.Header.Get("X-Forwarded-For"),
 			Method: r.Method, Host: r.Host, Path: loggedURI(r.URL), Proto: r.Proto, Status: rec.Status, Bytes: rec.Bytes,
 			DurationMS: float64(elapsed.Microseconds()) / 1000, Cache: cache, Route: route, ServedBy: out.Node,
-			Node: f.cfg.ID, TraceID: traceID(r.Context()), Referer: r.Referer(), UserAgent: r.UserAgent()}
+			Node: f.cfg.ID, TraceID: traceID(r.Context()), Referer: r.Referer(), UserAgent: r.UserAgent(),
+			Key: redactQuery(req.Key), RequestID: req.ID, Reason: out.Member.Detail}
 		if logged {
 			f.logAccess(&lr)
 		}
@@ -66,7 +70,8 @@ func (f *Front) record(rec *reply.Recorder, req *owner.Request, route string, ou
 	}
 	if f.cfg.Tracer != nil {
 		annotate(r.Context(), attribute.String("shardcache.node", f.cfg.ID), attribute.String("shardcache.route", route),
-			attribute.String("shardcache.cache", cache))
+			attribute.String("shardcache.cache", cache), attribute.String("shardcache.request_id", req.ID),
+			attribute.String("shardcache.reason", out.Member.Detail))
 	}
 	if cc := clientconn.From(r.Context()); rec.Broken && cc != nil && r.ProtoMajor == 1 {
 		// A reset, not a close: an HTTP/1.0 client reading an answer of no
@@ -98,14 +103,20 @@ func (f *Front) logAccess(lr *logstream.Record) {
 		slog.String("method", lr.Method),
 		slog.String("host", lr.Host),
 		slog.String("path", lr.Path),
+		slog.String("proto", lr.Proto),
 		slog.Int("status", lr.Status),
 		slog.Int64("bytes", lr.Bytes),
 		slog.Float64("duration_ms", lr.DurationMS),
 		slog.String("cache", lr.Cache),
+		slog.String("reason", lr.Reason),
 		slog.String("route", lr.Route),
 		slog.String("served_by", lr.ServedBy),
 		slog.String("node", lr.Node),
 		slog.String("trace_id", lr.TraceID),
+		slog.String("request_id", lr.RequestID),
+		slog.String("key", lr.Key),
+		slog.String("referer", lr.Referer),
+		slog.String("user_agent", lr.UserAgent),
 	)
 }
 
@@ -121,11 +132,19 @@ var secretParams = map[string]bool{"token": true, "access_token": true, "id_toke
 // loggedURI is u's request URI as the access log shows it: the values of
 // secretParams replaced by REDACTED, the rest as sent.
 func loggedURI(u *url.URL) string {
-	uri := u.RequestURI()
 	if u.RawQuery == "" {
-		return uri
+		return u.RequestURI()
 	}
-	path, query, _ := strings.Cut(uri, "?")
+	return redactQuery(u.RequestURI())
+}
+
+// redactQuery is s, a request URI or a cache key holding one, with the
+// values of secretParams in its query replaced by REDACTED.
+func redactQuery(s string) string {
+	path, query, ok := strings.Cut(s, "?")
+	if !ok {
+		return s
+	}
 	parts := strings.Split(query, "&")
 	changed := false
 	for i, part := range parts {
@@ -135,7 +154,7 @@ func loggedURI(u *url.URL) string {
 		}
 	}
 	if !changed {
-		return uri
+		return s
 	}
 	return path + "?" + strings.Join(parts, "&")
 }

@@ -28,12 +28,14 @@ type refusal struct {
 	msg    string
 }
 
-// arrive normalises r in place, matches its policy and extends its
-// forwarded chain, and returns the client's address; a non-nil refusal
-// says the request is answered with it instead.
-func (f *Front) arrive(r *http.Request) (*policy.Policy, string, *refusal) {
+// arrive normalises r in place, matches its policy, extends its
+// forwarded chain and gives it its id (requestid.go), and returns the
+// client's address and the id; a non-nil refusal says the request is
+// answered with it instead.
+func (f *Front) arrive(r *http.Request) (*policy.Policy, string, string, *refusal) {
 	p, refused := f.check(r)
-	return p, f.forwardedFor(r), refused
+	client, id := f.forwardedFor(r)
+	return p, client, id, refused
 }
 
 // check is the part of arrive that may refuse the request: its host, its
@@ -243,9 +245,9 @@ func bodyStalled(r *http.Request) bool {
 // came from, as the receiving node: X-Forwarded-For and Forwarded gain it,
 // X-Real-IP names the client. Incoming values are kept only from a trusted
 // proxy; from anyone else they are dropped, never believed. It returns the
-// client's address: the nearest one in the chain that is not a trusted
-// proxy.
-func (f *Front) forwardedFor(r *http.Request) string {
+// client's address, the nearest one in the chain that is not a trusted
+// proxy, and the request's id, set as its X-Request-Id.
+func (f *Front) forwardedFor(r *http.Request) (string, string) {
 	h := r.Header
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
@@ -258,7 +260,8 @@ func (f *Front) forwardedFor(r *http.Request) string {
 	// rewrite fields are kept from trusted proxies only. One pass over the
 	// header's keys does both.
 	var drop func(string) bool
-	if !f.trusted(peer) {
+	trusted := f.trusted(peer)
+	if !trusted {
 		drop = rewriteField
 	}
 	hop.Strip(h, drop)
@@ -276,7 +279,7 @@ func (f *Front) forwardedFor(r *http.Request) string {
 	node := peer.String()
 	chain = append(chain, node)
 	// One array backs the fields set here.
-	vals := make([]string, 5)
+	vals := make([]string, 6)
 	vals[0] = node
 	if len(chain) > 1 {
 		vals[0] = strings.Join(chain, ", ")
@@ -317,7 +320,20 @@ func (f *Front) forwardedFor(r *http.Request) string {
 	}
 	vals[2] = client
 	h["X-Real-Ip"] = vals[2:3:3]
-	return client
+	// A PURGE's X-Request-Id is its purge's id, which the control plane
+	// checks: kept as sent.
+	id := ""
+	if v := h["X-Request-Id"]; len(v) == 1 && validRequestID(v[0]) && (trusted || r.Method == "PURGE") {
+		id = v[0]
+	} else if len(v) > 0 && r.Method == "PURGE" {
+		return client, f.ids.next()
+	}
+	if id == "" {
+		id = f.ids.next()
+	}
+	vals[5] = id
+	h["X-Request-Id"] = vals[5:6:6]
+	return client, id
 }
 
 // rewriteFields are the request fields (canonical) taken only from

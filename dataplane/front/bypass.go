@@ -31,23 +31,24 @@ func (f *Front) bypass(w http.ResponseWriter, req *owner.Request, reason string)
 	defer watch.Stop()
 	resp, err := f.cfg.Origin.Fetch(httptrace.WithClientTrace(ctx, reply.PassInterim(w)), r, p, false, nil)
 	// Cache-Status says why the request went forward (RFC 9211 2.2).
-	m := httpcache.StatusMember{Node: f.statusName, Cache: httpcache.CacheBypass}
+	m := httpcache.StatusMember{Node: f.statusName, Cache: httpcache.CacheBypass, Detail: reason}
 	switch reason {
-	case "method":
+	case httpcache.ReasonMethod:
 		m.Cache = "METHOD"
-	case "no-store":
+	case httpcache.ReasonRequestNoStore:
 		m.Cache = "REQUEST"
 	}
 	if err != nil && bodyStalled(r) {
 		http.Error(w, "shardcache: the request body stopped coming (client body timeout)", http.StatusRequestTimeout)
-		return owner.Outcome{Served: true}
+		return owner.Outcome{Served: true, Member: httpcache.StatusMember{Cache: httpcache.CacheBypass, Detail: reason}}
 	}
 	if err != nil {
 		f.cfg.Metrics.OriginReqs.WithLabelValues("bypass", "error").Inc()
 		w.Header()["Cache-Status"] = []string{m.String()}
 		w.Header()["Proxy-Status"] = []string{httpcache.ProxyStatus(f.statusName, httpcache.ErrorType(err), httpcache.ErrorDetails(err))}
 		http.Error(w, "shardcache: origin unreachable", http.StatusBadGateway)
-		return owner.Outcome{Served: true}
+		m.Cache = httpcache.CacheBypass
+		return owner.Outcome{Served: true, Member: m}
 	}
 	watch.Answered()
 	resp.Body = watch.Body(resp.Body)

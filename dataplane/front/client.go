@@ -17,9 +17,13 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 	// Decided once, before anything reads the request (arrive.go): the
 	// hop fields mean something only on the peer listener, and a client
 	// sending them is ignored, never trusted.
-	p, client, refused := f.arrive(r)
+	p, client, id, refused := f.arrive(r)
 	rec := reply.NewRecorder(w)
-	req := &owner.Request{HTTP: r, Policy: p, Routes: f.cfg.Routes.Load(), Now: start}
+	rec.ID = r.Header["X-Request-Id"] // set by arrive, one value
+	if len(rec.ID) != 1 || rec.ID[0] != id {
+		rec.ID = []string{id} // a PURGE's id, which is sent on as it came
+	}
+	req := &owner.Request{HTTP: r, ID: id, Policy: p, Routes: f.cfg.Routes.Load(), Now: start}
 	var out owner.Outcome
 	route := metrics.RouteAborted
 	// Deferred, so that a response aborted mid-body is counted and logged.

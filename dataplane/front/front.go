@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardcache/shardcache/dataplane/hotkey"
@@ -128,6 +129,10 @@ type Front struct {
 	// statusName is the node's name as a Cache-Status item; relayStatus
 	// the member a relaying node adds to its owner's Cache-Status.
 	statusName, relayStatus string
+	// ids assigns request ids; reasons counts the answers that were not
+	// plain hits by reason, each reason's counter looked up once.
+	ids     *requestIDs
+	reasons map[string]prometheus.Counter
 }
 
 // A client may send purgeAuthBurst PURGE requests with a wrong token,
@@ -144,8 +149,29 @@ const (
 // New builds the front.
 func New(cfg Config) *Front {
 	name := httpcache.SFItem(cfg.ID)
-	return &Front{cfg: cfg, purgeAuth: authlimit.New(purgeAuthEvery, purgeAuthBurst, purgeAuthClients),
-		statusName: name, relayStatus: httpcache.RelayedMember(name)}
+	f := &Front{cfg: cfg, purgeAuth: authlimit.New(purgeAuthEvery, purgeAuthBurst, purgeAuthClients),
+		statusName: name, relayStatus: httpcache.RelayedMember(name), ids: newRequestIDs(), reasons: map[string]prometheus.Counter{}}
+	if cfg.Metrics != nil {
+		for _, r := range append(httpcache.Reasons, reasonOther) {
+			f.reasons[r] = cfg.Metrics.Reasons.WithLabelValues(r)
+		}
+	}
+	return f
+}
+
+// reasonOther counts a reason this node does not know, from an owner of
+// another version: the label's values stay the known ones.
+const reasonOther = "other"
+
+// countReason counts an answer that was not a plain hit by its reason.
+func (f *Front) countReason(reason string) {
+	c, ok := f.reasons[reason]
+	if !ok {
+		c = f.reasons[reasonOther]
+	}
+	if c != nil {
+		c.Inc()
+	}
 }
 
 // ServeClient is the client listener's handler.

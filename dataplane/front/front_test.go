@@ -265,7 +265,7 @@ func TestBypass(t *testing.T) {
 	if w.Body.String() != "origin:/form" || w.Header().Get("X-Cache") != httpcache.CacheBypass || len(tf.owner.invalidated) != 1 {
 		t.Fatalf("POST: %q %s, %d invalidations", w.Body.String(), w.Header().Get("X-Cache"), len(tf.owner.invalidated))
 	}
-	if cs := w.Header().Get("Cache-Status"); cs != "a; fwd=method; fwd-status=200" {
+	if cs := w.Header().Get("Cache-Status"); cs != "a; fwd=method; fwd-status=200; detail=method" {
 		t.Fatalf("Cache-Status %q", cs)
 	}
 	w = tf.get("GET", "/down", "Cache-Control", "no-store")

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/shardcache/shardcache/dataplane/hop"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/owner"
@@ -25,7 +26,7 @@ import (
 func (f *Front) route(rec *reply.Recorder, req *owner.Request) (string, owner.Outcome) {
 	r, p := req.HTTP, req.Policy
 	rec.Strip = p.Targeted // the cluster's own targeted field is for this cluster only
-	if reason := bypassReason(r, p); p.Mode == pb.CacheMode_CACHE_MODE_BYPASS || reason != "" || p.Bypass(r) {
+	if reason := bypassReason(r, p); reason != "" {
 		return metrics.RouteBypass, f.bypass(rec, req, reason)
 	}
 	req.Key = p.Key(hop.Scheme(r), r)
@@ -132,20 +133,27 @@ func redirect(w http.ResponseWriter, r *http.Request, m *pb.Member) {
 	w.WriteHeader(http.StatusTemporaryRedirect)
 }
 
-// bypassReason says why r must not go through the cache, or "".
+// bypassReason says why r must not go through the cache (a reason,
+// httpcache.Reason*), or "".
 func bypassReason(r *http.Request, p *policy.Policy) string {
 	switch {
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:
-		return "method"
+		return httpcache.ReasonMethod
 	case r.Header.Get("Authorization") != "" && !p.CacheAuthorized:
-		return "authorization"
+		return httpcache.ReasonAuthorization
 	case r.Header.Get("Upgrade") != "":
-		return "upgrade"
+		return httpcache.ReasonUpgrade
 	}
 	for _, v := range r.Header.Values("Cache-Control") {
 		if strings.Contains(strings.ToLower(v), "no-store") {
-			return "no-store"
+			return httpcache.ReasonRequestNoStore
 		}
+	}
+	switch {
+	case p.Mode == pb.CacheMode_CACHE_MODE_BYPASS:
+		return httpcache.ReasonPolicyBypass
+	case p.Bypass(r):
+		return httpcache.ReasonBypassRule
 	}
 	return ""
 }

@@ -107,6 +107,7 @@ func relayedOutcome(h http.Header) owner.Outcome {
 		if members, ok := httpcache.ParseList(v[0]); ok && len(members) > 0 {
 			m := members[0].Params
 			_, out.Member.Stored = m["stored"]
+			out.Member.Detail = m["detail"] // the owner's reason
 			if ttl, err := strconv.ParseInt(m["ttl"], 10, 64); err == nil {
 				out.Member.TTL, out.Member.HasTTL = time.Duration(ttl)*time.Second, true
 			}

@@ -20,6 +20,7 @@ const (
 	ReasonURIMiss      = "uri-miss"      // nothing stored under the key
 	ReasonVaryMiss     = "vary-miss"     // stored variants, none for this request's fields
 	ReasonPurged       = "purged"        // what was stored was purged
+	ReasonSoftPurged   = "soft-purged"   // a soft purge made it stale: served stale while revalidated, or revalidated
 	ReasonInvalidated  = "invalidated"   // what was stored was dropped by an unsafe request's success (RFC 9111 4.4)
 	ReasonCatchingUp   = "catching-up"   // stored before a restart, and the purges missed meanwhile are not in yet
 	ReasonEncoding     = "encoding"      // stored in a content coding the request does not accept
@@ -59,7 +60,7 @@ const (
 // Reasons is every reason, for counters that start at zero.
 var Reasons = []string{
 	ReasonMethod, ReasonAuthorization, ReasonUpgrade, ReasonRequestNoStore, ReasonPolicyBypass, ReasonBypassRule,
-	ReasonURIMiss, ReasonVaryMiss, ReasonPurged, ReasonInvalidated, ReasonCatchingUp, ReasonEncoding, ReasonSliceVersion, ReasonOnlyIfCached,
+	ReasonURIMiss, ReasonVaryMiss, ReasonPurged, ReasonSoftPurged, ReasonInvalidated, ReasonCatchingUp, ReasonEncoding, ReasonSliceVersion, ReasonOnlyIfCached,
 	ReasonExpired, ReasonNoCache, ReasonMustRevalidate, ReasonRequestNoCache, ReasonRequestMaxAge, ReasonRequestMinFresh, ReasonCutOff, ReasonAuthorizeEach,
 	ReasonNoStore, ReasonPrivate, ReasonVaryStar, ReasonSetCookie, ReasonStatus, ReasonExcluded, ReasonNoLifetime, ReasonTooLarge,
 	ReasonVaryLimit, ReasonAdmission, ReasonStoreError, ReasonSliceNoID,

@@ -35,6 +35,12 @@ type Record struct {
 	TraceID      string    `json:"trace_id"`
 	Referer      string    `json:"referer"`
 	UserAgent    string    `json:"user_agent"`
+	// Key is the cache key ("" for a request that bypassed the cache),
+	// RequestID the request's X-Request-Id, and Reason the rule that
+	// decided an answer that was not a plain hit (Cache-Status detail).
+	Key       string `json:"key"`
+	RequestID string `json:"request_id"`
+	Reason    string `json:"reason"`
 }
 
 // NCSA is r in the NCSA combined log format, varnishncsa's default:

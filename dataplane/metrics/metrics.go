@@ -34,7 +34,10 @@ const (
 type Set struct {
 	Registry *prometheus.Registry
 
-	Requests      *prometheus.CounterVec
+	Requests *prometheus.CounterVec
+	// Reasons counts the client requests that were not plain hits by the
+	// rule that decided (Cache-Status detail: no-store, uri-miss, ...).
+	Reasons       *prometheus.CounterVec
 	Duration      *prometheus.HistogramVec
 	ResponseSize  *prometheus.HistogramVec
 	OriginReqs    *prometheus.CounterVec
@@ -106,6 +109,10 @@ func New() *Set {
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_requests_total", Help: "Client requests by route, cache status, method and status class.",
 		}, []string{"route", "cache", "method", "code"}),
+		Reasons: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardcache_request_reasons_total",
+			Help: "Client requests that were not plain hits, by the rule that decided: why they bypassed the cache, missed, were revalidated, or were not stored (Cache-Status detail).",
+		}, []string{"reason"}),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "shardcache_request_duration_seconds", Help: "Client request duration by route.",
 			Buckets: durationBuckets, NativeHistogramBucketFactor: 1.1,
@@ -239,7 +246,7 @@ func New() *Set {
 			v.vec.WithLabelValues(l)
 		}
 	}
-	m.Registry.MustRegister(m.OriginDuration, m.PeerDuration, m.Purges, m.PurgeApply, m.PurgeRevision, m.Bans, m.PeerCerts, m.PeerCertExpiry, m.Requests, m.Duration, m.ResponseSize, m.OriginReqs, m.OriginBytes, m.PeerReqs,
+	m.Registry.MustRegister(m.OriginDuration, m.PeerDuration, m.Purges, m.PurgeApply, m.PurgeRevision, m.Bans, m.PeerCerts, m.PeerCertExpiry, m.Requests, m.Reasons, m.Duration, m.ResponseSize, m.OriginReqs, m.OriginBytes, m.PeerReqs,
 		m.PeerConns, m.PeerBytes, m.PeerRefused, m.OpsRefused, m.PurgeAuthRefused, m.ClientConnsRefused, m.ClientStalled, m.RelayFallback, m.RingEpoch, m.RingMembers, m.Session, m.CutOff, m.Member, m.MemberLost, m.BackgroundPanics, m.Collapsed, m.PolicyRevision, m.Hot, m.Handoffs, &m.storeStats,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	return m

@@ -20,6 +20,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/sketch"
 	"github.com/shardcache/shardcache/dataplane/logstream"
 	"github.com/shardcache/shardcache/dataplane/metrics"
+	"github.com/shardcache/shardcache/dataplane/owner"
 	"github.com/shardcache/shardcache/dataplane/routes"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -50,7 +51,10 @@ type Config struct {
 	Routes   *atomic.Pointer[routes.Table]
 	Hot      *sketch.Sketch // nil: hot-key handling is off
 	HotKeys  *hotkey.List
-	Logger   *slog.Logger
+	// Notes is the owner's last note of a key (owner.Owner.Note), for
+	// /inspect; nil for none.
+	Notes  func(key string) (owner.Note, bool)
+	Logger *slog.Logger
 }
 
 // listener serves one node's ops requests.

@@ -141,6 +141,11 @@ func (l *listener) serveInspect(w http.ResponseWriter, r *http.Request) {
 			add("hot copy", "", e)
 		}
 	}
+	if l.cfg.Notes != nil {
+		if n, ok := l.cfg.Notes(key); ok {
+			in.Last = &admin.LastAnswer{Cache: n.Cache, Reason: n.Reason, Status: n.Status, Stored: n.Stored, Age: int64(now.Sub(n.At) / time.Second)}
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(in)
 }

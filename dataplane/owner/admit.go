@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -54,6 +55,10 @@ func (f *fill) admit() {
 	wr, err := f.cfg.Store.Create(e, resp.ContentLength, compress, f.maxObject(f.p))
 	if err != nil {
 		// The disk tier does not admit it (full, or failing): serve it unstored.
+		f.reason = httpcache.ReasonStoreError
+		if errors.Is(err, store.ErrNoSpace) || errors.Is(err, store.ErrNotAdmitted) {
+			f.reason = httpcache.ReasonAdmission
+		}
 		done()
 		f.settle(nil)
 		f.writeResponse(resp, f.fromOrigin, status)
@@ -75,18 +80,25 @@ func (f *fill) judged() int {
 // fresh, and under which key (a variant's, for a response that varies);
 // done releases the variant's slot once its fill has stored it or given
 // up. The fields the policy says the origin varies on without naming them
-// are added to its Vary first.
+// are added to its Vary first. A response not stored says why (f.reason).
 func (f *fill) storable() (key string, lifetime time.Duration, done func(), ok bool) {
 	resp, maxObject := f.resp, f.maxObject(f.p)
 	if f.req.Slice == nil {
 		addVary(f.p, f.r, resp.Header)
 	}
-	lifetime, ok = StoreLifetime(f.p, f.r, f.judged(), resp.Header, f.received, maxObject)
+	lifetime, why := storeLifetime(f.p, f.r, f.judged(), resp.Header, f.received, maxObject)
+	if why == "" && resp.ContentLength > maxObject {
+		why = httpcache.ReasonTooLarge
+	}
+	if why == "" && f.req.Slice != nil && !slice.Storable(resp.Header) {
+		why = httpcache.ReasonSliceNoID
+	}
 	switch {
-	case !ok || resp.ContentLength > maxObject:
+	case why != "":
+		f.reason = why
 		return "", 0, noop, false
 	case f.req.Slice != nil:
-		return f.key, lifetime, noop, slice.Storable(resp.Header)
+		return f.key, lifetime, noop, true
 	}
 	if fields := httpcache.VaryFields(resp.Header); len(fields) > 0 {
 		key, done, ok = f.variant(fields)
@@ -157,6 +169,7 @@ func (f *fill) variant(fields []string) (vk string, done func(), ok bool) {
 		m := &store.Entry{Key: key, URL: purge.EntryURL(f.r), Status: varyMarker, Header: http.Header{"Vary": {strings.Join(fields, ", ")}},
 			Received: f.received, Lifetime: 0}
 		if err := f.cfg.Store.Put(m, nil); err != nil {
+			f.reason = httpcache.ReasonStoreError
 			return "", noop, false
 		}
 	}
@@ -170,6 +183,7 @@ func (f *fill) variant(fields []string) (vk string, done func(), ok bool) {
 	f.fillingMu.Lock()
 	defer f.fillingMu.Unlock()
 	if stored+f.filling[key] >= limit {
+		f.reason = httpcache.ReasonVaryLimit
 		return "", noop, false
 	}
 	f.filling[key]++
@@ -240,6 +254,13 @@ func (o *Owner) maxObject(p *policy.Policy) int64 {
 // none). A response without freshness is stored only if it can be
 // revalidated.
 func StoreLifetime(p *policy.Policy, r *http.Request, status int, h http.Header, received time.Time, maxObject int64) (time.Duration, bool) {
+	lifetime, why := storeLifetime(p, r, status, h, received, maxObject)
+	return lifetime, why == ""
+}
+
+// storeLifetime is StoreLifetime, saying why a response is not stored (a
+// Reason; "" when it is).
+func storeLifetime(p *policy.Policy, r *http.Request, status int, h http.Header, received time.Time, maxObject int64) (time.Duration, string) {
 	cc, _ := httpcache.ResponseControl(h, p.Targeted...)
 	lifetime := httpcache.LifetimeHeuristic(status, h, received, p.Heuristic(status), p.Targeted...)
 	policyTTL := false
@@ -256,8 +277,15 @@ func StoreLifetime(p *policy.Policy, r *http.Request, status int, h http.Header,
 	// Under authorize_every_request each use is checked with the origin,
 	// so what answered an authorised request may be stored.
 	authorized := r.Header.Get("Authorization") != "" && !p.AuthorizeEach
-	ok := httpcache.Storable(status, h, authorized, httpcache.Overrides{
+	why := httpcache.Unstorable(status, h, authorized, httpcache.Overrides{
 		TTL: policyTTL, StorePrivate: p.StorePrivate, StoreSetCookie: p.StoreSetCookie, Excluded: p.Excluded(status), Heuristic: p.Heuristic(status),
-	}, p.Targeted...) && (lifetime > 0 || validator) && maxObject > 0
-	return lifetime, ok
+	}, p.Targeted...)
+	switch {
+	case why != "":
+	case lifetime <= 0 && !validator:
+		why = httpcache.ReasonNoLifetime
+	case maxObject <= 0:
+		why = httpcache.ReasonTooLarge
+	}
+	return lifetime, why
 }

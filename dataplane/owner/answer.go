@@ -198,7 +198,7 @@ func (s *serving) cacheHeaders(h http.Header, e *store.Entry, status string) {
 // answer from e with status.
 func (s *serving) statusMember(e *store.Entry, status string) (time.Duration, httpcache.StatusMember) {
 	age := e.Age(s.req.Now)
-	m := httpcache.StatusMember{Node: s.statusName, Cache: status, TTL: e.Lifetime - age, HasTTL: true}
+	m := httpcache.StatusMember{Node: s.statusName, Cache: status, TTL: e.Lifetime - age, HasTTL: true, Detail: s.reason}
 	if s.p.CacheStatusKey {
 		m.Key = e.Key
 	}
@@ -299,7 +299,7 @@ func addCacheStatus(h http.Header, member string) {
 func (s *serving) statusHeaders(h http.Header, status string, code int) {
 	h["X-Cache"] = statusField(status)
 	h["X-Cache-Node"] = s.nodeField
-	m := httpcache.StatusMember{Node: s.statusName, Cache: status, Status: code}
+	m := httpcache.StatusMember{Node: s.statusName, Cache: status, Status: code, Detail: s.reason}
 	addCacheStatus(h, m.String())
 	s.out.Member, s.out.Node = m, s.cfg.ID
 }
@@ -308,6 +308,7 @@ func (s *serving) statusHeaders(h http.Header, status string, code int) {
 // origin: Proxy-Status names the error's type (RFC 9209).
 func (s *serving) originError(code int, err error, msg string) {
 	h := s.w.Header()
+	s.reason = httpcache.ReasonOriginError
 	s.statusHeaders(h, httpcache.CacheMiss, 0)
 	s.out.Source = ""
 	h["Proxy-Status"] = []string{httpcache.ProxyStatus(s.statusName, httpcache.ErrorType(err), httpcache.ErrorDetails(err))}

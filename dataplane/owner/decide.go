@@ -15,19 +15,30 @@ import (
 // nil e is a miss.
 func (s *serving) decide(e *store.Entry) httpcache.Use {
 	if e == nil {
-		return httpcache.UseRevalidate
+		return httpcache.UseRevalidate // lookup said why
 	}
 	s.unconfirmed = s.unconfirmedEntry(e)
-	if s.unconfirmed || s.p.AuthorizeEach {
+	switch {
+	case s.unconfirmed:
+		s.reason = httpcache.ReasonCutOff
+		return httpcache.UseRevalidate
+	case s.p.AuthorizeEach:
+		s.reason = httpcache.ReasonAuthorizeEach
 		return httpcache.UseRevalidate
 	}
 	age := e.Age(s.req.Now)
-	if s.cfg.Bans.Stale(e) != nil {
+	soft := s.cfg.Bans.Stale(e) != nil
+	if soft {
 		// Soft-purged: stale from the purge on, served as a stale
 		// response is (stale-while-revalidate) and revalidated.
 		age = max(age, e.Lifetime)
 	}
-	return httpcache.Decide(age, e.Lifetime, e.Header, s.dirs, s.p.StaleWhileRevalidate, s.p.Targeted...)
+	use, why := httpcache.DecideWhy(age, e.Lifetime, e.Header, s.dirs, s.p.StaleWhileRevalidate, s.p.Targeted...)
+	if soft && use != httpcache.UseFresh && use != httpcache.UseStale {
+		why = httpcache.ReasonSoftPurged
+	}
+	s.reason = why
+	return use
 }
 
 // unconfirmedEntry reports whether e may have been purged while the node

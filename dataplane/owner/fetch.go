@@ -181,6 +181,7 @@ func (f *fill) failed(err error) bool {
 		}
 		f.cfg.Metrics.OriginReqs.WithLabelValues("fill", result).Inc()
 		f.settle(&fillShare{e: st, status: httpcache.CacheStale})
+		f.reason = httpcache.ReasonStaleIfError
 		f.Answer(st, nil, httpcache.CacheStale)
 		return false
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/hop"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
@@ -88,9 +89,13 @@ const invalidateWait = time.Second
 // variants, and a hot copy.
 func (o *Owner) drop(key string) {
 	for _, k := range o.cfg.Store.Members(key) { // its variants, if it varies
-		o.cfg.Store.Delete(k)
+		if o.cfg.Store.Delete(k) {
+			o.removed(k, httpcache.ReasonInvalidated)
+		}
 	}
-	o.cfg.Store.Delete(key)
+	if o.cfg.Store.Delete(key) {
+		o.removed(key, httpcache.ReasonInvalidated)
+	}
 	if o.cfg.Copies != nil {
 		o.cfg.Copies.Delete(key)
 	}

@@ -21,34 +21,56 @@ const varyMarker = 0
 // none, when no purge allows it, when it is coded in a way the request
 // does not accept, or when it is another version of the object than the
 // slice asked for belongs to.
+//
+// Each nil says why (s.reason).
 func (s *serving) lookup() *store.Entry {
 	e := s.find(s.key)
-	if e == nil || !httpcache.AcceptsAll(s.r.Header, e.Header.Get("Content-Encoding")) {
+	if e == nil {
+		return nil
+	}
+	if !httpcache.AcceptsAll(s.r.Header, e.Header.Get("Content-Encoding")) {
+		s.reason = httpcache.ReasonEncoding
 		return nil
 	}
 	if sl := s.req.Slice; sl != nil && sl.Version != "" && slice.Version(e.Header) != sl.Version {
+		s.reason = httpcache.ReasonSliceVersion
 		return nil // another version of the object: never served for this one
 	}
 	return e
 }
 
-// find is key's stored response for the request, its Vary followed.
+// find is key's stored response for the request, its Vary followed; nil
+// saying why (s.reason).
 func (s *serving) find(key string) *store.Entry {
 	e, ok := s.cfg.Store.Get(key)
-	if !ok || !s.usable(e) {
+	if !ok {
+		s.reason = s.missReason(key, httpcache.ReasonURIMiss)
+		return nil
+	}
+	if why := s.unusable(e); why != "" {
+		s.reason = why
 		return nil
 	}
 	if e.Status != varyMarker {
 		if fields := httpcache.VaryFields(e.Header); len(fields) > 0 {
+			s.reason = httpcache.ReasonVaryMiss
 			return nil // stored before it varied; cannot tell its variant
 		}
 		return e
 	}
 	fields := httpcache.VaryFields(e.Header)
-	v, ok := s.cfg.Store.Get(httpcache.VariantKey(key, fields, s.r.Header))
+	vk := httpcache.VariantKey(key, fields, s.r.Header)
+	v, ok := s.cfg.Store.Get(vk)
 	if !ok || !s.usable(v) {
 		if slices.Equal(fields, []string{"accept-language"}) {
-			return s.languageVariant(key)
+			if v := s.languageVariant(key); v != nil {
+				return v
+			}
+		}
+		if ok {
+			s.reason = s.unusable(v)
+		} else {
+			s.reason = s.missReason(vk, httpcache.ReasonVaryMiss)
 		}
 		return nil
 	}
@@ -78,9 +100,15 @@ func (s *serving) languageVariant(key string) *store.Entry {
 // usable reports whether a stored entry may be served: no ban matches it,
 // and, until the first session of this run has brought the purges the
 // node missed, it was stored by this run.
-func (o *Owner) usable(e *store.Entry) bool {
+func (o *Owner) usable(e *store.Entry) bool { return o.unusable(e) == "" }
+
+// unusable is why a stored entry may not be served (a Reason), or "".
+func (o *Owner) unusable(e *store.Entry) string {
 	if !o.caughtUp.Load() && e.Received.Before(o.started) {
-		return false
+		return httpcache.ReasonCatchingUp
 	}
-	return o.cfg.Bans.Match(e) == nil
+	if o.cfg.Bans.Match(e) != nil {
+		return httpcache.ReasonPurged
+	}
+	return ""
 }

@@ -107,6 +107,9 @@ type Owner struct {
 	nodeField []string
 	// statusName is the node's name as a Cache-Status or Proxy-Status item.
 	statusName string
+	// notes are the last answers other than plain hits, and removals, per
+	// key (notes.go).
+	notes notes
 }
 
 // New builds an owner over an open store.
@@ -124,8 +127,9 @@ func (o *Owner) Waiting() int64 { return o.waiting.Load() }
 // Precopying reports whether a pre-copy runs.
 func (o *Owner) Precopying() bool { return o.precopying.Load() }
 
-// Index is the store as purges see it.
-func (o *Owner) Index() purge.Index { return o.cfg.Store }
+// Index is the store as purges see it: what they delete is noted as
+// purged.
+func (o *Owner) Index() purge.Index { return purgeIndex{o.cfg.Store, o} }
 
 // PurgeRevision is the purge revision this node has applied, which its
 // answers to peers carry.

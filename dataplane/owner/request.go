@@ -19,6 +19,8 @@ type Request struct {
 	// hop-by-hop fields removed and, from a client, its forwarded chain
 	// extended.
 	HTTP *http.Request
+	// ID is the client request's id (X-Request-Id), for its logs.
+	ID string
 	// Key is its cache key; Policy the policy it matched.
 	Key    string
 	Policy *policy.Policy

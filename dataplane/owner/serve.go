@@ -29,7 +29,12 @@ type serving struct {
 	// been purged while the node was cut off from the control plane.
 	stale       *store.Entry
 	unconfirmed bool
-	out         Outcome
+	// reason is the rule that last decided the answer would not be a
+	// plain hit (httpcache.Reason*): each stage that decides sets it, and
+	// the answer sends it (Cache-Status detail) and returns it
+	// (Outcome.Member.Detail).
+	reason string
+	out    Outcome
 }
 
 // Serve answers req: from the store, by a fill, from its slices, or from a
@@ -58,6 +63,7 @@ func (o *Owner) Serve(w http.ResponseWriter, req Request) Outcome {
 	} else {
 		s.serve()
 	}
+	o.noteAnswer(req.Key, &s.out)
 	return s.out
 }
 
@@ -87,6 +93,8 @@ func (s *serving) serve() {
 	}
 	if s.dirs.Has("only-if-cached") {
 		// RFC 9111 5.2.1.7: nothing usable without the origin.
+		s.reason = httpcache.ReasonOnlyIfCached
+		s.statusHeaders(s.w.Header(), httpcache.CacheMiss, 0)
 		http.Error(s.w, "shardcache: not cached (only-if-cached)", http.StatusGatewayTimeout)
 		return
 	}
@@ -109,6 +117,7 @@ func (s *serving) serveStored(e *store.Entry, use httpcache.Use) bool {
 		return false
 	}
 	if s.Answer(e, nil, status) != nil {
+		s.reason = httpcache.ReasonStoreError
 		return false // the record could not be read (and was discarded)
 	}
 	if use == httpcache.UseUpdating {

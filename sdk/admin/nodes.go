@@ -36,6 +36,22 @@ type Inspection struct {
 	// Objects are the stored responses for the key on this node; none
 	// when it stores nothing for it.
 	Objects []StoredObject `json:"objects"`
+	// Last is the node's last answer for the key that was not a plain
+	// hit, or what removed its stored response; nil when it has none
+	// (nodes keep a bounded number of these, the latest).
+	Last *LastAnswer `json:"last,omitempty"`
+}
+
+// LastAnswer is a node's last answer for a key that was not a plain hit:
+// how it answered and the rule that decided (Cache-Status detail); or,
+// with Cache empty, what removed the stored response (purged,
+// invalidated).
+type LastAnswer struct {
+	Cache  string `json:"cache,omitempty"` // X-Cache: MISS, BYPASS, EXPIRED...
+	Reason string `json:"reason"`
+	Status int    `json:"status,omitempty"`
+	Stored bool   `json:"stored"`
+	Age    int64  `json:"age_seconds"` // how long ago
 }
 
 // StoredObject is one stored response.

@@ -114,6 +114,9 @@ type Recorder struct {
 	// Strip are header fields (canonical) removed from the answer before
 	// it is sent: the cluster's own targeted cache-control field.
 	Strip []string
+	// ID, when set, is the request's id, the answer's X-Request-Id as it
+	// is sent: whatever a stored or relayed answer carried is replaced.
+	ID []string
 	// Broken is set by BreakOff: the body broke off after the header was
 	// sent; nothing more is written, and the handler aborts the transfer.
 	Broken bool
@@ -142,8 +145,12 @@ func (r *Recorder) WriteHeader(code int) {
 	}
 	if !r.wrote && code >= 200 {
 		r.Status, r.wrote = code, true
+		h := r.ResponseWriter.Header()
 		for _, f := range r.Strip {
-			delete(r.ResponseWriter.Header(), f)
+			delete(h, f)
+		}
+		if r.ID != nil {
+			h["X-Request-Id"] = r.ID
 		}
 	}
 	r.ResponseWriter.WriteHeader(code)
