@@ -65,6 +65,9 @@ func (f *Front) record(rec *reply.Recorder, req *owner.Request, route string, ou
 		}
 		if streamed {
 			shared := lr // the streams keep it; the log's copy stays on the stack
+			if req.Account != nil {
+				shared.Full = fullDetail(r.Header, rec.Header(), req.Account)
+			}
 			f.cfg.Logs.Publish(&shared)
 		}
 	}

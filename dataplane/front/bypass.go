@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"net/http"
 	"net/http/httptrace"
+	"time"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
@@ -29,7 +30,12 @@ func (f *Front) bypass(w http.ResponseWriter, req *owner.Request, reason string)
 	}
 	ctx, watch := wait.Start(r.Context(), first, timeout)
 	defer watch.Stop()
+	sent := req.Account.Now()
 	resp, err := f.cfg.Origin.Fetch(httptrace.WithClientTrace(ctx, reply.PassInterim(w)), r, p, false, nil)
+	if a := req.Account; a != nil {
+		a.OriginFirstByte = time.Since(sent)
+		a.Record(owner.CallOrigin, "", resp, err, a.OriginFirstByte)
+	}
 	// Cache-Status says why the request went forward (RFC 9211 2.2).
 	m := httpcache.StatusMember{Node: f.statusName, Cache: httpcache.CacheBypass, Detail: reason}
 	switch reason {

@@ -24,6 +24,9 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 		rec.ID = []string{id} // a PURGE's id, which is sent on as it came
 	}
 	req := &owner.Request{HTTP: r, ID: id, Policy: p, Routes: f.cfg.Routes.Load(), Now: start}
+	if f.cfg.Logs.FullActive() {
+		req.Account = &owner.Account{} // a full stream shows the request's stages and calls
+	}
 	var out owner.Outcome
 	route := metrics.RouteAborted
 	// Deferred, so that a response aborted mid-body is counted and logged.

@@ -103,6 +103,9 @@ func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request, rt *routes.Ta
 		annotate(r.Context(), attribute.String("shardcache.node", f.cfg.ID))
 	}
 	req.From = f.replicaOf(req)
+	if r.Header.Get(hop.AccountField) != "" {
+		req.Account = &owner.Account{} // the relaying node's full log stream asks for it
+	}
 	rec := reply.NewRecorder(w)
 	f.cfg.Owner.Serve(rec, *req)
 	f.cfg.Metrics.PeerBytes.WithLabelValues("out").Add(float64(rec.Bytes))

@@ -36,9 +36,23 @@ func (f *Front) relay(w http.ResponseWriter, req *owner.Request, m *pb.Member, h
 	if req.Routes != nil {
 		epoch = req.Routes.Epoch.GetEpoch()
 	}
+	h := hop.RelayHeader(r, f.cfg.ID, epoch)
+	if req.Account != nil {
+		h[hop.AccountField] = []string{"1"} // the owner's account comes back with its answer
+	}
 	sent := time.Now()
-	resp, err := f.cfg.Peers.Forward(ctx, m.GetPeerAddress(), r, hop.RelayHeader(r, f.cfg.ID, epoch))
-	f.cfg.Metrics.PeerDuration.Observe(time.Since(sent).Seconds())
+	resp, err := f.cfg.Peers.Forward(ctx, m.GetPeerAddress(), r, h)
+	took := time.Since(sent)
+	f.cfg.Metrics.PeerDuration.Observe(took.Seconds())
+	if a := req.Account; a != nil {
+		c := owner.Call{Kind: owner.CallPeer, Node: m.GetId(), FirstByte: took}
+		if err != nil {
+			c.Error = err.Error()
+		} else {
+			c.Status, c.Account = resp.StatusCode, owner.ParseAccount(resp.Header.Get(hop.AccountField))
+		}
+		a.Add(c)
+	}
 	switch {
 	case errors.Is(err, relay.ErrHeaderTooLarge):
 		// The client's request, not the owner, is at fault.
@@ -62,6 +76,7 @@ func (f *Front) relay(w http.ResponseWriter, req *owner.Request, m *pb.Member, h
 	defer resp.Body.Close()
 	f.cfg.Metrics.PeerReqs.WithLabelValues(m.GetId(), metrics.StatusClass(resp.StatusCode)).Inc()
 	httpcache.RemoveHopByHop(resp.Header)
+	delete(resp.Header, hop.AccountField) // read above; the owner's, not the client's
 	out := relayedOutcome(resp.Header)
 	if hot && f.cfg.Owner.Keep(w, *req, resp) {
 		return out, true

@@ -44,6 +44,11 @@ const (
 	// RefusedField, on a peer listener's answer, says the request was
 	// refused unserved, and why: the sender serves it otherwise.
 	RefusedField = "X-Shardcache-Refused"
+	// AccountField, on a peer request, asks the owner for its account of
+	// the request (its stages' times, the requests it made), which its
+	// answer carries in the same field (JSON): a full log stream is open
+	// on the sender.
+	AccountField = "X-Shardcache-Account"
 )
 
 // Prefix starts every header field above; Strip deletes
@@ -53,7 +58,7 @@ const Prefix = "X-Shardcache-"
 // Fields are every header field above: taken from no client, sent
 // to no origin.
 var Fields = []string{Marker, EpochField, SchemeField, InvalidateField, SliceField, SliceVersionField,
-	HandoffField, HotKeysField, PurgeRevisionField, RefusedField}
+	HandoffField, HotKeysField, PurgeRevisionField, RefusedField, AccountField}
 
 // RelayHeader is the header of a client request relayed to a peer by node
 // self at ring epoch (0: none yet): the client's end-to-end fields, the

@@ -7,8 +7,6 @@ package logstream
 import (
 	"encoding/json"
 	"errors"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,48 +15,7 @@ import (
 )
 
 // Record is one request, as the access log has it.
-type Record struct {
-	Start        time.Time `json:"start"`
-	Client       string    `json:"client"`
-	ForwardedFor string    `json:"forwarded_for"`
-	Method       string    `json:"method"`
-	Host         string    `json:"host"`
-	Path         string    `json:"path"`
-	Proto        string    `json:"proto"`
-	Status       int       `json:"status"`
-	Bytes        int64     `json:"bytes"`
-	DurationMS   float64   `json:"duration_ms"`
-	Cache        string    `json:"cache"`
-	Route        string    `json:"route"`
-	ServedBy     string    `json:"served_by"`
-	Node         string    `json:"node"`
-	TraceID      string    `json:"trace_id"`
-	Referer      string    `json:"referer"`
-	UserAgent    string    `json:"user_agent"`
-	// Key is the cache key ("" for a request that bypassed the cache),
-	// RequestID the request's X-Request-Id, and Reason the rule that
-	// decided an answer that was not a plain hit (Cache-Status detail).
-	Key       string `json:"key"`
-	RequestID string `json:"request_id"`
-	Reason    string `json:"reason"`
-}
-
-// NCSA is r in the NCSA combined log format, varnishncsa's default:
-// host - - [time] "request line" status bytes "referer" "user agent".
-func (r *Record) NCSA() string {
-	bytes := "-"
-	if r.Bytes > 0 {
-		bytes = strconv.FormatInt(r.Bytes, 10)
-	}
-	q := func(s string) string {
-		if s == "" {
-			return "-"
-		}
-		return strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s)
-	}
-	return r.Client + " - - [" + r.Start.Format("02/Jan/2006:15:04:05 -0700") + `] "` + q(r.Method+" "+r.Path+" "+r.Proto) + `" ` +
-		strconv.Itoa(r.Status) + " " + bytes + ` "` + q(r.Referer) + `" "` + q(r.UserAgent) + `"`
-}
+type Record = admin.LogRecord
 
 // Limits: streams open at once on a node, records a second one stream
 // gets by default and at most, and records a stream holds while its
@@ -81,6 +38,7 @@ type Hub struct {
 	mu      sync.Mutex
 	streams map[*Stream]struct{}
 	open    atomic.Int32
+	full    atomic.Int32  // streams that take full records
 	done    chan struct{} // closed by Shutdown
 	closed  bool
 	now     func() time.Time // nil: time.Now
@@ -113,6 +71,10 @@ func (h *Hub) doneLocked() chan struct{} {
 // Active reports whether any stream is open: the request path builds a
 // record only then.
 func (h *Hub) Active() bool { return h != nil && h.open.Load() > 0 }
+
+// FullActive reports whether a stream that takes full records is open:
+// the request path keeps an account of a request only then.
+func (h *Hub) FullActive() bool { return h != nil && h.full.Load() > 0 }
 
 // Publish offers r to every stream whose filter it passes. It never waits.
 func (h *Hub) Publish(r *Record) {
@@ -156,13 +118,25 @@ func (h *Hub) Open(f admin.LogFilter, rate int) (*Stream, error) {
 	if rate <= 0 {
 		rate = DefaultRate
 	}
-	s := &Stream{C: make(chan *Record, queue), f: f, rate: min(rate, MaxRate)}
+	s := &Stream{C: make(chan *Record, queue), f: f, rate: min(rate, MaxRate), full: f.NeedsFull()}
 	if h.streams == nil {
 		h.streams = map[*Stream]struct{}{}
 	}
 	h.streams[s] = struct{}{}
-	h.open.Store(int32(len(h.streams)))
+	h.countLocked()
 	return s, nil
+}
+
+// countLocked sets the counts of open and full streams.
+func (h *Hub) countLocked() {
+	full := 0
+	for s := range h.streams {
+		if s.full {
+			full++
+		}
+	}
+	h.open.Store(int32(len(h.streams)))
+	h.full.Store(int32(full))
 }
 
 // Close ends s.
@@ -170,7 +144,7 @@ func (h *Hub) Close(s *Stream) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.streams, s)
-	h.open.Store(int32(len(h.streams)))
+	h.countLocked()
 }
 
 // Stream is one operator's view of the log.
@@ -178,26 +152,27 @@ type Stream struct {
 	C       chan *Record
 	Dropped atomic.Uint64 // records that passed the filter but not the rate or the queue
 	f       admin.LogFilter
+	full    bool // it takes full records
 	rate    int
 	second  int64
 	sent    int
 }
 
-func (s *Stream) match(r *Record) bool {
-	f := s.f
-	host := r.Host
-	if h, _, ok := strings.Cut(host, ":"); ok && !strings.Contains(h, "]") {
-		host = h
-	}
-	return (f.Host == "" || strings.EqualFold(host, f.Host)) && strings.HasPrefix(r.Path, f.PathPrefix) && f.MatchStatus(r.Status) &&
-		(f.Cache == "" || r.Cache == f.Cache) && (f.Route == "" || r.Route == f.Route) &&
-		(f.MinDuration == 0 || r.DurationMS >= float64(f.MinDuration)/float64(time.Millisecond))
-}
+func (s *Stream) match(r *Record) bool { return s.f.Match(r) }
 
-// Line is r as one line of the stream: JSON, or NCSA.
-func Line(r *Record, ncsa bool) []byte {
+// Full reports whether s takes full records.
+func (s *Stream) Full() bool { return s.full }
+
+// Line is r as one line of the stream: JSON, with its full part or (full
+// false) without, or NCSA.
+func Line(r *Record, ncsa, full bool) []byte {
 	if ncsa {
 		return []byte(r.NCSA() + "\n")
+	}
+	if !full && r.Full != nil {
+		plain := *r
+		plain.Full = nil
+		r = &plain
 	}
 	b, _ := json.Marshal(r)
 	return append(b, '\n')

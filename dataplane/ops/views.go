@@ -233,7 +233,7 @@ func (l *listener) serveLog(w http.ResponseWriter, r *http.Request) {
 		case <-stopping:
 			return
 		case rec := <-s.C:
-			if _, err := w.Write(logstream.Line(rec, ncsa)); err != nil {
+			if _, err := w.Write(logstream.Line(rec, ncsa, s.Full())); err != nil {
 				return
 			}
 			rc.Flush()

@@ -146,7 +146,11 @@ func (f *fill) stream(wr *store.Writer, done func(), status string) {
 	err := rdErr
 	if err == nil {
 		defer rd.Close()
+		started := f.req.Account.Now()
 		err = f.Answer(wr.Entry(), rd, status)
+		if a := f.req.Account; a != nil {
+			a.Store = time.Since(started)
+		}
 	}
 	if err != nil {
 		f.originError(http.StatusBadGateway, err, "origin response broke off")

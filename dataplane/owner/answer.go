@@ -11,6 +11,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/store"
@@ -192,6 +193,7 @@ func (s *serving) cacheHeaders(h http.Header, e *store.Entry, status string) {
 	var buf [128]byte
 	addCacheStatus(h, string(m.Append(buf[:0])))
 	s.out.Member, s.out.Node = m, s.cfg.ID
+	s.accountField(h)
 }
 
 // statusMember is e's age, and this node's Cache-Status member for an
@@ -209,6 +211,14 @@ func (s *serving) statusMember(e *store.Entry, status string) (time.Duration, ht
 		m.Status, m.Stored = http.StatusNotModified, true
 	}
 	return age, m
+}
+
+// accountField sends the request's account back to the peer that asked
+// for it (hop.AccountField).
+func (s *serving) accountField(h http.Header) {
+	if a := s.req.Account; a != nil && s.req.Hop.From != "" {
+		h[hop.AccountField] = []string{a.Field()}
+	}
 }
 
 // answerWhole writes an answer whole from e in memory (its identity body,
@@ -302,6 +312,7 @@ func (s *serving) statusHeaders(h http.Header, status string, code int) {
 	m := httpcache.StatusMember{Node: s.statusName, Cache: status, Status: code, Detail: s.reason}
 	addCacheStatus(h, m.String())
 	s.out.Member, s.out.Node = m, s.cfg.ID
+	s.accountField(h)
 }
 
 // originError answers code for a failure to get an answer from the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
@@ -56,8 +57,12 @@ func (s *serving) collapse() {
 	}
 	wctx, cancel := context.WithTimeout(s.r.Context(), wait)
 	s.waiting.Add(1)
+	started := s.req.Account.Now()
 	share, ok := call.Wait(wctx)
 	s.waiting.Add(-1)
+	if a := s.req.Account; a != nil {
+		a.CollapseWait = time.Since(started)
+	}
 	cancel()
 	if ok && s.serveShare(share) {
 		return
@@ -113,9 +118,11 @@ func (s *serving) revalidateInBackground(e *store.Entry) {
 }
 
 // fork is a copy of s for work of its own (a background revalidation, a
-// slice served in process), with its own outcome.
+// slice served in process), with its own outcome and no account.
 func (s *serving) fork(w http.ResponseWriter, req *Request) *serving {
-	return &serving{Owner: s.Owner, w: w, req: *req, r: req.HTTP, key: req.Key, p: req.Policy, dirs: httpcache.ForRequest(req.HTTP.Header)}
+	fs := &serving{Owner: s.Owner, w: w, req: *req, r: req.HTTP, key: req.Key, p: req.Policy, dirs: httpcache.ForRequest(req.HTTP.Header)}
+	fs.req.Account = nil
+	return fs
 }
 
 // background is req for work no client waits on: its context outlives the

@@ -116,6 +116,10 @@ func (f *fill) fetch() bool {
 		f.resp, err = f.cfg.Origin.Fetch(f.ctx, f.r, f.p, true, f.originFields())
 	}
 	f.received = time.Now()
+	if a := f.req.Account; a != nil && f.fromOrigin {
+		a.OriginFirstByte = f.received.Sub(f.requested)
+		a.Record(CallOrigin, "", f.resp, err, a.OriginFirstByte)
+	}
 	if (err != nil || f.resp.StatusCode >= 500 && f.stale != nil) && !f.failed(err) {
 		return false
 	}
@@ -221,7 +225,15 @@ func (f *fill) fromPeer(from *pb.Member, handoff bool) *http.Response {
 		h.Set("Cache-Control", "only-if-cached")
 		timeout = handoffTimeout
 	}
+	sent := f.req.Account.Now()
 	resp, err := f.forward(f.ctx, from, &get, h, timeout)
+	if a := f.req.Account; a != nil {
+		kind := CallFirstOwner
+		if handoff {
+			kind = CallHandoff
+		}
+		a.Record(kind, from.GetId(), resp, err, time.Since(sent))
+	}
 	if err != nil {
 		if handoff {
 			f.cfg.Metrics.Handoffs.WithLabelValues("error").Inc()

@@ -44,6 +44,10 @@ type Request struct {
 	// Copy asks for this node's copy of a hot object it does not own:
 	// Serve answers from a fresh one, or writes nothing.
 	Copy bool
+	// Account, when set (a full log stream is open, or a relaying peer
+	// asks for it), is filled in by the stages: the time of each and the
+	// requests they make (account.go). Nil costs nothing.
+	Account *Account
 }
 
 // Hop is what a peer's request says of itself, believed only from a

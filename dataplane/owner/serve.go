@@ -3,6 +3,7 @@ package owner
 import (
 	"net/http"
 	"strconv"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -53,6 +54,8 @@ func (o *Owner) Serve(w http.ResponseWriter, req Request) Outcome {
 	}
 	if req.Assemble {
 		// The assembler's fetches keep it beyond this call: on the heap.
+		// Its slices are served at once, and keep no account.
+		req.Account = nil
 		sl := &serving{Owner: o, w: w, req: req, r: req.HTTP, key: req.Key, p: req.Policy, dirs: httpcache.ForRequest(req.HTTP.Header)}
 		sl.serveSliced()
 		return sl.out
@@ -75,8 +78,13 @@ func (s *serving) serve() {
 	if s.cfg.Tracer != nil {
 		_, span = s.cfg.Tracer.Start(s.r.Context(), "cache.lookup", trace.WithAttributes(attribute.String("shardcache.key", s.key)))
 	}
+	a := s.req.Account
+	started := a.Now()
 	e := s.lookup()
 	use := s.decide(e)
+	if a != nil {
+		a.Lookup = time.Since(started)
+	}
 	if span != nil {
 		outcome := "miss"
 		if e != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/logquery"
 )
 
 // LogFilter selects the access-log records a stream carries; zero fields
@@ -21,6 +22,14 @@ type LogFilter struct {
 	Cache       string        // X-Cache value, e.g. MISS
 	Route       string        // local, relayed, bypass, redirect, sliced...
 	MinDuration time.Duration // at least this long
+	// Expr is a filter expression (package logquery, over LogFields):
+	// status >= 500 and route == relayed and duration > 100ms.
+	Expr string
+	// Full asks for full records (LogRecord.Full): the request's and the
+	// answer's fields, the stages' times, the requests made for it.
+	Full bool
+
+	query *logquery.Query // Expr, parsed by ParseLogFilter
 }
 
 // Query is f as the node's /log query parameters.
@@ -38,6 +47,10 @@ func (f LogFilter) Query() url.Values {
 	set("route", f.Route)
 	if f.MinDuration > 0 {
 		q.Set("min_duration", f.MinDuration.String())
+	}
+	set("q", f.Expr)
+	if f.Full {
+		q.Set("full", "1")
 	}
 	return q
 }
@@ -60,7 +73,38 @@ func ParseLogFilter(q url.Values) (LogFilter, error) {
 	if f.PathPrefix != "" && !strings.HasPrefix(f.PathPrefix, "/") {
 		return f, fmt.Errorf("%w: path prefix %q: want one starting with /", ErrInvalid, f.PathPrefix)
 	}
+	switch v := q.Get("full"); v {
+	case "", "0":
+	case "1":
+		f.Full = true
+	default:
+		return f, fmt.Errorf("%w: full %q: want 1 or 0", ErrInvalid, v)
+	}
+	f.Expr = q.Get("q")
+	query, err := ParseLogQuery(f.Expr)
+	if err != nil {
+		return f, fmt.Errorf("%w: filter: %v", ErrInvalid, err)
+	}
+	f.query = query
 	return f, nil
+}
+
+// ParseLogQuery parses a filter expression over LogFields ("" is none).
+func ParseLogQuery(s string) (*logquery.Query, error) { return logquery.Parse(s, LogFields) }
+
+// NeedsFull reports whether the records f selects must be full: it asks
+// for them, or its query reads what only they carry.
+func (f LogFilter) NeedsFull() bool { return f.Full || f.query.Full() }
+
+// Match reports whether r passes f (as ParseLogFilter made it).
+func (f LogFilter) Match(r *LogRecord) bool {
+	host := r.Host
+	if h, _, ok := strings.Cut(host, ":"); ok && !strings.Contains(h, "]") {
+		host = h
+	}
+	return (f.Host == "" || strings.EqualFold(host, f.Host)) && strings.HasPrefix(r.Path, f.PathPrefix) && f.MatchStatus(r.Status) &&
+		(f.Cache == "" || r.Cache == f.Cache) && (f.Route == "" || r.Route == f.Route) &&
+		(f.MinDuration == 0 || r.DurationMS >= float64(f.MinDuration)/float64(time.Millisecond)) && f.query.Match(r)
 }
 
 func (f LogFilter) checkStatus() error {
@@ -89,8 +133,8 @@ func (f LogFilter) MatchStatus(status int) bool {
 }
 
 // StreamLog streams n's access-log records that pass f, one line each (a
-// JSON object, or ncsa set: the NCSA combined format), to line, until ctx
-// ends or the node closes the stream. rate bounds the records a second
+// JSON object, a LogRecord, or ncsa set: the NCSA combined format), to
+// line, until ctx ends or the node closes the stream. rate bounds the records a second
 // the node sends (0: its default); beyond it the node drops records and
 // says how many.
 func (c *Client) StreamLog(ctx context.Context, n *pb.Node, f LogFilter, ncsa bool, rate int, line func(string)) error {
