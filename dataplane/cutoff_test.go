@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,12 +43,14 @@ func TestACutOffNodeRevalidatesWhatItStoredBeforeTheCut(t *testing.T) {
 	fc.publish(epochOf(1, n))
 	waitEpoch(t, n, 1)
 	base := "http://" + n.ClientAddr().String()
+	var cacheStatus string // the last answer's
 	get := func(path string) (string, int) {
 		t.Helper()
 		resp, body := do(t, "GET", base+path)
 		if resp.StatusCode == 200 && body != "body of "+path {
 			t.Fatalf("%s: %q", path, body)
 		}
+		cacheStatus = resp.Header.Get("Cache-Status")
 		return resp.Header.Get("X-Cache"), resp.StatusCode
 	}
 	get("/before")
@@ -63,6 +66,9 @@ func TestACutOffNodeRevalidatesWhatItStoredBeforeTheCut(t *testing.T) {
 	})
 	if c, code := get("/before"); c != "REVALIDATED" || code != 200 || revalidations.Load() != 1 {
 		t.Fatalf("stored before the cut, past the bound: %s %d after %d revalidations, want REVALIDATED after 1", c, code, revalidations.Load())
+	}
+	if !strings.Contains(cacheStatus, "; detail=cut-off") {
+		t.Fatalf("the revalidation the cut forced: Cache-Status %q; want detail=cut-off", cacheStatus)
 	}
 	if c, _ := get("/before"); c != "HIT" {
 		t.Fatalf("once the origin confirmed it (within the bound): %s, want HIT", c)

@@ -184,3 +184,24 @@ func TestCacheStatusKeyAndCollapsed(t *testing.T) {
 		t.Fatalf("the origin saw %d requests for the collapsed key, want 1", o.count("/slow/b"))
 	}
 }
+
+// TestAdmissionRefusalIsNamed: a response the disk tier does not admit
+// (its file system below the free-space guard) is answered unstored, and
+// its Cache-Status, the reason counter and the owner's note say why.
+func TestAdmissionRefusalIsNamed(t *testing.T) {
+	origin := httptest.NewServer(&testOrigin{})
+	defer origin.Close()
+	_, n := startOne(t, origin.URL, noHotKeys, func(c *Config) { c.DiskMinFree = 1 << 62 })
+	resp, _ := do(t, "GET", "http://"+n.ClientAddr().String()+"/adm/a")
+	if cs := resp.Header.Get("Cache-Status"); resp.Header.Get("X-Cache") != "MISS" || !strings.Contains(cs, "; detail=admission") || strings.Contains(cs, "stored") {
+		t.Fatalf("a refused fill: X-Cache %q, Cache-Status %q; want MISS, not stored, detail=admission", resp.Header.Get("X-Cache"), cs)
+	}
+	if v := metricValue(t, n, "shardcache_request_reasons_total", `reason="admission"`); v != 1 {
+		t.Fatalf("shardcache_request_reasons_total{reason=admission} = %v, want 1", v)
+	}
+	host := n.ClientAddr().String()
+	host = host[:strings.LastIndexByte(host, ':')]
+	if note, ok := n.owner.Note("http" + host + "/adm/a"); !ok || note.Reason != "admission" || note.Stored || note.Cache != "MISS" {
+		t.Fatalf("the owner's note %+v, %t; want a MISS not stored, for admission", note, ok)
+	}
+}

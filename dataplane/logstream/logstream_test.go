@@ -2,6 +2,7 @@ package logstream
 
 import (
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,5 +68,39 @@ func TestFiltersRatesAndBounds(t *testing.T) {
 		if _, err := admin.ParseLogFilter(bad); err == nil {
 			t.Errorf("filter %v accepted", bad)
 		}
+	}
+}
+
+// TestFullStreams: a stream that asks for full records, or whose filter
+// reads what only they carry, makes the hub ask for them (FullActive)
+// while it is open; a plain stream's lines leave the full part out.
+func TestFullStreams(t *testing.T) {
+	var h Hub
+	plainF, _ := admin.ParseLogFilter(url.Values{"q": {"status >= 500"}})
+	headerF, _ := admin.ParseLogFilter(url.Values{"q": {`req.User-Agent ~ "curl"`}})
+	fullF, _ := admin.ParseLogFilter(url.Values{"full": {"1"}})
+	plain, _ := h.Open(plainF, 0)
+	if h.FullActive() || plain.Full() {
+		t.Fatal("a plain stream asks for full records")
+	}
+	byHeader, _ := h.Open(headerF, 0)
+	full, _ := h.Open(fullF, 0)
+	if !h.FullActive() || !byHeader.Full() || !full.Full() {
+		t.Fatal("a stream filtering by a header, or asking for full records, does not get them")
+	}
+	h.Close(byHeader)
+	h.Close(full)
+	if h.FullActive() {
+		t.Fatal("full records asked for after the full streams closed")
+	}
+	r := &Record{Status: 503, Full: &admin.LogDetail{Request: map[string][]string{"User-Agent": {"curl/8"}}}}
+	if l := string(Line(r, false, false)); strings.Contains(l, `"full"`) {
+		t.Fatalf("a plain stream's line: %s", l)
+	}
+	if l := string(Line(r, false, true)); !strings.Contains(l, `"full":{"request":{"User-Agent":["curl/8"]}`) {
+		t.Fatalf("a full stream's line: %s", l)
+	}
+	if r.Full == nil {
+		t.Fatal("a plain line took the shared record's full part")
 	}
 }
