@@ -109,10 +109,7 @@ func New() *Set {
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_requests_total", Help: "Client requests by route, cache status, method and status class.",
 		}, []string{"route", "cache", "method", "code"}),
-		Reasons: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_request_reasons_total",
-			Help: "Client requests that were not plain hits, by the rule that decided: why they bypassed the cache, missed, were revalidated, or were not stored (Cache-Status detail).",
-		}, []string{"reason"}),
+		Reasons: newReasons(),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "shardcache_request_duration_seconds", Help: "Client request duration by route.",
 			Buckets: durationBuckets, NativeHistogramBucketFactor: 1.1,
@@ -372,6 +369,13 @@ func StatusClass(code int) string {
 
 // statusClasses are StatusClass's answers, made once.
 var statusClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
+
+func newReasons() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardcache_request_reasons_total",
+		Help: "Client requests that were not plain hits, by the rule that decided: why they bypassed the cache, missed, were revalidated, or were not stored (Cache-Status detail).",
+	}, []string{"reason"})
+}
 
 type routeObservers struct{ duration, size prometheus.Observer }
 
