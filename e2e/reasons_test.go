@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,23 @@ func reasonOrigin(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusInternalServerError) // no freshness of its own
 	case strings.HasPrefix(p, "/r/no-lifetime"):
 		// neither freshness nor a validator
+	case strings.HasPrefix(p, "/r/must-understand"):
+		h.Set("Cache-Control", "max-age=60, must-understand")
+		w.WriteHeader(599) // a status whose caching rules no cache knows
+	case strings.HasPrefix(p, "/r/disconnect"):
+		// Stored stale; its revalidation finds the connection closed.
+		if r.Header.Get("If-None-Match") != "" {
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				c.Close()
+			}
+			return
+		}
+		h.Set("Cache-Control", "max-age=60")
+		h.Set("Age", "120")
+		h.Set("Etag", `"d1"`)
+	case strings.HasPrefix(p, "/r/coded"):
+		rawAnswer([]string{"Cache-Control: max-age=60", "Transfer-Encoding: compress, chunked"}, chunked([]byte("coded")))(w, r, 1)
+		return
 	default:
 		h.Set("Cache-Control", "max-age=60")
 	}
@@ -157,6 +175,7 @@ func TestEveryReasonIsNamedEverywhere(t *testing.T) {
 	send(front, "GET", "/r/fresh", "X-V", "a")
 	send(front, "GET", "/r/vary/x", "X-V", "a")
 	send(front, "GET", "/r/purge/x")
+	send(front, "GET", "/r/disconnect")
 	var purged purgeJSON
 	if err := c.cachectl(ctx, &purged, "purge", "http://127.0.0.1/r/purge/x"); err != nil {
 		t.Fatal(err)
@@ -187,6 +206,9 @@ func TestEveryReasonIsNamedEverywhere(t *testing.T) {
 		{"only-if-cached", "GET", "/r/never", []string{"Cache-Control", "only-if-cached"}, "MISS"},
 		{"purged", "GET", "/r/purge/x", nil, "MISS"},
 		{"origin-error", "GET", "/r/down/a", nil, "MISS"},
+		{"must-understand", "GET", "/r/must-understand", nil, "MISS"},
+		{"stale-if-disconnected", "GET", "/r/disconnect", nil, "STALE"},
+		{"transfer-coding", "GET", "/r/coded", nil, "MISS"},
 	}
 	ids := map[string]string{} // request id -> reason
 	for _, tt := range cases {
@@ -331,7 +353,9 @@ func TestCachectlLogFullShowsSubRequests(t *testing.T) {
 	probes := ownedPaths(t, members, "node-2", "/f/probe-", 100)
 	i := 0
 	err := eventually(ctx, func() error {
-		id := get(probes[i%len(probes)] + "?size=10")
+		// Each probe a miss of its own, however many it takes: the
+		// records checked below are all relayed misses.
+		id := get(probes[i%len(probes)] + "?size=10&try=" + strconv.Itoa(i))
 		i++
 		if !strings.Contains(jsonLines.String(), id) || !strings.Contains(text.String(), id) {
 			return fmt.Errorf("the streams have not shown probe %s yet", id)

@@ -195,7 +195,7 @@ func Unstorable(status int, h http.Header, authorized bool, o Overrides, targete
 	// status's caching rules (RFC 9111 3, 5.2.2.3): those of RFC 9110's
 	// statuses, whatever no-store says.
 	if cc.Has("must-understand") && !understoodStatuses[status] {
-		return ReasonStatus
+		return ReasonMustUnderstand
 	}
 	// Other statuses than the heuristically cacheable ones only with
 	// explicit freshness or public (RFC 9111 3), or a policy's TTL.

@@ -73,8 +73,8 @@ var unstorableWhy = map[string]string{
 	"500 without freshness": ReasonStatus, "directive names are case-insensitive": ReasonNoStore,
 	"206 is stored only as a slice": ReasonStatus, "304 is not stored": ReasonStatus, "1xx is not stored": ReasonStatus,
 	"a status the policy excludes":                         ReasonExcluded,
-	"must-understand with an unknown status is not stored": ReasonStatus, "must-understand with an unknown status, without no-store": ReasonStatus,
-	"must-understand with an unknown status, whatever the policy": ReasonStatus, "must-understand with an unregistered 2xx": ReasonStatus, "Set-Cookie": ReasonSetCookie, "authorized, max-age only": ReasonAuthorization,
+	"must-understand with an unknown status is not stored": ReasonMustUnderstand, "must-understand with an unknown status, without no-store": ReasonMustUnderstand,
+	"must-understand with an unknown status, whatever the policy": ReasonMustUnderstand, "must-understand with an unregistered 2xx": ReasonMustUnderstand, "Set-Cookie": ReasonSetCookie, "authorized, max-age only": ReasonAuthorization,
 }
 
 func TestLifetime(t *testing.T) {

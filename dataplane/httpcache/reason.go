@@ -37,24 +37,27 @@ const (
 	ReasonAuthorizeEach   = "authorize-each" // the policy has every use authorised by the origin
 
 	// Not stored (admit): why the answer was not kept.
-	ReasonNoStore    = "no-store"    // the response's no-store
-	ReasonPrivate    = "private"     // the response's private
-	ReasonVaryStar   = "vary-star"   // Vary: *
-	ReasonSetCookie  = "set-cookie"  // a Set-Cookie the policy does not store
-	ReasonStatus     = "status"      // a status not stored without explicit freshness
-	ReasonExcluded   = "excluded"    // a status the policy excludes
-	ReasonNoLifetime = "no-lifetime" // no freshness and no validator to revalidate with
-	ReasonTooLarge   = "too-large"   // over the policy's (or the node's) largest object
-	ReasonVaryLimit  = "vary-limit"  // the URL has its policy's number of variants
-	ReasonAdmission  = "admission"   // the disk tier did not admit it (full, or the object asked for too rarely)
-	ReasonStoreError = "store-error" // the store failed to take it (or, for a miss, to read it back)
-	ReasonSliceNoID  = "slice-no-validator"
+	ReasonNoStore        = "no-store"        // the response's no-store
+	ReasonPrivate        = "private"         // the response's private
+	ReasonVaryStar       = "vary-star"       // Vary: *
+	ReasonSetCookie      = "set-cookie"      // a Set-Cookie the policy does not store
+	ReasonStatus         = "status"          // a status not stored without explicit freshness
+	ReasonMustUnderstand = "must-understand" // must-understand, with a status whose caching rules the node does not implement (RFC 9111 5.2.2.3)
+	ReasonExcluded       = "excluded"        // a status the policy excludes
+	ReasonNoLifetime     = "no-lifetime"     // no freshness and no validator to revalidate with
+	ReasonTooLarge       = "too-large"       // over the policy's (or the node's) largest object
+	ReasonVaryLimit      = "vary-limit"      // the URL has its policy's number of variants
+	ReasonAdmission      = "admission"       // the disk tier did not admit it (full, or the object asked for too rarely)
+	ReasonStoreError     = "store-error"     // the store failed to take it (or, for a miss, to read it back)
+	ReasonSliceNoID      = "slice-no-validator"
 
 	// Served stale, and failures.
-	ReasonStaleIfError = "stale-if-error" // the origin failed: served stale
-	ReasonMaxStale     = "max-stale"      // the request allows it stale
-	ReasonSWR          = "stale-while-revalidate"
-	ReasonOriginError  = "origin-error" // no answer from the origin
+	ReasonStaleIfError        = "stale-if-error" // the origin failed: served stale
+	ReasonMaxStale            = "max-stale"      // the request allows it stale
+	ReasonSWR                 = "stale-while-revalidate"
+	ReasonOriginError         = "origin-error"          // no answer from the origin
+	ReasonStaleIfDisconnected = "stale-if-disconnected" // the origin closed the connection unanswered: served stale (RFC 9111 4.2.4)
+	ReasonTransferCoding      = "transfer-coding"       // the origin answered in a transfer coding the node cannot decode: a 502
 )
 
 // Reasons is every reason, for counters that start at zero.
@@ -62,7 +65,7 @@ var Reasons = []string{
 	ReasonMethod, ReasonAuthorization, ReasonUpgrade, ReasonRequestNoStore, ReasonPolicyBypass, ReasonBypassRule,
 	ReasonURIMiss, ReasonVaryMiss, ReasonPurged, ReasonSoftPurged, ReasonInvalidated, ReasonCatchingUp, ReasonEncoding, ReasonSliceVersion, ReasonOnlyIfCached,
 	ReasonExpired, ReasonNoCache, ReasonMustRevalidate, ReasonRequestNoCache, ReasonRequestMaxAge, ReasonRequestMinFresh, ReasonCutOff, ReasonAuthorizeEach,
-	ReasonNoStore, ReasonPrivate, ReasonVaryStar, ReasonSetCookie, ReasonStatus, ReasonExcluded, ReasonNoLifetime, ReasonTooLarge,
+	ReasonNoStore, ReasonPrivate, ReasonVaryStar, ReasonSetCookie, ReasonStatus, ReasonMustUnderstand, ReasonExcluded, ReasonNoLifetime, ReasonTooLarge,
 	ReasonVaryLimit, ReasonAdmission, ReasonStoreError, ReasonSliceNoID,
-	ReasonStaleIfError, ReasonMaxStale, ReasonSWR, ReasonOriginError,
+	ReasonStaleIfError, ReasonMaxStale, ReasonSWR, ReasonOriginError, ReasonStaleIfDisconnected, ReasonTransferCoding,
 }

@@ -320,6 +320,9 @@ func (s *serving) statusHeaders(h http.Header, status string, code int) {
 func (s *serving) originError(code int, err error, msg string) {
 	h := s.w.Header()
 	s.reason = httpcache.ReasonOriginError
+	if errors.Is(err, httpcache.ErrTransferCoding) {
+		s.reason = httpcache.ReasonTransferCoding // it answered, undecodably
+	}
 	s.statusHeaders(h, httpcache.CacheMiss, 0)
 	s.out.Source = ""
 	h["Proxy-Status"] = []string{httpcache.ProxyStatus(s.statusName, httpcache.ErrorType(err), httpcache.ErrorDetails(err))}

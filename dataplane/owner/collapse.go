@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -29,6 +30,7 @@ type fillShare struct {
 	wr     *store.Writer
 	e      *store.Entry
 	status string // X-Cache for e
+	reason string // the rule e is served by (stale-if-error, ...)
 	err    error
 	code   int         // HTTP status for err
 	req    http.Header // the leader's request, to check Vary
@@ -79,6 +81,7 @@ func (s *serving) serveShare(sh *fillShare) bool {
 		s.originError(sh.code, sh.err, "origin unreachable")
 		return true
 	case sh.e != nil:
+		s.reason = cmp.Or(sh.reason, s.reason)
 		return s.Answer(sh.e, nil, sh.status) == nil
 	}
 	e := sh.wr.Entry()

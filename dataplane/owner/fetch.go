@@ -175,17 +175,16 @@ func (f *fill) originFields() http.Header {
 // forbids it; else with an error that every collapsed request shares. It
 // reports whether the fill goes on (a 5xx that must be passed on).
 func (f *fill) failed(err error) bool {
-	if st := f.stale; st != nil && !f.unconfirmed && !f.p.AuthorizeEach &&
-		(httpcache.StaleOnError(st.Age(f.received), st.Lifetime, st.Header, f.r.Header, f.p.StaleIfError, f.p.Targeted...) ||
-			f.p.StaleIfDisconnected && httpcache.Disconnected(err) && httpcache.StaleDisconnected(st.Header, f.p.Targeted...)) {
+	if why := f.staleReason(err); why != "" {
+		st := f.stale
 		result := "error"
 		if err == nil {
 			result = metrics.StatusClass(f.resp.StatusCode)
 			f.resp.Body.Close()
 		}
 		f.cfg.Metrics.OriginReqs.WithLabelValues("fill", result).Inc()
-		f.settle(&fillShare{e: st, status: httpcache.CacheStale})
-		f.reason = httpcache.ReasonStaleIfError
+		f.settle(&fillShare{e: st, status: httpcache.CacheStale, reason: why})
+		f.reason = why
 		f.Answer(st, nil, httpcache.CacheStale)
 		return false
 	}
@@ -204,6 +203,22 @@ func (f *fill) failed(err error) bool {
 	f.settle(&fillShare{err: fmt.Errorf("%s: %w", msg, err), code: code})
 	f.originError(code, err, msg)
 	return false
+}
+
+// staleReason is the rule by which the stored response being revalidated
+// is served stale for the origin's failure (err, or a 5xx when err is
+// nil): stale-if-error, or stale-if-disconnected; "" when none allows it.
+func (f *fill) staleReason(err error) string {
+	st := f.stale
+	switch {
+	case st == nil || f.unconfirmed || f.p.AuthorizeEach:
+		return ""
+	case httpcache.StaleOnError(st.Age(f.received), st.Lifetime, st.Header, f.r.Header, f.p.StaleIfError, f.p.Targeted...):
+		return httpcache.ReasonStaleIfError
+	case f.p.StaleIfDisconnected && httpcache.Disconnected(err) && httpcache.StaleDisconnected(st.Header, f.p.Targeted...):
+		return httpcache.ReasonStaleIfDisconnected
+	}
+	return ""
 }
 
 // fromPeer asks another node for the key; nil when it cannot answer (the

@@ -42,24 +42,25 @@ func TestStaleWhenDisconnected(t *testing.T) {
 		p          *policy.Policy
 		err        error
 		code       int
+		reason     string // Cache-Status detail
 	}{
-		{"closed without an answer", "/plain", nil, closed, http.StatusOK},
-		{"refused", "/plain", nil, refused, http.StatusGatewayTimeout},
-		{"closed, must-revalidate", "/must", nil, closed, http.StatusGatewayTimeout},
-		{"closed, the policy's stale_if_disconnected off", "/plain", noStale, closed, http.StatusGatewayTimeout},
+		{"closed without an answer", "/plain", nil, closed, http.StatusOK, httpcache.ReasonStaleIfDisconnected},
+		{"refused", "/plain", nil, refused, http.StatusGatewayTimeout, httpcache.ReasonOriginError},
+		{"closed, must-revalidate", "/must", nil, closed, http.StatusGatewayTimeout, httpcache.ReasonOriginError},
+		{"closed, the policy's stale_if_disconnected off", "/plain", noStale, closed, http.StatusGatewayTimeout, httpcache.ReasonOriginError},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			to.origin.mu.Lock()
 			to.origin.err = tt.err
 			to.origin.mu.Unlock()
 			w, out := to.serve(request(tt.path, tt.p))
-			if w.Code != tt.code {
-				t.Fatalf("%d (X-Cache %s), want %d", w.Code, w.Header().Get("X-Cache"), tt.code)
+			cs := w.Header().Get("Cache-Status")
+			if w.Code != tt.code || out.Member.Detail != tt.reason || !strings.HasSuffix(cs, "; detail="+tt.reason) {
+				t.Fatalf("%d (X-Cache %s, Cache-Status %q), want %d, detail=%s", w.Code, w.Header().Get("X-Cache"), cs, tt.code, tt.reason)
 			}
 			if tt.code != http.StatusOK {
 				return
 			}
-			cs := w.Header().Get("Cache-Status")
 			if w.Header().Get("X-Cache") != httpcache.CacheStale || w.Body.String() != "kept" || out.Member.Cache != httpcache.CacheStale ||
 				!strings.HasPrefix(cs, "a; hit; ttl=-") {
 				t.Fatalf("X-Cache %s, body %q, Cache-Status %q, outcome %+v", w.Header().Get("X-Cache"), w.Body.String(), cs, out)
