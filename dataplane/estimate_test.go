@@ -20,6 +20,11 @@ func TestLocalEstimateShowsWhatShardingSaves(t *testing.T) {
 			}
 		}
 	}
+	// The estimate observes each request as it is recorded, just after
+	// its answer.
+	waitFor(t, "every request observed by the estimate", func() bool {
+		return metricValue(t, a, "shardcache_local_estimate_requests_total")+metricValue(t, b, "shardcache_local_estimate_requests_total") >= 100
+	})
 	var localMisses, originFills float64
 	for _, n := range []*Node{a, b} {
 		req := metricValue(t, n, "shardcache_local_estimate_requests_total")
