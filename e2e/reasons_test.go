@@ -36,6 +36,9 @@ const reasonPolicies = `- name: bypassed
 - name: excluded
   path_prefix: /r/excluded/
   excluded_statuses: ["404"]
+- name: authorized
+  path_prefix: /r/authz/
+  authorize_every_request: true
 - name: down
   path_prefix: /r/down/
   origin_urls: [http://127.0.0.1:1]
@@ -88,6 +91,22 @@ func reasonOrigin(w http.ResponseWriter, r *http.Request) {
 		h.Set("Cache-Control", "max-age=60")
 		h.Set("Age", "120")
 		h.Set("Etag", `"d1"`)
+	case strings.HasPrefix(p, "/r/varies"):
+		h.Set("Cache-Control", "max-age=60")
+		h.Set("Vary", "X-V")
+	case strings.HasPrefix(p, "/r/vary-star"):
+		h.Set("Cache-Control", "max-age=60")
+		h.Set("Vary", "*")
+	case strings.HasPrefix(p, "/r/young"):
+		h.Set("Cache-Control", "max-age=600")
+		h.Set("Age", "100")
+	case strings.HasPrefix(p, "/r/gz"):
+		h.Set("Cache-Control", "max-age=60")
+		h.Set("Content-Encoding", "gzip")
+		w.Write(gzipped("body of " + p))
+		return
+	case staleOrigin(w, r):
+		return
 	case strings.HasPrefix(p, "/r/coded"):
 		rawAnswer([]string{"Cache-Control: max-age=60", "Transfer-Encoding: compress, chunked"}, chunked([]byte("coded")))(w, r, 1)
 		return
@@ -95,6 +114,30 @@ func reasonOrigin(w http.ResponseWriter, r *http.Request) {
 		h.Set("Cache-Control", "max-age=60")
 	}
 	io.WriteString(w, "body of "+p)
+}
+
+// staleOrigin answers the paths whose response is stored stale at once
+// (Age beyond max-age), with a validator: each revalidation is answered
+// 304, but /r/sie's with a 500. It reports whether it answered.
+func staleOrigin(w http.ResponseWriter, r *http.Request) bool {
+	cc, ok := map[string]string{"/r/nocache": "no-cache", "/r/must-reval": "max-age=60, must-revalidate", "/r/aged": "max-age=60",
+		"/r/swr": "max-age=60, stale-while-revalidate=600", "/r/sie": "max-age=60, stale-if-error=600"}[r.URL.Path]
+	if !ok {
+		return false
+	}
+	h := w.Header()
+	h.Set("Cache-Control", cc)
+	h.Set("Age", "120")
+	h.Set("Etag", `"e1"`)
+	switch {
+	case r.Header.Get("If-None-Match") == "":
+		io.WriteString(w, "body of "+r.URL.Path)
+	case r.URL.Path == "/r/sie":
+		w.WriteHeader(http.StatusInternalServerError)
+	default:
+		w.WriteHeader(http.StatusNotModified)
+	}
+	return true
 }
 
 // TestEveryReasonIsNamedEverywhere makes one request for each reason an
@@ -175,8 +218,16 @@ func TestEveryReasonIsNamedEverywhere(t *testing.T) {
 	send(front, "GET", "/r/fresh", "X-V", "a")
 	send(front, "GET", "/r/vary/x", "X-V", "a")
 	send(front, "GET", "/r/purge/x")
-	send(front, "GET", "/r/disconnect")
 	var purged purgeJSON
+	for _, p := range []string{"/r/disconnect", "/r/nocache", "/r/must-reval", "/r/aged", "/r/swr", "/r/sie", "/r/young", "/r/gz",
+		"/r/authz/a", "/r/soft/x", "/r/inv/x"} {
+		send(front, "GET", p)
+	}
+	send(front, "GET", "/r/varies", "X-V", "a")
+	if err := c.cachectl(ctx, &purged, "purge", "--soft", "http://127.0.0.1/r/soft/x"); err != nil {
+		t.Fatal(err)
+	}
+	send(front, "POST", "/r/inv/x") // its success invalidates what is stored (RFC 9111 4.4)
 	if err := c.cachectl(ctx, &purged, "purge", "http://127.0.0.1/r/purge/x"); err != nil {
 		t.Fatal(err)
 	}
@@ -209,6 +260,21 @@ func TestEveryReasonIsNamedEverywhere(t *testing.T) {
 		{"must-understand", "GET", "/r/must-understand", nil, "MISS"},
 		{"stale-if-disconnected", "GET", "/r/disconnect", nil, "STALE"},
 		{"transfer-coding", "GET", "/r/coded", nil, "MISS"},
+		{"upgrade", "GET", "/r/upgrade", []string{"Upgrade", "websocket"}, "BYPASS"},
+		{"vary-miss", "GET", "/r/varies", []string{"X-V", "b"}, "MISS"},
+		{"vary-star", "GET", "/r/vary-star", nil, "MISS"},
+		{"no-cache", "GET", "/r/nocache", nil, "REVALIDATED"},
+		{"must-revalidate", "GET", "/r/must-reval", []string{"Cache-Control", "max-stale"}, "REVALIDATED"},
+		{"max-stale", "GET", "/r/aged", []string{"Cache-Control", "max-stale"}, "STALE"},
+		{"stale-while-revalidate", "GET", "/r/swr", nil, "UPDATING"},
+		{"stale-if-error", "GET", "/r/sie", nil, "STALE"},
+		{"request-max-age", "GET", "/r/young", []string{"Cache-Control", "max-age=10"}, "EXPIRED"},
+		{"request-min-fresh", "GET", "/r/young", []string{"Cache-Control", "min-fresh=1000"}, "EXPIRED"},
+		// A coded response varies on Accept-Encoding as it is stored.
+		{"vary-miss", "GET", "/r/gz", []string{"Accept-Encoding", "identity"}, "MISS"},
+		{"authorize-each", "GET", "/r/authz/a", nil, "EXPIRED"},
+		{"soft-purged", "GET", "/r/soft/x", nil, "EXPIRED"},
+		{"invalidated", "GET", "/r/inv/x", nil, "MISS"},
 	}
 	ids := map[string]string{} // request id -> reason
 	for _, tt := range cases {
@@ -218,7 +284,7 @@ func TestEveryReasonIsNamedEverywhere(t *testing.T) {
 		// The first member is the node that decided: the owner, for a
 		// relayed request.
 		first, _, _ := strings.Cut(cs, ",")
-		if !strings.Contains(first+";", "; detail="+tt.reason+";") || resp.Header.Get("X-Cache") != tt.cache || id == "" {
+		if !strings.Contains(first+";", "; detail="+tt.reason+";") || tt.reason == "vary-miss" && !strings.Contains(first, "; fwd=vary-miss;") || resp.Header.Get("X-Cache") != tt.cache || id == "" {
 			t.Errorf("%s %s (%s): X-Cache %q, Cache-Status %q, X-Request-Id %q; want %s and detail=%s", tt.method, tt.path, tt.reason,
 				resp.Header.Get("X-Cache"), cs, id, tt.cache, tt.reason)
 		}

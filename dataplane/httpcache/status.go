@@ -39,7 +39,11 @@ func (m StatusMember) Append(b []byte) []byte {
 	case "HIT", "STALE", "UPDATING":
 		b = append(b, "; hit"...)
 	case "MISS", "COLLAPSED":
-		b = append(b, "; fwd=uri-miss"...)
+		if m.Detail == ReasonVaryMiss {
+			b = append(b, "; fwd=vary-miss"...) // the URI is stored, not this variant
+		} else {
+			b = append(b, "; fwd=uri-miss"...)
+		}
 	case "EXPIRED", "REVALIDATED":
 		b = append(b, "; fwd=stale"...)
 	case "PARTIAL":

@@ -26,6 +26,7 @@ func TestStatusMembersAreStructuredFields(t *testing.T) {
 		{StatusMember{Node: "n", Cache: "REVALIDATED", Status: 304, Stored: true}, "n; fwd=stale; fwd-status=304; stored"},
 		{StatusMember{Node: "n", Cache: "BYPASS", Status: 201}, "n; fwd=bypass; fwd-status=201"},
 		{StatusMember{Node: "n", Cache: "MISS", Detail: "relayed"}, "n; fwd=uri-miss; detail=relayed"},
+		{StatusMember{Node: "n", Cache: "MISS", Detail: ReasonVaryMiss}, "n; fwd=vary-miss; detail=vary-miss"},
 		{StatusMember{Node: SFItem("7th node"), Cache: "PARTIAL", Key: `a"b\\c` + "\x01"}, `"7th node"; fwd=partial; key="a\"b\\\\c"`},
 	} {
 		got := tt.m.String()
