@@ -292,10 +292,24 @@ func (f *Front) forwardedFor(r *http.Request) (string, string) {
 	// that an origin builds the URLs it answers with for the cluster, not
 	// for itself.
 	scheme := hop.Scheme(r)
-	elem := "for=" + node + ";proto=" + scheme
-	if r.Host != "" {
-		elem = "for=" + node + ";host=" + forwardedValue(r.Host) + ";proto=" + scheme
+	// The request's id: a trusted proxy's, or a PURGE's (its purge's id,
+	// which the control plane checks), kept as sent; else a new one,
+	// written after the Forwarded element so that one allocation holds
+	// both.
+	sent := h["X-Request-Id"]
+	keep := len(sent) == 1 && validRequestID(sent[0]) && (trusted || r.Method == "PURGE")
+	var idBuf [idLen]byte
+	newID := idBuf[:0]
+	if !keep {
+		f.ids.put(&idBuf)
+		newID = idBuf[:]
 	}
+	elem := "for=" + node + ";proto=" + scheme + string(newID)
+	if r.Host != "" {
+		elem = "for=" + node + ";host=" + forwardedValue(r.Host) + ";proto=" + scheme + string(newID)
+	}
+	cut := len(elem) - len(newID)
+	elem, id := elem[:cut], elem[cut:]
 	if prior := strings.Join(h["Forwarded"], ", "); prior != "" {
 		vals[1] = prior + ", " + elem
 	} else {
@@ -320,16 +334,11 @@ func (f *Front) forwardedFor(r *http.Request) (string, string) {
 	}
 	vals[2] = client
 	h["X-Real-Ip"] = vals[2:3:3]
-	// A PURGE's X-Request-Id is its purge's id, which the control plane
-	// checks: kept as sent.
-	id := ""
-	if v := h["X-Request-Id"]; len(v) == 1 && validRequestID(v[0]) && (trusted || r.Method == "PURGE") {
-		id = v[0]
-	} else if len(v) > 0 && r.Method == "PURGE" {
-		return client, f.ids.next()
-	}
-	if id == "" {
-		id = f.ids.next()
+	switch {
+	case keep:
+		id = sent[0]
+	case len(sent) > 0 && r.Method == "PURGE":
+		return client, id // its id as sent, for the control plane to refuse
 	}
 	vals[5] = id
 	h["X-Request-Id"] = vals[5:6:6]

@@ -27,11 +27,13 @@ func newRequestIDs() *requestIDs {
 	return g
 }
 
-// next is a new id: the prefix, a dash, the count in 12 hex digits (it
-// wraps after 2^48 requests).
-func (g *requestIDs) next() string {
+// idLen is the length of the ids the node assigns.
+const idLen = 21
+
+// put writes a new id into b: the prefix, a dash, the count in 12 hex
+// digits (it wraps after 2^48 requests).
+func (g *requestIDs) put(b *[idLen]byte) {
 	const digits = "0123456789abcdef"
-	var b [21]byte
 	copy(b[:], g.prefix[:])
 	b[8] = '-'
 	n := g.n.Add(1)
@@ -39,7 +41,6 @@ func (g *requestIDs) next() string {
 		b[i] = digits[n&15]
 		n >>= 4
 	}
-	return string(b[:])
 }
 
 // maxRequestID bounds a request id taken from a request.
