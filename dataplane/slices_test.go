@@ -409,17 +409,21 @@ func TestASlicedAnswerTellsWhetherEverySliceWasStored(t *testing.T) {
 	const size = 300_000 // five slices of 64 KiB
 	nodes, _ := startSlicedTrio(t, origin, 64<<10)
 	url := "http://" + nodes[0].ClientAddr().String() + "/s/partial?size=" + strconv.Itoa(size)
+	var cacheStatus string
 	xcache := func(hdr ...string) string {
 		t.Helper()
 		resp, _ := do(t, http.MethodGet, url, hdr...)
+		cacheStatus = resp.Header.Get("Cache-Status")
 		return resp.Header.Get("X-Cache")
 	}
-	if x := xcache("Range", "bytes=0-99"); x != "MISS" {
-		t.Fatalf("slice 0 of a cold object: X-Cache %q, want MISS", x)
+	if x := xcache("Range", "bytes=0-99"); x != "MISS" || !strings.Contains(cacheStatus, "; detail=uri-miss") {
+		t.Fatalf("slice 0 of a cold object: X-Cache %q, Cache-Status %q; want MISS, detail=uri-miss", x, cacheStatus)
 	}
 	before := metricValue(t, nodes[0], "shardcache_requests_total", `route="sliced"`, `cache="PARTIAL"`)
-	if x := xcache(); x != "PARTIAL" {
-		t.Fatalf("the whole object with slice 0 stored only: X-Cache %q, want PARTIAL", x)
+	// Slice 0 is a hit: the reason is that a slice the answer needs is not
+	// stored.
+	if x := xcache(); x != "PARTIAL" || !strings.Contains(cacheStatus, "; fwd=partial") || !strings.HasSuffix(cacheStatus, "; detail=uri-miss") {
+		t.Fatalf("the whole object with slice 0 stored only: X-Cache %q, Cache-Status %q; want PARTIAL, detail=uri-miss", x, cacheStatus)
 	}
 	// The request is counted as its handler ends, just after the answer.
 	waitFor(t, "the PARTIAL answer to be counted", func() bool {

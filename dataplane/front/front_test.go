@@ -416,6 +416,13 @@ func TestRelayedOutcome(t *testing.T) {
 	if out := relayedOutcome(http.Header{"X-Cache": {"MISS"}, "Cache-Status": {"b; fwd=uri-miss; fwd-status=200"}}); out.Kept() {
 		t.Fatalf("an unstored miss counted as kept: %+v", out)
 	}
+	// An origin behind a cache of its own: the owner's member is the one
+	// naming it, after the origin's.
+	out = relayedOutcome(http.Header{"X-Cache": {"MISS"}, "X-Cache-Node": {"b"},
+		"Cache-Status": {"OriginCDN; hit; ttl=100; detail=x", "b; fwd=uri-miss; fwd-status=200; detail=set-cookie"}})
+	if out.Kept() || out.Member.HasTTL || out.Member.Detail != httpcache.ReasonSetCookie {
+		t.Fatalf("the owner's member behind the origin's: outcome %+v", out)
+	}
 }
 
 // metricText is the exposition of a metric family of ms.

@@ -113,19 +113,16 @@ const relayBuffered = 64 << 10
 
 // relayedOutcome is the Outcome of an answer an owner sent over the peer
 // hop, as its fields say (the owner's X-Cache, X-Cache-Node and its
-// Cache-Status member, the first), to count and log it as the owner's own
-// would be.
+// Cache-Status member, the one naming it after any of the origin's), to
+// count and log it as the owner's own would be.
 func relayedOutcome(h http.Header) owner.Outcome {
 	out := owner.Outcome{Served: true, Source: owner.SourcePeer, Node: h.Get("X-Cache-Node")}
 	out.Member.Cache = h.Get("X-Cache")
-	if v := h["Cache-Status"]; len(v) > 0 {
-		if members, ok := httpcache.ParseList(v[0]); ok && len(members) > 0 {
-			m := members[0].Params
-			_, out.Member.Stored = m["stored"]
-			out.Member.Detail = m["detail"] // the owner's reason
-			if ttl, err := strconv.ParseInt(m["ttl"], 10, 64); err == nil {
-				out.Member.TTL, out.Member.HasTTL = time.Duration(ttl)*time.Second, true
-			}
+	if m, _ := httpcache.MemberOf(h["Cache-Status"], out.Node); m != nil {
+		_, out.Member.Stored = m["stored"]
+		out.Member.Detail = m["detail"] // the owner's reason
+		if ttl, err := strconv.ParseInt(m["ttl"], 10, 64); err == nil {
+			out.Member.TTL, out.Member.HasTTL = time.Duration(ttl)*time.Second, true
 		}
 	}
 	return out

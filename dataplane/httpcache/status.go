@@ -227,3 +227,29 @@ const (
 func RelayedMember(node string) string {
 	return StatusMember{Node: node, Cache: CacheMiss, Detail: "relayed"}.String()
 }
+
+// MemberOf is the parameters of the Cache-Status member that cache node
+// added among lines (the field's lines, as received): the last one naming
+// it. Without one naming node (or with node ""), it is the first member,
+// and false.
+func MemberOf(lines []string, node string) (map[string]string, bool) {
+	var first, found map[string]string
+	for _, v := range lines {
+		ms, ok := ParseList(v)
+		if !ok {
+			continue
+		}
+		for _, m := range ms {
+			if first == nil {
+				first = m.Params
+			}
+			if node != "" && m.Item == node {
+				found = m.Params
+			}
+		}
+	}
+	if found != nil {
+		return found, true
+	}
+	return first, false
+}

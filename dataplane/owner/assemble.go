@@ -94,6 +94,9 @@ func (s *serving) serveSlicedOnce() error {
 		// The answer's X-Cache tells of every slice it uses, not slice 0's alone.
 		xcache = s.slicesCache(ctx, version, plan, xcache)
 	}
+	if xcache != httpcache.CacheHit {
+		s.reason = slicedReason(head.Header)
+	}
 	var first *http.Response
 	if len(plan) > 0 && plan[0] == 0 && method == http.MethodGet {
 		first = head
@@ -139,6 +142,16 @@ func (s *serving) serveSlicedOnce() error {
 		return reply.BreakOff(w)
 	}
 	return nil
+}
+
+// slicedReason is why an answer assembled from slices is not a plain hit:
+// slice 0's reason, from its owner's Cache-Status member, else that a
+// slice it needs is not stored.
+func slicedReason(head http.Header) string {
+	if m, ok := httpcache.MemberOf(head["Cache-Status"], head.Get("X-Cache-Node")); ok && m["detail"] != "" {
+		return m["detail"]
+	}
+	return httpcache.ReasonURIMiss
 }
 
 // wantsFirstSlice reports whether r's answer starts in the first slice, so
