@@ -66,7 +66,9 @@ func (o *Owner) Serve(w http.ResponseWriter, req Request) Outcome {
 	} else {
 		s.serve()
 	}
-	o.noteAnswer(req.Key, &s.out)
+	if s.out.Member.Detail != "" { // a plain hit notes nothing
+		o.noteAnswer(req.Key, &s.out)
+	}
 	return s.out
 }
 
