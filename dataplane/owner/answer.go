@@ -238,7 +238,7 @@ func (s *serving) answerWhole(e *store.Entry, status string) bool {
 		}
 	}
 	set := s.w.Header() // the front's fields: a stored one of the same name replaces it
-	ranges := e.Status == http.StatusOK
+	ranges, ownID := e.Status == http.StatusOK, reply.SetsID(s.w)
 	buf := heads.Get().(*[]byte)
 	defer heads.Put(buf)
 	b := (*buf)[:0]
@@ -253,6 +253,10 @@ func (s *serving) answerWhole(e *store.Entry, status string) bool {
 		case "Accept-Ranges":
 			if ranges {
 				continue
+			}
+		case "X-Request-Id":
+			if ownID {
+				continue // the request's own, not the one stored
 			}
 		}
 		if len(set) > 0 {

@@ -79,3 +79,24 @@ func TestAHitWrittenWholeHoldsWhatTheHeaderMapWould(t *testing.T) {
 		}
 	}
 }
+
+// A hit written whole carries the request's own X-Request-Id, as the
+// general path does, never one the origin sent and the store kept.
+func TestAHitWrittenWholeCarriesTheRequestsID(t *testing.T) {
+	to := newTestOwner(t, cacheable("small body", "X-Request-Id", "the origin's", "Vary", ""))
+	to.serve(request("/id", nil)) // the miss
+	general := httptest.NewRecorder()
+	grec := reply.NewRecorder(general)
+	grec.ID = []string{"req-1"}
+	to.Serve(grec, *request("/id", nil))
+	w := &answerCapture{ResponseRecorder: httptest.NewRecorder()}
+	rec := reply.NewRecorder(w)
+	rec.ID = []string{"req-2"}
+	to.Serve(rec, *request("/id", nil))
+	if !w.answered || bytes.Contains(w.head, []byte("the origin's")) || w.Header().Get("X-Request-Id") != "req-2" {
+		t.Fatalf("answered whole %v: head %q, front's X-Request-Id %q; want req-2 only", w.answered, w.head, w.Header().Values("X-Request-Id"))
+	}
+	if got := general.Header().Values("X-Request-Id"); len(got) != 1 || got[0] != "req-1" {
+		t.Fatalf("the general path's X-Request-Id %q, want req-1", got)
+	}
+}

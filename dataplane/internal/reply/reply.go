@@ -203,7 +203,8 @@ func TakesWhole(w http.ResponseWriter) bool {
 
 // Answer passes a whole answer to the writer below when it is an
 // Answerer, recording it as WriteHeader and Write would; head must hold
-// none of the fields to Strip (a written head cannot lose them). It
+// none of the fields to Strip, nor an X-Request-Id when ID is set (a
+// written head cannot lose them: see SetsID). It
 // reports false, having written nothing, when the writer is none, or the
 // answer has begun or broken off.
 func (r *Recorder) Answer(status int, head, body []byte) bool {
@@ -211,8 +212,12 @@ func (r *Recorder) Answer(status int, head, body []byte) bool {
 	if !ok || r.wrote || r.Broken || status < 200 {
 		return false
 	}
+	h := r.ResponseWriter.Header()
 	for _, f := range r.Strip {
-		delete(r.ResponseWriter.Header(), f)
+		delete(h, f)
+	}
+	if r.ID != nil {
+		h["X-Request-Id"] = r.ID
 	}
 	if !a.Answer(status, head, body) {
 		return false
@@ -220,6 +225,13 @@ func (r *Recorder) Answer(status int, head, body []byte) bool {
 	r.Status, r.wrote = status, true
 	r.Bytes += int64(len(body))
 	return true
+}
+
+// SetsID reports whether w sets the answer's X-Request-Id itself (a
+// Recorder with an ID): a stored one is then not sent.
+func SetsID(w http.ResponseWriter) bool {
+	r, ok := w.(*Recorder)
+	return ok && r.ID != nil
 }
 
 // Unwrap lets http.ResponseController reach the real writer.
