@@ -238,7 +238,8 @@ func (s *serving) answerWhole(e *store.Entry, status string) bool {
 		}
 	}
 	set := s.w.Header() // the front's fields: a stored one of the same name replaces it
-	ranges, ownID := e.Status == http.StatusOK, reply.SetsID(s.w)
+	ranges := e.Status == http.StatusOK
+	id, ownID := reply.RequestID(s.w)
 	buf := heads.Get().(*[]byte)
 	defer heads.Put(buf)
 	b := (*buf)[:0]
@@ -280,6 +281,11 @@ func (s *serving) answerWhole(e *store.Entry, status string) bool {
 	b = append(b, "\r\nX-Cache-Node: "...)
 	b = append(b, s.nodeField[0]...)
 	b = append(b, "\r\n"...)
+	if ownID {
+		b = append(b, "X-Request-Id: "...)
+		b = append(b, id...)
+		b = append(b, "\r\n"...)
+	}
 	for _, v := range prior {
 		b = append(b, "Cache-Status: "...)
 		b = append(b, v...)

@@ -203,8 +203,8 @@ func TakesWhole(w http.ResponseWriter) bool {
 
 // Answer passes a whole answer to the writer below when it is an
 // Answerer, recording it as WriteHeader and Write would; head must hold
-// none of the fields to Strip, nor an X-Request-Id when ID is set (a
-// written head cannot lose them: see SetsID). It
+// none of the fields to Strip (a written head cannot lose them), and
+// holds the X-Request-Id of ID when it is set (see RequestID). It
 // reports false, having written nothing, when the writer is none, or the
 // answer has begun or broken off.
 func (r *Recorder) Answer(status int, head, body []byte) bool {
@@ -212,12 +212,8 @@ func (r *Recorder) Answer(status int, head, body []byte) bool {
 	if !ok || r.wrote || r.Broken || status < 200 {
 		return false
 	}
-	h := r.ResponseWriter.Header()
 	for _, f := range r.Strip {
-		delete(h, f)
-	}
-	if r.ID != nil {
-		h["X-Request-Id"] = r.ID
+		delete(r.ResponseWriter.Header(), f)
 	}
 	if !a.Answer(status, head, body) {
 		return false
@@ -227,11 +223,13 @@ func (r *Recorder) Answer(status int, head, body []byte) bool {
 	return true
 }
 
-// SetsID reports whether w sets the answer's X-Request-Id itself (a
-// Recorder with an ID): a stored one is then not sent.
-func SetsID(w http.ResponseWriter) bool {
-	r, ok := w.(*Recorder)
-	return ok && r.ID != nil
+// RequestID is the X-Request-Id that w's answer carries (a Recorder's
+// ID), and whether it has one: a stored one is then not sent.
+func RequestID(w http.ResponseWriter) (string, bool) {
+	if r, ok := w.(*Recorder); ok && len(r.ID) == 1 {
+		return r.ID[0], true
+	}
+	return "", false
 }
 
 // Unwrap lets http.ResponseController reach the real writer.
