@@ -33,6 +33,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/owner"
 	"github.com/shardcache/shardcache/dataplane/purge"
+	"github.com/shardcache/shardcache/dataplane/registry"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/routes"
 	"github.com/shardcache/shardcache/dataplane/session"
@@ -89,6 +90,7 @@ type Node struct {
 	routes    atomic.Pointer[routes.Table]
 	policies  atomic.Pointer[policy.Set]
 	origin    *origin.Client
+	upstream  *registry.Client
 	peers     *relay.Client
 	peerTLS   *tls.Config // the relay's; nil: h2c
 	serverTLS *tls.Config // the peer listener's; nil: h2c
@@ -153,6 +155,14 @@ func New(cfg Config) (*Node, error) {
 		},
 		Observe: func(d time.Duration) { n.metrics.OriginDuration.Observe(d.Seconds()) },
 		Logger:  n.log,
+	})
+	n.upstream = registry.NewClient(registry.Config{
+		Via:           routes.Via(cfg.ID, cfg.AdvertisePeerAddr),
+		HeaderTimeout: cfg.OriginTimeout,
+		Wrap: func(rt http.RoundTripper) http.RoundTripper {
+			return tracing.Transport(n.cfg.TracerProvider, rt, "registry")
+		},
+		Logger: n.log,
 	})
 	if cfg.AccessLog != nil {
 		n.access = slog.New(slog.NewJSONHandler(cfg.AccessLog, nil))
@@ -310,6 +320,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	defer n.peers.Close()
 	defer n.origin.CloseIdle()
+	defer n.upstream.CloseIdle()
 	defer func() {
 		n.admin.Close()
 	}()
@@ -525,8 +536,8 @@ func (n *Node) build() {
 	n.owner = owner.New(owner.Config{
 		ID: c.ID, OriginTimeout: c.OriginTimeout, RelayTimeout: c.RelayTimeout, HandoffWindow: c.HandoffWindow,
 		MaxObjectBytes: c.MaxObjectBytes, DiskBytes: c.DiskBytes,
-		Store: n.store, Copies: n.hotCopies, CopyMaxObject: c.HotCopyMaxObject, Origin: n.origin, Peers: n.peers, Routes: &n.routes,
-		Policies: &n.policies, Bans: n.bans, Inflight: &n.inflight, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
+		Store: n.store, Copies: n.hotCopies, CopyMaxObject: c.HotCopyMaxObject, Origin: n.origin, Upstream: n.upstream, Peers: n.peers,
+		Routes: &n.routes, Policies: &n.policies, Bans: n.bans, Inflight: &n.inflight, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
 		CutOff: n.cutOff,
 	})
 	n.front = front.New(front.Config{

@@ -128,6 +128,8 @@ type Front struct {
 	// statusName is the node's name as a Cache-Status item; relayStatus
 	// the member a relaying node adds to its owner's Cache-Status.
 	statusName, relayStatus string
+	// pullTokens are the mirror policies' pull tokens, as last read.
+	pullTokens pullTokens
 }
 
 // A client may send purgeAuthBurst PURGE requests with a wrong token,

@@ -81,7 +81,12 @@ func (f *fill) storable() (key string, lifetime time.Duration, done func(), ok b
 	if f.req.Slice == nil {
 		addVary(f.p, f.r, resp.Header)
 	}
-	lifetime, ok = StoreLifetime(f.p, f.r, f.judged(), resp.Header, f.received, maxObject)
+	if ref := f.req.Registry; ref != nil {
+		// A mirror's: by its kind (registry.Ref.Lifetime), a 200 only.
+		lifetime, ok = ref.Lifetime(f.p), resp.StatusCode == http.StatusOK && maxObject > 0
+	} else {
+		lifetime, ok = StoreLifetime(f.p, f.r, f.judged(), resp.Header, f.received, maxObject)
+	}
 	switch {
 	case !ok || resp.ContentLength > maxObject:
 		return "", 0, noop, false
@@ -213,6 +218,9 @@ func (f *fill) refreshed() *store.Entry {
 		h[k] = v
 	}
 	lifetime, _ := StoreLifetime(f.p, f.r, stale.Status, h, f.received, 1<<62)
+	if ref := f.req.Registry; ref != nil {
+		lifetime = ref.Lifetime(f.p)
+	}
 	meta := &store.Entry{Key: stale.Key, URL: stale.URL, Status: stale.Status, Header: h, Received: f.received,
 		InitialAge: httpcache.InitialAge(h, f.requested, f.received), Lifetime: lifetime}
 	e, err := f.cfg.Store.Update(stale, meta)

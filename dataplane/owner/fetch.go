@@ -112,15 +112,21 @@ func (f *fill) fetch() bool {
 	f.fromOrigin = f.resp == nil
 	f.requested = time.Now()
 	var err error
-	if f.fromOrigin {
+	switch {
+	case f.fromOrigin && f.req.Registry != nil:
+		f.resp, err = f.fromRegistry()
+	case f.fromOrigin:
 		f.resp, err = f.cfg.Origin.Fetch(f.ctx, f.r, f.p, true, f.originFields())
 	}
 	f.received = time.Now()
-	if (err != nil || f.resp.StatusCode >= 500 && f.stale != nil) && !f.failed(err) {
+	if (err != nil || f.stale != nil && f.upstreamFailed()) && !f.failed(err) {
 		return false
 	}
 	watch.Answered()
 	f.resp.Body = watch.Body(f.resp.Body)
+	if f.req.Registry != nil && !f.ingested() {
+		return false
+	}
 	if f.fromOrigin {
 		f.cfg.Metrics.Totals.OriginRequests.Add(1)
 		f.cfg.Metrics.OriginReqs.WithLabelValues("fill", metrics.StatusClass(f.resp.StatusCode)).Inc()
@@ -164,6 +170,13 @@ func (f *fill) originFields() http.Header {
 	return h
 }
 
+// upstreamFailed reports whether the answer to a revalidation is a
+// failure a stored response may be served for: a 5xx, or a mirror's 429
+// (a registry's rate limit).
+func (f *fill) upstreamFailed() bool {
+	return f.resp.StatusCode >= 500 || f.req.Registry != nil && f.resp.StatusCode == http.StatusTooManyRequests
+}
+
 // failed answers an origin that failed (err) or answered 5xx to a
 // revalidation: with the stale response where stale-if-error allows, or
 // where the origin closed the connection without answering (the node is
@@ -171,9 +184,10 @@ func (f *fill) originFields() http.Header {
 // forbids it; else with an error that every collapsed request shares. It
 // reports whether the fill goes on (a 5xx that must be passed on).
 func (f *fill) failed(err error) bool {
-	if st := f.stale; st != nil && !f.unconfirmed && !f.p.AuthorizeEach &&
-		(httpcache.StaleOnError(st.Age(f.received), st.Lifetime, st.Header, f.r.Header, f.p.StaleIfError, f.p.Targeted...) ||
-			f.p.StaleIfDisconnected && httpcache.Disconnected(err) && httpcache.StaleDisconnected(st.Header, f.p.Targeted...)) {
+	// A mirror's stored tag is served whenever its registry fails.
+	if st := f.stale; st != nil && !f.unconfirmed && !f.p.AuthorizeEach && (f.req.Registry != nil ||
+		httpcache.StaleOnError(st.Age(f.received), st.Lifetime, st.Header, f.r.Header, f.p.StaleIfError, f.p.Targeted...) ||
+		f.p.StaleIfDisconnected && httpcache.Disconnected(err) && httpcache.StaleDisconnected(st.Header, f.p.Targeted...)) {
 		result := "error"
 		if err == nil {
 			result = metrics.StatusClass(f.resp.StatusCode)

@@ -67,6 +67,9 @@ func checkRegistries(p *pb.CachePolicy, v *violations) {
 	if p.GetSliceSize() > 0 {
 		v.bad("slice_size", "not with registries: a mirror keeps blobs whole, keyed by digest")
 	}
+	if p.GetMode() == pb.CacheMode_CACHE_MODE_BYPASS {
+		v.bad("mode", "bypass, with registries: a mirror serves through its cache")
+	}
 	if p.GetAuthorizeEveryRequest() {
 		v.bad("authorize_every_request", "not with registries: a mirror answers the registries' challenges itself")
 	}

@@ -1,0 +1,199 @@
+package owner
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/registry"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/policy"
+)
+
+// fakeRegistry is a real HTTP registry of a few objects that counts the
+// requests for each path and answers with status when it is set.
+type fakeRegistry struct {
+	*httptest.Server
+	mu      sync.Mutex
+	objects map[string][]byte // path -> body
+	seen    map[string]int    // "METHOD path" -> count
+	status  int
+}
+
+func newFakeRegistry(t *testing.T) *fakeRegistry {
+	fr := &fakeRegistry{objects: map[string][]byte{}, seen: map[string]int{}}
+	fr.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fr.mu.Lock()
+		fr.seen[r.Method+" "+r.URL.Path]++
+		body, ok := fr.objects[r.URL.Path]
+		status := fr.status
+		fr.mu.Unlock()
+		switch {
+		case status != 0:
+			w.WriteHeader(status)
+			return
+		case !ok:
+			http.Error(w, `{"errors":[{"code":"MANIFEST_UNKNOWN"}]}`, http.StatusNotFound)
+			return
+		}
+		sum := sha256.Sum256(body)
+		d := "sha256:" + hex.EncodeToString(sum[:])
+		w.Header().Set("Docker-Content-Digest", d)
+		w.Header().Set("Etag", `"`+d+`"`)
+		w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+		if r.Method != http.MethodHead {
+			w.Write(body)
+		}
+	}))
+	t.Cleanup(fr.Close)
+	return fr
+}
+
+func (fr *fakeRegistry) put(path string, body []byte) {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	fr.objects[path] = body
+}
+
+func (fr *fakeRegistry) count(method, path string) int {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	return fr.seen[method+" "+path]
+}
+
+func (fr *fakeRegistry) answer(status int) {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	fr.status = status
+}
+
+func digestOf(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// mirrorOwner is an owner whose Upstream is a real registry client, with
+// a mirror policy of two hosts on one fake registry.
+func mirrorOwner(t *testing.T) (*testOwner, *fakeRegistry, *policy.Policy) {
+	fr := newFakeRegistry(t)
+	to := newTestOwner(t, nil, func(c *Config) { c.Upstream = registry.NewClient(registry.Config{Via: "a"}) })
+	p := policyOf(t, &pb.CachePolicy{Name: "m", PathPrefix: "/v2/", DefaultRegistry: "a.io", TagTtl: durationpb.New(time.Minute),
+		Registries: []*pb.Registry{{Host: "a.io", Url: fr.URL}, {Host: "b.io", Url: fr.URL}}})
+	return to, fr, p
+}
+
+func mirrorRequest(t *testing.T, p *policy.Policy, path string, now time.Time) *Request {
+	t.Helper()
+	req := request(path, p, "Accept", "application/vnd.oci.image.manifest.v1+json")
+	ref, err := registry.Parse(req.HTTP, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Registry, req.Key, req.Now = ref, ref.Key(), now
+	return req
+}
+
+func TestMirrorBlobKeyedByDigestNeverRevalidated(t *testing.T) {
+	to, fr, p := mirrorOwner(t)
+	blob := []byte("layer")
+	d := digestOf(blob)
+	fr.put("/v2/x/app/blobs/"+d, blob)
+	now := time.Now()
+	for i, path := range []string{"/v2/x/app/blobs/" + d + "?ns=a.io", "/v2/x/app/blobs/" + d, "/v2/b.io/x/app/blobs/" + d, "/v2/x/app/blobs/" + d + "?ns=b.io&x=1"} {
+		w, out := to.serve(mirrorRequest(t, p, path, now.Add(time.Duration(i)*365*24*time.Hour)))
+		if w.Code != 200 || w.Body.String() != "layer" {
+			t.Fatalf("%s: %d %q", path, w.Code, w.Body)
+		}
+		if i > 0 && out.Member.Cache != httpcache.CacheHit {
+			t.Fatalf("%s, %d years on: %s, want a hit", path, i, out.Member.Cache)
+		}
+	}
+	if n := fr.count("GET", "/v2/x/app/blobs/"+d); n != 1 {
+		t.Fatalf("%d upstream GETs of the blob, want 1", n)
+	}
+	if n := fr.count("HEAD", "/v2/x/app/blobs/"+d); n != 0 {
+		t.Fatalf("%d revalidations of the blob, want none", n)
+	}
+}
+
+func TestMirrorRefusesWhatDoesNotMatchItsDigest(t *testing.T) {
+	to, fr, p := mirrorOwner(t)
+	d := digestOf([]byte("the real layer"))
+	fr.put("/v2/app/blobs/"+d, []byte("a poisoned layer"))
+	md := digestOf([]byte(`{"real":1}`))
+	fr.put("/v2/app/manifests/"+md, []byte(`{"poisoned":1}`))
+	fr.put("/v2/app/manifests/big", []byte(strings.Repeat(" ", registry.MaxManifestBytes+1)))
+	now := time.Now()
+	// A blob streams: the mismatch shows at its end, and the transfer is
+	// cut off (it never ends cleanly), nothing stored.
+	w := httptest.NewRecorder()
+	to.Serve(w, *mirrorRequest(t, p, "/v2/app/blobs/"+d, now))
+	to.settled()
+	if _, ok := to.store.Get("oci-blob:" + d); ok {
+		t.Fatal("a blob that does not match its digest was stored")
+	}
+	// A manifest is read whole first: a 502 with an OCI error body.
+	mw, _ := to.serve(mirrorRequest(t, p, "/v2/app/manifests/"+md, now))
+	if mw.Code != http.StatusBadGateway || !strings.Contains(mw.Body.String(), `"code":"DIGEST_INVALID"`) {
+		t.Fatalf("poisoned manifest: %d %s", mw.Code, mw.Body)
+	}
+	if _, ok := to.store.Get("oci-manifest:" + md); ok {
+		t.Fatal("a manifest that does not match its digest was stored")
+	}
+	if n := testutil.ToFloat64(to.cfg.Metrics.DigestMismatches); n != 2 {
+		t.Fatalf("digest mismatches counted %v, want 2", n)
+	}
+	bw, _ := to.serve(mirrorRequest(t, p, "/v2/app/manifests/big", now))
+	if bw.Code != http.StatusBadGateway || !strings.Contains(bw.Body.String(), `"code":"SIZE_INVALID"`) {
+		t.Fatalf("a manifest over the bound: %d %s", bw.Code, bw.Body)
+	}
+	if _, ok := to.store.Get("oci-tag:a.io/app:big"); ok {
+		t.Fatal("a manifest over the bound was stored")
+	}
+}
+
+func TestMirrorTagRevalidatedByHeadAndServedStaleOnFailure(t *testing.T) {
+	to, fr, p := mirrorOwner(t)
+	fr.put("/v2/app/manifests/v1", []byte(`{"v":1}`))
+	now := time.Now()
+	if w, out := to.serve(mirrorRequest(t, p, "/v2/app/manifests/v1", now)); w.Code != 200 || out.Member.Cache != httpcache.CacheMiss {
+		t.Fatalf("first pull: %d %s", w.Code, out.Member.Cache)
+	}
+	if _, out := to.serve(mirrorRequest(t, p, "/v2/app/manifests/v1", now.Add(30*time.Second))); out.Member.Cache != httpcache.CacheHit {
+		t.Fatalf("within the tag TTL: %s", out.Member.Cache)
+	}
+	w, out := to.serve(mirrorRequest(t, p, "/v2/app/manifests/v1", now.Add(2*time.Minute)))
+	if w.Code != 200 || out.Member.Cache != httpcache.CacheRevalidated || w.Body.String() != `{"v":1}` {
+		t.Fatalf("past the tag TTL: %d %s %q", w.Code, out.Member.Cache, w.Body)
+	}
+	if g, h := fr.count("GET", "/v2/app/manifests/v1"), fr.count("HEAD", "/v2/app/manifests/v1"); g != 1 || h != 1 {
+		t.Fatalf("%d GETs and %d HEADs, want 1 and 1: an unchanged tag is revalidated by HEAD", g, h)
+	}
+	for i, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		fr.answer(status)
+		w, out = to.serve(mirrorRequest(t, p, "/v2/app/manifests/v1", now.Add(time.Duration(4+2*i)*time.Minute)))
+		if w.Code != 200 || out.Member.Cache != httpcache.CacheStale || !strings.Contains(w.Header().Get("Cache-Status"), "ttl=-") {
+			t.Fatalf("registry answering %d: %d %s %q", status, w.Code, out.Member.Cache, w.Header().Get("Cache-Status"))
+		}
+	}
+	fr.Close()
+	w, out = to.serve(mirrorRequest(t, p, "/v2/app/manifests/v1", now.Add(10*time.Minute)))
+	if w.Code != 200 || out.Member.Cache != httpcache.CacheStale {
+		t.Fatalf("registry down: %d %s", w.Code, out.Member.Cache)
+	}
+	w, _ = to.serve(mirrorRequest(t, p, "/v2/app/manifests/v2", now.Add(10*time.Minute)))
+	if w.Code != http.StatusBadGateway || !strings.Contains(w.Body.String(), `"code":"UPSTREAM_FAILED"`) || !strings.Contains(w.Body.String(), "registry a.io") {
+		t.Fatalf("an uncached tag, registry down: %d %s", w.Code, w.Body)
+	}
+}
