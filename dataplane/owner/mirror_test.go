@@ -197,3 +197,22 @@ func TestMirrorTagRevalidatedByHeadAndServedStaleOnFailure(t *testing.T) {
 		t.Fatalf("an uncached tag, registry down: %d %s", w.Code, w.Body)
 	}
 }
+
+// A referrers listing is passed through and stored, and revalidated like
+// a tag: it changes as signatures are pushed.
+func TestMirrorReferrersStoredAndRevalidated(t *testing.T) {
+	to, fr, p := mirrorOwner(t)
+	subject := digestOf([]byte("subject"))
+	path := "/v2/app/referrers/" + subject
+	fr.put(path, []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}`))
+	now := time.Now()
+	for i, want := range []string{httpcache.CacheMiss, httpcache.CacheHit, httpcache.CacheRevalidated} {
+		w, out := to.serve(mirrorRequest(t, p, path+"?ns=b.io", now.Add(time.Duration(i*i)*40*time.Second)))
+		if w.Code != 200 || out.Member.Cache != want || !strings.Contains(w.Body.String(), `"manifests":[]`) {
+			t.Fatalf("pull %d: %d %s %q, want %s", i+1, w.Code, out.Member.Cache, w.Body, want)
+		}
+	}
+	if g, h := fr.count("GET", path), fr.count("HEAD", path); g != 1 || h != 1 {
+		t.Fatalf("%d GETs, %d HEADs of the listing, want 1 and 1", g, h)
+	}
+}
