@@ -346,6 +346,30 @@ func TestMirrorOfTwoRegistriesWithRealClients(t *testing.T) {
 	if n := m.c.origin.total.Load(); n != 0 {
 		t.Errorf("the node's default origin got %d requests: a mirror sends nothing there", n)
 	}
+
+	// Concurrent cold pulls of one image through every node: each blob
+	// has one owner cluster-wide (its key is its digest), which fetches
+	// it once and streams it to every waiter.
+	layoutC, blobsC := ociImage(t, 4<<20)
+	pushImage(ctx, t, layoutC, m.regB, "cold/app:v1")
+	var wg sync.WaitGroup
+	errs := make([]error, len(m.c.nodes))
+	for i, nd := range m.c.nodes {
+		wg.Go(func() {
+			errs[i] = skopeo(ctx, "copy", "--src-tls-verify=false", "docker://"+nd.client+"/registry-b.test/cold/app:v1", "oci:"+t.TempDir()+":v1")
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent pull through %s: %v", m.c.nodes[i].id, err)
+		}
+	}
+	for d, n := range blobGets(m.proxyB, "cold/app", blobsC) {
+		if n != 1 {
+			t.Errorf("blob %s: %d upstream GETs over 3 concurrent cold pulls through 3 nodes, want 1", d, n)
+		}
+	}
 }
 
 func TestMirrorRefusesBadInput(t *testing.T) {
@@ -363,6 +387,8 @@ func TestMirrorRefusesBadInput(t *testing.T) {
 		{"GET", "/v2/evil.example/test/app/manifests/v1", 404, "NAME_UNKNOWN"},
 		{"GET", "/v2/test%2Fapp/manifests/v1", 400, "NAME_INVALID"},
 		{"GET", "/v2/test/App/manifests/v1", 400, "NAME_INVALID"},
+		{"GET", "/v2/test/a..b/manifests/v1", 400, "NAME_INVALID"},
+		{"GET", "/v2/../../etc/manifests/v1", 400, ""}, // climbs above the root: refused on arrival
 		{"GET", "/v2/test/app/blobs/sha256:xyz", 400, "DIGEST_INVALID"},
 		{"PUT", "/v2/test/app/manifests/v1", 405, "UNSUPPORTED"},
 		{"POST", "/v2/test/app/blobs/uploads/", 405, "UNSUPPORTED"},
@@ -378,6 +404,12 @@ func TestMirrorRefusesBadInput(t *testing.T) {
 			Errors []struct{ Code, Message string } `json:"errors"`
 		}
 		json.Unmarshal(body, &oci)
+		if tc.code == "" {
+			if resp.StatusCode != tc.status {
+				t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, resp.StatusCode, body, tc.status)
+			}
+			continue
+		}
 		if resp.StatusCode != tc.status || len(oci.Errors) != 1 || oci.Errors[0].Code != tc.code || oci.Errors[0].Message == "" {
 			t.Errorf("%s %s: %d %s, want %d with an OCI error %s", tc.method, tc.path, resp.StatusCode, body, tc.status, tc.code)
 		}
@@ -385,6 +417,10 @@ func TestMirrorRefusesBadInput(t *testing.T) {
 	if after := len(m.proxyA.requests()) + len(m.proxyB.requests()); after != before {
 		t.Errorf("refused requests reached the registries: %d requests", after-before)
 	}
+	// Nothing else is affected: a good pull through the same node works.
+	layout, blobs := ociImage(t, 64<<10)
+	pushImage(ctx, t, layout, m.regA, "test/app:v1")
+	pullSkopeo(ctx, t, m.c.nodes[0].client+"/test/app:v1", blobs)
 	if n := m.c.origin.total.Load(); n != 0 {
 		t.Errorf("refused requests reached the node's default origin: %d", n)
 	}

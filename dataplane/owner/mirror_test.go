@@ -216,3 +216,41 @@ func TestMirrorReferrersStoredAndRevalidated(t *testing.T) {
 		t.Fatalf("%d GETs, %d HEADs of the listing, want 1 and 1", g, h)
 	}
 }
+
+// Upstream failures a client cannot fix reach it as OCI errors naming
+// them, and nothing is stored.
+func TestMirrorUpstreamFailuresAreOCIErrors(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	d := digestOf([]byte("x"))
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/v2/loop/"):
+			http.Redirect(w, r, r.URL.Path, http.StatusFound)
+		case strings.HasPrefix(r.URL.Path, "/v2/realm-down/"):
+			w.Header().Set("WWW-Authenticate", `Bearer realm="`+dead.URL+`/token",service="s"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		case strings.HasPrefix(r.URL.Path, "/v2/bad-challenge/"):
+			w.Header().Set("WWW-Authenticate", `Bearer realm=`)
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	}))
+	t.Cleanup(reg.Close)
+	to := newTestOwner(t, nil, func(c *Config) { c.Upstream = registry.NewClient(registry.Config{Via: "a"}) })
+	p := policyOf(t, &pb.CachePolicy{Name: "m", PathPrefix: "/v2/", DefaultRegistry: "a.io", Registries: []*pb.Registry{{Host: "a.io", Url: reg.URL}}})
+	for _, tc := range []struct{ name, want string }{
+		{"loop", "redirects loop"},
+		{"realm-down", "no token from the realm"},
+		{"bad-challenge", "WWW-Authenticate"},
+	} {
+		req := mirrorRequest(t, p, "/v2/"+tc.name+"/blobs/"+d, time.Now())
+		w, _ := to.serve(req)
+		if w.Code != http.StatusBadGateway || !strings.Contains(w.Body.String(), `"code":"UPSTREAM_FAILED"`) || !strings.Contains(w.Body.String(), tc.want) ||
+			w.Header().Get("Content-Type") != "application/json" {
+			t.Errorf("%s: %d %s %s, want a 502 OCI error saying %q", tc.name, w.Code, w.Header().Get("Content-Type"), w.Body, tc.want)
+		}
+		if _, ok := to.store.Get(req.Key); ok {
+			t.Errorf("%s: stored", tc.name)
+		}
+	}
+}
