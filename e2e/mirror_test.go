@@ -191,16 +191,25 @@ func pullSkopeo(ctx context.Context, t *testing.T, ref string, blobs []string) {
 type mirrorFixture struct {
 	c              *cluster
 	regA, regB     string // the registries' own addresses
+	procA          *process
 	proxyA, proxyB *registryProxy
 	realm          *tokenRealm
 	gate           *bearerGate
 }
 
 // startMirror starts two registries (B behind the realm), a cluster of
-// nodes nodes, and applies a mirror policy of both.
+// nodes nodes, and applies a mirror policy of both with a tag TTL of 1m.
 func startMirror(t *testing.T, ctx context.Context, nodes int) *mirrorFixture {
 	t.Helper()
-	m := &mirrorFixture{regA: startRegistry(t, ctx), regB: startRegistry(t, ctx), realm: &tokenRealm{issued: map[string]bool{}}}
+	return startMirrorTTL(t, ctx, nodes, "1m")
+}
+
+// startMirrorTTL is startMirror with the tag TTL tagTTL.
+func startMirrorTTL(t *testing.T, ctx context.Context, nodes int, tagTTL string) *mirrorFixture {
+	t.Helper()
+	m := &mirrorFixture{realm: &tokenRealm{issued: map[string]bool{}}}
+	m.regA, m.procA = startRegistryProcess(t, ctx)
+	m.regB = startRegistry(t, ctx)
 	proxy := func(addr string) *registryProxy {
 		u, _ := url.Parse("http://" + addr)
 		return &registryProxy{proxy: httputil.NewSingleHostReverseProxy(u)}
@@ -228,8 +237,8 @@ func startMirror(t *testing.T, ctx context.Context, nodes int) *mirrorFixture {
       url: %s
       credentials_file: %s
   default_registry: registry-a.test
-  tag_ttl: 1m
-`, urlA, urlB, creds)
+  tag_ttl: %s
+`, urlA, urlB, creds, tagTTL)
 	file := filepath.Join(dir, "mirror.yaml")
 	if err := os.WriteFile(file, []byte(policy), 0o644); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/shardcache/shardcache/dataplane/registry"
@@ -37,10 +38,19 @@ func (f *fill) registryFields() http.Header {
 }
 
 // ingested checks the fetched answer against its digest (registry.Ingest),
-// from the registry or a peer alike; false when it was refused and the
-// request answered with a 502 that every collapsed request shares.
+// from the registry or a peer alike, and turns a registry's 5xx into an
+// OCI error naming it; false when it was refused and the request answered
+// with a 502 that every collapsed request shares.
 func (f *fill) ingested() bool {
-	err := registry.Ingest(f.resp, f.req.Registry, f.cfg.Metrics.DigestMismatches.Inc)
+	var err error
+	if f.resp.StatusCode >= 500 {
+		// Nothing stored to serve instead (fetch.go serves a stored tag
+		// stale): the client is told which registry failed, and how.
+		err = &registry.Error{Status: http.StatusBadGateway, Code: registry.CodeUpstream,
+			Message: fmt.Sprintf("registry %s answered %d: try again later", f.req.Registry.Registry.Host, f.resp.StatusCode)}
+	} else {
+		err = registry.Ingest(f.resp, f.req.Registry, f.cfg.Metrics.DigestMismatches.Inc)
+	}
 	if err == nil {
 		return true
 	}

@@ -183,7 +183,8 @@ func TestMirrorTagRevalidatedByHeadAndServedStaleOnFailure(t *testing.T) {
 	for i, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
 		fr.answer(status)
 		w, out = to.serve(mirrorRequest(t, p, "/v2/app/manifests/v1", now.Add(time.Duration(4+2*i)*time.Minute)))
-		if w.Code != 200 || out.Member.Cache != httpcache.CacheStale || !strings.Contains(w.Header().Get("Cache-Status"), "ttl=-") {
+		if w.Code != 200 || out.Member.Cache != httpcache.CacheStale || !strings.Contains(w.Header().Get("Cache-Status"), "ttl=-") ||
+			!strings.Contains(w.Header().Get("Cache-Status"), "detail=stale") {
 			t.Fatalf("registry answering %d: %d %s %q", status, w.Code, out.Member.Cache, w.Header().Get("Cache-Status"))
 		}
 	}
