@@ -156,14 +156,7 @@ func New(cfg Config) (*Node, error) {
 		Observe: func(d time.Duration) { n.metrics.OriginDuration.Observe(d.Seconds()) },
 		Logger:  n.log,
 	})
-	n.upstream = registry.NewClient(registry.Config{
-		Via:           routes.Via(cfg.ID, cfg.AdvertisePeerAddr),
-		HeaderTimeout: cfg.OriginTimeout,
-		Wrap: func(rt http.RoundTripper) http.RoundTripper {
-			return tracing.Transport(n.cfg.TracerProvider, rt, "registry")
-		},
-		Logger: n.log,
-	})
+	n.upstream = n.registryClient()
 	if cfg.AccessLog != nil {
 		n.access = slog.New(slog.NewJSONHandler(cfg.AccessLog, nil))
 	}
@@ -552,4 +545,16 @@ func (n *Node) build() {
 	})
 	n.purges = &purge.Applier{NodeID: c.ID, Bans: n.bans, Target: n.owner, Policies: &n.policies,
 		Metrics: n.metrics, Tasks: n.tasks, Logger: n.log}
+}
+
+// registryClient is the client of mirror policies' upstream registries.
+func (n *Node) registryClient() *registry.Client {
+	return registry.NewClient(registry.Config{
+		Via:           routes.Via(n.cfg.ID, n.cfg.AdvertisePeerAddr),
+		HeaderTimeout: n.cfg.OriginTimeout,
+		Wrap: func(rt http.RoundTripper) http.RoundTripper {
+			return tracing.Transport(n.cfg.TracerProvider, rt, "registry")
+		},
+		Logger: n.log,
+	})
 }
