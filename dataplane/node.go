@@ -546,15 +546,3 @@ func (n *Node) build() {
 	n.purges = &purge.Applier{NodeID: c.ID, Bans: n.bans, Target: n.owner, Policies: &n.policies,
 		Metrics: n.metrics, Tasks: n.tasks, Logger: n.log}
 }
-
-// registryClient is the client of mirror policies' upstream registries.
-func (n *Node) registryClient() *registry.Client {
-	return registry.NewClient(registry.Config{
-		Via:           routes.Via(n.cfg.ID, n.cfg.AdvertisePeerAddr),
-		HeaderTimeout: n.cfg.OriginTimeout,
-		Wrap: func(rt http.RoundTripper) http.RoundTripper {
-			return tracing.Transport(n.cfg.TracerProvider, rt, "registry")
-		},
-		Logger: n.log,
-	})
-}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/ops"
-	"github.com/shardcache/shardcache/dataplane/warm"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
@@ -48,7 +47,7 @@ func (n *Node) opsHandler() http.Handler {
 		TrustLoopback: n.cfg.OpsTrustLoopback, Ready: n.readiness, Drain: n.serveDrain, Load: n.loadReport,
 		Metrics: n.metrics, Logs: &n.logs, Store: n.store, Copies: n.hotCopies, Policies: &n.policies, Routes: &n.routes,
 		Hot: n.hot, HotKeys: &n.hotKeys, Logger: n.log,
-		Warm: warm.New(warm.Config{Node: n.cfg.ID, Base: "http://" + n.ClientAddr().String(), Policies: &n.policies})})
+		Warm: n.warmer()})
 }
 
 // readiness is /readyz's answer: why the node is not ready, or the ring
