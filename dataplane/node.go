@@ -156,7 +156,6 @@ func New(cfg Config) (*Node, error) {
 		Observe: func(d time.Duration) { n.metrics.OriginDuration.Observe(d.Seconds()) },
 		Logger:  n.log,
 	})
-	n.upstream = n.registryClient()
 	if cfg.AccessLog != nil {
 		n.access = slog.New(slog.NewJSONHandler(cfg.AccessLog, nil))
 	}
@@ -312,8 +311,7 @@ func (n *Node) Run(ctx context.Context) error {
 		defer n.hotCopies.Close()
 	}
 	defer n.peers.Close()
-	defer n.origin.CloseIdle()
-	defer n.upstream.CloseIdle()
+	defer n.closeIdle()
 	defer func() {
 		n.admin.Close()
 	}()
@@ -526,6 +524,7 @@ func (n *Node) cutOff() (time.Time, bool) {
 // store.
 func (n *Node) build() {
 	c := n.cfg
+	n.upstream = n.registryClient()
 	n.owner = owner.New(owner.Config{
 		ID: c.ID, OriginTimeout: c.OriginTimeout, RelayTimeout: c.RelayTimeout, HandoffWindow: c.HandoffWindow,
 		MaxObjectBytes: c.MaxObjectBytes, DiskBytes: c.DiskBytes,
@@ -545,4 +544,14 @@ func (n *Node) build() {
 	})
 	n.purges = &purge.Applier{NodeID: c.ID, Bans: n.bans, Target: n.owner, Policies: &n.policies,
 		Metrics: n.metrics, Tasks: n.tasks, Logger: n.log}
+}
+
+// closeIdle closes the idle connections of the node's clients of servers
+// outside the cluster: the origin and registries (whose client build
+// makes).
+func (n *Node) closeIdle() {
+	n.origin.CloseIdle()
+	if n.upstream != nil {
+		n.upstream.CloseIdle()
+	}
 }
