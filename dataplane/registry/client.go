@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -61,16 +61,7 @@ func NewClient(cfg Config) *Client {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	var rt http.RoundTripper = &http.Transport{
-		Proxy:                  nil,
-		DialContext:            (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost:    64,
-		IdleConnTimeout:        90 * time.Second,
-		ResponseHeaderTimeout:  cfg.HeaderTimeout,
-		MaxResponseHeaderBytes: 64 << 10,
-		DisableCompression:     true,
-		ForceAttemptHTTP2:      true,
-	}
+	var rt http.RoundTripper = origin.Transport(cfg.HeaderTimeout, 64)
 	if cfg.Wrap != nil {
 		rt = cfg.Wrap(rt)
 	}
