@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shardcache/shardcache/sdk/policy"
 )
@@ -233,5 +234,61 @@ func TestIngestVerifies(t *testing.T) {
 	}
 	if _, err := io.Copy(io.Discard, blob.Body); !errors.Is(err, ErrDigest) || failures != 2 {
 		t.Fatalf("tampered blob read whole: %v (%d failures)", err, failures)
+	}
+}
+
+// max_connections: a fetch holds its slot until its body is closed; at the
+// bound, another waits within its context and fails naming the cap.
+func TestConnectionCapHoldsASlotPerBody(t *testing.T) {
+	var asked atomic.Int64
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		w.Write([]byte("{}"))
+	}))
+	t.Cleanup(reg.Close)
+	base, _ := url.Parse(reg.URL)
+	ref := &Ref{Registry: &policy.Registry{Host: "reg", URL: base, MaxConnections: 1}, Kind: KindManifest, Name: "app", Reference: "v1"}
+	c := NewClient(Config{Via: "n"})
+	first, err := c.Fetch(context.Background(), ref, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Fetch(done, ref, nil, nil); err == nil || !strings.Contains(err.Error(), "max_connections") {
+		t.Fatalf("a fetch past the cap: %v, want it to wait for a slot and fail naming max_connections", err)
+	}
+	first.Body.Close()
+	second, err := c.Fetch(context.Background(), ref, nil, nil)
+	if err != nil {
+		t.Fatalf("a fetch after the slot was freed: %v", err)
+	}
+	second.Body.Close()
+	if n := asked.Load(); n != 2 {
+		t.Fatalf("the registry was asked %d times, want 2 (the one past the cap never sent)", n)
+	}
+}
+
+// bandwidth: a token bucket of a second's bytes; what is read past it is
+// owed, and the wait is what the debt takes at the rate.
+func TestBandwidthCapOwesWhatIsReadPastTheRate(t *testing.T) {
+	l := newRateLimit(1000)
+	t0 := l.last
+	if d := l.take(1000, t0); d != 0 {
+		t.Fatalf("a second's bytes at once: wait %v, want none", d)
+	}
+	if d := l.take(500, t0); d != 500*time.Millisecond {
+		t.Fatalf("500 bytes past the rate: wait %v, want 500ms", d)
+	}
+	if d := l.take(0, t0.Add(500*time.Millisecond)); d != 0 {
+		t.Fatalf("after the debt is paid: wait %v, want none", d)
+	}
+	if d := l.take(0, t0.Add(time.Hour)); d != 0 || l.avail != 1000 {
+		t.Fatalf("after an hour idle: %v available (wait %v), want at most a second's 1000", l.avail, d)
+	}
+	// A read asks for at most a tenth of a second's bytes.
+	r := &limitedReader{r: strings.NewReader(strings.Repeat("x", 5000)), rate: newRateLimit(1000), ctx: context.Background()}
+	if n, err := r.Read(make([]byte, 5000)); err != nil || n != 101 {
+		t.Fatalf("one read: %d bytes, %v; want 101", n, err)
 	}
 }
