@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -131,17 +132,34 @@ func TestMirrorRefusesWhatDoesNotMatchItsDigest(t *testing.T) {
 	to, fr, p := mirrorOwner(t)
 	d := digestOf([]byte("the real layer"))
 	fr.put("/v2/app/blobs/"+d, []byte("a poisoned layer"))
+	bigLayer := bytes.Repeat([]byte("l"), registry.MaxCheckedBlobBytes+1)
+	bd := digestOf(append([]byte("real "), bigLayer...))
+	fr.put("/v2/app/blobs/"+bd, bigLayer)
 	md := digestOf([]byte(`{"real":1}`))
 	fr.put("/v2/app/manifests/"+md, []byte(`{"poisoned":1}`))
 	fr.put("/v2/app/manifests/big", []byte(strings.Repeat(" ", registry.MaxManifestBytes+1)))
 	now := time.Now()
-	// A blob streams: the mismatch shows at its end, and the transfer is
-	// cut off (it never ends cleanly), nothing stored.
-	w := httptest.NewRecorder()
-	to.Serve(w, *mirrorRequest(t, p, "/v2/app/blobs/"+d, now))
-	to.settled()
+	// A small blob is read whole first: a 502 with an OCI error body.
+	sw, _ := to.serve(mirrorRequest(t, p, "/v2/app/blobs/"+d, now))
+	if sw.Code != http.StatusBadGateway || !strings.Contains(sw.Body.String(), `"code":"DIGEST_INVALID"`) {
+		t.Fatalf("poisoned small blob: %d %s", sw.Code, sw.Body)
+	}
 	if _, ok := to.store.Get("oci-blob:" + d); ok {
 		t.Fatal("a blob that does not match its digest was stored")
+	}
+	// A larger blob streams: the mismatch shows at its end, and the
+	// transfer is cut off (it never ends cleanly), nothing stored.
+	cut := func() (v any) {
+		defer func() { v = recover() }()
+		to.Serve(httptest.NewRecorder(), *mirrorRequest(t, p, "/v2/app/blobs/"+bd, now))
+		return nil
+	}()
+	if cut != http.ErrAbortHandler {
+		t.Fatalf("poisoned large blob: the answer ended with %v, want it cut off (http.ErrAbortHandler)", cut)
+	}
+	to.settled()
+	if _, ok := to.store.Get("oci-blob:" + bd); ok {
+		t.Fatal("a large blob that does not match its digest was stored")
 	}
 	// A manifest is read whole first: a 502 with an OCI error body.
 	mw, _ := to.serve(mirrorRequest(t, p, "/v2/app/manifests/"+md, now))
@@ -151,8 +169,8 @@ func TestMirrorRefusesWhatDoesNotMatchItsDigest(t *testing.T) {
 	if _, ok := to.store.Get("oci-manifest:" + md); ok {
 		t.Fatal("a manifest that does not match its digest was stored")
 	}
-	if n := testutil.ToFloat64(to.cfg.Metrics.DigestMismatches); n != 2 {
-		t.Fatalf("digest mismatches counted %v, want 2", n)
+	if n := testutil.ToFloat64(to.cfg.Metrics.DigestMismatches); n != 3 {
+		t.Fatalf("digest mismatches counted %v, want 3", n)
 	}
 	bw, _ := to.serve(mirrorRequest(t, p, "/v2/app/manifests/big", now))
 	if bw.Code != http.StatusBadGateway || !strings.Contains(bw.Body.String(), `"code":"SIZE_INVALID"`) {

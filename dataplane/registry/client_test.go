@@ -228,12 +228,22 @@ func TestIngestVerifies(t *testing.T) {
 	if err := Ingest(chunked, &Ref{Kind: KindManifest, Reference: "v1"}, count); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("big manifest without a length: %v", err)
 	}
+	// A small blob of a stated length is checked before it is served: a
+	// 502; a larger one (or one of no stated length) streams, and fails
+	// at its end.
+	small := answer([]byte("tampered"))
+	var e *Error
+	if err := Ingest(small, &Ref{Kind: KindBlob, Reference: d}, count); !errors.Is(err, ErrDigest) || !errors.As(err, &e) ||
+		e.Status != http.StatusBadGateway || failures != 2 {
+		t.Fatalf("tampered small blob: %v (%d failures), want a 502 for ErrDigest", err, failures)
+	}
 	blob := answer([]byte("tampered"))
+	blob.ContentLength = -1
 	if err := Ingest(blob, &Ref{Kind: KindBlob, Reference: d}, count); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.Copy(io.Discard, blob.Body); !errors.Is(err, ErrDigest) || failures != 2 {
-		t.Fatalf("tampered blob read whole: %v (%d failures)", err, failures)
+	if _, err := io.Copy(io.Discard, blob.Body); !errors.Is(err, ErrDigest) || failures != 3 {
+		t.Fatalf("tampered streamed blob read whole: %v (%d failures)", err, failures)
 	}
 }
 

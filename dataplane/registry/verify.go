@@ -60,12 +60,18 @@ func CheckDigest(digest string) bool {
 	return ok
 }
 
+// MaxCheckedBlobBytes is the largest blob read whole and checked before
+// any of it is served (a config, a small layer), so that a mismatch is a
+// 502; a larger one, or one of no stated length, streams as it arrives.
+const MaxCheckedBlobBytes = 1 << 20
+
 // Ingest checks an upstream's 200 answer to ref before anything of it is
-// stored or served: a manifest or listing is read whole, at most
-// MaxManifestBytes, and its digest checked against the one asked for (or,
-// by tag, the one the upstream names in Docker-Content-Digest); a blob's
-// body is wrapped to be checked at its end, failing the copy into the
-// store. failed is called on a mismatch. The error is an *Error (502).
+// stored or served: a manifest or listing, or a blob of at most
+// MaxCheckedBlobBytes, is read whole, at most MaxManifestBytes, and its
+// digest checked against the one asked for (or, by tag, the one the
+// upstream names in Docker-Content-Digest); a larger blob's body is
+// wrapped to be checked at its end, failing the copy into the store.
+// failed is called on a mismatch. The error is an *Error (502).
 func Ingest(resp *http.Response, ref *Ref, failed func()) error {
 	if resp.StatusCode != http.StatusOK {
 		return nil
@@ -76,7 +82,7 @@ func Ingest(resp *http.Response, ref *Ref, failed func()) error {
 	} else if d := resp.Header.Get("Docker-Content-Digest"); ref.Kind == KindManifest && CheckDigest(d) {
 		want = d
 	}
-	if !ref.Bounded() {
+	if !ref.Bounded() && (resp.ContentLength < 0 || resp.ContentLength > MaxCheckedBlobBytes) {
 		v, _ := Verify(resp.Body, want, failed)
 		resp.Body = verifiedBody{v, resp.Body}
 		return nil
@@ -95,13 +101,17 @@ func Ingest(resp *http.Response, ref *Ref, failed func()) error {
 			Message: fmt.Sprintf("the upstream's answer is over the %d bytes a manifest may have", MaxManifestBytes)}
 	}
 	if want != "" {
+		what := "manifest"
+		if ref.Kind == KindBlob {
+			what = "blob"
+		}
 		v, _ := Verify(bytes.NewReader(body), want, nil)
 		if _, err := io.Copy(io.Discard, v); err != nil {
 			if failed != nil {
 				failed()
 			}
 			return &Error{Status: http.StatusBadGateway, Code: CodeDigestInvalid, Err: ErrDigest,
-				Message: "the upstream's manifest does not have digest " + want + ": " + err.Error() + "; nothing stored"}
+				Message: "the upstream's " + what + " does not have digest " + want + ": " + err.Error() + "; nothing stored"}
 		}
 	}
 	resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
