@@ -10,7 +10,6 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/owner"
 	"github.com/shardcache/shardcache/dataplane/registry"
-	"github.com/shardcache/shardcache/sdk/policy"
 )
 
 // A mirror policy (one with registries) serves pulls of container images
@@ -101,10 +100,4 @@ func (t *pullTokens) token(file string) string {
 	}
 	t.read[file] = pullToken{value: value, at: now}
 	return value
-}
-
-// mirrorRef is a peer's request under a mirror policy, parsed as the
-// receiving node parsed it.
-func mirrorRef(p *policy.Policy, r *http.Request) (*registry.Ref, error) {
-	return registry.Parse(r, p)
 }

@@ -96,7 +96,7 @@ func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request, rt *routes.Ta
 		req.Key = sl.Key(req.Key)
 	}
 	if len(p.Registries) > 0 {
-		ref, err := mirrorRef(p, r)
+		ref, err := registry.Parse(r, p) // as the receiving node parsed it
 		if err != nil {
 			registry.WriteError(w, err, http.StatusBadRequest, "")
 			return
