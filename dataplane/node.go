@@ -33,6 +33,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/owner"
 	"github.com/shardcache/shardcache/dataplane/purge"
+	"github.com/shardcache/shardcache/dataplane/registry"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/routes"
 	"github.com/shardcache/shardcache/dataplane/session"
@@ -89,6 +90,7 @@ type Node struct {
 	routes    atomic.Pointer[routes.Table]
 	policies  atomic.Pointer[policy.Set]
 	origin    *origin.Client
+	upstream  *registry.Client
 	peers     *relay.Client
 	peerTLS   *tls.Config // the relay's; nil: h2c
 	serverTLS *tls.Config // the peer listener's; nil: h2c
@@ -309,7 +311,7 @@ func (n *Node) Run(ctx context.Context) error {
 		defer n.hotCopies.Close()
 	}
 	defer n.peers.Close()
-	defer n.origin.CloseIdle()
+	defer n.closeIdle()
 	defer func() {
 		n.admin.Close()
 	}()
@@ -522,11 +524,12 @@ func (n *Node) cutOff() (time.Time, bool) {
 // store.
 func (n *Node) build() {
 	c := n.cfg
+	n.upstream = n.registryClient()
 	n.owner = owner.New(owner.Config{
 		ID: c.ID, OriginTimeout: c.OriginTimeout, RelayTimeout: c.RelayTimeout, HandoffWindow: c.HandoffWindow,
 		MaxObjectBytes: c.MaxObjectBytes, DiskBytes: c.DiskBytes,
-		Store: n.store, Copies: n.hotCopies, CopyMaxObject: c.HotCopyMaxObject, Origin: n.origin, Peers: n.peers, Routes: &n.routes,
-		Policies: &n.policies, Bans: n.bans, Inflight: &n.inflight, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
+		Store: n.store, Copies: n.hotCopies, CopyMaxObject: c.HotCopyMaxObject, Origin: n.origin, Upstream: n.upstream, Peers: n.peers,
+		Routes: &n.routes, Policies: &n.policies, Bans: n.bans, Inflight: &n.inflight, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
 		CutOff: n.cutOff,
 	})
 	n.front = front.New(front.Config{
@@ -541,4 +544,14 @@ func (n *Node) build() {
 	})
 	n.purges = &purge.Applier{NodeID: c.ID, Bans: n.bans, Target: n.owner, Policies: &n.policies,
 		Metrics: n.metrics, Tasks: n.tasks, Logger: n.log}
+}
+
+// closeIdle closes the idle connections of the node's clients of servers
+// outside the cluster: the origin and registries (whose client build
+// makes).
+func (n *Node) closeIdle() {
+	n.origin.CloseIdle()
+	if n.upstream != nil {
+		n.upstream.CloseIdle()
+	}
 }

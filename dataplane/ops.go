@@ -46,7 +46,8 @@ func (n *Node) opsHandler() http.Handler {
 	return ops.Handler(ops.Config{ID: n.cfg.ID, OpsURL: n.cfg.OpsURL, AdminToken: n.cfg.AdminToken, OpsToken: n.cfg.OpsToken,
 		TrustLoopback: n.cfg.OpsTrustLoopback, Ready: n.readiness, Drain: n.serveDrain, Load: n.loadReport,
 		Metrics: n.metrics, Logs: &n.logs, Store: n.store, Copies: n.hotCopies, Policies: &n.policies, Routes: &n.routes,
-		Hot: n.hot, HotKeys: &n.hotKeys, Notes: n.owner.Note, Logger: n.log})
+		Hot: n.hot, HotKeys: &n.hotKeys, Notes: n.owner.Note, Logger: n.log,
+		Warm: n.warmer()})
 }
 
 // readiness is /readyz's answer: why the node is not ready, or the ring

@@ -75,6 +75,13 @@ func (p *registryProxy) count(from int, method, path string) int {
 // storage in a temporary directory, and waits until it answers /v2/.
 func startRegistry(t *testing.T, ctx context.Context) string {
 	t.Helper()
+	addr, _ := startRegistryProcess(t, ctx)
+	return addr
+}
+
+// startRegistryProcess is startRegistry, with the process to kill.
+func startRegistryProcess(t *testing.T, ctx context.Context) (string, *process) {
+	t.Helper()
 	bin := "/usr/bin/docker-registry"
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%s: %v (e2e/install-deps.sh installs Debian's docker-registry)", bin, err)
@@ -86,7 +93,7 @@ func startRegistry(t *testing.T, ctx context.Context) string {
 	if err := os.WriteFile(config, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	startProcess(t, "registry", bin, "serve", config)
+	proc := startProcess(t, "registry", bin, "serve", config)
 	err := eventually(ctx, func() error {
 		resp, err := http.Get("http://" + addr + "/v2/")
 		if err != nil {
@@ -101,13 +108,20 @@ func startRegistry(t *testing.T, ctx context.Context) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return addr
+	return addr, proc
 }
 
 // ociImage writes an OCI image layout with one tag, v1: a layer of size
 // random bytes and its config. It returns the layout's directory and the
 // digests of its blobs.
 func ociImage(t *testing.T, size int) (string, []string) {
+	t.Helper()
+	return ociImageLayers(t, size)
+}
+
+// ociImageLayers is ociImage with a layer of each of sizes; the digests
+// are the layers' then the config's.
+func ociImageLayers(t *testing.T, sizes ...int) (string, []string) {
 	t.Helper()
 	dir := t.TempDir()
 	blobs := filepath.Join(dir, "blobs", "sha256")
@@ -122,25 +136,32 @@ func ociImage(t *testing.T, size int) (string, []string) {
 		}
 		return "sha256:" + h, len(b)
 	}
-	var layer bytes.Buffer
-	content := make([]byte, size)
-	rand.Read(content)
-	tw := tar.NewWriter(&layer)
-	tw.WriteHeader(&tar.Header{Name: "data.bin", Mode: 0o644, Size: int64(size), ModTime: time.Unix(0, 0)})
-	tw.Write(content)
-	tw.Close()
-	diffSum := sha256.Sum256(layer.Bytes())
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	zw.Write(layer.Bytes())
-	zw.Close()
-	layerDigest, layerSize := put(gz.Bytes())
+	var layers []any
+	var diffIDs, digests []string
+	for _, size := range sizes {
+		var layer bytes.Buffer
+		content := make([]byte, size)
+		rand.Read(content)
+		tw := tar.NewWriter(&layer)
+		tw.WriteHeader(&tar.Header{Name: "data.bin", Mode: 0o644, Size: int64(size), ModTime: time.Unix(0, 0)})
+		tw.Write(content)
+		tw.Close()
+		diffSum := sha256.Sum256(layer.Bytes())
+		diffIDs = append(diffIDs, "sha256:"+hex.EncodeToString(diffSum[:]))
+		var gz bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed) // random bytes do not compress
+		zw.Write(layer.Bytes())
+		zw.Close()
+		layerDigest, layerSize := put(gz.Bytes())
+		digests = append(digests, layerDigest)
+		layers = append(layers, map[string]any{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layerDigest, "size": layerSize})
+	}
 	config, _ := json.Marshal(map[string]any{"architecture": "amd64", "os": "linux", "config": map[string]any{},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(diffSum[:])}}})
+		"rootfs": map[string]any{"type": "layers", "diff_ids": diffIDs}})
 	configDigest, configSize := put(config)
 	manifest, _ := json.Marshal(map[string]any{"schemaVersion": 2, "mediaType": mediaOCIManifest,
 		"config": map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": configDigest, "size": configSize},
-		"layers": []any{map[string]any{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layerDigest, "size": layerSize}}})
+		"layers": layers})
 	manifestDigest, manifestSize := put(manifest)
 	index, _ := json.Marshal(map[string]any{"schemaVersion": 2, "manifests": []any{map[string]any{"mediaType": mediaOCIManifest,
 		"digest": manifestDigest, "size": manifestSize, "annotations": map[string]string{"org.opencontainers.image.ref.name": "v1"}}}})
@@ -150,7 +171,7 @@ func ociImage(t *testing.T, size int) (string, []string) {
 	if err := os.WriteFile(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return dir, []string{layerDigest, configDigest}
+	return dir, append(digests, configDigest)
 }
 
 // skopeo runs the real skopeo.

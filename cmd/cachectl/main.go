@@ -26,7 +26,7 @@ from its ops listener (with --nodes, without the control plane).`,
 	g.register(root)
 	root.AddCommand(newRingCommand(g), newNodesCommand(g), newBenchCommand(g), newPolicyCommand(g),
 		newDrainCommand(g), newUndrainCommand(g), newPurgeCommand(g), newLocateCommand(g), newStatsCommand(g),
-		newInspectCommand(g), newTopCommand(g), newLogCommand(g), newVersionCommand(g))
+		newInspectCommand(g), newTopCommand(g), newLogCommand(g), newWarmCommand(g), newVersionCommand(g))
 	return root
 }
 

@@ -133,6 +133,8 @@ type Front struct {
 	// plain hits by reason, each reason's counter looked up once.
 	ids     *requestIDs
 	reasons map[string]prometheus.Counter
+	// pullTokens are the mirror policies' pull tokens, as last read.
+	pullTokens pullTokens
 }
 
 // A client may send purgeAuthBurst PURGE requests with a wrong token,

@@ -13,6 +13,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/hotkey"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/owner"
+	"github.com/shardcache/shardcache/dataplane/registry"
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/routes"
 	"github.com/shardcache/shardcache/dataplane/slice"
@@ -93,6 +94,14 @@ func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request, rt *routes.Ta
 		Hop: owner.Hop{From: r.Header.Get(hop.Marker), Handoff: r.Header.Get(hop.HandoffField) != ""}}
 	if sl != nil {
 		req.Key = sl.Key(req.Key)
+	}
+	if len(p.Registries) > 0 {
+		ref, err := registry.Parse(r, p) // as the receiving node parsed it
+		if err != nil {
+			registry.WriteError(w, err, http.StatusBadRequest, "")
+			return
+		}
+		req.Registry, req.Key = ref, ref.Key()
 	}
 	if r.Header.Get(hop.InvalidateField) != "" {
 		f.cfg.Owner.Invalidate(*req, nil)

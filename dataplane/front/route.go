@@ -26,10 +26,17 @@ import (
 func (f *Front) route(rec *reply.Recorder, req *owner.Request) (string, owner.Outcome) {
 	r, p := req.HTTP, req.Policy
 	rec.Strip = p.Targeted // the cluster's own targeted field is for this cluster only
-	if reason := bypassReason(r, p); reason != "" {
+	if len(p.Registries) > 0 {
+		// A mirror serves pulls from its registries only: never around
+		// the cache (mirror.go).
+		if out, ok := f.mirror(rec, req); !ok {
+			return metrics.RouteRejected, out
+		}
+	} else if reason := bypassReason(r, p); reason != "" {
 		return metrics.RouteBypass, f.bypass(rec, req, reason)
+	} else {
+		req.Key = p.Key(hop.Scheme(r), r)
 	}
-	req.Key = p.Key(hop.Scheme(r), r)
 	rec.Key = req.Key
 	if p.SliceSize > 0 {
 		sliced := *req

@@ -75,9 +75,14 @@ func (m StatusMember) Append(b []byte) []byte {
 		b = append(b, "; key="...)
 		b = AppendSFString(b, m.Key)
 	}
-	if m.Detail != "" {
+	switch {
+	case m.Detail != "":
 		b = append(b, "; detail="...)
 		b = append(b, m.Detail...)
+	case m.Cache == "STALE":
+		// Served past its freshness (ttl 0 or less): said outright, as
+		// a ttl rounded to 0 would not.
+		b = append(b, "; detail=stale"...)
 	}
 	return b
 }

@@ -21,7 +21,7 @@ func TestStatusMembersAreStructuredFields(t *testing.T) {
 		want string
 	}{
 		{StatusMember{Node: "node-1", Cache: "HIT", TTL: 90 * time.Second, HasTTL: true}, "node-1; hit; ttl=90"},
-		{StatusMember{Node: "node-1", Cache: "STALE", TTL: -30 * time.Second, HasTTL: true}, "node-1; hit; ttl=-30"},
+		{StatusMember{Node: "node-1", Cache: "STALE", TTL: -30 * time.Second, HasTTL: true}, "node-1; hit; ttl=-30; detail=stale"},
 		{StatusMember{Node: "n", Cache: "MISS", Status: 200, Stored: true, TTL: time.Minute, HasTTL: true}, "n; fwd=uri-miss; fwd-status=200; ttl=60; stored"},
 		{StatusMember{Node: "n", Cache: "REVALIDATED", Status: 304, Stored: true}, "n; fwd=stale; fwd-status=304; stored"},
 		{StatusMember{Node: "n", Cache: "BYPASS", Status: 201}, "n; fwd=bypass; fwd-status=201"},

@@ -65,6 +65,9 @@ type Set struct {
 	BackgroundPanics *prometheus.CounterVec
 	MemberLost       *prometheus.CounterVec
 	Collapsed        prometheus.Counter
+	// DigestMismatches counts registry bodies refused because their
+	// digest is not the one asked for (nothing of them stored).
+	DigestMismatches prometheus.Counter
 	PolicyRevision   prometheus.Gauge
 	Hot              *prometheus.CounterVec
 	Handoffs         *prometheus.CounterVec
@@ -175,6 +178,9 @@ func New() *Set {
 		Session: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shardcache_session_connected", Help: "1 while the session with the control plane is established.",
 		}),
+		DigestMismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardcache_registry_digest_mismatches_total", Help: "Registry blobs and manifests refused because their body's digest is not the one asked for; none is stored.",
+		}),
 		Collapsed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shardcache_collapsed_requests_total", Help: "Cache misses served by waiting on another request's origin fetch.",
 		}),
@@ -244,7 +250,7 @@ func New() *Set {
 		}
 	}
 	m.Registry.MustRegister(m.OriginDuration, m.PeerDuration, m.Purges, m.PurgeApply, m.PurgeRevision, m.Bans, m.PeerCerts, m.PeerCertExpiry, m.Requests, m.Reasons, m.Duration, m.ResponseSize, m.OriginReqs, m.OriginBytes, m.PeerReqs,
-		m.PeerConns, m.PeerBytes, m.PeerRefused, m.OpsRefused, m.PurgeAuthRefused, m.ClientConnsRefused, m.ClientStalled, m.RelayFallback, m.RingEpoch, m.RingMembers, m.Session, m.CutOff, m.Member, m.MemberLost, m.BackgroundPanics, m.Collapsed, m.PolicyRevision, m.Hot, m.Handoffs, &m.storeStats,
+		m.PeerConns, m.PeerBytes, m.PeerRefused, m.OpsRefused, m.PurgeAuthRefused, m.ClientConnsRefused, m.ClientStalled, m.RelayFallback, m.RingEpoch, m.RingMembers, m.Session, m.CutOff, m.Member, m.MemberLost, m.BackgroundPanics, m.Collapsed, m.DigestMismatches, m.PolicyRevision, m.Hot, m.Handoffs, &m.storeStats,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	return m
 }

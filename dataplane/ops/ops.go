@@ -40,6 +40,8 @@ type Config struct {
 	Ready func() (line string, ok bool)
 	// Drain serves POST /drain (a pod's preStop hook).
 	Drain http.HandlerFunc
+	// Warm serves POST /warm; nil: the node warms nothing.
+	Warm Warmer
 	// Load is the node's load report, computed now (/stats).
 	Load func() *pb.LoadReport
 	// What the views read.
@@ -83,6 +85,7 @@ func Handler(cfg Config) http.Handler {
 	})
 	mux.HandleFunc("POST /drain", l.guard(adminOnly, l.cfg.Drain)) // a pod's preStop hook
 	mux.HandleFunc("GET /stats", l.guard(readOnly, l.serveStats))
+	mux.HandleFunc("POST /warm", l.guard(adminOnly, l.serveWarm))
 	mux.HandleFunc("GET /inspect", l.guard(readOnly, l.serveInspect))
 	mux.HandleFunc("GET /log", l.guard(readOnly, l.serveLog))
 	mux.HandleFunc("GET /members", l.guard(readOnly, l.serveMembers))

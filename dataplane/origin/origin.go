@@ -47,18 +47,7 @@ func New(cfg Config) *Client {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	var rt http.RoundTripper = &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: 256,
-		IdleConnTimeout:     90 * time.Second,
-		// A slow or huge response header is the origin's fault: bounded
-		// like the client's.
-		ResponseHeaderTimeout:  cfg.HeaderTimeout,
-		MaxResponseHeaderBytes: 64 << 10,
-		DisableCompression:     true,
-		ForceAttemptHTTP2:      true,
-	}
+	var rt http.RoundTripper = Transport(cfg.HeaderTimeout, 256)
 	if cfg.Wrap != nil {
 		rt = cfg.Wrap(rt)
 	}
@@ -66,6 +55,24 @@ func New(cfg Config) *Client {
 		Transport:     rt,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}
+}
+
+// Transport is the transport of a node's requests to servers outside
+// the cluster (origins, registries): a 5 s dial timeout, idlePerHost idle
+// connections to each, bodies passed on as they are coded. A slow or huge
+// response header is the server's fault: headerTimeout (0: none) and
+// 64 KiB bound it, like the client's.
+func Transport(headerTimeout time.Duration, idlePerHost int) *http.Transport {
+	return &http.Transport{
+		Proxy:                  nil,
+		DialContext:            (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost:    idlePerHost,
+		IdleConnTimeout:        90 * time.Second,
+		ResponseHeaderTimeout:  headerTimeout,
+		MaxResponseHeaderBytes: 64 << 10,
+		DisableCompression:     true,
+		ForceAttemptHTTP2:      true,
+	}
 }
 
 // CloseIdle closes the idle connections to every origin.

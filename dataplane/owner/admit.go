@@ -86,7 +86,16 @@ func (f *fill) storable() (key string, lifetime time.Duration, done func(), ok b
 	if f.req.Slice == nil {
 		addVary(f.p, f.r, resp.Header)
 	}
-	lifetime, why := storeLifetime(f.p, f.r, f.judged(), resp.Header, f.received, maxObject)
+	var why string
+	if ref := f.req.Registry; ref != nil {
+		// A mirror's: by its kind (registry.Ref.Lifetime), a 200 only.
+		lifetime = ref.Lifetime(f.p)
+		if resp.StatusCode != http.StatusOK || maxObject <= 0 {
+			why = httpcache.ReasonStatus
+		}
+	} else {
+		lifetime, why = storeLifetime(f.p, f.r, f.judged(), resp.Header, f.received, maxObject)
+	}
 	if why == "" && resp.ContentLength > maxObject {
 		why = httpcache.ReasonTooLarge
 	}
@@ -231,6 +240,9 @@ func (f *fill) refreshed() *store.Entry {
 		h[k] = v
 	}
 	lifetime, _ := StoreLifetime(f.p, f.r, stale.Status, h, f.received, 1<<62)
+	if ref := f.req.Registry; ref != nil {
+		lifetime = ref.Lifetime(f.p)
+	}
 	meta := &store.Entry{Key: stale.Key, URL: stale.URL, Status: stale.Status, Header: h, Received: f.received,
 		InitialAge: httpcache.InitialAge(h, f.requested, f.received), Lifetime: lifetime}
 	e, err := f.cfg.Store.Update(stale, meta)

@@ -14,6 +14,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
+	"github.com/shardcache/shardcache/dataplane/registry"
 	"github.com/shardcache/shardcache/dataplane/store"
 )
 
@@ -336,6 +337,10 @@ func (s *serving) originError(code int, err error, msg string) {
 	s.statusHeaders(h, httpcache.CacheMiss, 0)
 	s.out.Source = ""
 	h["Proxy-Status"] = []string{httpcache.ProxyStatus(s.statusName, httpcache.ErrorType(err), httpcache.ErrorDetails(err))}
+	if ref := s.req.Registry; ref != nil {
+		registry.WriteError(s.w, err, code, "registry "+ref.Registry.Host+": "+msg)
+		return
+	}
 	http.Error(s.w, "shardcache: "+msg, code)
 }
 

@@ -32,6 +32,8 @@ func (s *serving) decide(e *store.Entry) httpcache.Use {
 		// Soft-purged: stale from the purge on, served as a stale
 		// response is (stale-while-revalidate) and revalidated.
 		age = max(age, e.Lifetime)
+	} else if ref := s.req.Registry; ref != nil && ref.ByDigest() {
+		return httpcache.UseFresh // content by digest never changes: never revalidated
 	}
 	use, why := httpcache.DecideWhy(age, e.Lifetime, e.Header, s.dirs, s.p.StaleWhileRevalidate, s.p.Targeted...)
 	if soft && use != httpcache.UseFresh && use != httpcache.UseStale {

@@ -112,7 +112,10 @@ func (f *fill) fetch() bool {
 	f.fromOrigin = f.resp == nil
 	f.requested = time.Now()
 	var err error
-	if f.fromOrigin {
+	switch {
+	case f.fromOrigin && f.req.Registry != nil:
+		f.resp, err = f.fromRegistry()
+	case f.fromOrigin:
 		f.resp, err = f.cfg.Origin.Fetch(f.ctx, f.r, f.p, true, f.originFields())
 	}
 	f.received = time.Now()
@@ -120,11 +123,14 @@ func (f *fill) fetch() bool {
 		a.OriginFirstByte = f.received.Sub(f.requested)
 		a.Record(CallOrigin, "", f.resp, err, a.OriginFirstByte)
 	}
-	if (err != nil || f.resp.StatusCode >= 500 && f.stale != nil) && !f.failed(err) {
+	if (err != nil || f.stale != nil && f.upstreamFailed()) && !f.failed(err) {
 		return false
 	}
 	watch.Answered()
 	f.resp.Body = watch.Body(f.resp.Body)
+	if f.req.Registry != nil && !f.ingested() {
+		return false
+	}
 	if f.fromOrigin {
 		f.cfg.Metrics.Totals.OriginRequests.Add(1)
 		f.cfg.Metrics.OriginReqs.WithLabelValues("fill", metrics.StatusClass(f.resp.StatusCode)).Inc()
@@ -166,6 +172,13 @@ func (f *fill) originFields() http.Header {
 		h.Set("If-Modified-Since", lm)
 	}
 	return h
+}
+
+// upstreamFailed reports whether the answer to a revalidation is a
+// failure a stored response may be served for: a 5xx, or a mirror's 429
+// (a registry's rate limit).
+func (f *fill) upstreamFailed() bool {
+	return f.resp.StatusCode >= 500 || f.req.Registry != nil && f.resp.StatusCode == http.StatusTooManyRequests
 }
 
 // failed answers an origin that failed (err) or answered 5xx to a
@@ -213,6 +226,8 @@ func (f *fill) staleReason(err error) string {
 	switch {
 	case st == nil || f.unconfirmed || f.p.AuthorizeEach:
 		return ""
+	case f.req.Registry != nil:
+		return httpcache.ReasonStaleIfError // a mirror's stored tag is served whenever its registry fails
 	case httpcache.StaleOnError(st.Age(f.received), st.Lifetime, st.Header, f.r.Header, f.p.StaleIfError, f.p.Targeted...):
 		return httpcache.ReasonStaleIfError
 	case f.p.StaleIfDisconnected && httpcache.Disconnected(err) && httpcache.StaleDisconnected(st.Header, f.p.Targeted...):

@@ -33,6 +33,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/purge"
+	"github.com/shardcache/shardcache/dataplane/registry"
 	"github.com/shardcache/shardcache/dataplane/routes"
 	"github.com/shardcache/shardcache/dataplane/store"
 	"github.com/shardcache/shardcache/sdk/policy"
@@ -41,6 +42,11 @@ import (
 // Origin fetches from a policy's origins (origin.Client).
 type Origin interface {
 	Fetch(ctx context.Context, r *http.Request, p *policy.Policy, fill bool, extra http.Header) (*http.Response, error)
+}
+
+// Upstream fetches from a mirror policy's registries (registry.Client).
+type Upstream interface {
+	Fetch(ctx context.Context, ref *registry.Ref, r *http.Request, extra http.Header) (*http.Response, error)
 }
 
 // Peers sends requests over the peer hop (relay.Client).
@@ -65,7 +71,9 @@ type Config struct {
 	Copies        *store.Memory
 	CopyMaxObject int64
 	Origin        Origin
-	Peers         Peers
+	// Upstream serves the requests of mirror policies (Request.Registry).
+	Upstream Upstream
+	Peers    Peers
 	// Routes and Policies are the node's, swapped whole on every push;
 	// the stages read the Routes a Request carries, loaded once.
 	Routes   *atomic.Pointer[routes.Table]

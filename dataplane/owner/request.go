@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/registry"
 	"github.com/shardcache/shardcache/dataplane/routes"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -41,6 +42,9 @@ type Request struct {
 	// it): Serve answers from them, or writes nothing when the object
 	// cannot be sliced (Outcome.Served false).
 	Assemble bool
+	// Registry, under a mirror policy, is the request parsed: its
+	// upstream registry and what Key is made of (registry.Ref.Key).
+	Registry *registry.Ref
 	// Copy asks for this node's copy of a hot object it does not own:
 	// Serve answers from a fresh one, or writes nothing.
 	Copy bool

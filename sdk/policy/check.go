@@ -53,6 +53,7 @@ func Check(p *pb.CachePolicy) []Violation {
 	checkFreshness(p, &v)
 	checkRequests(p, &v)
 	checkTimeouts(p, &v)
+	checkRegistries(p, &v)
 	return v
 }
 

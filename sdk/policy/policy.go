@@ -80,6 +80,17 @@ type Policy struct {
 	// Targeted are the cluster's own targeted cache-control fields (RFC
 	// 9213), canonical, obeyed before CDN-Cache-Control; none when empty.
 	Targeted []string
+	// Registries, when set, make the policy a mirror of container
+	// registries (see the CachePolicy field); DefaultRegistry is the one
+	// of requests that name none, nil when there is none.
+	Registries      []*Registry
+	DefaultRegistry *Registry
+	// TagTTL is how long a manifest by tag is served before it is
+	// revalidated (default DefaultTagTTL).
+	TagTTL time.Duration
+	// PullTokenFile, when set, holds the token a client must present to
+	// pull through the mirror.
+	PullTokenFile string
 
 	hosts     []string // lower-case; "*.x" wildcards; empty: every host
 	prefix    string
@@ -165,6 +176,7 @@ func Compile(p *pb.CachePolicy) (*Policy, error) {
 	// Unset means on, but under authorize_every_request, which serves
 	// nothing stale (set there, Check refuses it).
 	c.StaleIfDisconnected = p.StaleIfDisconnected == nil && !c.AuthorizeEach || p.GetStaleIfDisconnected()
+	c.compileRegistries(p)
 	if c.Mode == pb.CacheMode_CACHE_MODE_UNSPECIFIED {
 		c.Mode = pb.CacheMode_CACHE_MODE_SHARDED
 	}

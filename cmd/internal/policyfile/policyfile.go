@@ -5,7 +5,8 @@
 //
 //   - mode is sharded, local, redirect or bypass (CACHE_MODE_SHARDED too),
 //   - durations are Go durations ("90s", "10m", "1h30m") or seconds,
-//   - slice_size and max_object_size are sizes with a unit ("8MiB", "10GB",
+//   - slice_size, max_object_size and a registry's bandwidth (a second)
+//     are sizes with a unit ("8MiB", "10GB",
 //     "512mib", "10g") or bytes,
 //   - excluded_statuses entries are "404" or "300-399",
 //   - a status_ttls entry is {status: "200-299", ttl: 10m}.
@@ -38,7 +39,7 @@ var ErrInvalid = errors.New("policyfile: invalid policy file")
 const maxErrors = 20
 
 // sizeFields take sizes with units; statusFields status ranges.
-var sizeFields = []string{"slice_size", "max_object_size"}
+var sizeFields = []string{"slice_size", "max_object_size", "bandwidth"}
 
 // Error is a refused file: one line per mistake, each naming its line.
 type Error struct {

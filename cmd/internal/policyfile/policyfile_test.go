@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/policy"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -124,5 +126,37 @@ func TestLineOfARefusedField(t *testing.T) {
 		if got := Line(data, tc.policy, tc.field); got != tc.want {
 			t.Errorf("Line(%s, %s) = %d, want %d", tc.policy, tc.field, got, tc.want)
 		}
+	}
+}
+
+// A mirror of several registries reads as it is written, and compiles as
+// the nodes run it: caps, TTLs and credentials optional.
+func TestMirrorPolicy(t *testing.T) {
+	data, err := os.ReadFile("testdata/mirror.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := policy.Compile(ps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Registries) != 2 || c.DefaultRegistry != c.Registry("docker.io") || c.Registry("ghcr.io").URL.String() != "https://ghcr.io" ||
+		c.Registry("docker.io").CredentialsFile != "/etc/shardcache/dockerhub.json" || c.TagTTL != policy.DefaultTagTTL {
+		t.Fatalf("compiled %+v", c)
+	}
+	capped, err := Parse([]byte("name: m\npath_prefix: /v2/\ntag_ttl: 30s\nregistries:\n  - host: quay.io\n    url: https://quay.io\n    max_connections: 8\n    bandwidth: 100MiB\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := capped[0].GetRegistries()[0]; r.GetBandwidth() != 100<<20 || r.GetMaxConnections() != 8 || capped[0].GetTagTtl().AsDuration() != 30*time.Second {
+		t.Fatalf("parsed %v", capped[0])
+	}
+	_, err = Parse([]byte("name: m\nregistries:\n  - host: quay.io\n    url: https://quay.io\n    bandwith: 1MiB\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 5") || !strings.Contains(err.Error(), "did you mean bandwidth") {
+		t.Fatalf("a misspelt registry field: %v", err)
 	}
 }

@@ -123,6 +123,15 @@ func (c *conn) headEnd() (int, error) {
 			c.r += 2
 		}
 		c.scan = c.r
+		// A request starts with its method, a token: anything else (a
+		// TLS handshake, as a client trying https first sends) is refused
+		// now rather than after HeaderTimeout waiting for an empty line.
+		if c.r < c.w && !tokenChars[c.buf[c.r]] {
+			if c.buf[c.r] == tlsHandshake {
+				return -1, bad("a TLS handshake on a plain HTTP port")
+			}
+			return -1, bad("a request line that does not start with a method")
+		}
 	}
 	for i := c.scan; i < c.w; i++ {
 		// An LF that ends an empty line (bare or not: parseHead refuses a
@@ -137,6 +146,9 @@ func (c *conn) headEnd() (int, error) {
 	}
 	return -1, nil
 }
+
+// tlsHandshake is the first byte of a TLS record carrying a handshake.
+const tlsHandshake = 0x16
 
 func errHeadTooLarge(limit int) *errStatus {
 	return &errStatus{http.StatusRequestHeaderFieldsTooLarge, "the request head is larger than " + strconv.Itoa(limit>>10) + " KiB"}

@@ -339,6 +339,13 @@ func TestTimeouts(t *testing.T) {
 	if got := exchangeOpen(t, addr, "GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n"); !strings.HasPrefix(got, "HTTP/1.1 408") {
 		t.Errorf("slow head: %q, want 408", firstLine(got))
 	}
+	// What cannot start a request is refused at once (a 400, not the
+	// head's 408): a TLS ClientHello (a client trying https first), whose
+	// bytes hold no empty line.
+	if got := exchangeOpen(t, addr, "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"); !strings.HasPrefix(got, "HTTP/1.1 400") ||
+		!strings.Contains(got, "TLS handshake") {
+		t.Errorf("a TLS handshake: %q, want a 400 naming it", got)
+	}
 	// A connection that sends nothing is closed without an answer.
 	if got := exchangeOpen(t, addr, ""); got != "" {
 		t.Errorf("silent connection: %q", got)

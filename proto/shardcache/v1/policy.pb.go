@@ -375,8 +375,27 @@ type CachePolicy struct {
 	// Unset means true; false treats it as any other origin failure: stale only within
 	// stale_if_error or the response's stale-if-error. Not true with authorize_every_request.
 	StaleIfDisconnected *bool `protobuf:"varint,34,opt,name=stale_if_disconnected,json=staleIfDisconnected,proto3,oneof" json:"stale_if_disconnected,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Upstream container registries this policy mirrors (a pull-through cache of several
+	// registries behind one address): a request /v2/<name>/...?ns=<host> (containerd's mirror
+	// form), /v2/<host>/<name>/... or, with neither, default_registry goes to that registry; a host
+	// not listed is answered 404. The node answers the registry's token challenges itself, blobs
+	// and manifests by digest are keyed by their digest and verified, tags are revalidated after
+	// tag_ttl. Not with origin_urls, slice_size or authorize_every_request; at most 64.
+	Registries []*Registry `protobuf:"bytes,35,rep,name=registries,proto3" json:"registries,omitempty"`
+	// The host of registries that requests naming no registry go to; empty: such requests are
+	// answered 404.
+	DefaultRegistry string `protobuf:"bytes,36,opt,name=default_registry,json=defaultRegistry,proto3" json:"default_registry,omitempty"`
+	// How long a manifest fetched by tag (and a referrers or tags listing) is served before a HEAD
+	// asks the registry whether it still names the same digest; unset means 1m. A stored tag is
+	// served stale when the registry answers 429 or 5xx, or does not answer.
+	TagTtl *durationpb.Duration `protobuf:"bytes,37,opt,name=tag_ttl,json=tagTtl,proto3" json:"tag_ttl,omitempty"`
+	// A file (mounted on the nodes) holding a token that clients must present, as
+	// "Authorization: Bearer <token>" or as the password of Basic credentials, to pull through
+	// this policy; empty: anyone who reaches a node's client listener may pull what the
+	// registries' credentials can read.
+	PullTokenFile string `protobuf:"bytes,38,opt,name=pull_token_file,json=pullTokenFile,proto3" json:"pull_token_file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CachePolicy) Reset() {
@@ -647,6 +666,120 @@ func (x *CachePolicy) GetStaleIfDisconnected() bool {
 	return false
 }
 
+func (x *CachePolicy) GetRegistries() []*Registry {
+	if x != nil {
+		return x.Registries
+	}
+	return nil
+}
+
+func (x *CachePolicy) GetDefaultRegistry() string {
+	if x != nil {
+		return x.DefaultRegistry
+	}
+	return ""
+}
+
+func (x *CachePolicy) GetTagTtl() *durationpb.Duration {
+	if x != nil {
+		return x.TagTtl
+	}
+	return nil
+}
+
+func (x *CachePolicy) GetPullTokenFile() string {
+	if x != nil {
+		return x.PullTokenFile
+	}
+	return ""
+}
+
+// Registry is one upstream container registry of a mirror policy.
+type Registry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The registry's name as clients give it: containerd's ns= value, the first path segment of
+	// /v2/<host>/<name>/..., e.g. "docker.io" or "ghcr.io". Lower case.
+	Host string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	// Its API base URL, e.g. "https://registry-1.docker.io".
+	Url string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// A JSON file (mounted on the nodes) with {"username": ..., "password": ...}, sent as Basic
+	// credentials to the registry's token realm; empty: tokens are asked for anonymously.
+	CredentialsFile string `protobuf:"bytes,3,opt,name=credentials_file,json=credentialsFile,proto3" json:"credentials_file,omitempty"`
+	// At most this many requests a node sends the registry at once (a fill holds its slot until
+	// its body is read); 0: no bound.
+	MaxConnections uint32 `protobuf:"varint,4,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
+	// At most this many bytes a second a node reads from the registry, over all its fills (a
+	// size: "100MiB"); 0: no bound.
+	Bandwidth     int64 `protobuf:"varint,5,opt,name=bandwidth,proto3" json:"bandwidth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Registry) Reset() {
+	*x = Registry{}
+	mi := &file_shardcache_v1_policy_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Registry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Registry) ProtoMessage() {}
+
+func (x *Registry) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_policy_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Registry.ProtoReflect.Descriptor instead.
+func (*Registry) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_policy_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Registry) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *Registry) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Registry) GetCredentialsFile() string {
+	if x != nil {
+		return x.CredentialsFile
+	}
+	return ""
+}
+
+func (x *Registry) GetMaxConnections() uint32 {
+	if x != nil {
+		return x.MaxConnections
+	}
+	return 0
+}
+
+func (x *Registry) GetBandwidth() int64 {
+	if x != nil {
+		return x.Bandwidth
+	}
+	return 0
+}
+
 var File_shardcache_v1_policy_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_policy_proto_rawDesc = "" +
@@ -665,7 +798,7 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"\amethods\x18\x01 \x03(\tR\amethods\x12\x18\n" +
 	"\aheaders\x18\x02 \x03(\tR\aheaders\x12\x18\n" +
 	"\acookies\x18\x03 \x03(\tR\acookies\x12#\n" +
-	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\xef\f\n" +
+	"\rpath_patterns\x18\x04 \x03(\tR\fpathPatterns\"\xaf\x0e\n" +
 	"\vCachePolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x1f\n" +
@@ -707,11 +840,23 @@ const file_shardcache_v1_policy_proto_rawDesc = "" +
 	"originHost\x126\n" +
 	"\x17authorize_every_request\x18  \x01(\bR\x15authorizeEveryRequest\x12(\n" +
 	"\x10cache_status_key\x18! \x01(\bR\x0ecacheStatusKey\x127\n" +
-	"\x15stale_if_disconnected\x18\" \x01(\bH\x03R\x13staleIfDisconnected\x88\x01\x01B\v\n" +
+	"\x15stale_if_disconnected\x18\" \x01(\bH\x03R\x13staleIfDisconnected\x88\x01\x01\x127\n" +
+	"\n" +
+	"registries\x18# \x03(\v2\x17.shardcache.v1.RegistryR\n" +
+	"registries\x12)\n" +
+	"\x10default_registry\x18$ \x01(\tR\x0fdefaultRegistry\x122\n" +
+	"\atag_ttl\x18% \x01(\v2\x19.google.protobuf.DurationR\x06tagTtl\x12&\n" +
+	"\x0fpull_token_file\x18& \x01(\tR\rpullTokenFileB\v\n" +
 	"\t_compressB\x13\n" +
 	"\x11_cache_authorizedB\x11\n" +
 	"\x0f_registry_awareB\x18\n" +
-	"\x16_stale_if_disconnected*\x85\x01\n" +
+	"\x16_stale_if_disconnected\"\xa2\x01\n" +
+	"\bRegistry\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12)\n" +
+	"\x10credentials_file\x18\x03 \x01(\tR\x0fcredentialsFile\x12'\n" +
+	"\x0fmax_connections\x18\x04 \x01(\rR\x0emaxConnections\x12\x1c\n" +
+	"\tbandwidth\x18\x05 \x01(\x03R\tbandwidth*\x85\x01\n" +
 	"\tCacheMode\x12\x1a\n" +
 	"\x16CACHE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CACHE_MODE_SHARDED\x10\x01\x12\x14\n" +
@@ -732,32 +877,35 @@ func file_shardcache_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_shardcache_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shardcache_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_shardcache_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_shardcache_v1_policy_proto_goTypes = []any{
 	(CacheMode)(0),              // 0: shardcache.v1.CacheMode
 	(*StatusTTL)(nil),           // 1: shardcache.v1.StatusTTL
 	(*StatusRange)(nil),         // 2: shardcache.v1.StatusRange
 	(*BypassRule)(nil),          // 3: shardcache.v1.BypassRule
 	(*CachePolicy)(nil),         // 4: shardcache.v1.CachePolicy
-	(*durationpb.Duration)(nil), // 5: google.protobuf.Duration
+	(*Registry)(nil),            // 5: shardcache.v1.Registry
+	(*durationpb.Duration)(nil), // 6: google.protobuf.Duration
 }
 var file_shardcache_v1_policy_proto_depIdxs = []int32{
-	5,  // 0: shardcache.v1.StatusTTL.ttl:type_name -> google.protobuf.Duration
-	5,  // 1: shardcache.v1.CachePolicy.default_ttl:type_name -> google.protobuf.Duration
+	6,  // 0: shardcache.v1.StatusTTL.ttl:type_name -> google.protobuf.Duration
+	6,  // 1: shardcache.v1.CachePolicy.default_ttl:type_name -> google.protobuf.Duration
 	1,  // 2: shardcache.v1.CachePolicy.status_ttls:type_name -> shardcache.v1.StatusTTL
 	2,  // 3: shardcache.v1.CachePolicy.excluded_statuses:type_name -> shardcache.v1.StatusRange
-	5,  // 4: shardcache.v1.CachePolicy.stale_while_revalidate:type_name -> google.protobuf.Duration
-	5,  // 5: shardcache.v1.CachePolicy.stale_if_error:type_name -> google.protobuf.Duration
+	6,  // 4: shardcache.v1.CachePolicy.stale_while_revalidate:type_name -> google.protobuf.Duration
+	6,  // 5: shardcache.v1.CachePolicy.stale_if_error:type_name -> google.protobuf.Duration
 	0,  // 6: shardcache.v1.CachePolicy.mode:type_name -> shardcache.v1.CacheMode
 	3,  // 7: shardcache.v1.CachePolicy.bypass:type_name -> shardcache.v1.BypassRule
-	5,  // 8: shardcache.v1.CachePolicy.collapse_timeout:type_name -> google.protobuf.Duration
-	5,  // 9: shardcache.v1.CachePolicy.origin_timeout:type_name -> google.protobuf.Duration
-	5,  // 10: shardcache.v1.CachePolicy.relay_timeout:type_name -> google.protobuf.Duration
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	6,  // 8: shardcache.v1.CachePolicy.collapse_timeout:type_name -> google.protobuf.Duration
+	6,  // 9: shardcache.v1.CachePolicy.origin_timeout:type_name -> google.protobuf.Duration
+	6,  // 10: shardcache.v1.CachePolicy.relay_timeout:type_name -> google.protobuf.Duration
+	5,  // 11: shardcache.v1.CachePolicy.registries:type_name -> shardcache.v1.Registry
+	6,  // 12: shardcache.v1.CachePolicy.tag_ttl:type_name -> google.protobuf.Duration
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_policy_proto_init() }
@@ -772,7 +920,7 @@ func file_shardcache_v1_policy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_policy_proto_rawDesc), len(file_shardcache_v1_policy_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,5 @@
+package registry
+
+import "runtime"
+
+func runtimeGosched() { runtime.Gosched() }
