@@ -107,95 +107,9 @@ var (
 
 // New builds the metrics on a registry of their own.
 func New() *Set {
-	m := &Set{
-		Registry: prometheus.NewRegistry(),
-		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_requests_total", Help: "Client requests by route, cache status, method and status class.",
-		}, []string{"route", "cache", "method", "code"}),
-		Reasons: newReasons(),
-		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "shardcache_request_duration_seconds", Help: "Client request duration by route.",
-			Buckets: durationBuckets, NativeHistogramBucketFactor: 1.1,
-		}, []string{"route"}),
-		ResponseSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "shardcache_response_size_bytes", Help: "Client response body size by route.",
-			Buckets: sizeBuckets, NativeHistogramBucketFactor: 1.1,
-		}, []string{"route"}),
-		OriginReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_origin_requests_total", Help: "Requests sent to the origin, by purpose (fill, bypass) and result.",
-		}, []string{"purpose", "result"}),
-		OriginBytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "shardcache_origin_bytes_total", Help: "Body bytes received from the origin for cache fills.",
-		}),
-		PeerReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_peer_requests_total", Help: "Requests relayed to an owner, by peer and result (2xx..5xx, error, skipped while the peer's circuit is open).",
-		}, []string{"peer", "result"}),
-		PeerConns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_peer_connections_total", Help: "Connections used for relayed requests: opened anew or reused from the pool.",
-		}, []string{"state"}),
-		PeerBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_peer_bytes_total", Help: "Body bytes over the peer hop: in (answers from owners), out (answers to relaying peers).",
-		}, []string{"direction"}),
-		PeerRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_peer_refused_total", Help: "Peer-listener requests refused, by reason (no_hop: not a relayed request; not_a_member: the certificate names no member of the ring).",
-		}, []string{"reason"}),
-		OpsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_ops_refused_total", Help: "Ops-listener requests (/drain, /debug/pprof/) refused, by reason (no_token: not from loopback and no admin token; bad_token).",
-		}, []string{"reason"}),
-		PurgeAuthRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_purge_auth_refused_total", Help: "PURGE requests whose bearer token was refused, by reason (malformed, wrong: by the control plane, throttled: unread after too many).",
-		}, []string{"reason"}),
-		ClientConnsRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "shardcache_client_conns_refused_total", Help: "Client connections refused (503) because their address held its bound of open connections (--client-max-conns-per-addr).",
-		}),
-		ClientStalled: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "shardcache_client_stalled_total", Help: "Client connections closed because the client took no byte of an answer for --client-send-timeout.",
-		}),
-		RelayFallback: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "shardcache_relay_fallbacks_total", Help: "Relays that failed before a response and were served by this node instead.",
-		}),
-		RingEpoch: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "shardcache_ring_epoch", Help: "The ring epoch this node serves with (0: none yet).",
-		}),
-		RingMembers: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "shardcache_ring_members", Help: "Members of the current ring epoch.",
-		}),
-		BackgroundPanics: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_background_panics_total",
-			Help: "Panics recovered in background tasks (revalidate, precopy, invalidate), by task; each is logged with its stack.",
-		}, []string{"task"}),
-		Member: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "shardcache_member", Help: "1 while the control plane holds this node as a member; 0 while it is refused or registering again.",
-		}),
-		MemberLost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_membership_lost_total",
-			Help: "Times the node found it was not a member, by cause (duplicate_id, record_deleted, record_replaced, lease_lost).",
-		}, []string{"cause"}),
-		CutOff: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "shardcache_control_plane_cut_off",
-			Help: "1 while the node has been cut off from the control plane longer than --cut-off-revalidate-after: what it stored before the cut is revalidated with the origin before it is served.",
-		}),
-		Session: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "shardcache_session_connected", Help: "1 while the session with the control plane is established.",
-		}),
-		DigestMismatches: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "shardcache_registry_digest_mismatches_total", Help: "Registry blobs and manifests refused because their body's digest is not the one asked for; none is stored.",
-		}),
-		Collapsed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "shardcache_collapsed_requests_total", Help: "Cache misses served by waiting on another request's origin fetch.",
-		}),
-		PolicyRevision: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "shardcache_policy_revision", Help: "Revision of the policy set in force (0: none received).",
-		}),
-		Handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_handoff_requests_total",
-			Help: "Misses after a ring change asked of the key's previous owner before the origin, by result (hit, miss, error).",
-		}, []string{"result"}),
-		Hot: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shardcache_hot_key_events_total",
-			Help: "Hot-key handling: requests for hot keys, copies admitted and served by non-owners, replica fills from the first owner.",
-		}, []string{"event"}),
-	}
+	m := &Set{Registry: prometheus.NewRegistry()}
+	m.traffic()
+	m.control()
 	m.PeerCerts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardcache_peer_certificates_total", Help: "Peer-hop certificates from the control plane, installed or refused.",
 	}, []string{"result"})
@@ -253,6 +167,103 @@ func New() *Set {
 		m.PeerConns, m.PeerBytes, m.PeerRefused, m.OpsRefused, m.PurgeAuthRefused, m.ClientConnsRefused, m.ClientStalled, m.RelayFallback, m.RingEpoch, m.RingMembers, m.Session, m.CutOff, m.Member, m.MemberLost, m.BackgroundPanics, m.Collapsed, m.DigestMismatches, m.PolicyRevision, m.Hot, m.Handoffs, &m.storeStats,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	return m
+}
+
+// traffic makes the metrics of the requests a node serves and sends: the
+// clients', the origin's and the peer hop's, and what was refused.
+func (m *Set) traffic() {
+	m.Requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardcache_requests_total", Help: "Client requests by route, cache status, method and status class.",
+	}, []string{"route", "cache", "method", "code"})
+	m.Reasons = newReasons()
+	m.Duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "shardcache_request_duration_seconds", Help: "Client request duration by route.",
+		Buckets: durationBuckets, NativeHistogramBucketFactor: 1.1,
+	}, []string{"route"})
+	m.ResponseSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "shardcache_response_size_bytes", Help: "Client response body size by route.",
+		Buckets: sizeBuckets, NativeHistogramBucketFactor: 1.1,
+	}, []string{"route"})
+	m.OriginReqs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardcache_origin_requests_total", Help: "Requests sent to the origin, by purpose (fill, bypass) and result.",
+	}, []string{"purpose", "result"})
+	m.OriginBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardcache_origin_bytes_total", Help: "Body bytes received from the origin for cache fills.",
+	})
+	m.PeerReqs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardcache_peer_requests_total", Help: "Requests relayed to an owner, by peer and result (2xx..5xx, error, skipped while the peer's circuit is open).",
+	}, []string{"peer", "result"})
+	m.PeerConns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardcache_peer_connections_total", Help: "Connections used for relayed requests: opened anew or reused from the pool.",
+	}, []string{"state"})
+	m.PeerBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardcache_peer_bytes_total", Help: "Body bytes over the peer hop: in (answers from owners), out (answers to relaying peers).",
+	}, []string{"direction"})
+	m.PeerRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardcache_peer_refused_total", Help: "Peer-listener requests refused, by reason (no_hop: not a relayed request; not_a_member: the certificate names no member of the ring).",
+	}, []string{"reason"})
+	m.OpsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardcache_ops_refused_total", Help: "Ops-listener requests (/drain, /debug/pprof/) refused, by reason (no_token: not from loopback and no admin token; bad_token).",
+	}, []string{"reason"})
+	m.PurgeAuthRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardcache_purge_auth_refused_total", Help: "PURGE requests whose bearer token was refused, by reason (malformed, wrong: by the control plane, throttled: unread after too many).",
+	}, []string{"reason"})
+	m.ClientConnsRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardcache_client_conns_refused_total", Help: "Client connections refused (503) because their address held its bound of open connections (--client-max-conns-per-addr).",
+	})
+	m.ClientStalled = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardcache_client_stalled_total", Help: "Client connections closed because the client took no byte of an answer for --client-send-timeout.",
+	})
+	m.RelayFallback = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardcache_relay_fallbacks_total", Help: "Relays that failed before a response and were served by this node instead.",
+	})
+}
+
+// control makes the metrics of the node's state: its ring epoch and
+// membership, its session with the control plane, background work,
+// policies, handoffs and hot keys.
+func (m *Set) control() {
+	m.RingEpoch = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shardcache_ring_epoch", Help: "The ring epoch this node serves with (0: none yet).",
+	})
+	m.RingMembers = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shardcache_ring_members", Help: "Members of the current ring epoch.",
+	})
+	m.BackgroundPanics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardcache_background_panics_total",
+		Help: "Panics recovered in background tasks (revalidate, precopy, invalidate), by task; each is logged with its stack.",
+	}, []string{"task"})
+	m.Member = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shardcache_member", Help: "1 while the control plane holds this node as a member; 0 while it is refused or registering again.",
+	})
+	m.MemberLost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardcache_membership_lost_total",
+		Help: "Times the node found it was not a member, by cause (duplicate_id, record_deleted, record_replaced, lease_lost).",
+	}, []string{"cause"})
+	m.CutOff = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shardcache_control_plane_cut_off",
+		Help: "1 while the node has been cut off from the control plane longer than --cut-off-revalidate-after: what it stored before the cut is revalidated with the origin before it is served.",
+	})
+	m.Session = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shardcache_session_connected", Help: "1 while the session with the control plane is established.",
+	})
+	m.DigestMismatches = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardcache_registry_digest_mismatches_total", Help: "Registry blobs and manifests refused because their body's digest is not the one asked for; none is stored.",
+	})
+	m.Collapsed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardcache_collapsed_requests_total", Help: "Cache misses served by waiting on another request's origin fetch.",
+	})
+	m.PolicyRevision = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shardcache_policy_revision", Help: "Revision of the policy set in force (0: none received).",
+	})
+	m.Handoffs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardcache_handoff_requests_total",
+		Help: "Misses after a ring change asked of the key's previous owner before the origin, by result (hit, miss, error).",
+	}, []string{"result"})
+	m.Hot = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardcache_hot_key_events_total",
+		Help: "Hot-key handling: requests for hot keys, copies admitted and served by non-owners, replica fills from the first owner.",
+	}, []string{"event"})
 }
 
 // buildInfo is shardcache_build_info: 1, labelled with the build, so that
