@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -217,16 +218,6 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// trustedProxy reports whether a is one of the configured trusted proxies.
-func (n *Node) trustedProxy(a netip.Addr) bool {
-	for _, p := range n.cfg.TrustedProxies {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
 // peerID names the member listening at a peer address in the current epoch.
 func (n *Node) peerID(addr string) (string, bool) {
 	rt := n.routes.Load()
@@ -422,7 +413,7 @@ func (n *Node) background(gctx context.Context, g *errgroup.Group, st *store.Sto
 	g.Go(func() error {
 		tasks.Every(gctx, time.Second, func() {
 			n.metrics.Session.Set(metrics.BoolGauge(n.session.Connected()))
-			_, cut := n.cutOff()
+			_, cut := n.session.CutOff(n.cfg.CutOffBound)
 			n.metrics.CutOff.Set(metrics.BoolGauge(cut))
 		})
 		return nil
@@ -461,7 +452,10 @@ func (n *Node) listen() ([]net.Listener, error) {
 		if a.name == "client" {
 			l = clientconn.NewListener(l, clientconn.Config{
 				WriteTimeout: max(n.cfg.ClientSendTimeout, 0), MaxPerAddr: max(n.cfg.ClientMaxConnsPerAddr, 0),
-				Exempt: n.trustedProxy, OnRefused: n.metrics.ClientConnsRefused.Inc, OnStalled: n.metrics.ClientStalled.Inc,
+				Exempt: func(a netip.Addr) bool {
+					return slices.ContainsFunc(n.cfg.TrustedProxies, func(p netip.Prefix) bool { return p.Contains(a) })
+				},
+				OnRefused: n.metrics.ClientConnsRefused.Inc, OnStalled: n.metrics.ClientStalled.Inc,
 			})
 		}
 		listeners = append(listeners, l)
@@ -505,21 +499,6 @@ func (n *Node) RingMembers() int {
 	return 0
 }
 
-// cutOff reports whether the node has been cut off from the control plane
-// for longer than its bound and, if so, before when what it stored must be
-// confirmed by the origin: the bound ago. A purge issued during the cut
-// then reaches its clients within the bound, as the node's own objects
-// age past it: all stored before the cut at once, the rest as they do.
-func (n *Node) cutOff() (time.Time, bool) {
-	if n.cfg.CutOffBound < 0 || n.session == nil {
-		return time.Time{}, false
-	}
-	if !n.session.CutOff(n.cfg.CutOffBound) {
-		return time.Time{}, false
-	}
-	return time.Now().Add(-n.cfg.CutOffBound), true
-}
-
 // build makes the owner, the front and the purge applier over the open
 // store.
 func (n *Node) build() {
@@ -530,7 +509,7 @@ func (n *Node) build() {
 		MaxObjectBytes: c.MaxObjectBytes, DiskBytes: c.DiskBytes,
 		Store: n.store, Copies: n.hotCopies, CopyMaxObject: c.HotCopyMaxObject, Origin: n.origin, Upstream: n.upstream, Peers: n.peers,
 		Routes: &n.routes, Policies: &n.policies, Bans: n.bans, Inflight: &n.inflight, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
-		CutOff: n.cutOff,
+		CutOff: func() (time.Time, bool) { return n.session.CutOff(c.CutOffBound) },
 	})
 	n.front = front.New(front.Config{
 		ID: c.ID, Via: routes.Via(c.ID, c.AdvertisePeerAddr), RelayTimeout: c.RelayTimeout, OriginTimeout: c.OriginTimeout,

@@ -210,15 +210,21 @@ func (c *Client) setMember(member bool, cause, reason string) {
 // Connected reports whether a session is established now.
 func (c *Client) Connected() bool { return c.connected.Load() }
 
-// CutOff reports whether the node has heard nothing from the control plane
-// for longer than bound: purges issued since may not have reached it. A
-// node hears from an established session at least every heartbeat; a
-// session that sends no heartbeats is never taken for cut off.
-func (c *Client) CutOff(bound time.Duration) bool {
-	if c.connected.Load() && !c.heartbeats.Load() {
-		return false
+// CutOff reports whether the node has heard nothing from the control
+// plane for longer than bound (a session that sends no heartbeats, while
+// connected, never is), and, if so, before when what the node stored must
+// be confirmed by the origin: bound ago. A purge issued during the cut
+// then reaches its clients within the bound, as the node's own objects
+// age past it: all stored before the cut at once, the rest as they do. A
+// negative bound: never cut off.
+func (c *Client) CutOff(bound time.Duration) (before time.Time, cut bool) {
+	if bound < 0 || c.connected.Load() && !c.heartbeats.Load() {
+		return time.Time{}, false
 	}
-	return time.Since(time.Unix(0, c.heard.Load())) > bound
+	if now := time.Now(); now.Sub(time.Unix(0, c.heard.Load())) > bound {
+		return now.Add(-bound), true
+	}
+	return time.Time{}, false
 }
 
 // Epoch is the last epoch applied, 0 if none.
