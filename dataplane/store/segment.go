@@ -141,13 +141,19 @@ func (d *disk) segOf(off int64) *segment { return d.segs[off/d.g.segSize] }
 // errNoSegment: every segment is in use, pinned or being written.
 var errNoSegment = errors.New("store: no segment free to write: all are pinned by readers or fills")
 
-// takeSegment finds the next segment for stripe st and empties it. own
-// reports whether it was st's own oldest segment, whose objects read since
-// they were written may be rewritten forward (the victims returned).
-// st.mu is held.
+// takeSegment finds the next segment for stripe st, empties it and opens
+// it as st's current segment under a new seq, all under the pool's lock:
+// no other stripe (nor a run) can take the same segment meanwhile. The
+// victims are the objects of st's own oldest segment read since they were
+// written, to rewrite forward. st.mu is held.
 func (d *disk) takeSegment(st *stripe) (seg *segment, victims []rescue, err error) {
 	d.poolMu.Lock()
 	defer d.poolMu.Unlock()
+	defer func() {
+		if seg != nil {
+			d.openLocked(st, seg)
+		}
+	}()
 	if s, err := d.freeLocked(); s != nil || err != nil {
 		return s, nil, err
 	}
@@ -357,10 +363,9 @@ func (d *disk) runFreeLocked(first, n int) bool {
 	return true
 }
 
-// openSegment makes s stripe st's current segment under a new seq.
-func (d *disk) openSegment(st *stripe, s *segment) {
-	d.poolMu.Lock()
-	defer d.poolMu.Unlock()
+// openLocked makes s stripe st's current segment under a new seq.
+// d.poolMu is held.
+func (d *disk) openLocked(st *stripe, s *segment) {
 	d.seq++
 	s.setSeq(d.seq)
 	s.state, s.owner, s.run = segOpen, st.id, 0

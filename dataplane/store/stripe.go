@@ -230,7 +230,6 @@ func (st *stripe) rotateLocked() error {
 		}
 		return err
 	}
-	st.d.openSegment(st, s)
 	st.cur = s
 	st.curIdx.Store(int32(s.idx))
 	start := st.d.start(s.idx)
