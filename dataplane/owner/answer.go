@@ -265,32 +265,23 @@ func (s *serving) answerWhole(e *store.Entry, status string) bool {
 			delete(set, k)
 		}
 		for _, v := range vs {
-			b = append(b, k...)
-			b = append(b, ": "...)
-			b = append(b, v...)
-			b = append(b, "\r\n"...)
+			b = appendLine(b, k, v)
 		}
 	}
 	if ranges {
-		b = append(b, "Accept-Ranges: bytes\r\n"...)
+		b = appendLine(b, "Accept-Ranges", "bytes")
 	}
 	age, m := s.statusMember(e, status)
 	b = append(b, "Age: "...)
 	b = strconv.AppendInt(b, int64(age/time.Second), 10)
-	b = append(b, "\r\nX-Cache: "...)
-	b = append(b, statusField(status)[0]...)
-	b = append(b, "\r\nX-Cache-Node: "...)
-	b = append(b, s.nodeField[0]...)
 	b = append(b, "\r\n"...)
+	b = appendLine(b, "X-Cache", statusField(status)[0])
+	b = appendLine(b, "X-Cache-Node", s.nodeField[0])
 	if ownID {
-		b = append(b, "X-Request-Id: "...)
-		b = append(b, id...)
-		b = append(b, "\r\n"...)
+		b = appendLine(b, "X-Request-Id", id)
 	}
 	for _, v := range prior {
-		b = append(b, "Cache-Status: "...)
-		b = append(b, v...)
-		b = append(b, "\r\n"...)
+		b = appendLine(b, "Cache-Status", v)
 	}
 	b = append(b, "Cache-Status: "...)
 	b = m.Append(b)
@@ -301,6 +292,14 @@ func (s *serving) answerWhole(e *store.Entry, status string) bool {
 	}
 	s.out.Member, s.out.Node = m, s.cfg.ID
 	return true
+}
+
+// appendLine appends the field line "name: value" and its CRLF.
+func appendLine(b []byte, name, value string) []byte {
+	b = append(b, name...)
+	b = append(b, ": "...)
+	b = append(b, value...)
+	return append(b, "\r\n"...)
 }
 
 // heads are the buffers answerWhole serialises heads into: the writer
