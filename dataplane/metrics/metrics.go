@@ -152,7 +152,7 @@ func New() *Set {
 		vec    *prometheus.CounterVec
 		values []string
 	}{
-		{m.Hot, []string{"hot_request", "copy_admitted", "copy_hit", "replica_fill"}},
+		{m.Hot, []string{"hot_request", "copy_admitted", "copy_hit", "replica_fill", "list_asked"}},
 		{m.Handoffs, []string{"hit", "miss", "error"}},
 		{m.Purges, []string{"url", "prefix", "tag"}},
 		{m.PeerBytes, []string{"in", "out"}},
@@ -262,7 +262,7 @@ func (m *Set) control() {
 	}, []string{"result"})
 	m.Hot = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardcache_hot_key_events_total",
-		Help: "Hot-key handling: requests for hot keys, copies admitted and served by non-owners, replica fills from the first owner.",
+		Help: "Hot-key handling: requests for hot keys, copies admitted and served by non-owners, replica fills from the first owner, peers' hot-key lists asked for after a ring change (answered).",
 	}, []string{"event"})
 }
 

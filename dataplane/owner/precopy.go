@@ -94,6 +94,7 @@ func (o *Owner) peerHotKeys(ctx context.Context, m *pb.Member) []*hotkey.Key {
 		return nil
 	}
 	defer resp.Body.Close()
+	o.cfg.Metrics.Hot.WithLabelValues("list_asked").Inc()
 	var keys []*hotkey.Key
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&keys) != nil {
 		return nil
