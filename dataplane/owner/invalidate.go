@@ -10,7 +10,9 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/slice"
+	"github.com/shardcache/shardcache/dataplane/store"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -90,11 +92,11 @@ const invalidateWait = time.Second
 func (o *Owner) drop(key string) {
 	for _, k := range o.cfg.Store.Members(key) { // its variants, if it varies
 		if o.cfg.Store.Delete(k) {
-			o.removed(k, httpcache.ReasonInvalidated)
+			o.notes.Removed(k, httpcache.ReasonInvalidated)
 		}
 	}
 	if o.cfg.Store.Delete(key) {
-		o.removed(key, httpcache.ReasonInvalidated)
+		o.notes.Removed(key, httpcache.ReasonInvalidated)
 	}
 	if o.cfg.Copies != nil {
 		o.cfg.Copies.Delete(key)
@@ -113,4 +115,21 @@ func (o *Owner) dropURL(req *http.Request, p *policy.Policy) {
 			o.drop((&slice.Req{Size: p.SliceSize}).Key(key))
 		}
 	}
+}
+
+// purgeIndex is the store as purges see it: a key a purge deletes is
+// noted as purged.
+type purgeIndex struct {
+	*store.Store
+	o *Owner
+}
+
+var _ purge.Index = purgeIndex{}
+
+func (p purgeIndex) Delete(key string) bool {
+	if !p.Store.Delete(key) {
+		return false
+	}
+	p.o.notes.Removed(key, httpcache.ReasonPurged)
+	return true
 }

@@ -44,7 +44,7 @@ func (s *serving) lookup() *store.Entry {
 func (s *serving) find(key string) *store.Entry {
 	e, ok := s.cfg.Store.Get(key)
 	if !ok {
-		s.reason = s.missReason(key, httpcache.ReasonURIMiss)
+		s.reason = s.notes.MissReason(key, httpcache.ReasonURIMiss)
 		return nil
 	}
 	if why := s.unusable(e); why != "" {
@@ -70,7 +70,7 @@ func (s *serving) find(key string) *store.Entry {
 		if ok {
 			s.reason = s.unusable(v)
 		} else {
-			s.reason = s.missReason(vk, httpcache.ReasonVaryMiss)
+			s.reason = s.notes.MissReason(vk, httpcache.ReasonVaryMiss)
 		}
 		return nil
 	}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/flight"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/notes"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/purge"
@@ -116,8 +117,8 @@ type Owner struct {
 	// statusName is the node's name as a Cache-Status or Proxy-Status item.
 	statusName string
 	// notes are the last answers other than plain hits, and removals, per
-	// key (notes.go).
-	notes notes
+	// key.
+	notes notes.Table
 }
 
 // New builds an owner over an open store.
@@ -157,3 +158,11 @@ func (o *Owner) DropCopies(keys []string) {
 		o.cfg.Copies.Delete(k)
 	}
 }
+
+// Note is what the owner last did with a key other than a plain hit
+// (package notes).
+type Note = notes.Note
+
+// Note is the owner's last note of key: its last answer other than a
+// plain hit, or what removed its stored response.
+func (o *Owner) Note(key string) (Note, bool) { return o.notes.Get(key) }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/notes"
 	"github.com/shardcache/shardcache/dataplane/store"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
@@ -66,8 +67,8 @@ func (o *Owner) Serve(w http.ResponseWriter, req Request) Outcome {
 	} else {
 		s.serve()
 	}
-	if s.out.Member.Detail != "" { // a plain hit notes nothing
-		o.noteAnswer(req.Key, &s.out)
+	if m := s.out.Member; m.Detail != "" { // a plain hit notes nothing
+		o.notes.Add(req.Key, notes.Note{Cache: m.Cache, Reason: m.Detail, Status: m.Status, Stored: s.out.Kept(), At: time.Now()})
 	}
 	return s.out
 }
