@@ -27,7 +27,7 @@ import (
 // or from rd, a reader following the entry's fill as it streams in. The
 // stored coding is sent to a client that accepts it and decoded for one
 // that does not. A client whose conditional matches gets 304 (RFC 9111
-// 4.3.2); a Range is answered from a stored 200 (ranges.go).
+// 4.3.2); a Range is answered from a stored 200 (answerRanges).
 //
 // It returns an error, having written nothing, when the body cannot be
 // read at all. A fill that breaks off after the header was sent aborts the
