@@ -8,6 +8,8 @@ package flight
 import (
 	"context"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Call is one in-flight fetch of a key.
@@ -19,12 +21,56 @@ type Call[T any] struct {
 
 // Group tracks the calls in flight. The zero value is ready to use.
 type Group[T any] struct {
-	mu    sync.Mutex
-	calls map[string]*Call[T]
+	mu      sync.Mutex
+	calls   map[string]*Call[T]
+	waiting atomic.Int64 // callers of Do waiting on another's call
 }
 
+// Do leads key's call, running lead, unless a call is in flight: then it
+// waits, at most wait and until ctx ends, for what that call's leader
+// shares. lead gets the call (for Forget) and returns its value, whether
+// waiters may share it, and whether later callers keep joining the call
+// (a stream they follow from its start) until Forget. led reports whether
+// lead ran (val is then its value); ok, for a waiter, whether val is
+// shared with it.
+func (g *Group[T]) Do(ctx context.Context, wait time.Duration, key string, lead func(*Call[T]) (val T, share, keep bool)) (val T, ok, led bool) {
+	c, leader := g.Join(key)
+	if leader {
+		return g.Lead(key, c, lead), true, true
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	g.waiting.Add(1)
+	val, ok = c.Wait(wctx)
+	g.waiting.Add(-1)
+	cancel()
+	return val, ok, false
+}
+
+// Lead runs lead for c, a call the caller leads (Join), and settles c with
+// what lead returns (see Do), or with nothing should lead panic.
+func (g *Group[T]) Lead(key string, c *Call[T], lead func(*Call[T]) (val T, share, keep bool)) T {
+	settled := false
+	defer func() {
+		if !settled {
+			var zero T
+			g.Settle(key, c, zero, false)
+		}
+	}()
+	val, share, keep := lead(c)
+	settled = true
+	g.Settle(key, c, val, share)
+	if share && !keep {
+		g.Forget(key, c)
+	}
+	return val
+}
+
+// Waiting is the number of callers of Do waiting on another's call.
+func (g *Group[T]) Waiting() int64 { return g.waiting.Load() }
+
 // Join returns the call in flight for key, or starts one. leader is true for
-// the caller that started it; that caller must call Settle exactly once.
+// the caller that started it; that caller must call Settle exactly once
+// (or Lead).
 func (g *Group[T]) Join(key string) (c *Call[T], leader bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -2,9 +2,11 @@ package flight
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestJoinCollapsesConcurrentCallers(t *testing.T) {
@@ -97,5 +99,97 @@ func TestSharedValueReachesLateCallersUntilForget(t *testing.T) {
 	g.Forget("k", c)
 	if _, leader := g.Join("k"); !leader {
 		t.Fatal("a call after Forget did not start anew")
+	}
+}
+
+// TestDoLeadsOnceAndSharesWhatLeadReturns: while the leader's lead runs,
+// every other caller of Do waits (counted by Waiting) and gets its value;
+// a value lead does not share releases them to fetch alone; a kept one
+// reaches late callers until Forget; a lead that panics releases them.
+func TestDoLeadsOnceAndSharesWhatLeadReturns(t *testing.T) {
+	var g Group[int]
+	const waiters = 8
+	release := make(chan struct{})
+	var leads atomic.Int32
+	lead := func(share, keep bool) func(*Call[int]) (int, bool, bool) {
+		return func(*Call[int]) (int, bool, bool) {
+			leads.Add(1)
+			<-release
+			return 7, share, keep
+		}
+	}
+	for _, tc := range []struct {
+		name        string
+		share, keep bool
+	}{{"shared", true, false}, {"not shared", false, false}, {"kept", true, true}} {
+		leads.Store(0)
+		release = make(chan struct{})
+		results := make(chan [3]any, waiters+1)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			v, ok, led := g.Do(context.Background(), time.Minute, tc.name, lead(tc.share, tc.keep))
+			results <- [3]any{v, ok, led}
+		})
+		for leads.Load() == 0 {
+			runtime.Gosched() // until the leader runs lead
+		}
+		for range waiters {
+			wg.Go(func() {
+				v, ok, led := g.Do(context.Background(), time.Minute, tc.name, lead(tc.share, tc.keep))
+				results <- [3]any{v, ok, led}
+			})
+		}
+		for g.Waiting() < waiters {
+			runtime.Gosched()
+		}
+		close(release)
+		wg.Wait()
+		close(results)
+		shared, alone := 0, 0
+		for r := range results {
+			switch {
+			case r[2] == true:
+				if r[0] != 7 || r[1] != true {
+					t.Errorf("%s: the leader got %v", tc.name, r)
+				}
+			case r[1] == true && r[0] == 7:
+				shared++
+			default:
+				alone++
+			}
+		}
+		if want := map[bool]int{true: waiters, false: 0}[tc.share]; shared != want || alone != waiters-want {
+			t.Errorf("%s: %d waiters shared, %d alone; want %d shared", tc.name, shared, alone, want)
+		}
+		if g.Waiting() != 0 {
+			t.Errorf("%s: %d still counted waiting", tc.name, g.Waiting())
+		}
+		c, leader := g.Join(tc.name)
+		if leader == tc.keep {
+			t.Errorf("%s: a late caller leads a new call: %t", tc.name, leader)
+		}
+		if leader {
+			g.Settle(tc.name, c, 0, false)
+		} else {
+			g.Forget(tc.name, c)
+		}
+	}
+
+	// A lead that panics settles the call without a value.
+	c, _ := g.Join("p")
+	done := make(chan bool)
+	go func() {
+		_, ok := c.Wait(context.Background())
+		done <- ok
+	}()
+	func() {
+		defer func() { recover() }()
+		g.Lead("p", c, func(*Call[int]) (int, bool, bool) { panic("lead") })
+	}()
+	if <-done {
+		t.Error("a waiter on a panicked lead was given a value")
+	}
+	if _, leader := g.Join("p"); !leader {
+		t.Error("after a panicked lead, the next caller does not lead")
 	}
 }

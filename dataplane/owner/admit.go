@@ -33,7 +33,7 @@ func (f *fill) admit() {
 	if resp.StatusCode == http.StatusNotModified && f.stale != nil {
 		e := f.refreshed()
 		f.settle(&fillShare{e: e, status: httpcache.CacheRevalidated})
-		f.Answer(e, nil, httpcache.CacheRevalidated)
+		f.then = leadAnswer{kind: answerEntry, e: e, status: httpcache.CacheRevalidated}
 		return
 	}
 	status := httpcache.CacheMiss
@@ -46,13 +46,13 @@ func (f *fill) admit() {
 	storeKey, lifetime, done, ok := f.storable()
 	if !ok {
 		f.settle(nil)
-		f.writeResponse(resp, f.fromOrigin, status)
+		f.then = leadAnswer{kind: answerUnstored, status: status}
 		return
 	}
 	e := &store.Entry{Key: storeKey, URL: purge.EntryURL(f.r), Status: resp.StatusCode, Header: resp.Header, Received: f.received,
 		InitialAge: httpcache.InitialAge(resp.Header, f.requested, f.received), Lifetime: lifetime}
 	compress := f.p.Compress && f.req.Slice == nil && compressible(resp.Header, resp.ContentLength)
-	wr, err := f.cfg.Store.Create(e, resp.ContentLength, compress, f.maxObject(f.p))
+	wr, rd, err := f.cfg.Store.CreateRead(e, resp.ContentLength, compress, f.maxObject(f.p))
 	if err != nil {
 		// The disk tier does not admit it (full, or failing): serve it unstored.
 		f.reason = httpcache.ReasonStoreError
@@ -61,10 +61,10 @@ func (f *fill) admit() {
 		}
 		done()
 		f.settle(nil)
-		f.writeResponse(resp, f.fromOrigin, status)
+		f.then = leadAnswer{kind: answerUnstored, status: status}
 		return
 	}
-	f.stream(wr, done, status)
+	f.stream(wr, rd, done, status)
 }
 
 // judged is the status the response is judged storable by: a slice's 206
@@ -116,22 +116,19 @@ func (f *fill) storable() (key string, lifetime time.Duration, done func(), ok b
 	return f.key, lifetime, noop, true
 }
 
-// stream answers from wr, the response streaming into the store, which a
-// goroutine of its own writes; the requests collapsed onto the fill follow
-// it as readers too.
-func (f *fill) stream(wr *store.Writer, done func(), status string) {
-	leader, fk := f.leader, f.fk
+// stream hands wr, the response streaming into the store, to a goroutine
+// of its own that writes it; the requests collapsed onto the fill follow
+// it as readers, and so does this one, from rd (taken as wr was made, so
+// that a small body refused by admission at once still reaches it).
+func (f *fill) stream(wr *store.Writer, rd io.ReadCloser, done func(), status string) {
+	call, fk := f.call, f.fk
 	// A request from the end of the fill on looks at the store again.
 	wr.OnFinish(func() {
-		f.flights.Forget(fk, leader)
+		f.flights.Forget(fk, call)
 		done() // stored (the store counts it now) or given up
 	})
 	f.settle(&fillShare{wr: wr, req: f.r.Header})
 	f.handed = true
-	// The leader's reader is taken before the copy starts: a small body
-	// may be copied and refused by the disk tier's admission before the
-	// leader would ask, and a reader taken after a refusal has nothing.
-	rd, rdErr := wr.NewReader()
 	resp, fromOrigin, release, key := f.resp, f.fromOrigin, f.release, f.key
 	f.cfg.Tasks.Go("fill", func() {
 		defer release()
@@ -152,18 +149,7 @@ func (f *fill) stream(wr *store.Writer, done func(), status string) {
 	if fromOrigin {
 		f.out.Source = SourceOrigin
 	}
-	err := rdErr
-	if err == nil {
-		defer rd.Close()
-		started := f.req.Account.Now()
-		err = f.Answer(wr.Entry(), rd, status)
-		if a := f.req.Account; a != nil {
-			a.Store = time.Since(started)
-		}
-	}
-	if err != nil {
-		f.originError(http.StatusBadGateway, err, "origin response broke off")
-	}
+	f.then = leadAnswer{kind: answerStream, e: wr.Entry(), rd: rd, status: status}
 }
 
 // variant returns the key a varying response is stored under, and writes
@@ -211,18 +197,13 @@ func (f *fill) variant(fields []string) (vk string, done func(), ok bool) {
 
 func noop() {}
 
-// settle hands the requests collapsed onto the fill their share, once; a
+// settle keeps what the requests collapsed onto the fill share, once: a
 // share that is no stream is for those waiting now, and later requests
-// look at the store again.
+// look at the store again (flight.Group.Lead).
 func (f *fill) settle(sh *fillShare) {
-	if f.call == nil {
-		return
+	if !f.settled {
+		f.settled, f.share = true, sh
 	}
-	f.flights.Settle(f.fk, f.call, sh, sh != nil)
-	if sh != nil && sh.wr == nil {
-		f.flights.Forget(f.fk, f.call)
-	}
-	f.call = nil
 }
 
 // refreshed is the stale response updated by a 304 (RFC 9111 3.2 and

@@ -22,6 +22,57 @@ import (
 	"github.com/shardcache/shardcache/dataplane/store"
 )
 
+// leadAnswer is a fill's own answer, decided by fetch and admit, and
+// written by answerFill once the fill has shared what it may.
+type leadAnswer struct {
+	kind   int
+	e      *store.Entry
+	rd     io.ReadCloser // answerStream: the fill's reader
+	status string
+	code   int
+	err    error
+	msg    string
+}
+
+// What a fill answers.
+const (
+	answered       = iota // answered already, or nothing to answer (a pre-copy)
+	answerEntry           // e, as status
+	answerStream          // e, its body from rd, as status
+	answerError           // the origin's failure: code, err and msg
+	answerText            // msg, with code
+	answerUnstored        // the fetched response, not stored, as status
+)
+
+// answerFill answers from fill f what fetch and admit decided, and makes
+// its outcome this request's.
+func (s *serving) answerFill(f *fill) {
+	switch t := f.then; t.kind {
+	case answerEntry:
+		f.Answer(t.e, nil, t.status)
+	case answerStream:
+		started := f.req.Account.Now()
+		err := f.Answer(t.e, t.rd, t.status)
+		t.rd.Close()
+		if a := f.req.Account; a != nil {
+			a.Store = time.Since(started)
+		}
+		if err != nil {
+			f.originError(http.StatusBadGateway, err, "origin response broke off")
+		}
+	case answerError:
+		f.originError(t.code, t.err, t.msg)
+	case answerText:
+		http.Error(f.w, t.msg, t.code)
+	case answerUnstored:
+		f.writeResponse(f.resp, f.fromOrigin, t.status)
+	}
+	if !f.handed {
+		f.release()
+	}
+	s.out = f.out
+}
+
 // Answer is the last stage: it writes a stored entry, its body from
 // memory, from its disk record (by sendfile where the platform has it),
 // or from rd, a reader following the entry's fill as it streams in. The

@@ -9,19 +9,8 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
-	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
 )
-
-// flightKey is what concurrent fills of key collapse on: the key, and for
-// a slice the version asked for, so that a request for one version never
-// waits for another's.
-func flightKey(key string, sl *slice.Req) string {
-	if sl == nil || sl.Version == "" {
-		return key
-	}
-	return key + "\x00" + sl.Version
-}
 
 // fillShare is what a fill's leader gives the requests collapsed onto it:
 // a response streaming into the store, a stored entry to serve, or the
@@ -34,6 +23,9 @@ type fillShare struct {
 	err    error
 	code   int         // HTTP status for err
 	req    http.Header // the leader's request, to check Vary
+	// led is the leader's own fill, which it answers from once it has
+	// shared (answerFill); the waiters never look at it.
+	led *fill
 }
 
 // collapse is the stage that joins concurrent misses of a key into one
@@ -44,32 +36,26 @@ type fillShare struct {
 // on its own: none takes another's answer.
 func (s *serving) collapse() {
 	if s.p.AuthorizeEach {
-		s.fill(nil, "", nil)
-		return
-	}
-	fk := flightKey(s.key, s.req.Slice)
-	call, leader := s.flights.Join(fk)
-	if leader {
-		s.fill(call, fk, nil)
+		s.answerFill(s.fill(nil, "", nil))
 		return
 	}
 	wait := s.cfg.OriginTimeout
 	if s.p.CollapseTimeout > 0 {
 		wait = s.p.CollapseTimeout
 	}
-	wctx, cancel := context.WithTimeout(s.r.Context(), wait)
-	s.waiting.Add(1)
 	started := s.req.Account.Now()
-	share, ok := call.Wait(wctx)
-	s.waiting.Add(-1)
+	share, ok, led := s.flights.Do(s.r.Context(), wait, flightKey(s.key, s.req.Slice), s.lead)
+	if led {
+		s.answerFill(share.led)
+		return
+	}
 	if a := s.req.Account; a != nil {
 		a.CollapseWait = time.Since(started)
 	}
-	cancel()
 	if ok && s.serveShare(share) {
 		return
 	}
-	s.fill(nil, "", nil)
+	s.answerFill(s.fill(nil, "", nil))
 }
 
 // serveShare answers from a leader's fill; false when the request must
@@ -117,7 +103,7 @@ func (s *serving) revalidateInBackground(e *store.Entry) {
 	breq.From = nil // the origin confirms it, not the first owner
 	bg := s.fork(reply.NewDiscard(), breq)
 	bg.stale = e
-	s.cfg.Tasks.Go("revalidate", func() { bg.fill(call, fk, nil) })
+	s.cfg.Tasks.Go("revalidate", func() { bg.answerFill(s.flights.Lead(fk, call, bg.lead).led) })
 }
 
 // fork is a copy of s for work of its own (a background revalidation, a

@@ -32,9 +32,13 @@ type fill struct {
 	// the request's once the fill returns.
 	serving
 	// call is the collapse this fill leads, nil when it leads none; fk
-	// its flight key. leader stays set once call is settled.
-	call, leader *flight.Call[*fillShare]
-	fk           string
+	// its flight key. share is what the fill gives the requests collapsed
+	// onto it (settle), then what it answers itself.
+	call    *flight.Call[*fillShare]
+	fk      string
+	share   *fillShare
+	settled bool
+	then    leadAnswer
 	// plan, when set, is a range fill (partial.go): a range is asked for
 	// and its 206 stored as the key's part.
 	plan *partPlan
@@ -54,27 +58,44 @@ type fill struct {
 
 // fill fetches the key from the origin (or, for a hot key's later owner,
 // from the first owner; within a handoff window, from its previous owner)
-// and answers. s.stale, when set, is the stored response being
-// revalidated: its validators make the request conditional, a 304
-// refreshes it, and an origin failure may serve it (stale-if-error). A
-// slice is fetched with a Range request of its own bytes, conditional
-// (If-Range) on the version of the object it belongs to.
+// and decides what it becomes (admit); answerFill answers from it. s.stale,
+// when set, is the stored response being revalidated: its validators make
+// the request conditional, a 304 refreshes it, and an origin failure may
+// serve it (stale-if-error). A slice is fetched with a Range request of
+// its own bytes, conditional (If-Range) on the version of the object it
+// belongs to.
 //
 // call, when set, is the collapse of the key's concurrent misses that the
 // fill leads, on flight key fk.
-func (s *serving) fill(call *flight.Call[*fillShare], fk string, plan *partPlan) {
-	f := &fill{serving: *s, call: call, leader: call, fk: fk, plan: plan}
-	defer func() { s.out = f.out }()
-	defer f.settle(nil)
-	defer func() {
-		if !f.handed {
-			f.release()
-		}
-	}()
-	if !f.fetch() {
-		return
+func (s *serving) fill(call *flight.Call[*fillShare], fk string, plan *partPlan) *fill {
+	f := &fill{serving: *s, call: call, fk: fk, plan: plan}
+	if f.fetch() {
+		f.admit()
 	}
-	f.admit()
+	return f
+}
+
+// flightKey is what concurrent fills of key collapse on: the key, and for
+// a slice the version asked for, so that a request for one version never
+// waits for another's.
+func flightKey(key string, sl *slice.Req) string {
+	if sl == nil || sl.Version == "" {
+		return key
+	}
+	return key + "\x00" + sl.Version
+}
+
+// lead is the fill of a collapse's leader (flight.Group.Do): it returns
+// what the requests collapsed onto it share, and the fill itself, which
+// the leader answers from once they have it.
+func (s *serving) lead(c *flight.Call[*fillShare]) (*fillShare, bool, bool) {
+	f := s.fill(c, flightKey(s.key, s.req.Slice), nil)
+	sh := f.share
+	if sh == nil {
+		return &fillShare{led: f}, false, false
+	}
+	sh.led = f
+	return sh, true, sh.wr != nil
 }
 
 // fetch is the stage that gets the response; false when the request was
@@ -145,7 +166,7 @@ func (f *fill) fetch() bool {
 				f.cfg.Logger.Warn("origin answer cannot be sliced", "key", f.key, "err", err)
 			}
 			f.settle(&fillShare{err: err, code: code})
-			http.Error(f.w, "shardcache: "+err.Error(), code)
+			f.then = leadAnswer{kind: answerText, code: code, msg: "shardcache: " + err.Error()}
 			return false
 		}
 	}
@@ -198,7 +219,7 @@ func (f *fill) failed(err error) bool {
 		f.cfg.Metrics.OriginReqs.WithLabelValues("fill", result).Inc()
 		f.settle(&fillShare{e: st, status: httpcache.CacheStale, reason: why})
 		f.reason = why
-		f.Answer(st, nil, httpcache.CacheStale)
+		f.then = leadAnswer{kind: answerEntry, e: st, status: httpcache.CacheStale}
 		return false
 	}
 	if err == nil {
@@ -214,7 +235,7 @@ func (f *fill) failed(err error) bool {
 		code = http.StatusGatewayTimeout // a stored response it may not serve
 	}
 	f.settle(&fillShare{err: fmt.Errorf("%s: %w", msg, err), code: code})
-	f.originError(code, err, msg)
+	f.then = leadAnswer{kind: answerError, code: code, err: err, msg: msg}
 	return false
 }
 

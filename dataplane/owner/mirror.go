@@ -56,6 +56,6 @@ func (f *fill) ingested() bool {
 	}
 	f.cfg.Logger.Warn("registry answer refused; nothing stored", "key", f.key, "err", err)
 	f.settle(&fillShare{err: err, code: http.StatusBadGateway})
-	f.originError(http.StatusBadGateway, err, "answer refused")
+	f.then = leadAnswer{kind: answerError, code: http.StatusBadGateway, err: err, msg: "answer refused"}
 	return false
 }

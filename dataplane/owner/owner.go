@@ -110,8 +110,6 @@ type Owner struct {
 	caughtUp   atomic.Bool
 	started    time.Time
 	precopying atomic.Bool
-	// waiting counts requests waiting on another request's fill.
-	waiting atomic.Int64
 	// nodeField is X-Cache-Node's value, shared by every answer.
 	nodeField []string
 	// statusName is the node's name as a Cache-Status or Proxy-Status item.
@@ -131,7 +129,7 @@ func New(cfg Config) *Owner {
 func (o *Owner) CaughtUp() { o.caughtUp.Store(true) }
 
 // Waiting is the number of requests waiting on another request's fill.
-func (o *Owner) Waiting() int64 { return o.waiting.Load() }
+func (o *Owner) Waiting() int64 { return o.flights.Waiting() }
 
 // Precopying reports whether a pre-copy runs.
 func (o *Owner) Precopying() bool { return o.precopying.Load() }

@@ -134,7 +134,7 @@ func (s *serving) servePartial() bool {
 	if req.Has("only-if-cached") {
 		return false
 	}
-	s.fill(nil, "", plan)
+	s.answerFill(s.fill(nil, "", plan))
 	return true
 }
 
@@ -166,9 +166,10 @@ func (f *fill) storePart() (handed bool) {
 		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", got.first, got.last, total))
 	}
 	var wr *store.Writer
+	var rd io.ReadCloser
 	if storable {
 		var err error
-		if wr, err = f.cfg.Store.Create(e, got.last-got.first+1, false, maxObject); err != nil {
+		if wr, rd, err = f.cfg.Store.CreateRead(e, got.last-got.first+1, false, maxObject); err != nil {
 			wr = nil // not admitted: answered unstored
 		}
 	}
@@ -178,7 +179,6 @@ func (f *fill) storePart() (handed bool) {
 		f.answerFollowing(e, body, got, want, httpcache.CacheMiss)
 		return false
 	}
-	rd, rdErr := wr.NewReader() // before the copy, as a fill's leader does
 	f.cfg.Tasks.Go("partial fill", func() {
 		defer release()
 		defer closePart()
@@ -198,10 +198,6 @@ func (f *fill) storePart() (handed bool) {
 			f.cfg.Store.Delete(PartKey(key)) // the whole object is stored now
 		}
 	})
-	if rdErr != nil {
-		http.Error(f.w, "shardcache: origin response broke off", http.StatusBadGateway)
-		return true
-	}
 	defer rd.Close()
 	f.out.Source = SourceOrigin
 	f.answerFollowing(wr.Entry(), rd, got, want, httpcache.CacheMiss)

@@ -107,6 +107,20 @@ func (s *Store) Create(e *Entry, sizeHint int64, compress bool, maxSize int64) (
 	return s.create(e, sizeHint, coding, compress, maxSize)
 }
 
+// CreateRead is Create with a reader of the body for the fill's creator,
+// from its start, taken before any byte is written: however soon the fill
+// ends (a small body refused by admission), that reader gets it whole.
+func (s *Store) CreateRead(e *Entry, sizeHint int64, compress bool, maxSize int64) (*Writer, io.ReadCloser, error) {
+	w, err := s.Create(e, sizeHint, compress, maxSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &Reader{w: w}
+	w.refs++
+	w.readers = map[*Reader]struct{}{r: {}}
+	return w, r, nil
+}
+
 // create starts a record whose body has coding; encode says whether
 // Write takes identity bytes to encode, or bytes already coded.
 func (s *Store) create(e *Entry, sizeHint int64, coding string, encode bool, maxSize int64) (*Writer, error) {
@@ -329,103 +343,6 @@ func (w *Writer) release() {
 	if last && w.ext != nil {
 		w.ext.seg.unpin() // the extent is the record now, or dead space
 	}
-}
-
-// NewReader returns a reader of the stored body from its start; it blocks
-// for bytes not yet written. Close it when done. Once the fill is over, the
-// reader reads the stored object; ErrAborted (the fill failed) and
-// ErrNotStored (it was not kept) say there is nothing left to read.
-func (w *Writer) NewReader() (io.ReadCloser, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.refs > 0 && (w.mode != toWindow || w.winBase == w.keepTo) {
-		w.refs++
-		r := &Reader{w: w}
-		if w.readers == nil {
-			w.readers = map[*Reader]struct{}{}
-		}
-		w.readers[r] = struct{}{}
-		return r, nil
-	}
-	switch {
-	case w.err != nil:
-		return nil, w.err
-	case w.final == nil:
-		return nil, ErrNotStored
-	case w.final.InMemory():
-		return io.NopCloser(bytes.NewReader(w.final.Body)), nil
-	}
-	f, err := w.s.Open(w.final)
-	if err != nil {
-		return nil, err
-	}
-	return struct {
-		io.Reader
-		io.Closer
-	}{io.LimitReader(f, w.final.Size), f}, nil
-}
-
-// Reader reads a Writer's stored body as it grows.
-type Reader struct {
-	w      *Writer
-	off    int64
-	closed bool
-}
-
-func (r *Reader) Read(p []byte) (int, error) {
-	w := r.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for r.off >= w.avail && !w.done {
-		w.cond.Wait()
-	}
-	if w.err != nil {
-		return 0, w.err
-	}
-	if r.off >= w.avail {
-		return 0, io.EOF
-	}
-	p = p[:min(int64(len(p)), w.avail-r.off)]
-	var n int
-	switch {
-	case w.mode == toSpool || r.off < w.keepTo && w.ext == nil:
-		n = copy(p, w.spool[r.off:])
-	case r.off < w.keepTo || w.mode == toExtent:
-		end := w.avail
-		if w.mode == toWindow {
-			end = w.keepTo
-		}
-		q := p[:min(int64(len(p)), end-r.off)]
-		at := w.ext.off + prefixLen + int64(len(w.meta)) + r.off
-		w.mu.Unlock()
-		k, err := w.file.ReadAt(q, at)
-		w.mu.Lock()
-		if err != nil && k < len(q) {
-			return k, fmt.Errorf("%w: reading the fill back: %v", ErrAborted, err)
-		}
-		n = k
-	case r.off < w.winBase:
-		return 0, fmt.Errorf("%w: the reader fell behind a fill that is not stored", ErrAborted)
-	default:
-		n = copy(p, w.window[r.off-w.winBase:])
-	}
-	r.off += int64(n)
-	w.cond.Broadcast() // a writer waiting on the window
-	return n, nil
-}
-
-// Close releases the reader.
-func (r *Reader) Close() error {
-	if r.closed {
-		return nil
-	}
-	r.closed = true
-	r.w.mu.Lock()
-	delete(r.w.readers, r)
-	r.w.mu.Unlock()
-	r.w.cond.Broadcast()
-	r.w.release()
-	return nil
 }
 
 // Put stores a whole object at once: e's metadata and body.
