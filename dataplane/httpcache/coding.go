@@ -1,6 +1,7 @@
 package httpcache
 
 import (
+	"mime"
 	"net/http"
 	"strings"
 )
@@ -95,4 +96,40 @@ func WeakenETag(h http.Header) {
 	if et := h.Get("ETag"); et != "" && !strings.HasPrefix(et, "W/") {
 		h.Set("ETag", "W/"+et)
 	}
+}
+
+// MinCompress is the smallest body worth compressing.
+const MinCompress = 1024
+
+// Compressible reports whether a response is worth storing compressed: a
+// textual type, not already coded, not marked no-transform (RFC 9110 7.7),
+// and not known to be tiny.
+func Compressible(h http.Header, length int64) bool {
+	if length >= 0 && length < MinCompress {
+		return false
+	}
+	if ce := h.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return false
+	}
+	for _, v := range h.Values("Cache-Control") {
+		if strings.Contains(strings.ToLower(v), "no-transform") {
+			return false
+		}
+	}
+	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+	if err != nil {
+		return false
+	}
+	switch {
+	case strings.HasPrefix(mt, "text/"),
+		strings.HasSuffix(mt, "+json"), strings.HasSuffix(mt, "+xml"):
+		return true
+	}
+	switch mt {
+	case "application/json", "application/javascript", "application/x-javascript", "application/ecmascript",
+		"application/xml", "application/xhtml+xml", "image/svg+xml", "application/wasm",
+		"application/x-ndjson", "application/graphql-response+json", "font/ttf", "font/otf":
+		return true
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package httpcache
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"testing"
 )
 
@@ -31,6 +32,48 @@ func TestPreferredLanguage(t *testing.T) {
 		}
 		if got != tt.want {
 			t.Errorf("Accept-Language %q: %q, want %q", tt.al, got, tt.want)
+		}
+	}
+}
+
+// TestImplicitVaryAndCompressible: a coded answer varies on
+// Accept-Encoding, a registry's manifest on Accept when the policy is
+// registry-aware, and the policy's vary_by fields are added; only a
+// textual, uncoded, transformable body of unknown or sufficient length is
+// worth compressing.
+func TestImplicitVaryAndCompressible(t *testing.T) {
+	manifest := httptest.NewRequest("GET", "/v2/library/app/manifests/v1", nil)
+	for _, tc := range []struct {
+		r      *http.Request
+		h      http.Header
+		varyBy []string
+		aware  bool
+		want   string
+	}{
+		{httptest.NewRequest("GET", "/a", nil), http.Header{"Content-Encoding": {"gzip"}}, nil, true, "Accept-Encoding"},
+		{manifest, http.Header{"Content-Type": {"application/vnd.oci.image.index.v1+json"}}, nil, true, "Accept"},
+		{manifest, http.Header{"Content-Type": {"application/vnd.oci.image.index.v1+json"}}, nil, false, ""},
+		{httptest.NewRequest("GET", "/a", nil), http.Header{}, []string{"X-Tenant"}, false, "X-Tenant"},
+	} {
+		AddImplicitVary(tc.r, tc.h, tc.varyBy, tc.aware)
+		if got := tc.h.Get("Vary"); got != tc.want {
+			t.Errorf("%s %v: Vary %q, want %q", tc.r.URL.Path, tc.h, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		h      http.Header
+		length int64
+		want   bool
+	}{
+		{http.Header{"Content-Type": {"text/html; charset=utf-8"}}, -1, true},
+		{http.Header{"Content-Type": {"application/problem+json"}}, 4096, true},
+		{http.Header{"Content-Type": {"text/html"}}, MinCompress - 1, false},
+		{http.Header{"Content-Type": {"text/html"}, "Content-Encoding": {"br"}}, -1, false},
+		{http.Header{"Content-Type": {"text/html"}, "Cache-Control": {"max-age=60, No-Transform"}}, -1, false},
+		{http.Header{"Content-Type": {"image/png"}}, -1, false},
+	} {
+		if got := Compressible(tc.h, tc.length); got != tc.want {
+			t.Errorf("Compressible(%v, %d) = %t, want %t", tc.h, tc.length, got, tc.want)
 		}
 	}
 }

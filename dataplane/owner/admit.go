@@ -51,7 +51,7 @@ func (f *fill) admit() {
 	}
 	e := &store.Entry{Key: storeKey, URL: purge.EntryURL(f.r), Status: resp.StatusCode, Header: resp.Header, Received: f.received,
 		InitialAge: httpcache.InitialAge(resp.Header, f.requested, f.received), Lifetime: lifetime}
-	compress := f.p.Compress && f.req.Slice == nil && compressible(resp.Header, resp.ContentLength)
+	compress := f.p.Compress && f.req.Slice == nil && httpcache.Compressible(resp.Header, resp.ContentLength)
 	wr, rd, err := f.cfg.Store.CreateRead(e, resp.ContentLength, compress, f.maxObject(f.p))
 	if err != nil {
 		// The disk tier does not admit it (full, or failing): serve it unstored.
@@ -84,7 +84,7 @@ func (f *fill) judged() int {
 func (f *fill) storable() (key string, lifetime time.Duration, done func(), ok bool) {
 	resp, maxObject := f.resp, f.maxObject(f.p)
 	if f.req.Slice == nil {
-		addVary(f.p, f.r, resp.Header)
+		httpcache.AddImplicitVary(f.r, resp.Header, f.p.VaryBy, f.p.RegistryAware)
 	}
 	var why string
 	if ref := f.req.Registry; ref != nil {

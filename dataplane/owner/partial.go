@@ -76,10 +76,7 @@ type partPlan struct {
 // one a part answers.
 func (s *serving) servePartial() bool {
 	r, p, req := s.r, s.p, s.dirs
-	field := r.Header.Get("Range")
-	if !p.PartialContent || p.AuthorizeEach || field == "" || r.Method != http.MethodGet {
-		return false
-	}
+	field := r.Header.Get("Range") // rangeOfPart holds
 	part, sp, have := s.part(s.key)
 	if have && (httpcache.Decide(part.Age(s.req.Now), part.Lifetime, part.Header, req, 0, p.Targeted...) != httpcache.UseFresh || s.unconfirmedEntry(part)) {
 		have = false // a stale part is replaced, never revalidated

@@ -99,7 +99,7 @@ func (s *serving) serve() {
 	if e != nil && s.serveStored(e, use) {
 		return
 	}
-	if s.stale == nil && s.req.Slice == nil && s.servePartial() {
+	if s.rangeOfPart() && s.servePartial() {
 		return // answered from or into the key's stored part (partial.go)
 	}
 	if s.dirs.Has("only-if-cached") {
@@ -135,4 +135,13 @@ func (s *serving) serveStored(e *store.Entry, use httpcache.Use) bool {
 		s.revalidateInBackground(e)
 	}
 	return true
+}
+
+// rangeOfPart reports whether the request is one partial content may
+// answer: a GET with a Range, under a policy that stores parts, of no
+// slice and no stored response being revalidated.
+func (s *serving) rangeOfPart() bool {
+	p := s.p
+	return p.PartialContent && !p.AuthorizeEach && s.stale == nil && s.req.Slice == nil &&
+		s.r.Method == http.MethodGet && s.r.Header.Get("Range") != ""
 }

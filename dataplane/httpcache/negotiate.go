@@ -1,12 +1,9 @@
-package owner
+package httpcache
 
 import (
 	"mime"
 	"net/http"
 	"strings"
-
-	"github.com/shardcache/shardcache/dataplane/httpcache"
-	"github.com/shardcache/shardcache/sdk/policy"
 )
 
 // Origins that negotiate without saying so. A container registry chooses
@@ -42,17 +39,18 @@ func registryManifest(r *http.Request, h http.Header) bool {
 	return err == nil && manifestTypes[mt]
 }
 
-// addVary adds to h's Vary the fields the policy says the origin varies
-// on without naming them, and Accept-Encoding to a coded answer's: a
-// stored coding is served only to requests that accept it.
-func addVary(p *policy.Policy, r *http.Request, h http.Header) {
-	if !httpcache.Identity(h.Get("Content-Encoding")) {
-		httpcache.AddVary(h, "Accept-Encoding")
+// AddImplicitVary adds to h's Vary the fields the origin varies on without
+// naming them (varyBy, and Accept for a registry's manifest when
+// registryAware), and Accept-Encoding to a coded answer's: a stored coding
+// is served only to requests that accept it.
+func AddImplicitVary(r *http.Request, h http.Header, varyBy []string, registryAware bool) {
+	if !Identity(h.Get("Content-Encoding")) {
+		AddVary(h, "Accept-Encoding")
 	}
-	for _, f := range p.VaryBy {
-		httpcache.AddVary(h, f)
+	for _, f := range varyBy {
+		AddVary(h, f)
 	}
-	if p.RegistryAware && registryManifest(r, h) {
-		httpcache.AddVary(h, "Accept")
+	if registryAware && registryManifest(r, h) {
+		AddVary(h, "Accept")
 	}
 }
