@@ -23,9 +23,6 @@ type fillShare struct {
 	err    error
 	code   int         // HTTP status for err
 	req    http.Header // the leader's request, to check Vary
-	// led is the leader's own fill, which it answers from once it has
-	// shared (answerFill); the waiters never look at it.
-	led *fill
 }
 
 // collapse is the stage that joins concurrent misses of a key into one
@@ -36,7 +33,7 @@ type fillShare struct {
 // on its own: none takes another's answer.
 func (s *serving) collapse() {
 	if s.p.AuthorizeEach {
-		s.answerFill(s.fill(nil, "", nil))
+		s.answerFill(s.fill(nil))
 		return
 	}
 	wait := s.cfg.OriginTimeout
@@ -44,9 +41,12 @@ func (s *serving) collapse() {
 		wait = s.p.CollapseTimeout
 	}
 	started := s.req.Account.Now()
-	share, ok, led := s.flights.Do(s.r.Context(), wait, flightKey(s.key, s.req.Slice), s.lead)
+	// The fill is made before it is known to lead: a method value of s
+	// would move every request's serving to the heap.
+	f := s.newFill(flightKey(s.key, s.req.Slice), nil)
+	share, ok, led := s.flights.Do(s.r.Context(), wait, f.fk, f.lead)
 	if led {
-		s.answerFill(share.led)
+		s.answerFill(f)
 		return
 	}
 	if a := s.req.Account; a != nil {
@@ -55,7 +55,7 @@ func (s *serving) collapse() {
 	if ok && s.serveShare(share) {
 		return
 	}
-	s.answerFill(s.fill(nil, "", nil))
+	s.answerFill(s.fill(nil))
 }
 
 // serveShare answers from a leader's fill; false when the request must
@@ -103,7 +103,11 @@ func (s *serving) revalidateInBackground(e *store.Entry) {
 	breq.From = nil // the origin confirms it, not the first owner
 	bg := s.fork(reply.NewDiscard(), breq)
 	bg.stale = e
-	s.cfg.Tasks.Go("revalidate", func() { bg.answerFill(s.flights.Lead(fk, call, bg.lead).led) })
+	f, o := bg.newFill(fk, nil), s.Owner // the goroutine holds no reference to s
+	s.cfg.Tasks.Go("revalidate", func() {
+		o.flights.Lead(fk, call, f.lead)
+		bg.answerFill(f)
+	})
 }
 
 // fork is a copy of s for work of its own (a background revalidation, a

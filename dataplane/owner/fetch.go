@@ -64,15 +64,22 @@ type fill struct {
 // serve it (stale-if-error). A slice is fetched with a Range request of
 // its own bytes, conditional (If-Range) on the version of the object it
 // belongs to.
-//
-// call, when set, is the collapse of the key's concurrent misses that the
-// fill leads, on flight key fk.
-func (s *serving) fill(call *flight.Call[*fillShare], fk string, plan *partPlan) *fill {
-	f := &fill{serving: *s, call: call, fk: fk, plan: plan}
+func (s *serving) fill(plan *partPlan) *fill {
+	f := s.newFill("", plan)
+	f.run()
+	return f
+}
+
+// newFill is a fill of s's key on flight key fk ("" when it leads no
+// collapse).
+func (s *serving) newFill(fk string, plan *partPlan) *fill {
+	return &fill{serving: *s, fk: fk, plan: plan}
+}
+
+func (f *fill) run() {
 	if f.fetch() {
 		f.admit()
 	}
-	return f
 }
 
 // flightKey is what concurrent fills of key collapse on: the key, and for
@@ -85,17 +92,14 @@ func flightKey(key string, sl *slice.Req) string {
 	return key + "\x00" + sl.Version
 }
 
-// lead is the fill of a collapse's leader (flight.Group.Do): it returns
-// what the requests collapsed onto it share, and the fill itself, which
-// the leader answers from once they have it.
-func (s *serving) lead(c *flight.Call[*fillShare]) (*fillShare, bool, bool) {
-	f := s.fill(c, flightKey(s.key, s.req.Slice), nil)
+// lead is the fill of a collapse's leader (flight.Group.Do, on call c):
+// it returns what the requests collapsed onto it share; the leader then
+// answers from the fill (answerFill), as they do from the share.
+func (f *fill) lead(c *flight.Call[*fillShare]) (*fillShare, bool, bool) {
+	f.call = c
+	f.run()
 	sh := f.share
-	if sh == nil {
-		return &fillShare{led: f}, false, false
-	}
-	sh.led = f
-	return sh, true, sh.wr != nil
+	return sh, sh != nil, sh != nil && sh.wr != nil
 }
 
 // fetch is the stage that gets the response; false when the request was

@@ -131,7 +131,7 @@ func (s *serving) servePartial() bool {
 	if req.Has("only-if-cached") {
 		return false
 	}
-	s.answerFill(s.fill(nil, "", plan))
+	s.answerFill(s.fill(plan))
 	return true
 }
 
