@@ -16,6 +16,7 @@ import (
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/buildinfo"
+	"github.com/shardcache/shardcache/sdk/opsclient"
 )
 
 // adminService implements AdminService. The current ring is answered from
@@ -42,6 +43,8 @@ type adminService struct {
 	purgeLimit      *purgeLimiter
 	purgesThrottled prometheus.Counter
 	tracer          trace.Tracer
+	// warmOps reaches nodes' ops listeners for Warm (warm.go).
+	warmOps opsclient.Client
 }
 
 var _ pb.AdminServiceServer = (*adminService)(nil)

@@ -85,7 +85,9 @@ type Config struct {
 	// of purges. Default 50ms.
 	PurgeAckInterval time.Duration
 
-	// AdminToken is the bearer token AdminService calls must carry. Required.
+	// AdminToken is the bearer token AdminService calls must carry, and
+	// the one the control plane presents to a node's ops listener to have
+	// it warm (AdminService.Warm). Required unless TLS has a client CA.
 	AdminToken string
 	// JoinToken is the secret a node's hello must carry to join. A control
 	// plane that listens off loopback refuses to start without one, unless

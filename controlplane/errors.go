@@ -7,6 +7,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/shardcache/shardcache/sdk/opsclient"
 )
 
 // The package's errors, each with its gRPC code in codeTable below.
@@ -61,6 +63,13 @@ var codeTable = []struct {
 	{ErrPurgeConflict, codes.AlreadyExists},
 	{ErrRevisionNotKept, codes.NotFound},
 	{ErrPolicyConflict, codes.Aborted},
+	// A node's ops listener, asked for a warm.
+	{opsclient.ErrNoOpsURL, codes.InvalidArgument},
+	{opsclient.ErrRefused, codes.PermissionDenied},
+	{opsclient.ErrInvalid, codes.InvalidArgument},
+	{opsclient.ErrUnreachable, codes.Unavailable},
+	{opsclient.ErrBroken, codes.Unavailable},
+	{opsclient.ErrFailed, codes.Internal},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 	{rpctypes.ErrNoLeader, codes.Unavailable},

@@ -40,7 +40,8 @@ func exitCode(err error) int {
 		return command.ExitNotFound
 	case errors.Is(err, admin.ErrInvalid):
 		return command.ExitUsage
-	case errors.Is(err, admin.ErrUnavailable), errors.Is(err, admin.ErrNoNodeAnswered), errors.As(err, &netErr):
+	case errors.Is(err, admin.ErrUnavailable), errors.Is(err, admin.ErrNodeUnavailable), errors.Is(err, admin.ErrNoNodeAnswered),
+		errors.As(err, &netErr):
 		return command.ExitUnreachable
 	}
 	return 0

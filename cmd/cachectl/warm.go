@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -25,22 +24,16 @@ before a rollout: each reference ([host/]name[:tag|@digest]; no host: the mirror
 registry) is resolved, an index to the manifests of --platform, each manifest to its config
 and layers, and every manifest and blob is filled by its owner from its upstream registry, so
 the pulls that follow fetch nothing upstream. Warming what is cached already fetches nothing:
-it is reported cached. One node does the work (--node, default the first active node), at
-its ops listener with the admin token; progress goes to stderr, the summary to stdout. The
-exit status is non-zero when a manifest or blob failed.`,
+it is reported cached. The control plane's Warm RPC has one node do the work (--node, default
+the first active node), at that node's ops listener with the control plane's admin token, and
+streams its progress back; progress goes to stderr, the summary to stdout. The exit status is
+non-zero when a manifest or blob failed, or when the node could not be reached or refused.
+--timeout does not bound a warm: it lasts as long as its transfers (Ctrl-C stops it).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withClient(func(c *admin.Client) error {
-				resp, err := g.listNodes(cmd.Context(), c)
-				if err != nil {
-					return err
-				}
-				n, err := warmNode(resp.GetNodes(), nodeID)
-				if err != nil {
-					return err
-				}
 				bar := newWarmBar(cmd.ErrOrStderr())
-				sum, err := c.Warm(cmd.Context(), n, &pb.WarmRequest{Images: args, Platform: platform}, bar.step)
+				sum, err := c.Warm(cmd.Context(), &pb.WarmRequest{Images: args, Platform: platform, Node: nodeID}, bar.step)
 				bar.end()
 				if err != nil {
 					return err
@@ -58,20 +51,6 @@ exit status is non-zero when a manifest or blob failed.`,
 	cmd.Flags().StringVar(&platform, "platform", "", "the platform of an index's manifests to warm: os/arch[/variant], or all (default linux/amd64)")
 	cmd.Flags().StringVar(&nodeID, "node", "", "the node that does the work (default: the first active node)")
 	return cmd
-}
-
-// warmNode is the node named id, or the first active node with an ops URL.
-func warmNode(nodes []*pb.Node, id string) (*pb.Node, error) {
-	for _, n := range nodes {
-		m := n.GetMember()
-		if id != "" && m.GetId() == id || id == "" && m.GetState() == pb.MemberState_MEMBER_STATE_ACTIVE && m.GetOpsUrl() != "" {
-			return n, nil
-		}
-	}
-	if id != "" {
-		return nil, fmt.Errorf("%w: no node %q", admin.ErrInvalid, id)
-	}
-	return nil, errors.New("no active node with an ops URL to warm through")
 }
 
 // warmBar shows a warm's progress: a bar redrawn in place on a terminal,

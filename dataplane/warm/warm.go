@@ -58,6 +58,12 @@ const maxManifestBytes = 4 << 20
 // every platform preheated).
 const maxBlobs = 4096
 
+// maxManifests bounds the platform manifests of one index preheated: an
+// index of every platform and its attestations lists a few dozen; one that
+// lists more for --platform fails its image, before any is fetched past
+// the bound.
+const maxManifests = 256
+
 // ErrInvalid wraps refusals of a request.
 var ErrInvalid = errors.New("warm: invalid request")
 
@@ -284,7 +290,9 @@ func (r *warming) manifests(img image) ([]descriptor, error) {
 		if !r.platform.matches(d) {
 			continue
 		}
-		matched++
+		if matched++; matched > maxManifests {
+			return nil, fmt.Errorf("the index lists more than %d manifests for platform %s", maxManifests, r.platform)
+		}
 		pm, err := r.manifest(img, d.Digest, []string{d.MediaType})
 		if err != nil {
 			return nil, err

@@ -1,10 +1,19 @@
 package warm
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
 	"testing"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/opsclient"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -53,5 +62,57 @@ func TestPlatforms(t *testing.T) {
 		if _, err := parsePlatform(bad); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%q: %v, want ErrInvalid", bad, err)
 		}
+	}
+}
+
+// TestManifestBound: an index listing more platform manifests than
+// maxManifests fails its image without fetching past the bound; one at the
+// bound is warmed whole. What a warm streams stays within what the ops
+// clients read (opsclient.MaxWarmSteps).
+func TestManifestBound(t *testing.T) {
+	if steps := MaxImages*(1+maxManifests+maxBlobs) + 1; steps > opsclient.MaxWarmSteps {
+		t.Fatalf("a warm may send %d progress lines; the ops clients read %d", steps, opsclient.MaxWarmSteps)
+	}
+	for _, n := range []int{maxManifests, maxManifests + 1} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			var fetched atomic.Int32
+			var index []map[string]any
+			for i := range n {
+				index = append(index, map[string]any{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+					"digest": fmt.Sprintf("sha256:%064x", i), "platform": map[string]string{"os": "linux", "architecture": "amd64"}})
+			}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/v2/team/app/manifests/v1" {
+					w.Header().Set("Content-Type", "application/vnd.oci.image.index.v1+json")
+					json.NewEncoder(w).Encode(map[string]any{"schemaVersion": 2, "manifests": index})
+					return
+				}
+				fetched.Add(1)
+				w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+				io.WriteString(w, `{"schemaVersion": 2, "layers": []}`)
+			}))
+			defer srv.Close()
+			set, err := policy.Empty.Apply(&pb.PolicySet{Revision: 1, Policies: []*pb.CachePolicy{{Name: "m", PathPrefix: "/v2/",
+				DefaultRegistry: "reg.test", Registries: []*pb.Registry{{Host: "reg.test", Url: "http://reg.test"}}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var policies atomic.Pointer[policy.Set]
+			policies.Store(set)
+			var lines int
+			sum, err := New(Config{Node: "n1", Base: srv.URL, Policies: &policies}).Warm(context.Background(),
+				&pb.WarmRequest{Images: []string{"team/app:v1"}}, func(*pb.WarmProgress) { lines++ })
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantFailed, wantLines := uint32(0), 1+n
+			if n > maxManifests {
+				wantFailed, wantLines = 1, 1+maxManifests+1
+			}
+			if got := int(fetched.Load()); got != min(n, maxManifests) || sum.GetFailed() != wantFailed || lines != wantLines {
+				t.Fatalf("%d manifests listed: %d fetched, %d lines, summary %v; want %d fetched, %d lines, %d failed",
+					n, got, lines, sum, min(n, maxManifests), wantLines, wantFailed)
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -27,6 +28,10 @@ var (
 	ErrInvalid         = errors.New("shardcache: invalid request")
 	ErrUnavailable     = errors.New("shardcache: control plane unavailable")
 	ErrConflict        = errors.New("shardcache: conflicting change")
+	// ErrNodeUnavailable: the node the control plane had do a call's work
+	// (a warm) could not be reached or broke off; the control plane is
+	// there.
+	ErrNodeUnavailable = errors.New("shardcache: node unavailable")
 )
 
 // Config configures a Client.
@@ -40,7 +45,8 @@ type Config struct {
 	// mTLS). Nil connects in plaintext.
 	TLS *tls.Config
 	// Timeout bounds each call that has no deadline of its own, retries
-	// included; a purge call gets its wait on top. Default 10s.
+	// included; a purge call gets its wait on top; a warm, which lasts as
+	// long as its transfers, is not bounded by it. Default 10s.
 	Timeout time.Duration
 	// MaxRetries is how many times a call is repeated after the control
 	// plane answered Unavailable (no replica reachable, or etcd behind it
@@ -103,6 +109,12 @@ func New(cfg Config) (*Client, error) {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
+	withTokenStream := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if cfg.Token != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", bearer)
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	}
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
@@ -114,6 +126,7 @@ func New(cfg Config) (*Client, error) {
 	conn, err := grpc.NewClient(cfg.Address,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithChainUnaryInterceptor(retries, withToken),
+		grpc.WithChainStreamInterceptor(withTokenStream),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", cfg.Address, err)
@@ -240,5 +253,20 @@ func fromStatus(err error) error {
 	if !ok {
 		return err
 	}
-	return &rpcError{sentinel: codeErrors[st.Code()], st: st}
+	sentinel := codeErrors[st.Code()]
+	if st.Code() == codes.Unavailable && nodeUnavailable(st) {
+		sentinel = ErrNodeUnavailable
+	}
+	return &rpcError{sentinel: sentinel, st: st}
+}
+
+// nodeUnavailable reports whether st says that a node failed, not the
+// control plane (pb.NodeUnavailableReason).
+func nodeUnavailable(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == pb.SessionEndDomain && info.GetReason() == pb.NodeUnavailableReason {
+			return true
+		}
+	}
+	return false
 }

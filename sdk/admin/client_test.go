@@ -9,6 +9,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
 func TestErrorsMapCodesAndKeepDetails(t *testing.T) {
@@ -31,6 +33,13 @@ func TestErrorsMapCodesAndKeepDetails(t *testing.T) {
 	}
 	if err := fromStatus(status.Error(codes.Internal, "x")); status.Code(err) != codes.Internal || err.Error() != "shardcache: Internal: x" {
 		t.Errorf("unmapped code: %v", err)
+	}
+
+	// Unavailable because of a node the control plane had do the work.
+	nst, _ := status.New(codes.Unavailable, "node-2 unreachable").WithDetails(&errdetails.ErrorInfo{
+		Domain: pb.SessionEndDomain, Reason: pb.NodeUnavailableReason, Metadata: map[string]string{"node": "node-2"}})
+	if err := fromStatus(nst.Err()); !errors.Is(err, ErrNodeUnavailable) || errors.Is(err, ErrUnavailable) || status.Code(err) != codes.Unavailable {
+		t.Errorf("a node's failure: %v, want ErrNodeUnavailable (not the control plane's)", err)
 	}
 
 	st, _ := status.New(codes.InvalidArgument, "policy invalid").WithDetails(&errdetails.BadRequest{

@@ -8,12 +8,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/opsclient"
 )
 
 // A node's ops listener answers two admin questions directly, from its
@@ -22,7 +22,7 @@ import (
 // admin token; the control plane's last load report can be seconds old.
 
 // ErrNoOpsURL: the node did not say where its ops listener is.
-var ErrNoOpsURL = errors.New("shardcache: the node advertises no ops URL")
+var ErrNoOpsURL = opsclient.ErrNoOpsURL
 
 // Inspection is what one node holds for a URL, and how the cluster keys
 // and places it.
@@ -162,36 +162,16 @@ func (c *Client) opsGet(ctx context.Context, n *pb.Node, path string) ([]byte, e
 }
 
 // opsOpen sends a GET of path to n's ops listener with the admin token
-// and returns its 200 answer, body unread; any other status is an error
-// that says why, ErrUnauthenticated or ErrInvalid where it is one.
+// and returns its 200 answer, body unread; any other outcome is an error
+// that names the node and says why, ErrUnauthenticated or ErrInvalid
+// where it is one.
 func (c *Client) opsOpen(ctx context.Context, n *pb.Node, path string) (*http.Response, error) {
-	id := n.GetMember().GetId()
-	base := strings.TrimSuffix(n.GetMember().GetOpsUrl(), "/")
-	if base == "" {
-		return nil, fmt.Errorf("%s: %w", id, ErrNoOpsURL)
+	resp, err := opsclient.Client{Token: c.cfg.Token}.Do(ctx, n.GetMember(), http.MethodGet, path, nil)
+	switch {
+	case errors.Is(err, opsclient.ErrRefused):
+		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	case errors.Is(err, opsclient.ErrInvalid):
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%s: ops URL %q: %w", id, base, err)
-	}
-	if c.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%s unreachable at %s: %w", id, base, err)
-	}
-	if resp.StatusCode == http.StatusOK {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	why := strings.TrimSpace(string(b))
-	switch resp.StatusCode {
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return nil, fmt.Errorf("%w: %s refused %s: %s", ErrUnauthenticated, id, path, why)
-	case http.StatusBadRequest:
-		return nil, fmt.Errorf("%w: %s", ErrInvalid, why)
-	}
-	return nil, fmt.Errorf("%s %s: %d %s", id, path, resp.StatusCode, why)
+	return resp, err
 }

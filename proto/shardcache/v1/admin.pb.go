@@ -1987,7 +1987,7 @@ var File_shardcache_v1_admin_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x19shardcache/v1/admin.proto\x12\rshardcache.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcache/v1/node.proto\x1a\x1ashardcache/v1/policy.proto\x1a!shardcache/v1/policyhistory.proto\x1a\x19shardcache/v1/purge.proto\x1a\x18shardcache/v1/ring.proto\"&\n" +
+	"\x19shardcache/v1/admin.proto\x12\rshardcache.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcache/v1/node.proto\x1a\x1ashardcache/v1/policy.proto\x1a!shardcache/v1/policyhistory.proto\x1a\x19shardcache/v1/purge.proto\x1a\x18shardcache/v1/ring.proto\x1a\x18shardcache/v1/warm.proto\"&\n" +
 	"\x0eGetRingRequest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"A\n" +
 	"\x0fGetRingResponse\x12.\n" +
@@ -2107,7 +2107,7 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"go_version\x18\x02 \x01(\tR\tgoVersion\x12\x1d\n" +
 	"\n" +
-	"replica_id\x18\x03 \x01(\tR\treplicaId2\x97\v\n" +
+	"replica_id\x18\x03 \x01(\tR\treplicaId2\xda\v\n" +
 	"\fAdminService\x12H\n" +
 	"\aGetRing\x12\x1d.shardcache.v1.GetRingRequest\x1a\x1e.shardcache.v1.GetRingResponse\x12N\n" +
 	"\tListNodes\x12\x1f.shardcache.v1.ListNodesRequest\x1a .shardcache.v1.ListNodesResponse\x12N\n" +
@@ -2126,7 +2126,8 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\bPurgeTag\x12\x1e.shardcache.v1.PurgeTagRequest\x1a\x1f.shardcache.v1.PurgeTagResponse\x12K\n" +
 	"\bGetPurge\x12\x1e.shardcache.v1.GetPurgeRequest\x1a\x1f.shardcache.v1.GetPurgeResponse\x12Q\n" +
 	"\n" +
-	"GetVersion\x12 .shardcache.v1.GetVersionRequest\x1a!.shardcache.v1.GetVersionResponseBCZAgithub.com/shardcache/shardcache/proto/shardcache/v1;shardcachev1b\x06proto3"
+	"GetVersion\x12 .shardcache.v1.GetVersionRequest\x1a!.shardcache.v1.GetVersionResponse\x12A\n" +
+	"\x04Warm\x12\x1a.shardcache.v1.WarmRequest\x1a\x1b.shardcache.v1.WarmResponse0\x01BCZAgithub.com/shardcache/shardcache/proto/shardcache/v1;shardcachev1b\x06proto3"
 
 var (
 	file_shardcache_v1_admin_proto_rawDescOnce sync.Once
@@ -2187,8 +2188,10 @@ var file_shardcache_v1_admin_proto_goTypes = []any{
 	(*PurgeResult)(nil),              // 42: shardcache.v1.PurgeResult
 	(*PolicyHistoryRequest)(nil),     // 43: shardcache.v1.PolicyHistoryRequest
 	(*RollbackPoliciesRequest)(nil),  // 44: shardcache.v1.RollbackPoliciesRequest
-	(*PolicyHistoryResponse)(nil),    // 45: shardcache.v1.PolicyHistoryResponse
-	(*RollbackPoliciesResponse)(nil), // 46: shardcache.v1.RollbackPoliciesResponse
+	(*WarmRequest)(nil),              // 45: shardcache.v1.WarmRequest
+	(*PolicyHistoryResponse)(nil),    // 46: shardcache.v1.PolicyHistoryResponse
+	(*RollbackPoliciesResponse)(nil), // 47: shardcache.v1.RollbackPoliciesResponse
+	(*WarmResponse)(nil),             // 48: shardcache.v1.WarmResponse
 }
 var file_shardcache_v1_admin_proto_depIdxs = []int32{
 	35, // 0: shardcache.v1.GetRingResponse.epoch:type_name -> shardcache.v1.RingEpoch
@@ -2238,25 +2241,27 @@ var file_shardcache_v1_admin_proto_depIdxs = []int32{
 	25, // 44: shardcache.v1.AdminService.PurgeTag:input_type -> shardcache.v1.PurgeTagRequest
 	26, // 45: shardcache.v1.AdminService.GetPurge:input_type -> shardcache.v1.GetPurgeRequest
 	33, // 46: shardcache.v1.AdminService.GetVersion:input_type -> shardcache.v1.GetVersionRequest
-	1,  // 47: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
-	5,  // 48: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
-	7,  // 49: shardcache.v1.AdminService.DrainNode:output_type -> shardcache.v1.DrainNodeResponse
-	9,  // 50: shardcache.v1.AdminService.UndrainNode:output_type -> shardcache.v1.UndrainNodeResponse
-	13, // 51: shardcache.v1.AdminService.PutPolicy:output_type -> shardcache.v1.PutPolicyResponse
-	12, // 52: shardcache.v1.AdminService.PutPolicies:output_type -> shardcache.v1.PutPoliciesResponse
-	15, // 53: shardcache.v1.AdminService.GetPolicy:output_type -> shardcache.v1.GetPolicyResponse
-	17, // 54: shardcache.v1.AdminService.ListPolicies:output_type -> shardcache.v1.ListPoliciesResponse
-	19, // 55: shardcache.v1.AdminService.DeletePolicy:output_type -> shardcache.v1.DeletePolicyResponse
-	22, // 56: shardcache.v1.AdminService.PolicyStatus:output_type -> shardcache.v1.PolicyStatusResponse
-	45, // 57: shardcache.v1.AdminService.PolicyHistory:output_type -> shardcache.v1.PolicyHistoryResponse
-	46, // 58: shardcache.v1.AdminService.RollbackPolicies:output_type -> shardcache.v1.RollbackPoliciesResponse
-	29, // 59: shardcache.v1.AdminService.Purge:output_type -> shardcache.v1.PurgeResponse
-	30, // 60: shardcache.v1.AdminService.PurgePrefix:output_type -> shardcache.v1.PurgePrefixResponse
-	31, // 61: shardcache.v1.AdminService.PurgeTag:output_type -> shardcache.v1.PurgeTagResponse
-	32, // 62: shardcache.v1.AdminService.GetPurge:output_type -> shardcache.v1.GetPurgeResponse
-	34, // 63: shardcache.v1.AdminService.GetVersion:output_type -> shardcache.v1.GetVersionResponse
-	47, // [47:64] is the sub-list for method output_type
-	30, // [30:47] is the sub-list for method input_type
+	45, // 47: shardcache.v1.AdminService.Warm:input_type -> shardcache.v1.WarmRequest
+	1,  // 48: shardcache.v1.AdminService.GetRing:output_type -> shardcache.v1.GetRingResponse
+	5,  // 49: shardcache.v1.AdminService.ListNodes:output_type -> shardcache.v1.ListNodesResponse
+	7,  // 50: shardcache.v1.AdminService.DrainNode:output_type -> shardcache.v1.DrainNodeResponse
+	9,  // 51: shardcache.v1.AdminService.UndrainNode:output_type -> shardcache.v1.UndrainNodeResponse
+	13, // 52: shardcache.v1.AdminService.PutPolicy:output_type -> shardcache.v1.PutPolicyResponse
+	12, // 53: shardcache.v1.AdminService.PutPolicies:output_type -> shardcache.v1.PutPoliciesResponse
+	15, // 54: shardcache.v1.AdminService.GetPolicy:output_type -> shardcache.v1.GetPolicyResponse
+	17, // 55: shardcache.v1.AdminService.ListPolicies:output_type -> shardcache.v1.ListPoliciesResponse
+	19, // 56: shardcache.v1.AdminService.DeletePolicy:output_type -> shardcache.v1.DeletePolicyResponse
+	22, // 57: shardcache.v1.AdminService.PolicyStatus:output_type -> shardcache.v1.PolicyStatusResponse
+	46, // 58: shardcache.v1.AdminService.PolicyHistory:output_type -> shardcache.v1.PolicyHistoryResponse
+	47, // 59: shardcache.v1.AdminService.RollbackPolicies:output_type -> shardcache.v1.RollbackPoliciesResponse
+	29, // 60: shardcache.v1.AdminService.Purge:output_type -> shardcache.v1.PurgeResponse
+	30, // 61: shardcache.v1.AdminService.PurgePrefix:output_type -> shardcache.v1.PurgePrefixResponse
+	31, // 62: shardcache.v1.AdminService.PurgeTag:output_type -> shardcache.v1.PurgeTagResponse
+	32, // 63: shardcache.v1.AdminService.GetPurge:output_type -> shardcache.v1.GetPurgeResponse
+	34, // 64: shardcache.v1.AdminService.GetVersion:output_type -> shardcache.v1.GetVersionResponse
+	48, // 65: shardcache.v1.AdminService.Warm:output_type -> shardcache.v1.WarmResponse
+	48, // [48:66] is the sub-list for method output_type
+	30, // [30:48] is the sub-list for method input_type
 	30, // [30:30] is the sub-list for extension type_name
 	30, // [30:30] is the sub-list for extension extendee
 	0,  // [0:30] is the sub-list for field type_name
@@ -2272,6 +2277,7 @@ func file_shardcache_v1_admin_proto_init() {
 	file_shardcache_v1_policyhistory_proto_init()
 	file_shardcache_v1_purge_proto_init()
 	file_shardcache_v1_ring_proto_init()
+	file_shardcache_v1_warm_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -36,6 +36,7 @@ const (
 	AdminService_PurgeTag_FullMethodName         = "/shardcache.v1.AdminService/PurgeTag"
 	AdminService_GetPurge_FullMethodName         = "/shardcache.v1.AdminService/GetPurge"
 	AdminService_GetVersion_FullMethodName       = "/shardcache.v1.AdminService/GetVersion"
+	AdminService_Warm_FullMethodName             = "/shardcache.v1.AdminService/Warm"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -83,6 +84,16 @@ type AdminServiceClient interface {
 	GetPurge(ctx context.Context, in *GetPurgeRequest, opts ...grpc.CallOption) (*GetPurgeResponse, error)
 	// GetVersion returns the control plane's build.
 	GetVersion(ctx context.Context, in *GetVersionRequest, opts ...grpc.CallOption) (*GetVersionResponse, error)
+	// Warm preheats container images into the mirror policy's cache: one node (WarmRequest.node,
+	// else the first active member, by id, not drained, with an ops URL) resolves each reference
+	// and has every manifest and blob filled by its owner; the stream carries its progress, a step
+	// a message in the order the node did them, the last with the summary. The control plane has
+	// the node do it at its ops listener (POST /warm, warm.proto, with the control plane's admin
+	// token). The call ends, naming the node, with NotFound for a node not registered; Unavailable
+	// for one that cannot be reached or breaks off (with a google.rpc.ErrorInfo whose reason is
+	// NODE_UNAVAILABLE); PermissionDenied for one that refuses the token; InvalidArgument for one
+	// that refuses the request or advertises no ops URL.
+	Warm(ctx context.Context, in *WarmRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WarmResponse], error)
 }
 
 type adminServiceClient struct {
@@ -263,6 +274,25 @@ func (c *adminServiceClient) GetVersion(ctx context.Context, in *GetVersionReque
 	return out, nil
 }
 
+func (c *adminServiceClient) Warm(ctx context.Context, in *WarmRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WarmResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AdminService_ServiceDesc.Streams[0], AdminService_Warm_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WarmRequest, WarmResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_WarmClient = grpc.ServerStreamingClient[WarmResponse]
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -308,6 +338,16 @@ type AdminServiceServer interface {
 	GetPurge(context.Context, *GetPurgeRequest) (*GetPurgeResponse, error)
 	// GetVersion returns the control plane's build.
 	GetVersion(context.Context, *GetVersionRequest) (*GetVersionResponse, error)
+	// Warm preheats container images into the mirror policy's cache: one node (WarmRequest.node,
+	// else the first active member, by id, not drained, with an ops URL) resolves each reference
+	// and has every manifest and blob filled by its owner; the stream carries its progress, a step
+	// a message in the order the node did them, the last with the summary. The control plane has
+	// the node do it at its ops listener (POST /warm, warm.proto, with the control plane's admin
+	// token). The call ends, naming the node, with NotFound for a node not registered; Unavailable
+	// for one that cannot be reached or breaks off (with a google.rpc.ErrorInfo whose reason is
+	// NODE_UNAVAILABLE); PermissionDenied for one that refuses the token; InvalidArgument for one
+	// that refuses the request or advertises no ops URL.
+	Warm(*WarmRequest, grpc.ServerStreamingServer[WarmResponse]) error
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -368,6 +408,9 @@ func (UnimplementedAdminServiceServer) GetPurge(context.Context, *GetPurgeReques
 }
 func (UnimplementedAdminServiceServer) GetVersion(context.Context, *GetVersionRequest) (*GetVersionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetVersion not implemented")
+}
+func (UnimplementedAdminServiceServer) Warm(*WarmRequest, grpc.ServerStreamingServer[WarmResponse]) error {
+	return status.Error(codes.Unimplemented, "method Warm not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -696,6 +739,17 @@ func _AdminService_GetVersion_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_Warm_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WarmRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServiceServer).Warm(m, &grpc.GenericServerStream[WarmRequest, WarmResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_WarmServer = grpc.ServerStreamingServer[WarmResponse]
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -772,6 +826,12 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _AdminService_GetVersion_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Warm",
+			Handler:       _AdminService_Warm_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "shardcache/v1/admin.proto",
 }

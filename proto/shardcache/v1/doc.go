@@ -10,6 +10,14 @@ package shardcachev1
 // node's session.
 const SessionEndDomain = "shardcache"
 
+// NodeUnavailableReason is the reason of the google.rpc.ErrorInfo (domain
+// SessionEndDomain) on the Unavailable status of an AdminService call that
+// the control plane had a node do (Warm) when the node, not the control
+// plane, could not be reached or broke off; its metadata "node" is the
+// node's id. Retrying the control plane does not help: name another node,
+// or wait for this one.
+const NodeUnavailableReason = "NODE_UNAVAILABLE"
+
 // Metadata of an AdminService call a node makes on behalf of a client (a
 // PURGE it relays). The control plane believes PurgeForMetadata, the
 // client's address, only with RelayTokenMetadata, the node's join token:

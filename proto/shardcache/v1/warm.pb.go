@@ -31,7 +31,10 @@ type WarmRequest struct {
 	Images []string `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
 	// The platform of an index's manifests to preheat, "os/arch" or "os/arch/variant"
 	// (e.g. "linux/arm64/v8"); empty means linux/amd64, "all" every platform.
-	Platform      string `protobuf:"bytes,2,opt,name=platform,proto3" json:"platform,omitempty"`
+	Platform string `protobuf:"bytes,2,opt,name=platform,proto3" json:"platform,omitempty"`
+	// For AdminService.Warm: the id of the node that does the work; empty means the first active
+	// member with an ops URL. A node's POST /warm ignores it.
+	Node          string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -80,6 +83,59 @@ func (x *WarmRequest) GetPlatform() string {
 	return ""
 }
 
+func (x *WarmRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+// WarmResponse is one message of AdminService.Warm's stream: one step of the warm, or, last,
+// its summary.
+type WarmResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Progress      *WarmProgress          `protobuf:"bytes,1,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WarmResponse) Reset() {
+	*x = WarmResponse{}
+	mi := &file_shardcache_v1_warm_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WarmResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WarmResponse) ProtoMessage() {}
+
+func (x *WarmResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardcache_v1_warm_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WarmResponse.ProtoReflect.Descriptor instead.
+func (*WarmResponse) Descriptor() ([]byte, []int) {
+	return file_shardcache_v1_warm_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WarmResponse) GetProgress() *WarmProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
 // WarmProgress is one step of a warm: a manifest or blob filled, found cached, or failed;
 // the last message carries the summary instead.
 type WarmProgress struct {
@@ -106,7 +162,7 @@ type WarmProgress struct {
 
 func (x *WarmProgress) Reset() {
 	*x = WarmProgress{}
-	mi := &file_shardcache_v1_warm_proto_msgTypes[1]
+	mi := &file_shardcache_v1_warm_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -118,7 +174,7 @@ func (x *WarmProgress) String() string {
 func (*WarmProgress) ProtoMessage() {}
 
 func (x *WarmProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_warm_proto_msgTypes[1]
+	mi := &file_shardcache_v1_warm_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -131,7 +187,7 @@ func (x *WarmProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmProgress.ProtoReflect.Descriptor instead.
 func (*WarmProgress) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_warm_proto_rawDescGZIP(), []int{1}
+	return file_shardcache_v1_warm_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *WarmProgress) GetImage() string {
@@ -218,7 +274,7 @@ type WarmSummary struct {
 
 func (x *WarmSummary) Reset() {
 	*x = WarmSummary{}
-	mi := &file_shardcache_v1_warm_proto_msgTypes[2]
+	mi := &file_shardcache_v1_warm_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -230,7 +286,7 @@ func (x *WarmSummary) String() string {
 func (*WarmSummary) ProtoMessage() {}
 
 func (x *WarmSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_shardcache_v1_warm_proto_msgTypes[2]
+	mi := &file_shardcache_v1_warm_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -243,7 +299,7 @@ func (x *WarmSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmSummary.ProtoReflect.Descriptor instead.
 func (*WarmSummary) Descriptor() ([]byte, []int) {
-	return file_shardcache_v1_warm_proto_rawDescGZIP(), []int{2}
+	return file_shardcache_v1_warm_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *WarmSummary) GetImages() uint32 {
@@ -306,10 +362,13 @@ var File_shardcache_v1_warm_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_warm_proto_rawDesc = "" +
 	"\n" +
-	"\x18shardcache/v1/warm.proto\x12\rshardcache.v1\"A\n" +
+	"\x18shardcache/v1/warm.proto\x12\rshardcache.v1\"U\n" +
 	"\vWarmRequest\x12\x16\n" +
 	"\x06images\x18\x01 \x03(\tR\x06images\x12\x1a\n" +
-	"\bplatform\x18\x02 \x01(\tR\bplatform\"\xf4\x01\n" +
+	"\bplatform\x18\x02 \x01(\tR\bplatform\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\"G\n" +
+	"\fWarmResponse\x127\n" +
+	"\bprogress\x18\x01 \x01(\v2\x1b.shardcache.v1.WarmProgressR\bprogress\"\xf4\x01\n" +
 	"\fWarmProgress\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
@@ -342,19 +401,21 @@ func file_shardcache_v1_warm_proto_rawDescGZIP() []byte {
 	return file_shardcache_v1_warm_proto_rawDescData
 }
 
-var file_shardcache_v1_warm_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_shardcache_v1_warm_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_shardcache_v1_warm_proto_goTypes = []any{
 	(*WarmRequest)(nil),  // 0: shardcache.v1.WarmRequest
-	(*WarmProgress)(nil), // 1: shardcache.v1.WarmProgress
-	(*WarmSummary)(nil),  // 2: shardcache.v1.WarmSummary
+	(*WarmResponse)(nil), // 1: shardcache.v1.WarmResponse
+	(*WarmProgress)(nil), // 2: shardcache.v1.WarmProgress
+	(*WarmSummary)(nil),  // 3: shardcache.v1.WarmSummary
 }
 var file_shardcache_v1_warm_proto_depIdxs = []int32{
-	2, // 0: shardcache.v1.WarmProgress.summary:type_name -> shardcache.v1.WarmSummary
-	1, // [1:1] is the sub-list for method output_type
-	1, // [1:1] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	2, // 0: shardcache.v1.WarmResponse.progress:type_name -> shardcache.v1.WarmProgress
+	3, // 1: shardcache.v1.WarmProgress.summary:type_name -> shardcache.v1.WarmSummary
+	2, // [2:2] is the sub-list for method output_type
+	2, // [2:2] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_warm_proto_init() }
@@ -368,7 +429,7 @@ func file_shardcache_v1_warm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardcache_v1_warm_proto_rawDesc), len(file_shardcache_v1_warm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
