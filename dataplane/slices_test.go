@@ -53,10 +53,12 @@ func (p *patterned) Seek(off int64, whence int) (int64, error) {
 
 // sliceOrigin serves patterned objects: /<anything>?size=N, version
 // "v<version>" as strong ETag, Range and If-Range honoured (unless
-// ignoreRange). It counts requests by path and Range.
+// ignoreRange); with staleHead, a range from byte 0 (slice 0) is stale at
+// once. It counts requests by path and Range.
 type sliceOrigin struct {
 	version     atomic.Int32
 	ignoreRange bool
+	staleHead   bool
 	mu          sync.Mutex
 	seen        map[string]int // path + " " + Range
 }
@@ -76,6 +78,9 @@ func (o *sliceOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.seen[r.URL.Path+" "+r.Header.Get("Range")]++
 	o.mu.Unlock()
 	w.Header().Set("Cache-Control", "max-age=3600")
+	if o.staleHead && strings.HasPrefix(r.Header.Get("Range"), "bytes=0-") {
+		w.Header().Set("Cache-Control", "max-age=0, must-revalidate")
+	}
 	w.Header().Set("Etag", fmt.Sprintf(`"v%d"`, v))
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Last-Modified", "Mon, 30 Nov 2026 12:00:00 GMT")
@@ -434,5 +439,45 @@ func TestASlicedAnswerTellsWhetherEverySliceWasStored(t *testing.T) {
 	}
 	if x := xcache("Range", "bytes=200000-200099"); x != "HIT" {
 		t.Fatalf("a stored slice's range: X-Cache %q, want HIT", x)
+	}
+}
+
+// TestASlicedAnswerNamesASliceOfAnotherVersion: the origin changes an
+// object whose slices are stored; its head (slice 0), revalidated, names
+// the new version, so a range in a later slice finds that slice stored as
+// the old one. The answer is a MISS that says so (detail=slice-version),
+// with the new version's bytes.
+func TestASlicedAnswerNamesASliceOfAnotherVersion(t *testing.T) {
+	o, origin := newSliceOrigin(t)
+	o.staleHead = true
+	const size = 64 << 10
+	nodes, _ := startSlicedTrio(t, origin, size)
+	url := "http://" + nodes[0].ClientAddr().String() + "/s/versions?size=" + strconv.Itoa(3*size)
+	if resp, _ := do(t, http.MethodGet, url); resp.StatusCode != 200 || resp.Header.Get("Etag") != `"v1"` {
+		t.Fatalf("the whole object: %d, ETag %s", resp.StatusCode, resp.Header.Get("Etag"))
+	}
+	start := int64(2*size + 10)
+	rng := fmt.Sprintf("bytes=%d-%d", start, start+99)
+	// Each slice is stored once its answer is sent: slice 2 is, once a
+	// range of it is a HIT.
+	waitFor(t, "slice 2 to be stored", func() bool {
+		resp, _ := do(t, http.MethodGet, url, "Range", rng)
+		return resp.Header.Get("X-Cache") == "HIT"
+	})
+	o.version.Store(2)
+	// The head is fetched anew for each answer, a revalidation that may
+	// join one of the old version still in flight: the first answer that
+	// is not a HIT of the old version is the one to look at.
+	var resp *http.Response
+	var got string
+	waitFor(t, "an answer with the new head", func() bool {
+		resp, got = do(t, http.MethodGet, url, "Range", rng)
+		return resp.Header.Get("X-Cache") != "HIT"
+	})
+	want := make([]byte, 100)
+	io.ReadFull(&patterned{size: 3 * size, version: 2, off: start}, want)
+	if cs := resp.Header.Get("Cache-Status"); resp.StatusCode != 206 || resp.Header.Get("X-Cache") != "MISS" || !strings.HasSuffix(cs, "; detail=slice-version") || got != string(want) {
+		t.Fatalf("a range of slice 2 after the change: %d, X-Cache %s, Cache-Status %q, version 2's bytes: %v; want 206, a MISS, detail=slice-version",
+			resp.StatusCode, resp.Header.Get("X-Cache"), cs, got == string(want))
 	}
 }

@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,12 +91,14 @@ func (s *serving) serveSlicedOnce() error {
 			plan = slice.Plan(plan, rg.Start, rg.Length, size)
 		}
 	}
+	var why string
 	if len(plan) > 0 {
-		// The answer's X-Cache tells of every slice it uses, not slice 0's alone.
-		xcache = s.slicesCache(ctx, version, plan, xcache)
+		// The answer's X-Cache tells of every slice it uses, not slice 0's
+		// alone, and its reason is that of the first it could not use.
+		xcache, why = s.slicesCache(ctx, version, plan, head.Header)
 	}
 	if xcache != httpcache.CacheHit {
-		s.reason = slicedReason(head.Header)
+		s.reason = cmp.Or(why, slicedReason(head.Header))
 	}
 	var first *http.Response
 	if len(plan) > 0 && plan[0] == 0 && method == http.MethodGet {
@@ -144,11 +147,11 @@ func (s *serving) serveSlicedOnce() error {
 	return nil
 }
 
-// slicedReason is why an answer assembled from slices is not a plain hit:
-// slice 0's reason, from its owner's Cache-Status member, else that a
-// slice it needs is not stored.
-func slicedReason(head http.Header) string {
-	if m, ok := httpcache.MemberOf(head["Cache-Status"], head.Get("X-Cache-Node")); ok && m["detail"] != "" {
+// slicedReason is why a slice's answer (h) is not a plain hit: its
+// reason, from its owner's Cache-Status member, else that the slice is
+// not stored.
+func slicedReason(h http.Header) string {
+	if m, ok := httpcache.MemberOf(h["Cache-Status"], h.Get("X-Cache-Node")); ok && m["detail"] != "" {
 		return m["detail"]
 	}
 	return httpcache.ReasonURIMiss

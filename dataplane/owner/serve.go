@@ -103,8 +103,12 @@ func (s *serving) serve() {
 		return // answered from or into the key's stored part (partial.go)
 	}
 	if s.dirs.Has("only-if-cached") {
-		// RFC 9111 5.2.1.7: nothing usable without the origin.
-		s.reason = httpcache.ReasonOnlyIfCached
+		// RFC 9111 5.2.1.7: nothing usable without the origin. A slice's
+		// probe (slicesCache) keeps why the slice could not be used: the
+		// assembled answer names it.
+		if s.req.Slice == nil || s.reason == "" {
+			s.reason = httpcache.ReasonOnlyIfCached
+		}
 		s.statusHeaders(s.w.Header(), httpcache.CacheMiss, 0)
 		http.Error(s.w, "shardcache: not cached (only-if-cached)", http.StatusGatewayTimeout)
 		return

@@ -87,24 +87,30 @@ const maxProbes = 8
 
 // slicesCache is the X-Cache of an answer assembled from the slices in
 // plan: HIT when every one is stored, else PARTIAL when some are, MISS
-// when none found is. head is the X-Cache of slice 0's answer, when the
-// plan uses it. The other slices' owners are asked whether they hold them
-// (a HEAD that fetches nothing), a few at a time, until one does not.
-func (s *serving) slicesCache(ctx context.Context, version string, plan []int64, head string) string {
+// when none found is; and, unless a HIT, the reason of the first slice in
+// plan that could not be used (slicedReason). head is slice 0's answer,
+// used when the plan starts with it. The other slices' owners are asked
+// whether they hold them (a HEAD that fetches nothing), a few at a time,
+// until one does not.
+func (s *serving) slicesCache(ctx context.Context, version string, plan []int64, head http.Header) (string, string) {
 	var hits, misses atomic.Int32
-	if len(plan) > 0 && plan[0] == 0 {
-		if head == httpcache.CacheHit {
+	whys := make([]string, len(plan)) // by plan position, so that the first is told
+	if plan[0] == 0 {
+		if head.Get("X-Cache") == httpcache.CacheHit {
 			hits.Add(1)
 		} else {
 			misses.Add(1)
+			whys[0] = slicedReason(head)
 		}
-		plan = plan[1:]
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var g errgroup.Group
 	g.SetLimit(maxProbes)
-	for _, i := range plan {
+	for k, i := range plan {
+		if k == 0 && i == 0 {
+			continue // the head: counted above
+		}
 		if misses.Load() > 0 {
 			break // not a HIT, whatever the rest holds
 		}
@@ -114,17 +120,24 @@ func (s *serving) slicesCache(ctx context.Context, version string, plan []int64,
 			if resp.StatusCode < 300 && resp.Header.Get("X-Cache") == httpcache.CacheHit {
 				hits.Add(1)
 			} else {
+				whys[k] = slicedReason(resp.Header)
 				misses.Add(1)
 			}
 			return nil
 		})
 	}
 	g.Wait()
+	var why string
+	for _, w := range whys {
+		if why = w; why != "" {
+			break
+		}
+	}
 	switch {
 	case misses.Load() == 0:
-		return httpcache.CacheHit
+		return httpcache.CacheHit, ""
 	case hits.Load() == 0:
-		return httpcache.CacheMiss
+		return httpcache.CacheMiss, why
 	}
-	return httpcache.CachePartial
+	return httpcache.CachePartial, why
 }
