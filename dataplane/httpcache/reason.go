@@ -37,19 +37,19 @@ const (
 	ReasonAuthorizeEach   = "authorize-each" // the policy has every use authorised by the origin
 
 	// Not stored (admit): why the answer was not kept.
-	ReasonNoStore        = "no-store"        // the response's no-store
-	ReasonPrivate        = "private"         // the response's private
-	ReasonVaryStar       = "vary-star"       // Vary: *
-	ReasonSetCookie      = "set-cookie"      // a Set-Cookie the policy does not store
-	ReasonStatus         = "status"          // a status not stored without explicit freshness
-	ReasonMustUnderstand = "must-understand" // must-understand, with a status whose caching rules the node does not implement (RFC 9111 5.2.2.3)
-	ReasonExcluded       = "excluded"        // a status the policy excludes
-	ReasonNoLifetime     = "no-lifetime"     // no freshness and no validator to revalidate with
-	ReasonTooLarge       = "too-large"       // over the policy's (or the node's) largest object
-	ReasonVaryLimit      = "vary-limit"      // the URL has its policy's number of variants
-	ReasonAdmission      = "admission"       // the disk tier did not admit it (full, or the object asked for too rarely)
-	ReasonStoreError     = "store-error"     // the store failed to take it (or, for a miss, to read it back)
-	ReasonSliceNoID      = "slice-no-validator"
+	ReasonNoStore        = "no-store"           // the response's no-store
+	ReasonPrivate        = "private"            // the response's private
+	ReasonVaryStar       = "vary-star"          // Vary: *
+	ReasonSetCookie      = "set-cookie"         // a Set-Cookie the policy does not store
+	ReasonStatus         = "status"             // a status not stored without explicit freshness
+	ReasonMustUnderstand = "must-understand"    // must-understand, with a status whose caching rules the node does not implement (RFC 9111 5.2.2.3)
+	ReasonExcluded       = "excluded"           // a status the policy excludes
+	ReasonNoLifetime     = "no-lifetime"        // no freshness and no validator to revalidate with
+	ReasonTooLarge       = "too-large"          // over the policy's (or the node's) largest object
+	ReasonVaryLimit      = "vary-limit"         // the URL has its policy's number of variants
+	ReasonAdmission      = "admission"          // the disk tier did not take it: free space below its guard, no room for the object, or its stripe stopped after a disk error
+	ReasonStoreError     = "store-error"        // the store failed to take it (or, for a miss, to read it back)
+	ReasonSliceNoID      = "slice-no-validator" // a slice that varies on a field other than Accept-Encoding: its object's slices could not be told apart
 
 	// Served stale, and failures.
 	ReasonStaleIfError        = "stale-if-error" // the origin failed: served stale
