@@ -145,7 +145,9 @@ func staleOrigin(w http.ResponseWriter, r *http.Request) bool {
 // relayed to their owner), and finds that reason in the answer's
 // Cache-Status (detail), in the node's access log and in `cachectl log`,
 // each found by the request's id; the reason counter counts them, and
-// `cachectl inspect` shows a purged URL's owner saying so.
+// `cachectl inspect` shows a purged URL's owner saying so. The reasons
+// that need nodes of their own (slices, the disk tier, restarts, the
+// control plane stopped) are TestReasonsOfSlicesTheStoreAndTheControlPlane's.
 func TestEveryReasonIsNamedEverywhere(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -169,17 +171,7 @@ func TestEveryReasonIsNamedEverywhere(t *testing.T) {
 	client := &http.Client{Timeout: 10 * time.Second}
 	send := func(nd *node, method, path string, hdr ...string) *http.Response {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(ctx, method, "http://"+nd.client+path, nil)
-		for i := 0; i < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp
+		return request(ctx, t, client, nd, method, path, hdr...)
 	}
 	// Every node has the policies once each bypasses by the new one.
 	for _, nd := range c.nodes {
@@ -272,6 +264,9 @@ func TestEveryReasonIsNamedEverywhere(t *testing.T) {
 		{"request-min-fresh", "GET", "/r/young", []string{"Cache-Control", "min-fresh=1000"}, "EXPIRED"},
 		// A coded response varies on Accept-Encoding as it is stored.
 		{"vary-miss", "GET", "/r/gz", []string{"Accept-Encoding", "identity"}, "MISS"},
+		// The origin coded that variant all the same: what is stored for
+		// it is in a coding its requests do not accept.
+		{"encoding", "GET", "/r/gz", []string{"Accept-Encoding", "identity"}, "MISS"},
 		{"authorize-each", "GET", "/r/authz/a", nil, "EXPIRED"},
 		{"soft-purged", "GET", "/r/soft/x", nil, "EXPIRED"},
 		{"invalidated", "GET", "/r/inv/x", nil, "MISS"},
@@ -292,43 +287,9 @@ func TestEveryReasonIsNamedEverywhere(t *testing.T) {
 	}
 
 	// The access log and the stream have each request, with its reason.
-	found := func(text string) map[string]string {
-		got := map[string]string{}
-		sc := bufio.NewScanner(strings.NewReader(text))
-		for sc.Scan() {
-			var rec struct {
-				RequestID, Reason, Key, UserAgent, Proto string
-			}
-			var raw map[string]any
-			if json.Unmarshal(sc.Bytes(), &raw) != nil {
-				continue
-			}
-			rec.RequestID, _ = raw["request_id"].(string)
-			rec.Reason, _ = raw["reason"].(string)
-			if _, ok := ids[rec.RequestID]; ok {
-				got[rec.RequestID] = rec.Reason
-				for _, field := range []string{"user_agent", "proto", "key", "referer"} {
-					if _, ok := raw[field]; !ok {
-						t.Errorf("a record without %s: %s", field, sc.Text())
-					}
-				}
-			}
-		}
-		return got
-	}
-	err = eventually(ctx, func() error {
-		b, err := os.ReadFile(access)
-		if err != nil {
-			return err
-		}
-		for what, got := range map[string]map[string]string{"the access log": found(string(b)), "cachectl log": found(lines.String())} {
-			for id, reason := range ids {
-				if got[id] != reason {
-					return fmt.Errorf("%s has request %s (%s) with reason %q", what, id, reason, got[id])
-				}
-			}
-		}
-		return nil
+	err = waitLogged(ctx, t, ids, map[string]func() (string, error){
+		"the access log": func() (string, error) { b, err := os.ReadFile(access); return string(b), err },
+		"cachectl log":   func() (string, error) { return lines.String(), nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -359,6 +320,71 @@ func TestEveryReasonIsNamedEverywhere(t *testing.T) {
 			t.Errorf("inspect: %s, the owner, shows last answer %+v; want a MISS, purged", owner, n.Last)
 		}
 	}
+}
+
+// request sends method path to nd's client listener with the header
+// fields hdr (name, value, ...), and reads the answer's body away.
+func request(ctx context.Context, t *testing.T, client *http.Client, nd *node, method, path string, hdr ...string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, method, "http://"+nd.client+path, nil)
+	for i := 0; i < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// waitLogged waits until each source (an access log, a cachectl log
+// stream: JSON records a line) has every request of ids (request id ->
+// reason) with its reason; each of those records must carry the fields
+// every record has.
+func waitLogged(ctx context.Context, t *testing.T, ids map[string]string, sources map[string]func() (string, error)) error {
+	t.Helper()
+	return eventually(ctx, func() error {
+		for what, read := range sources {
+			text, err := read()
+			if err != nil {
+				return err
+			}
+			got := loggedReasons(t, text, ids)
+			for id, reason := range ids {
+				if got[id] != reason {
+					return fmt.Errorf("%s has request %s (%s) with reason %q", what, id, reason, got[id])
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// loggedReasons is the reason of each record in text whose request is
+// one of ids.
+func loggedReasons(t *testing.T, text string, ids map[string]string) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		var raw map[string]any
+		if json.Unmarshal(sc.Bytes(), &raw) != nil {
+			continue
+		}
+		id, _ := raw["request_id"].(string)
+		if _, ok := ids[id]; !ok {
+			continue
+		}
+		got[id], _ = raw["reason"].(string)
+		for _, field := range []string{"user_agent", "proto", "key", "referer"} {
+			if _, ok := raw[field]; !ok {
+				t.Errorf("a record without %s: %s", field, sc.Text())
+			}
+		}
+	}
+	return got
 }
 
 // ownedPaths returns n paths under prefix whose owner, in a ring of

@@ -36,20 +36,11 @@ func (o *rangeOrigin) count(rng string) int {
 	return o.seen[rng]
 }
 
-// TestSlicedObjectAcrossProcesses applies a slicing policy with cachectl,
-// reads an object through every node (each slice reaches the origin
-// once), then kills a node and reads it again.
-func TestSlicedObjectAcrossProcesses(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	const slice = 1 << 20
-	body := make([]byte, 5*slice+3)
-	for i := range body {
-		body[i] = byte(i*31 + i/997)
-	}
-	o := &rangeOrigin{body: body, seen: map[string]int{}}
-	c := startClusterWith(t, ctx, clusterConfig{nodes: 3, origin: o})
-	stored, err := c.admin(t, c.token).PutPolicy(ctx, &pb.CachePolicy{Name: "large", PathPrefix: "/large/", SliceSize: slice}, false)
+// putPolicy stores p through the admin API and waits until every node of
+// c runs the revision it made.
+func putPolicy(ctx context.Context, t *testing.T, c *cluster, p *pb.CachePolicy) {
+	t.Helper()
+	stored, err := c.admin(t, c.token).PutPolicy(ctx, p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +54,22 @@ func TestSlicedObjectAcrossProcesses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestSlicedObjectAcrossProcesses applies a slicing policy with cachectl,
+// reads an object through every node (each slice reaches the origin
+// once), then kills a node and reads it again.
+func TestSlicedObjectAcrossProcesses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const slice = 1 << 20
+	body := make([]byte, 5*slice+3)
+	for i := range body {
+		body[i] = byte(i*31 + i/997)
+	}
+	o := &rangeOrigin{body: body, seen: map[string]int{}}
+	c := startClusterWith(t, ctx, clusterConfig{nodes: 3, origin: o})
+	putPolicy(ctx, t, c, &pb.CachePolicy{Name: "large", PathPrefix: "/large/", SliceSize: slice})
 	client := &http.Client{Timeout: 30 * time.Second}
 	read := func(nd *node, rng string) (int, []byte) {
 		t.Helper()
