@@ -22,17 +22,6 @@ import (
 	"github.com/shardcache/shardcache/dataplane/store"
 )
 
-// decoders decode stored zstd bodies for clients that do not accept zstd.
-// One goroutine each (concurrency 1) and low memory: a decode runs per
-// request.
-var decoders = sync.Pool{New: func() any {
-	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
-	if err != nil {
-		panic(err) // the options are constant
-	}
-	return d
-}}
-
 // leadAnswer is a fill's own answer, decided by fetch and admit, and
 // written by answerFill once the fill has shared what it may.
 type leadAnswer struct {

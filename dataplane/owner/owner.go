@@ -28,6 +28,8 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/shardcache/shardcache/dataplane/flight"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/notes"
@@ -164,3 +166,14 @@ type Note = notes.Note
 // Note is the owner's last note of key: its last answer other than a
 // plain hit, or what removed its stored response.
 func (o *Owner) Note(key string) (Note, bool) { return o.notes.Get(key) }
+
+// decoders decode stored zstd bodies for clients that do not accept zstd.
+// One goroutine each (concurrency 1) and low memory: a decode runs per
+// request.
+var decoders = sync.Pool{New: func() any {
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+	if err != nil {
+		panic(err) // the options are constant
+	}
+	return d
+}}
