@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"cmp"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/hop"
@@ -83,11 +85,23 @@ func (f *Front) relay(w http.ResponseWriter, req *owner.Request, m *pb.Member, h
 	}
 	hop.PurgeRevision(resp.Header) // the owner's, for Keep; not for the client
 	var body io.Reader = resp.Body
-	if resp.ContentLength >= 0 && resp.ContentLength <= relayBuffered {
+	if n := resp.ContentLength; n >= 0 && n <= relayBuffered {
 		// A small answer is read whole before anything is written: an
 		// owner that dies mid-answer is then routed around like one that
-		// never answered, and the client sees no broken response.
-		b, err := io.ReadAll(resp.Body)
+		// never answered, and the client sees no broken response. It is
+		// read into a buffer of the pool, whose bytes are passed on before
+		// it is returned.
+		buf := relayBuffers.Get().(*[relayBuffered + 1]byte)
+		defer relayBuffers.Put(buf)
+		b := buf[:n]
+		_, err := io.ReadFull(resp.Body, b)
+		if err == nil {
+			// The end is read too: a keep-alive connection goes back to its
+			// pool once its answer is read to the end.
+			if k, end := resp.Body.Read(buf[n:]); k != 0 || end != io.EOF {
+				err = fmt.Errorf("the owner's answer does not end at its Content-Length (%d): %v", n, end)
+			}
+		}
 		if err != nil {
 			f.cfg.Metrics.PeerReqs.WithLabelValues(m.GetId(), "error").Inc()
 			f.cfg.Logger.Warn("relay broke off; serving locally", "owner", m.GetId(), "err", err)
@@ -110,6 +124,9 @@ func (f *Front) relay(w http.ResponseWriter, req *owner.Request, m *pb.Member, h
 // relayBuffered is the largest relayed answer read whole before it is
 // passed on.
 const relayBuffered = 64 << 10
+
+// relayBuffers hold relayed answers read whole.
+var relayBuffers = sync.Pool{New: func() any { return new([relayBuffered + 1]byte) }}
 
 // relayedOutcome is the Outcome of an answer an owner sent over the peer
 // hop, as its fields say (the owner's X-Cache, X-Cache-Node and its
