@@ -43,8 +43,10 @@ type adminService struct {
 	purgeLimit      *purgeLimiter
 	purgesThrottled prometheus.Counter
 	tracer          trace.Tracer
-	// warmOps reaches nodes' ops listeners for Warm (warm.go).
-	warmOps opsclient.Client
+	// warmOps reaches nodes' ops listeners for Warm (warm.go), with warm
+	// grants signed with adminToken.
+	warmOps    opsclient.Client
+	adminToken string
 }
 
 var _ pb.AdminServiceServer = (*adminService)(nil)

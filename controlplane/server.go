@@ -379,7 +379,7 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub, policies: s.policies, replica: s.cfg.ReplicaID,
 		acks: s.acks, loads: s.loads, purgeLimit: newPurgeLimiter(s.cfg.PurgeRate, s.cfg.PurgeBurst, authLimitCallers),
 		purgesThrottled: s.metrics.purgesThrottled,
-		purgesRecorded:  s.metrics.purges, tracer: s.tracer(), warmOps: newWarmClient(s.cfg.AdminToken)})
+		purgesRecorded:  s.metrics.purges, tracer: s.tracer(), warmOps: newWarmClient(), adminToken: s.cfg.AdminToken})
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)

@@ -29,19 +29,22 @@ const (
 )
 
 // newWarmClient is how the control plane has a node warm: it calls the
-// node's POST /warm itself, with its own admin token. The caller has been
-// authorised already (the admin interceptor: the admin token, or a client
-// certificate from the client CA), so the control plane acts on its own
-// authority rather than passing on the caller's credential: a caller by
-// certificate has none to pass on, and a caller's token, once verified,
-// is the control plane's admin token anyway, which is what a node's ops
-// listener asks for. A control plane with no admin token (mTLS only) sends
-// none, and a node refuses it unless it trusts the caller by other means.
+// node's POST /warm itself, once it has authorised the caller (the admin
+// interceptor: the admin token, or a client certificate from the client
+// CA), on its own authority rather than with the caller's credential (a
+// caller by certificate has none to pass on). What it sends is not its
+// admin token but a warm grant (opsclient.WarmGrant) signed with it: the
+// right to have that one node warm, for warmGrantLife. The node checks it
+// with its own admin token. A member advertises its own ops URL, and
+// whoever holds only the join token can register one: such a listener
+// receives a grant for itself that soon expires, never the admin token. A
+// control plane with no admin token (mTLS only) sends none, and a node
+// refuses it unless it trusts the caller by other means.
 //
 // Connections are not kept: a warm is rare and long, and an idle
 // connection would outlive the replica's Run.
-func newWarmClient(token string) opsclient.Client {
-	return opsclient.Client{Token: token, HTTP: &http.Client{Transport: &http.Transport{
+func newWarmClient() opsclient.Client {
+	return opsclient.Client{HTTP: &http.Client{Transport: &http.Transport{
 		Proxy:                 nil, // nodes are reached directly, at the URL they advertise
 		DialContext:           (&net.Dialer{Timeout: opsDialTimeout}).DialContext,
 		ResponseHeaderTimeout: opsHeaderTimeout,
@@ -49,6 +52,10 @@ func newWarmClient(token string) opsclient.Client {
 		DisableCompression:    true,
 	}}}
 }
+
+// warmGrantLife is how long a warm grant is good for: it is checked as the
+// node's warm begins, and leaves room for clocks some minutes apart.
+const warmGrantLife = 5 * time.Minute
 
 // Warm has one node preheat the request's images (the named one, else the
 // first active member with an ops URL) and streams its progress back, a
@@ -63,8 +70,12 @@ func (a *adminService) Warm(req *pb.WarmRequest, stream grpc.ServerStreamingServ
 	if err != nil {
 		return err
 	}
+	ops := a.warmOps
+	if a.adminToken != "" {
+		ops.Token = opsclient.WarmGrant(a.adminToken, m.GetId(), time.Now().Add(warmGrantLife))
+	}
 	var sendErr error
-	sum, err := a.warmOps.Warm(ctx, m, req, func(p *pb.WarmProgress) error {
+	sum, err := ops.Warm(ctx, m, req, func(p *pb.WarmProgress) error {
 		sendErr = stream.Send(&pb.WarmResponse{Progress: p})
 		return sendErr
 	})
@@ -74,7 +85,7 @@ func (a *adminService) Warm(req *pb.WarmRequest, stream grpc.ServerStreamingServ
 	case err != nil && ctx.Err() != nil:
 		return status.FromContextError(ctx.Err()).Err()
 	case errors.Is(err, opsclient.ErrRefused):
-		return warmStatus(m.GetId(), fmt.Errorf("%w (the control plane's admin token)", err))
+		return warmStatus(m.GetId(), fmt.Errorf("%w (a warm grant signed with the control plane's admin token)", err))
 	case err != nil:
 		return warmStatus(m.GetId(), err)
 	}

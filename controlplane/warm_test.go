@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/opsclient"
 )
 
 // serveHTTP serves h on a loopback port until the test ends.
@@ -26,7 +28,8 @@ func serveHTTP(t *testing.T, h http.HandlerFunc) string {
 }
 
 // warmNode answers POST /warm as a node's ops listener does (dataplane/ops):
-// the admin token or 401, a WarmRequest in protobuf JSON or 400, then one
+// a warm grant for node id signed with the admin token, or 401 (and the
+// test fails if the admin token itself is sent), a WarmRequest in protobuf JSON or 400, then one
 // WarmProgress a line, flushed, the last with the summary. breakAfter > 0
 // ends the answer after that many steps, without a summary.
 func warmNode(t *testing.T, id string, breakAfter int) string {
@@ -35,8 +38,12 @@ func warmNode(t *testing.T, id string, breakAfter int) string {
 			http.NotFound(w, r)
 			return
 		}
-		if r.Header.Get("Authorization") != "Bearer "+testToken {
-			http.Error(w, "ops listener: the token does not match", http.StatusUnauthorized)
+		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if token == testToken {
+			t.Errorf("the control plane sent %s its admin token, not a warm grant", id)
+		}
+		if err := opsclient.CheckWarmGrant(testToken, id, token, time.Now()); err != nil {
+			http.Error(w, "ops listener: "+err.Error(), http.StatusUnauthorized)
 			return
 		}
 		b, _ := io.ReadAll(r.Body)

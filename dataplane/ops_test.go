@@ -5,6 +5,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/shardcache/shardcache/sdk/opsclient"
 )
 
 // What changes or reads the node's insides needs a token, from loopback
@@ -57,6 +60,29 @@ func TestOpsListenerGuardsWhatChangesOrReadsTheNode(t *testing.T) {
 	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
 		if w := serve("GET", path, "192.0.2.1:1", ""); w.Code != 200 {
 			t.Fatalf("%s off loopback: %d %s, want it open", path, w.Code, w.Body)
+		}
+	}
+	// A warm grant (what the control plane sends) opens POST /warm of the
+	// node it names, signed with the admin token, and nothing else.
+	soon := time.Now().Add(time.Minute)
+	grant := "Bearer " + opsclient.WarmGrant("s3cret", n.cfg.ID, soon)
+	if w := serve("POST", "/warm", "192.0.2.1:1", grant); w.Code == http.StatusUnauthorized {
+		t.Fatalf("POST /warm with a grant for this node: %d %s", w.Code, w.Body)
+	}
+	for name, auth := range map[string]string{
+		"for another node":          "Bearer " + opsclient.WarmGrant("s3cret", "node-9", soon),
+		"signed with another token": "Bearer " + opsclient.WarmGrant("wrong", n.cfg.ID, soon),
+		"expired":                   "Bearer " + opsclient.WarmGrant("s3cret", n.cfg.ID, time.Now().Add(-time.Second)),
+		"the read-only token":       "Bearer read-only",
+	} {
+		if w := serve("POST", "/warm", "192.0.2.1:1", auth); w.Code != http.StatusUnauthorized {
+			t.Errorf("POST /warm with a grant %s: %d, want 401", name, w.Code)
+		}
+	}
+	for _, mp := range []string{"POST /drain", "GET /stats", "GET /debug/pprof/cmdline"} {
+		method, path, _ := strings.Cut(mp, " ")
+		if w := serve(method, path, "192.0.2.1:1", grant); w.Code != http.StatusUnauthorized {
+			t.Errorf("%s %s with a warm grant: %d, want 401", method, path, w.Code)
 		}
 	}
 	if n.front.Draining() {

@@ -25,7 +25,7 @@ registry) is resolved, an index to the manifests of --platform, each manifest to
 and layers, and every manifest and blob is filled by its owner from its upstream registry, so
 the pulls that follow fetch nothing upstream. Warming what is cached already fetches nothing:
 it is reported cached. The control plane's Warm RPC has one node do the work (--node, default
-the first active node), at that node's ops listener with the control plane's admin token, and
+the first active node), at that node's ops listener with a warm grant the control plane signs, and
 streams its progress back; progress goes to stderr, the summary to stdout. The exit status is
 non-zero when a manifest or blob failed, or when the node could not be reached or refused.
 --timeout does not bound a warm: it lasts as long as its transfers (Ctrl-C stops it).`,

@@ -203,7 +203,7 @@ func (m *Set) traffic() {
 		Name: "shardcache_peer_refused_total", Help: "Peer-listener requests refused, by reason (no_hop: not a relayed request; not_a_member: the certificate names no member of the ring).",
 	}, []string{"reason"})
 	m.OpsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "shardcache_ops_refused_total", Help: "Ops-listener requests (/drain, /debug/pprof/) refused, by reason (no_token: not from loopback and no admin token; bad_token).",
+		Name: "shardcache_ops_refused_total", Help: "Ops-listener requests (/drain, /warm, /debug/pprof/, the operator views) refused, by reason (no_token: not from loopback and no token; bad_token; bad_grant: a warm grant that is forged, expired or for another node).",
 	}, []string{"reason"})
 	m.PurgeAuthRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardcache_purge_auth_refused_total", Help: "PURGE requests whose bearer token was refused, by reason (malformed, wrong: by the control plane, throttled: unread after too many).",

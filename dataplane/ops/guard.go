@@ -7,6 +7,9 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"time"
+
+	"github.com/shardcache/shardcache/sdk/opsclient"
 )
 
 // What an ops endpoint needs of its caller: the admin token, or for what
@@ -55,6 +58,28 @@ func (l *listener) guard(reads bool, h http.HandlerFunc) http.HandlerFunc {
 			}
 			http.Error(w, "ops listener: "+r.URL.Path+" needs Authorization: Bearer <"+want+">", http.StatusUnauthorized)
 		}
+	}
+}
+
+// guardWarm is guard's admin check for POST /warm, which also takes a warm
+// grant for this node (opsclient.WarmGrant, signed with the admin token):
+// what the control plane sends in place of the admin token.
+func (l *listener) guardWarm(h http.HandlerFunc) http.HandlerFunc {
+	admin := l.guard(adminOnly, h)
+	return func(w http.ResponseWriter, r *http.Request) {
+		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !opsclient.IsWarmGrant(token) {
+			admin(w, r)
+			return
+		}
+		if err := opsclient.CheckWarmGrant(l.cfg.AdminToken, l.cfg.ID, token, time.Now()); err != nil {
+			l.cfg.Metrics.OpsRefused.WithLabelValues("bad_grant").Inc()
+			l.cfg.Logger.Warn("refused a warm: not a valid grant", "err", err, "remote", r.RemoteAddr)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="shardcache ops"`)
+			http.Error(w, "ops listener: "+err.Error(), http.StatusUnauthorized)
+			return
+		}
+		h(w, r)
 	}
 }
 

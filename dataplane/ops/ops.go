@@ -85,7 +85,7 @@ func Handler(cfg Config) http.Handler {
 	})
 	mux.HandleFunc("POST /drain", l.guard(adminOnly, l.cfg.Drain)) // a pod's preStop hook
 	mux.HandleFunc("GET /stats", l.guard(readOnly, l.serveStats))
-	mux.HandleFunc("POST /warm", l.guard(adminOnly, l.serveWarm))
+	mux.HandleFunc("POST /warm", l.guardWarm(l.serveWarm))
 	mux.HandleFunc("GET /inspect", l.guard(readOnly, l.serveInspect))
 	mux.HandleFunc("GET /log", l.guard(readOnly, l.serveLog))
 	mux.HandleFunc("GET /members", l.guard(readOnly, l.serveMembers))
