@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
@@ -132,7 +133,7 @@ func (f *fill) stream(wr *store.Writer, rd io.ReadCloser, done func(), status st
 	resp, fromOrigin, release, key := f.resp, f.fromOrigin, f.release, f.key
 	f.cfg.Tasks.Go("fill", func() {
 		defer release()
-		nb, err := io.Copy(wr, resp.Body)
+		nb, err := reply.Copy(wr, resp.Body)
 		if fromOrigin {
 			f.cfg.Metrics.OriginBytes.Add(float64(nb))
 		}
@@ -149,7 +150,7 @@ func (f *fill) stream(wr *store.Writer, rd io.ReadCloser, done func(), status st
 	if fromOrigin {
 		f.out.Source = SourceOrigin
 	}
-	f.then = leadAnswer{kind: answerStream, e: wr.Entry(), rd: rd, status: status}
+	f.then = leadAnswer{kind: answerStream, e: wr.Entry(), wr: wr, rd: rd, status: status}
 }
 
 // variant returns the key a varying response is stored under, and writes

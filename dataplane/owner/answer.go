@@ -18,7 +18,6 @@ import (
 	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
-	"github.com/shardcache/shardcache/dataplane/registry"
 	"github.com/shardcache/shardcache/dataplane/store"
 )
 
@@ -27,7 +26,8 @@ import (
 type leadAnswer struct {
 	kind   int
 	e      *store.Entry
-	rd     io.ReadCloser // answerStream: the fill's reader
+	wr     *store.Writer // answerStream: the fill
+	rd     io.ReadCloser // and its reader
 	status string
 	code   int
 	err    error
@@ -60,6 +60,7 @@ func (s *serving) answerFill(f *fill) {
 		if err != nil {
 			f.originError(http.StatusBadGateway, err, "origin response broke off")
 		}
+		f.keptBy(t.wr)
 	case answerError:
 		f.originError(t.code, t.err, t.msg)
 	case answerText:
@@ -71,6 +72,25 @@ func (s *serving) answerFill(f *fill) {
 		f.release()
 	}
 	s.out = f.out
+}
+
+// keptBy corrects the outcome of an answer that followed fill wr: its
+// header went out saying stored, but the disk tier may have refused the
+// object as the fill ended (its admission, a full disk), or the object
+// outgrew what a fill holds. Once the fill is over, the access log, the
+// log streams and the notes say so, with the reason. (An answer without
+// the body, a 304 or a HEAD, may end before the fill: it is left as it
+// is.)
+func (s *serving) keptBy(wr *store.Writer) {
+	m := &s.out.Member
+	over, stored, tooLarge := wr.Kept()
+	switch {
+	case !m.Stored || !over || stored:
+	case tooLarge:
+		m.Stored, m.Detail = false, httpcache.ReasonTooLarge
+	default:
+		m.Stored, m.Detail = false, httpcache.ReasonAdmission
+	}
 }
 
 // Answer is the last stage: it writes a stored entry, its body from
@@ -107,7 +127,9 @@ func (s *serving) Answer(e *store.Entry, rd io.Reader, status string) error {
 	case rd != nil:
 		// Wait for the first bytes (or the end) before committing to a
 		// status: a fill that fails at once is answered 502.
-		first := make([]byte, 32<<10)
+		buf := reply.Buffer()
+		defer reply.Return(buf) // read from until the answer is written
+		first := buf[:]
 		k, err := io.ReadAtLeast(rd, first, 1)
 		if err != nil && err != io.EOF {
 			return err
@@ -212,7 +234,7 @@ func (s *serving) writeBody(src io.Reader, follow *reply.ErrReader, decode bool)
 		}
 		src = d
 	}
-	_, err := io.Copy(s.w, src)
+	_, err := reply.Copy(s.w, src)
 	if err != nil && (follow != nil && follow.Err != nil || decode && !reply.IsWriteError(err)) {
 		return reply.BreakOff(s.w) // the body broke off: do not end it cleanly
 	}
@@ -367,71 +389,6 @@ func addCacheStatus(h http.Header, member string) {
 	prior := h["Cache-Status"]
 	h["Cache-Status"] = append(prior[:len(prior):len(prior)], member)
 }
-
-// statusHeaders sets X-Cache, X-Cache-Node and Cache-Status for an answer
-// that is not stored: the origin's, with its status, or the node's own
-// error (status 0).
-func (s *serving) statusHeaders(h http.Header, status string, code int) {
-	h["X-Cache"] = statusField(status)
-	h["X-Cache-Node"] = s.nodeField
-	m := httpcache.StatusMember{Node: s.statusName, Cache: status, Status: code, Detail: s.reason}
-	addCacheStatus(h, m.String())
-	s.out.Member, s.out.Node = m, s.cfg.ID
-	s.accountField(h)
-}
-
-// originError answers code for a failure to get an answer from the
-// origin: Proxy-Status names the error's type (RFC 9209).
-func (s *serving) originError(code int, err error, msg string) {
-	h := s.w.Header()
-	s.reason = httpcache.ReasonOriginError
-	if errors.Is(err, httpcache.ErrTransferCoding) {
-		s.reason = httpcache.ReasonTransferCoding // it answered, undecodably
-	}
-	s.statusHeaders(h, httpcache.CacheMiss, 0)
-	s.out.Source = ""
-	h["Proxy-Status"] = []string{httpcache.ProxyStatus(s.statusName, httpcache.ErrorType(err), httpcache.ErrorDetails(err))}
-	if ref := s.req.Registry; ref != nil {
-		registry.WriteError(s.w, err, code, "registry "+ref.Registry.Host+": "+msg)
-		return
-	}
-	http.Error(s.w, "shardcache: "+msg, code)
-}
-
-// writeResponse streams a fetched response that is not stored; a range of
-// a 200 is cut from it as it comes, and the rest is not fetched.
-func (s *serving) writeResponse(resp *http.Response, fromOrigin bool, status string) {
-	s.out.Source = SourcePeer
-	if fromOrigin {
-		s.out.Source = SourceOrigin
-	}
-	if rg, ok := passedRange(s.r, resp); ok {
-		e := &store.Entry{Status: resp.StatusCode, Header: resp.Header, Received: s.req.Now}
-		rd := io.Reader(resp.Body)
-		if fromOrigin {
-			rd = &countingReader{r: rd, add: s.cfg.Metrics.OriginBytes.Add}
-		}
-		s.answerFollowing(e, rd, span{0, resp.ContentLength - 1, resp.ContentLength}, rg, status)
-		return
-	}
-	reply.CopyHeader(s.w.Header(), resp.Header)
-	s.statusHeaders(s.w.Header(), status, resp.StatusCode)
-	s.w.WriteHeader(resp.StatusCode)
-	if s.r.Method != http.MethodHead {
-		nb, _ := reply.Pass(s.w, resp.Body)
-		if fromOrigin {
-			s.cfg.Metrics.OriginBytes.Add(float64(nb))
-		}
-	}
-}
-
-// acceptRangesBytes is Accept-Ranges: bytes, shared as statusFields are.
-var acceptRangesBytes = []string{"bytes"}
-
-// statusFields are the X-Cache values as header values, shared by every
-// answer: a slice whose length is its capacity is never written through
-// (an append copies it).
-var statusFields = map[string][]string{}
 
 func init() {
 	for _, s := range []string{httpcache.CacheHit, httpcache.CacheMiss, httpcache.CacheStale, httpcache.CacheBypass, httpcache.CacheRevalidated} {

@@ -82,6 +82,7 @@ func (s *serving) serveShare(sh *fillShare) bool {
 		err = s.Answer(e, rd, cacheCollapsed)
 	}
 	if err == nil {
+		s.keptBy(sh.wr)
 		return true
 	}
 	if errors.Is(err, store.ErrNotStored) {

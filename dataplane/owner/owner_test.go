@@ -683,3 +683,36 @@ func TestPrecopyTakesGainedHotKeysFromTheirPreviousOwners(t *testing.T) {
 		t.Fatalf("a pre-copy asked the origin %d times", n)
 	}
 }
+
+// TestAnObjectNotKeptAtItsEndSaysSo: a response of unknown length is
+// streamed to its client as it is stored; one that outgrows the policy's
+// largest object is not kept, and though its header said stored, its
+// outcome (what the access log and the notes read) says it was not, and
+// why. The next request fetches it again.
+func TestAnObjectNotKeptAtItsEndSaysSo(t *testing.T) {
+	body := strings.Repeat("x", 3<<20)
+	to := newTestOwner(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=60")
+		w.Header().Set("Content-Type", "application/octet-stream") // not compressed
+		io.WriteString(w, body)                                    // no Content-Length: its size is known at its end
+	})
+	p := policyOf(t, &pb.CachePolicy{Name: "small", PathPrefix: "/", MaxObjectSize: 1 << 20})
+	for i := range 2 {
+		w, out := to.serve(request("/big", p))
+		if w.Body.Len() != len(body) {
+			t.Fatalf("request %d: %d bytes, want %d", i, w.Body.Len(), len(body))
+		}
+		if !strings.Contains(w.Header().Get("Cache-Status"), "stored") {
+			t.Fatalf("request %d: Cache-Status %q: the header goes out before the end", i, w.Header().Get("Cache-Status"))
+		}
+		if out.Kept() || out.Member.Detail != httpcache.ReasonTooLarge {
+			t.Fatalf("request %d: outcome %+v, want not kept, %s", i, out.Member, httpcache.ReasonTooLarge)
+		}
+	}
+	if n := len(to.origin.requests()); n != 2 {
+		t.Fatalf("%d origin requests, want 2: nothing was kept", n)
+	}
+	if note, _ := to.Note(request("/big", p).Key); note.Reason != httpcache.ReasonTooLarge || note.Stored {
+		t.Fatalf("noted %+v", note)
+	}
+}

@@ -179,7 +179,7 @@ func (f *fill) storePart() (handed bool) {
 	f.cfg.Tasks.Go("partial fill", func() {
 		defer release()
 		defer closePart()
-		n, err := io.Copy(wr, body)
+		n, err := reply.Copy(wr, body)
 		f.cfg.Metrics.OriginBytes.Add(float64(n))
 		if err == nil && n != got.last-got.first+1 {
 			err = io.ErrUnexpectedEOF

@@ -84,7 +84,8 @@ type Writer struct {
 	final   *Entry // the stored object, once committed
 	// onFinish runs as the fill ends, before its readers see the end.
 	onFinish func()
-	refs     int // the writer and its open readers
+	tooLarge bool // not kept for its size (Kept)
+	refs     int  // the writer and its open readers
 	readers  map[*Reader]struct{}
 }
 
@@ -275,6 +276,7 @@ func (w *Writer) Commit() (stored bool, err error) {
 		e.Length = size
 	}
 	if size > w.maxSize || mode == toWindow {
+		w.tooLarge = true
 		w.finish(nil)
 		return false, nil
 	}
@@ -310,6 +312,17 @@ func (w *Writer) Wait() {
 		w.cond.Wait()
 	}
 	w.mu.Unlock()
+}
+
+// Kept reports whether the fill is over (as it is once a reader has read
+// its end) and, if so, whether the object was stored, and if not whether
+// for its size: longer than maxSize, or of unknown length and longer than
+// a fill holds. Not stored otherwise, the disk tier did not admit it (or
+// the fill failed).
+func (w *Writer) Kept() (over, stored, tooLarge bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done, w.final != nil, w.tooLarge
 }
 
 // OnFinish sets f to run once as the fill ends (committed, discarded or

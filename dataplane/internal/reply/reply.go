@@ -48,7 +48,7 @@ func BreakOff(w http.ResponseWriter) error {
 // upstream broke off.
 func Pass(w http.ResponseWriter, body io.Reader) (int64, bool) {
 	src := &ErrReader{R: body}
-	nb, _ := io.Copy(w, src)
+	nb, _ := Copy(w, src)
 	if src.Err != nil {
 		_ = BreakOff(w) // nothing more is written
 		return nb, true
@@ -177,7 +177,7 @@ func (r *Recorder) ReadFrom(src io.Reader) (int64, error) {
 	if !r.wrote {
 		r.WriteHeader(http.StatusOK)
 	}
-	n, err := io.Copy(r.ResponseWriter, src)
+	n, err := Copy(r.ResponseWriter, src)
 	r.Bytes += n
 	return n, err
 }
