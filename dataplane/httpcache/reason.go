@@ -47,7 +47,7 @@ const (
 	ReasonNoLifetime     = "no-lifetime"        // no freshness and no validator to revalidate with
 	ReasonTooLarge       = "too-large"          // over the policy's (or the node's) largest object
 	ReasonVaryLimit      = "vary-limit"         // the URL has its policy's number of variants
-	ReasonAdmission      = "admission"          // the disk tier did not take it: free space below its guard, no room for the object, or its stripe stopped after a disk error
+	ReasonAdmission      = "admission"          // the disk tier did not take it: free space below its guard, no room for the object, its stripe stopped after a disk error, or (in the outcome only, the header gone) its admission as the fill ended
 	ReasonStoreError     = "store-error"        // the store failed to take it (or, for a miss, to read it back)
 	ReasonSliceNoID      = "slice-no-validator" // a slice that varies on a field other than Accept-Encoding: its object's slices could not be told apart
 
