@@ -105,9 +105,13 @@ func (p *fakePeers) Forward(ctx context.Context, addr string, r *http.Request, h
 	if p.err != nil {
 		return nil, p.err
 	}
+	body := "peer:b"
+	if r.Method == http.MethodHead {
+		body = "" // its Content-Length is the GET's, as a transport reads it
+	}
 	return &http.Response{StatusCode: 200, ContentLength: 6,
 		Header: http.Header{"X-Cache": {"MISS"}, "X-Cache-Node": {"b"}, "Cache-Status": {"b; fwd=uri-miss; fwd-status=200; ttl=30; stored"}, hop.PurgeRevisionField: {"3"}},
-		Body:   io.NopCloser(strings.NewReader("peer:b"))}, nil
+		Body:   io.NopCloser(strings.NewReader(body))}, nil
 }
 
 // fakePurger records the purge calls and answers complete.
@@ -225,6 +229,11 @@ func TestAKeyOfAnotherNodeIsRelayed(t *testing.T) {
 	h := tf.peers.hdr[0]
 	if tf.peers.asked[0] != "10.0.0.2:9080" || h.Get(hop.Marker) != "a" || h.Get(hop.EpochField) != "7" {
 		t.Fatalf("relayed to %s with %v", tf.peers.asked[0], h)
+	}
+	// A HEAD's answer names the GET's length and has no body: it is passed
+	// on, not taken for one that broke off and served here.
+	if w := tf.get("HEAD", path); w.Code != 200 || w.Body.Len() != 0 || w.Header().Get("X-Cache-Node") != "b" || len(tf.peers.asked) != 2 {
+		t.Fatalf("a relayed HEAD: %d %q %v, %d relays", w.Code, w.Body.String(), w.Header(), len(tf.peers.asked))
 	}
 	// An owner that cannot be reached: the next member, then this node.
 	tf.peers.err = relay.ErrPeerDown
