@@ -128,6 +128,7 @@ func (f *fill) stream(wr *store.Writer, rd io.ReadCloser, done func(), status st
 		f.flights.Forget(fk, call)
 		done() // stored (the store counts it now) or given up
 	})
+	e := wr.Entry()
 	f.settle(&fillShare{wr: wr, req: f.r.Header})
 	f.handed = true
 	resp, fromOrigin, release, key := f.resp, f.fromOrigin, f.release, f.key
@@ -150,7 +151,7 @@ func (f *fill) stream(wr *store.Writer, rd io.ReadCloser, done func(), status st
 	if fromOrigin {
 		f.out.Source = SourceOrigin
 	}
-	f.then = leadAnswer{kind: answerStream, e: wr.Entry(), wr: wr, rd: rd, status: status}
+	f.then = leadAnswer{kind: answerStream, e: e, wr: wr, rd: rd, status: status}
 }
 
 // variant returns the key a varying response is stored under, and writes

@@ -9,8 +9,19 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
+	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
 )
+
+// flightKey is what concurrent fills of key collapse on: the key, and for
+// a slice the version asked for, so that a request for one version never
+// waits for another's.
+func flightKey(key string, sl *slice.Req) string {
+	if sl == nil || sl.Version == "" {
+		return key
+	}
+	return key + "\x00" + sl.Version
+}
 
 // fillShare is what a fill's leader gives the requests collapsed onto it:
 // a response streaming into the store, a stored entry to serve, or the
@@ -43,7 +54,7 @@ func (s *serving) collapse() {
 	started := s.req.Account.Now()
 	// The fill is made before it is known to lead: a method value of s
 	// would move every request's serving to the heap.
-	f := s.newFill(flightKey(s.key, s.req.Slice), nil)
+	f := &fill{serving: *s, fk: flightKey(s.key, s.req.Slice)}
 	share, ok, led := s.flights.Do(s.r.Context(), wait, f.fk, f.lead)
 	if led {
 		s.answerFill(f)
@@ -104,7 +115,7 @@ func (s *serving) revalidateInBackground(e *store.Entry) {
 	breq.From = nil // the origin confirms it, not the first owner
 	bg := s.fork(reply.NewDiscard(), breq)
 	bg.stale = e
-	f, o := bg.newFill(fk, nil), s.Owner // the goroutine holds no reference to s
+	f, o := &fill{serving: *bg, fk: fk}, s.Owner // the goroutine holds no reference to s
 	s.cfg.Tasks.Go("revalidate", func() {
 		o.flights.Lead(fk, call, f.lead)
 		bg.answerFill(f)

@@ -65,31 +65,15 @@ type fill struct {
 // its own bytes, conditional (If-Range) on the version of the object it
 // belongs to.
 func (s *serving) fill(plan *partPlan) *fill {
-	f := s.newFill("", plan)
+	f := &fill{serving: *s, plan: plan}
 	f.run()
 	return f
-}
-
-// newFill is a fill of s's key on flight key fk ("" when it leads no
-// collapse).
-func (s *serving) newFill(fk string, plan *partPlan) *fill {
-	return &fill{serving: *s, fk: fk, plan: plan}
 }
 
 func (f *fill) run() {
 	if f.fetch() {
 		f.admit()
 	}
-}
-
-// flightKey is what concurrent fills of key collapse on: the key, and for
-// a slice the version asked for, so that a request for one version never
-// waits for another's.
-func flightKey(key string, sl *slice.Req) string {
-	if sl == nil || sl.Version == "" {
-		return key
-	}
-	return key + "\x00" + sl.Version
 }
 
 // lead is the fill of a collapse's leader (flight.Group.Do, on call c):

@@ -314,17 +314,6 @@ func (w *Writer) Wait() {
 	w.mu.Unlock()
 }
 
-// Kept reports whether the fill is over (as it is once a reader has read
-// its end) and, if so, whether the object was stored, and if not whether
-// for its size: longer than maxSize, or of unknown length and longer than
-// a fill holds. Not stored otherwise, the disk tier did not admit it (or
-// the fill failed).
-func (w *Writer) Kept() (over, stored, tooLarge bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.done, w.final != nil, w.tooLarge
-}
-
 // OnFinish sets f to run once as the fill ends (committed, discarded or
 // aborted), after a committed object is visible and before any reader
 // sees the end of the body.
