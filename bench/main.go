@@ -79,7 +79,7 @@ func main() {
 	flag.StringVar(&o.systems, "systems", "", "comma-separated systems to run (default: all; shardcache first)")
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs (for trying the harness, not for figures)")
 	flag.BoolVar(&o.relayLatency, "relay-latency", false, "S5 measures only the relay's latency under S1's load, not the relay fractions")
-	flag.BoolVar(&o.peerTLS, "peer-tls", false, "shardcache's peer hop over mutual TLS (certificates from the control plane's CA) instead of loopback h2c")
+	flag.BoolVar(&o.peerTLS, "peer-tls", true, "shardcache's peer hop over mutual TLS, certificates from the control plane's CA, as deploy/ runs it (-peer-tls=false: h2c on loopback)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work folder (configurations and logs) after the run")
 	flag.StringVar(&nodeArgs, "node-args", "", "extra flags for shardcache nodes, e.g. \"--hot-threshold -1\"")
 	flag.DurationVar(&o.soak, "soak", 0, "instead of the scenarios, soak a shardcache cluster this long and chart it")
@@ -176,7 +176,7 @@ func run(ctx context.Context, o options) error {
 	if o.soak > 0 {
 		return runSoak(ctx, r, o.soak, out)
 	}
-	report := &report{Date: time.Now().UTC(), Quick: quick, Wrk: r.wrk != ""}
+	report := &report{Date: time.Now().UTC(), Quick: quick, Wrk: r.wrk != "", PeerTLS: r.peerTLS}
 	for _, sc := range scenarios {
 		if !strings.Contains(","+only+",", ","+sc.id+",") {
 			continue

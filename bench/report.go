@@ -27,6 +27,7 @@ type report struct {
 	Date      time.Time
 	Quick     bool
 	Wrk       bool // wrk drove the timed S1 runs
+	PeerTLS   bool // shardcache's peer hop over mutual TLS
 	Scenarios []scenarioResult
 }
 
@@ -92,7 +93,7 @@ func (r *report) write(out string) error {
 	fmt.Fprintf(&b, "One machine (%s), everything on 127.0.0.1; %s. "+
 		"Each system is started, measured and stopped in turn against the same demo origin. "+
 		"A ratio is the system's figure over shardcache's in the same run. CPU µs/req is the user+system time of the serving processes "+
-		"(nodes; nginx master and workers; varnishd and its child) over the requests served.\n\n", host, gen)
+		"(nodes; nginx master and workers; varnishd and its child) over the requests served. %s\n\n", host, gen, hopNote(r.PeerTLS))
 	b.WriteString("Reproduce with `make bench` (about 10 minutes; installs nginx, varnish and wrk from Debian's packages when missing).\n\n")
 	b.WriteString("![ratios to shardcache](" + name + ".png)\n\n")
 	for _, sc := range r.Scenarios {
@@ -233,4 +234,13 @@ func (r *report) chart(path string) error {
 // drawText writes s on img with its baseline at (x, y).
 func drawText(img draw.Image, x, y int, s string, c color.Color) {
 	(&font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}).DrawString(s)
+}
+
+// hopNote says how shardcache's nodes reached each other in the run.
+func hopNote(peerTLS bool) string {
+	if peerTLS {
+		return "shardcache's peer hop is mutual TLS with certificates from the control plane's CA, as deploy/ runs it " +
+			"(keep-alive HTTP/1.1, HTTP/2 past 64 connections a peer)."
+	}
+	return "shardcache's peer hop is h2c on loopback (-peer-tls=false)."
 }
