@@ -331,6 +331,7 @@ type reader struct {
 	off, end int64
 	cur      io.ReadCloser
 	curEnd   int64
+	rest     [1]byte // what a slice read to its end is read on into, for its EOF
 }
 
 func (s *reader) Read(p []byte) (int, error) {
@@ -356,6 +357,15 @@ func (s *reader) Read(p []byte) (int, error) {
 	want := min(int64(len(p)), s.end-s.off, s.curEnd-s.off)
 	k, err := s.cur.Read(p[:want])
 	s.off += int64(k)
+	if s.off == s.curEnd {
+		// A slice read to its end is read on to its EOF: its owner ends
+		// the answer once the slice is stored, so an answer assembled
+		// whole ends after its slices are stored, and the next request
+		// finds them.
+		for n, end := 0, error(nil); n == 0 && end == nil; {
+			n, end = s.cur.Read(s.rest[:])
+		}
+	}
 	if s.off == s.curEnd || s.off == s.end {
 		s.cur.Close()
 		s.cur = nil
