@@ -85,8 +85,8 @@ func (f *Front) relay(w http.ResponseWriter, req *owner.Request, m *pb.Member, h
 	}
 	hop.PurgeRevision(resp.Header) // the owner's, for Keep; not for the client
 	var body io.Reader = resp.Body
-	bodyless := r.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
-	if n := resp.ContentLength; n >= 0 && n <= relayBuffered && !bodyless {
+	hasBody := r.Method != http.MethodHead && reply.BodyAllowed(resp.StatusCode)
+	if n := resp.ContentLength; n >= 0 && n <= relayBuffered && hasBody {
 		// A small answer is read whole before anything is written: an
 		// owner that dies mid-answer is then routed around like one that
 		// never answered, and the client sees no broken response. It is
@@ -99,12 +99,8 @@ func (f *Front) relay(w http.ResponseWriter, req *owner.Request, m *pb.Member, h
 		if err == nil {
 			// The end is read too: a keep-alive connection goes back to its
 			// pool once its answer is read to the end.
-			k, end := 0, error(nil)
-			for k == 0 && end == nil {
-				k, end = resp.Body.Read(buf[n:])
-			}
-			if k != 0 || end != io.EOF {
-				err = fmt.Errorf("the owner's answer does not end at its Content-Length (%d): %v", n, end)
+			if end := reply.ReadEnd(resp.Body, buf[n:]); end != nil {
+				err = fmt.Errorf("the owner's answer does not end at its Content-Length (%d): %w", n, end)
 			}
 		}
 		if err != nil {

@@ -31,6 +31,7 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -362,9 +363,7 @@ func (s *reader) Read(p []byte) (int, error) {
 		// the answer once the slice is stored, so an answer assembled
 		// whole ends after its slices are stored, and the next request
 		// finds them.
-		for n, end := 0, error(nil); n == 0 && end == nil; {
-			n, end = s.cur.Read(s.rest[:])
-		}
+		_ = reply.ReadEnd(s.cur, s.rest[:]) // its bytes are all here, whatever follows
 	}
 	if s.off == s.curEnd || s.off == s.end {
 		s.cur.Close()

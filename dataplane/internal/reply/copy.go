@@ -1,6 +1,7 @@
 package reply
 
 import (
+	"errors"
 	"io"
 	"sync"
 )
@@ -27,3 +28,25 @@ func Buffer() *[CopyBuffer]byte { return buffers.Get().(*[CopyBuffer]byte) }
 
 // Return gives back a buffer Buffer lent.
 func Return(b *[CopyBuffer]byte) { buffers.Put(b) }
+
+// ErrNotAtEnd says a body went on past where it was to end.
+var ErrNotAtEnd = errors.New("reply: the body goes on past its end")
+
+// ReadEnd reads r, whose wanted bytes are read, on to its end (into
+// scratch, at least a byte): nil when it ends there, else ErrNotAtEnd or
+// the reader's error. A body read to its end is one whose sender has
+// finished: a keep-alive connection goes back to its pool, a fill has
+// been stored.
+func ReadEnd(r io.Reader, scratch []byte) error {
+	for {
+		n, err := r.Read(scratch)
+		switch {
+		case n > 0:
+			return ErrNotAtEnd
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return err
+		}
+	}
+}
