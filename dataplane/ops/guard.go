@@ -44,21 +44,24 @@ func (l *listener) guard(reads bool, h http.HandlerFunc) http.HandlerFunc {
 			h(w, r)
 			return
 		case sent:
-			l.cfg.Metrics.OpsRefused.WithLabelValues("bad_token").Inc()
-			l.cfg.Logger.Warn("refused an ops request: wrong token", "path", r.URL.Path, "remote", r.RemoteAddr)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="shardcache ops"`)
-			http.Error(w, "ops listener: the token does not match", http.StatusUnauthorized)
+			l.refuse(w, r, "bad_token", "wrong token", "the token does not match")
 		default:
-			l.cfg.Metrics.OpsRefused.WithLabelValues("no_token").Inc()
-			l.cfg.Logger.Warn("refused an ops request: no token", "path", r.URL.Path, "remote", r.RemoteAddr)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="shardcache ops"`)
 			want := "the admin token"
 			if reads {
 				want = "the admin or the ops token"
 			}
-			http.Error(w, "ops listener: "+r.URL.Path+" needs Authorization: Bearer <"+want+">", http.StatusUnauthorized)
+			l.refuse(w, r, "no_token", "no token", r.URL.Path+" needs Authorization: Bearer <"+want+">")
 		}
 	}
+}
+
+// refuse answers 401 for a caller without the right credential, counted
+// by reason and logged with why.
+func (l *listener) refuse(w http.ResponseWriter, r *http.Request, reason, why, msg string) {
+	l.cfg.Metrics.OpsRefused.WithLabelValues(reason).Inc()
+	l.cfg.Logger.Warn("refused an ops request: "+why, "path", r.URL.Path, "remote", r.RemoteAddr)
+	w.Header().Set("WWW-Authenticate", `Bearer realm="shardcache ops"`)
+	http.Error(w, "ops listener: "+msg, http.StatusUnauthorized)
 }
 
 // guardWarm is guard's admin check for POST /warm, which also takes a warm
@@ -73,10 +76,7 @@ func (l *listener) guardWarm(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		if err := opsclient.CheckWarmGrant(l.cfg.AdminToken, l.cfg.ID, token, time.Now()); err != nil {
-			l.cfg.Metrics.OpsRefused.WithLabelValues("bad_grant").Inc()
-			l.cfg.Logger.Warn("refused a warm: not a valid grant", "err", err, "remote", r.RemoteAddr)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="shardcache ops"`)
-			http.Error(w, "ops listener: "+err.Error(), http.StatusUnauthorized)
+			l.refuse(w, r, "bad_grant", err.Error(), err.Error())
 			return
 		}
 		h(w, r)
