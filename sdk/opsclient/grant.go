@@ -47,13 +47,12 @@ func CheckWarmGrant(adminToken, node, grant string, now time.Time) error {
 	if !ok || adminToken == "" {
 		return fmt.Errorf("%w: not one", ErrGrant)
 	}
-	sig := rest[strings.LastIndexByte(rest, '.')+1:]
-	rest = strings.TrimSuffix(rest, "."+sig)
-	i := strings.LastIndexByte(rest, '.')
-	if i < 0 {
+	// A node id may hold dots; the expiry and the signature do not.
+	rest, sig, ok1 := cutLast(rest)
+	id, at, ok2 := cutLast(rest)
+	if !ok1 || !ok2 {
 		return fmt.Errorf("%w: malformed", ErrGrant)
 	}
-	id, at := rest[:i], rest[i+1:]
 	if !hmac.Equal([]byte(sig), []byte(grantSignature(adminToken, id, at))) {
 		return fmt.Errorf("%w: the signature does not match", ErrGrant)
 	}
@@ -76,4 +75,13 @@ func grantSignature(adminToken, node, at string) string {
 	mac := hmac.New(sha256.New, []byte(adminToken))
 	mac.Write([]byte("shardcache warm grant v1\n" + node + "\n" + at))
 	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// cutLast cuts s around its last dot.
+func cutLast(s string) (before, after string, ok bool) {
+	i := strings.LastIndexByte(s, '.')
+	if i < 0 {
+		return s, "", false
+	}
+	return s[:i], s[i+1:], true
 }
