@@ -56,8 +56,10 @@ func (f *fill) admit() {
 	wr, rd, err := f.cfg.Store.CreateRead(e, resp.ContentLength, compress, f.maxObject(f.p))
 	if err != nil {
 		// The disk tier does not admit it (full, or failing): serve it unstored.
+		// (Its admission, which may refuse it too, decides as the fill
+		// ends: keptBy.)
 		f.reason = httpcache.ReasonStoreError
-		if errors.Is(err, store.ErrNoSpace) || errors.Is(err, store.ErrNotAdmitted) {
+		if errors.Is(err, store.ErrNoSpace) {
 			f.reason = httpcache.ReasonAdmission
 		}
 		done()
