@@ -14,13 +14,7 @@ func (w *Writer) NewReader() (io.ReadCloser, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.refs > 0 && (w.mode != toWindow || w.winBase == w.keepTo) {
-		w.refs++
-		r := &Reader{w: w}
-		if w.readers == nil {
-			w.readers = map[*Reader]struct{}{}
-		}
-		w.readers[r] = struct{}{}
-		return r, nil
+		return w.followLocked(), nil
 	}
 	switch {
 	case w.err != nil:

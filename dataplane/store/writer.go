@@ -116,10 +116,19 @@ func (s *Store) CreateRead(e *Entry, sizeHint int64, compress bool, maxSize int6
 	if err != nil {
 		return nil, nil, err
 	}
+	return w, w.followLocked(), nil // w is no one else's yet
+}
+
+// followLocked is a new reader of w from the body's start, counted among
+// its references; w.mu is held (or w not yet shared).
+func (w *Writer) followLocked() *Reader {
 	r := &Reader{w: w}
 	w.refs++
-	w.readers = map[*Reader]struct{}{r: {}}
-	return w, r, nil
+	if w.readers == nil {
+		w.readers = map[*Reader]struct{}{}
+	}
+	w.readers[r] = struct{}{}
+	return r
 }
 
 // create starts a record whose body has coding; encode says whether
