@@ -279,7 +279,11 @@ func (f *fill) fromPeer(from *pb.Member, handoff bool) *http.Response {
 		}
 		return nil
 	}
-	if f.cfg.Bans.Behind(hop.PurgeRevision(resp.Header)) || resp.StatusCode >= 500 {
+	// A peer behind on purges, failing, or answering from a stale copy
+	// (served while it revalidates, after a soft purge) has nothing this
+	// node may store as fresh.
+	if x := resp.Header.Get("X-Cache"); f.cfg.Bans.Behind(hop.PurgeRevision(resp.Header)) || resp.StatusCode >= 500 ||
+		x == httpcache.CacheStale || x == httpcache.CacheUpdating {
 		resp.Body.Close()
 		if handoff {
 			f.cfg.Metrics.Handoffs.WithLabelValues("miss").Inc()
