@@ -547,6 +547,18 @@ func TestFillsFromPeers(t *testing.T) {
 	if len(to.origin.requests()) != 0 {
 		t.Fatal("a handoff went to the origin")
 	}
+	// A first owner that answers from a stale copy (served while it
+	// revalidates, as after a soft purge) is not taken as fresh: the
+	// origin is asked.
+	to.peers.handler = func(addr string, r *http.Request, h http.Header) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Header: http.Header{"Cache-Control": {"max-age=60"}, "X-Cache": {httpcache.CacheUpdating}, hop.PurgeRevisionField: {"0"}},
+			ContentLength: 9, Body: io.NopCloser(strings.NewReader("old copy!"))}, nil
+	}
+	stale := request("/replica-stale", nil)
+	stale.From = &pb.Member{Id: "b", PeerAddress: "10.0.0.2:1"}
+	if w, out := to.serve(stale); w.Body.String() != "from the origin" || out.Source != SourceOrigin {
+		t.Fatalf("a replica's fill from a stale copy: %q %+v", w.Body.String(), out)
+	}
 }
 
 // A sliced object is assembled from its slices, served in process when
