@@ -42,7 +42,19 @@ const (
 )
 
 func geometryFor(budget int64) (geometry, error) {
-	seg := min(max(budget/64, minSegment), maxSegment) / unit * unit
+	// A segment is a power of two (about a 64th of the budget) and room for
+	// a record's head (a 64th more, at least 8 KiB): an object of a
+	// power-of-two size, as a policy's slices are, fits in one with its
+	// head, where a segment of exactly its size would make it take two.
+	base := int64(minSegment)
+	for base*2 <= min(budget/64, maxSegment) {
+		base *= 2
+	}
+	seg := base + max(base/64, 8<<10)/unit*unit
+	if budget/seg < 8 {
+		seg = base
+	}
+	seg = max(seg, unit)
 	g := geometry{segSize: seg, nseg: int(budget / seg)}
 	if g.nseg < 8 {
 		return g, fmt.Errorf("store: disk budget %d bytes; it must be at least %d", budget, 8*minSegment)
@@ -54,7 +66,7 @@ func geometryFor(budget int64) (geometry, error) {
 	for g.nstripes < 4 && g.nseg/(2*g.nstripes) >= 8 {
 		g.nstripes *= 2
 	}
-	g.bufSize = min(maxBuffer, max(seg/16, min(64<<10, seg/2)))
+	g.bufSize = min(maxBuffer, max(seg/16, min(64<<10, seg/2))) / unit * unit
 	return g, nil
 }
 
