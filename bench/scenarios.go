@@ -267,7 +267,7 @@ func runS3(ctx context.Context, r *runner) ([]measurement, error) {
 				rss0[i] = rssBytes([]*proc{p}, "VmRSS")
 			}
 			var rates []float64
-			var coldOrigin int64
+			var origin [2]int64 // origin requests of each read: the second's are objects not kept
 			short := ""
 			for i := range 2 {
 				o0, err := r.originRequests()
@@ -284,20 +284,18 @@ func runS3(ctx context.Context, r *runner) ([]measurement, error) {
 					short = fmt.Sprintf("; read %d returned %d bytes of %d", i+1, res.Bytes, bigSize)
 				}
 				rates = append(rates, float64(res.Bytes)/res.Seconds/1e6)
-				if i == 0 {
-					o1, err := r.originRequests()
-					if err != nil {
-						return err
-					}
-					coldOrigin = o1 - o0
+				o1, err := r.originRequests()
+				if err != nil {
+					return err
 				}
+				origin[i] = o1 - o0
 			}
 			var growth int64
 			for i, p := range in.serving {
 				growth = max(growth, rssBytes([]*proc{p}, "VmHWM")-rss0[i])
 			}
 			m := measurement{System: sys.name, MBPerSec: rates[1], RSSGrowthMiB: float64(growth) / (1 << 20),
-				Note: fmt.Sprintf("cold %.0f MB/s (%d origin requests), again %.0f MB/s%s", rates[0], coldOrigin, rates[1], short), Runs: 1}
+				Note: fmt.Sprintf("cold %.0f MB/s (%d origin requests), again %.0f MB/s (%d)%s", rates[0], origin[0], rates[1], origin[1], short), Runs: 1}
 			if short != "" {
 				m.MBPerSec = -1 // no rate for an answer that broke off
 			}
