@@ -151,9 +151,6 @@ func (s *Store) create(e *Entry, sizeHint int64, coding string, encode bool, max
 		file: d.f(), gen: d.gen.Load()}
 	w.st = d.stripeOf(w.h)
 	w.cond.L = &w.mu
-	if sizeHint > 0 && sizeHint <= d.spoolMax() {
-		w.spool = make([]byte, 0, sizeHint)
-	}
 	if n := units(prefixLen+int64(len(w.meta))+bound) * unit; sizeHint >= 0 && n > d.spoolMax() && bound <= maxSize {
 		ext, err := w.st.reserve(n, w.meta)
 		if err != nil {
@@ -162,6 +159,8 @@ func (s *Store) create(e *Entry, sizeHint int64, coding string, encode bool, max
 		w.ext, w.mode = ext, toExtent
 	} else if w.st.stopped() {
 		return nil, ErrNoSpace
+	} else if sizeHint > 0 && sizeHint <= d.spoolMax() {
+		w.spool = make([]byte, 0, sizeHint) // an extent's bytes go to the file, not here
 	}
 	if encode && coding == Coding {
 		w.zw = encoders.Get().(*zstd.Encoder)
