@@ -13,7 +13,7 @@ import (
 // here, is decided once on arrival, becomes one owner.Request, is routed,
 // and is recorded from the Outcome it had.
 func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
+	start := arrival(w)
 	// Decided once, before anything reads the request (arrive.go): the
 	// hop fields mean something only on the peer listener, and a client
 	// sending them is ignored, never trusted.
@@ -44,4 +44,14 @@ func (f *Front) serveClient(w http.ResponseWriter, r *http.Request) {
 	default:
 		route, out = f.route(rec, req)
 	}
+}
+
+// arrival is when the request's head was read, as the client port's
+// server tells it (the clock reading its answer's Date is from), else now:
+// a request's time, age and duration come from one reading.
+func arrival(w http.ResponseWriter) time.Time {
+	if a, ok := w.(interface{ Arrived() time.Time }); ok {
+		return a.Arrived()
+	}
+	return time.Now()
 }
