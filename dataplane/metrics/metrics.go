@@ -34,7 +34,8 @@ const (
 type Set struct {
 	Registry *prometheus.Registry
 
-	Requests *prometheus.CounterVec
+	Requests *prometheus.CounterVec // counted by CountRequest
+	requests requestCounters
 	// Reasons counts the client requests that were not plain hits by the
 	// rule that decided (Cache-Status detail: no-store, uri-miss, ...).
 	Reasons       *prometheus.CounterVec
