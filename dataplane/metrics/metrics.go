@@ -34,8 +34,7 @@ const (
 type Set struct {
 	Registry *prometheus.Registry
 
-	Requests *prometheus.CounterVec // counted by CountRequest
-	requests requestCounters
+	Requests *prometheus.CounterVec
 	// Reasons counts the client requests that were not plain hits by the
 	// rule that decided (Cache-Status detail: no-store, uri-miss, ...).
 	Reasons       *prometheus.CounterVec
