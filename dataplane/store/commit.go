@@ -81,12 +81,14 @@ func (s *Store) commitExtent(w *Writer, e *Entry) (*Entry, error) {
 	if _, err := w.file.WriteAt(pb[:], ext.off); err != nil {
 		return nil, fmt.Errorf("completing an extent: %w", err)
 	}
-	// A run's marker goes to the stripe's current segment, older than the
-	// run: rotating to a newer one would cost a segment per run. The
-	// marker is what orders the object's version among the stripe's
-	// records (a run is indexed only through it); a reclaim that takes the
-	// marker before the run leaves the object indexed while it runs, and a
-	// rebuild without the checkpoint a miss, never an older version.
+	if ext.seg.run > 0 && (st.cur == nil || st.cur.seqNow() < p.seq) {
+		// The marker goes to a segment newer than the run, so that no
+		// reclaim takes the marker and leaves the run: the order of a
+		// stripe's segments is the order of its objects' versions.
+		if err := st.rotateLocked(); err != nil {
+			return nil, err
+		}
+	}
 	ref := &extentRef{off: ext.off, units: uint32(ext.n / unit), seq: p.seq}
 	_, lsn, err := st.appendLocked(smallRecord(kindMarker, 0, w.h, ref))
 	if err != nil {
