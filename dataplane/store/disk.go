@@ -113,8 +113,11 @@ func openDisk(cfg Config, g geometry) (*disk, error) {
 
 // spoolMax is the largest record a fill holds in memory until its commit:
 // larger ones of a known length are written in place as they stream, and
-// larger ones of unknown length are not stored.
-func (d *disk) spoolMax() int64 { return min(d.g.segSize-2*unit, 8<<20) }
+// larger ones of unknown length are not stored. It is bound by the
+// segment's power of two, not its room for a head: an object of that size
+// is written in place, as before the room was added (spooled, it would be
+// copied twice).
+func (d *disk) spoolMax() int64 { return min(d.g.base-2*unit, 8<<20) }
 
 // stripeOf is the stripe of key hash h.
 func (d *disk) stripeOf(h uint64) *stripe { return d.stripes[h&uint64(len(d.stripes)-1)] }

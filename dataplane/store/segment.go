@@ -30,6 +30,7 @@ const (
 // geometry is the layout of the data file, derived from the budget.
 type geometry struct {
 	segSize  int64 // bytes, a multiple of unit
+	base     int64 // the power of two segSize has room for with a record's head
 	nseg     int
 	nstripes int
 	bufSize  int64 // a stripe's write buffer; records up to it are buffered
@@ -54,8 +55,7 @@ func geometryFor(budget int64) (geometry, error) {
 	if budget/seg < 8 {
 		seg = base
 	}
-	seg = max(seg, unit)
-	g := geometry{segSize: seg, nseg: int(budget / seg)}
+	g := geometry{segSize: seg, base: base, nseg: int(budget / seg)}
 	if g.nseg < 8 {
 		return g, fmt.Errorf("store: disk budget %d bytes; it must be at least %d", budget, 8*minSegment)
 	}
