@@ -73,6 +73,16 @@ func (s *Store) commitExtent(w *Writer, e *Entry) (*Entry, error) {
 	if w.gen != s.disk.gen.Load() {
 		return nil, ErrNotStored // its data file was removed meanwhile
 	}
+	// A reclaim through a newer segment of the stripe takes an older one
+	// even while a fill writes in it (its pin keeps it from reuse, not
+	// from the reclaim): indexed, the fill would replace the key's older
+	// version at once and leave it to come back after a restart.
+	s.disk.poolMu.Lock()
+	reclaimed := ext.seg.state == segFree
+	s.disk.poolMu.Unlock()
+	if reclaimed {
+		return nil, ErrNotStored
+	}
 	replacing := st.has(w.h)
 	if !replacing && !s.admitLocked(st, w.h) {
 		s.disk.rejected.Add(1)
