@@ -313,15 +313,19 @@ func (d *disk) takeRun(st *stripe, n int) (*segment, error) {
 	if n > len(d.segs) {
 		return nil, errNoSegment
 	}
+	empty := d.emptyRunLocked(n)
 	for tries := 0; tries < len(d.segs); tries++ {
-		first := d.runCursor
-		if first+n > len(d.segs) {
-			first = 0
-		}
-		d.runCursor = first + n
-		if !d.runFreeLocked(first, n) {
-			d.runCursor = first + 1
-			continue
+		first := empty
+		if first < 0 {
+			first = d.runCursor
+			if first+n > len(d.segs) {
+				first = 0
+			}
+			d.runCursor = first + n
+			if !d.runFreeLocked(first, n) {
+				d.runCursor = first + 1
+				continue
+			}
 		}
 		for i := range n {
 			s := d.segs[first+i]
@@ -353,6 +357,24 @@ func (d *disk) takeRun(st *stripe, n int) (*segment, error) {
 		return head, nil
 	}
 	return nil, errNoSegment
+}
+
+// emptyRunLocked finds n adjacent segments that hold nothing (reclaimed,
+// or never used while the file may grow): a run taken there evicts no
+// object. -1 when there are none; the run cursor then takes the oldest.
+func (d *disk) emptyRunLocked(n int) int {
+	k := 0
+	for i, s := range d.segs {
+		if s.state == segFree && s.pins.Load() == 0 && (s.used || !d.guard.pausedFor(d.g.segSize)) {
+			k++
+		} else {
+			k = 0
+		}
+		if k == n {
+			return i - n + 1
+		}
+	}
+	return -1
 }
 
 // runFreeLocked reports whether segments first..first+n-1 may become a

@@ -35,3 +35,29 @@ func TestSliceSizedObjectsTakeOneSegmentEach(t *testing.T) {
 		t.Fatalf("%d evictions with the budget not full", ev)
 	}
 }
+
+// An object larger than a segment takes its run from segments that hold
+// nothing while there are any: with the budget a third used, large
+// objects evict no small one (a run used to take the segments at its
+// cursor, whatever they held: four small objects evicted per large one).
+func TestARunTakesEmptySegmentsFirst(t *testing.T) {
+	s := openStore(t, t.TempDir(), func(c *Config) {
+		c.DiskBytes, c.ProbationBytes, c.MemoryMaxObject = 64*64<<10, -1, 1<<10
+	})
+	defer s.Close()
+	for i := range 40 {
+		put(t, s, meta(fmt.Sprintf("small-%d", i)), body("small", i, 30<<10), false)
+	}
+	for i := range 3 {
+		put(t, s, meta(fmt.Sprintf("big-%d", i)), body("big", i, 100<<10), false)
+	}
+	for i := range 40 {
+		key := fmt.Sprintf("small-%d", i)
+		if b, _, ok := read(t, s, key); !ok || !bytes.Equal(b, body("small", i, 30<<10)) {
+			t.Fatalf("%s: kept %v, or not its body, after three large objects in a budget a third used", key, ok)
+		}
+	}
+	if ev := s.Stats().Evicted["disk"]; ev != 0 {
+		t.Fatalf("%d evictions with most of the budget unused", ev)
+	}
+}
