@@ -313,50 +313,58 @@ func (d *disk) takeRun(st *stripe, n int) (*segment, error) {
 	if n > len(d.segs) {
 		return nil, errNoSegment
 	}
-	empty := d.emptyRunLocked(n)
-	for tries := 0; tries < len(d.segs); tries++ {
-		first := empty
-		if first < 0 {
-			first = d.runCursor
-			if first+n > len(d.segs) {
-				first = 0
-			}
-			d.runCursor = first + n
-			if !d.runFreeLocked(first, n) {
-				d.runCursor = first + 1
-				continue
-			}
-		}
-		for i := range n {
-			s := d.segs[first+i]
-			if s.state == segInRun {
-				s = d.runHead(s.idx)
-			}
-			if s.state != segFree && s.state != segInRun {
-				d.reclaimThroughLocked(s.owner, s.idx, false)
-			}
-		}
-		if err := d.syncReclaimLocked(); err != nil {
-			return nil, err
-		}
-		for i := range n {
-			if s := d.segs[first+i]; !s.used {
-				if err := d.allocate(s); err != nil {
-					return nil, err
-				}
-			}
-		}
-		head := d.segs[first]
-		for i := range n {
-			d.segs[first+i].state, d.segs[first+i].owner = segInRun, st.id
-		}
-		head.state, head.run = segRun, n
-		d.seq++
-		head.setSeq(d.seq)
-		d.owned[st.id] = append(d.owned[st.id], head.idx)
-		return head, nil
+	first := d.emptyRunLocked(n)
+	if first < 0 {
+		first = d.cursorRunLocked(n)
 	}
-	return nil, errNoSegment
+	if first < 0 {
+		return nil, errNoSegment
+	}
+	for i := range n {
+		s := d.segs[first+i]
+		if s.state == segInRun {
+			s = d.runHead(s.idx)
+		}
+		if s.state != segFree && s.state != segInRun {
+			d.reclaimThroughLocked(s.owner, s.idx, false)
+		}
+	}
+	if err := d.syncReclaimLocked(); err != nil {
+		return nil, err
+	}
+	for i := range n {
+		if s := d.segs[first+i]; !s.used {
+			if err := d.allocate(s); err != nil {
+				return nil, err
+			}
+		}
+	}
+	head := d.segs[first]
+	for i := range n {
+		d.segs[first+i].state, d.segs[first+i].owner = segInRun, st.id
+	}
+	head.state, head.run = segRun, n
+	d.seq++
+	head.setSeq(d.seq)
+	d.owned[st.id] = append(d.owned[st.id], head.idx)
+	return head, nil
+}
+
+// cursorRunLocked finds, from the run cursor on, n adjacent segments that
+// may become a run (runFreeLocked), whatever they hold; -1 when none.
+func (d *disk) cursorRunLocked(n int) int {
+	for range len(d.segs) {
+		first := d.runCursor
+		if first+n > len(d.segs) {
+			first = 0
+		}
+		d.runCursor = first + n
+		if d.runFreeLocked(first, n) {
+			return first
+		}
+		d.runCursor = first + 1
+	}
+	return -1
 }
 
 // emptyRunLocked finds n adjacent segments that hold nothing (reclaimed,
@@ -365,7 +373,7 @@ func (d *disk) takeRun(st *stripe, n int) (*segment, error) {
 func (d *disk) emptyRunLocked(n int) int {
 	k := 0
 	for i, s := range d.segs {
-		if s.state == segFree && s.pins.Load() == 0 && (s.used || !d.guard.pausedFor(d.g.segSize)) {
+		if s.state == segFree && s.pins.Load() == 0 && d.mayUse(s) {
 			k++
 		} else {
 			k = 0
@@ -376,6 +384,10 @@ func (d *disk) emptyRunLocked(n int) int {
 	}
 	return -1
 }
+
+// mayUse reports whether s may be written: used before, or the free-space
+// guard lets the file grow into it.
+func (d *disk) mayUse(s *segment) bool { return s.used || !d.guard.pausedFor(d.g.segSize) }
 
 // runFreeLocked reports whether segments first..first+n-1 may become a
 // run: none open or pinned, nor part of a run that is.
@@ -390,7 +402,7 @@ func (d *disk) runFreeLocked(first, n int) bool {
 		if s.state == segOpen || s.pins.Load() != 0 {
 			return false
 		}
-		if !s.used && d.guard.pausedFor(d.g.segSize) {
+		if !d.mayUse(s) {
 			return false
 		}
 	}
