@@ -152,6 +152,18 @@ func (st *stripe) flushLocked() error {
 	return err
 }
 
+// fail stops the stripe's writes after a fill's write in place failed
+// with err: what the stripe holds unwritten leaves the index.
+func (st *stripe) fail(op string, err error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	off := st.bufStart
+	if st.flushing {
+		off = st.inflightStart
+	}
+	st.failLocked(op, err, off)
+}
+
 // failLocked stops the stripe's writes after err, and drops from the
 // index what was not written: records from off on in its segment.
 func (st *stripe) failLocked(op string, err error, off int64) {

@@ -214,9 +214,11 @@ func (s sink) Write(p []byte) (int, error) {
 		}
 		w.mu.Unlock()
 		_, err := w.file.WriteAt(p, at)
+		if err != nil && w.gen == w.s.disk.gen.Load() {
+			w.st.fail("write", err) // not a data file a reset replaced
+		}
 		w.mu.Lock()
 		if err != nil {
-			w.s.disk.warn("write", err)
 			w.toWindowLocked()
 			w.windowLocked(p)
 		}
