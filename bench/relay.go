@@ -84,10 +84,12 @@ func runS5(ctx context.Context, r *runner) ([]measurement, error) {
 					return err
 				}
 				local, relayed := after.sub(before, "local"), after.sub(before, "relayed")
+				n := after.counter(`shardcache_requests_total`, `route="relayed"`) - before.counter(`shardcache_requests_total`, `route="relayed"`)
+				total := after.counter(`shardcache_requests_total`, "") - before.counter(`shardcache_requests_total`, "")
+				fmt.Fprintf(r.log, "   relayed under S1's load: %.0f of %.0f requests\n", n, total)
 				m.P50Local, m.P99Local = local.quantile(.5)*1000, local.quantile(.99)*1000
 				m.P50Relayed, m.P99Relayed = relayed.quantile(.5)*1000, relayed.quantile(.99)*1000
 				if r.relayLatencyOnly { // the connections opened under S1's load instead of S2's
-					n := after.counter(`shardcache_requests_total`, `route="relayed"`) - before.counter(`shardcache_requests_total`, `route="relayed"`)
 					opened := after.counter(`shardcache_peer_connections_total`, `state="opened"`) - before.counter(`shardcache_peer_connections_total`, `state="opened"`)
 					m.ConnsPer10k = opened / max(n, 1) * 10000
 				}
