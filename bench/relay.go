@@ -84,13 +84,11 @@ func runS5(ctx context.Context, r *runner) ([]measurement, error) {
 					return err
 				}
 				local, relayed := after.sub(before, "local"), after.sub(before, "relayed")
-				n := after.counter(`shardcache_requests_total`, `route="relayed"`) - before.counter(`shardcache_requests_total`, `route="relayed"`)
-				total := after.counter(`shardcache_requests_total`, "") - before.counter(`shardcache_requests_total`, "")
+				n, total, opened := relayCounts(before, after)
 				fmt.Fprintf(r.log, "   relayed under S1's load: %.0f of %.0f requests\n", n, total)
 				m.P50Local, m.P99Local = local.quantile(.5)*1000, local.quantile(.99)*1000
 				m.P50Relayed, m.P99Relayed = relayed.quantile(.5)*1000, relayed.quantile(.99)*1000
 				if r.relayLatencyOnly { // the connections opened under S1's load instead of S2's
-					opened := after.counter(`shardcache_peer_connections_total`, `state="opened"`) - before.counter(`shardcache_peer_connections_total`, `state="opened"`)
 					m.ConnsPer10k = opened / max(n, 1) * 10000
 				}
 				return nil
@@ -121,9 +119,7 @@ func relayFraction(ctx context.Context, r *runner, in *instance, args ...string)
 	if err != nil {
 		return fraction{}, err
 	}
-	relayed := after.counter(`shardcache_requests_total`, `route="relayed"`) - before.counter(`shardcache_requests_total`, `route="relayed"`)
-	total := after.counter(`shardcache_requests_total`, "") - before.counter(`shardcache_requests_total`, "")
-	opened := after.counter(`shardcache_peer_connections_total`, `state="opened"`) - before.counter(`shardcache_peer_connections_total`, `state="opened"`)
+	relayed, total, opened := relayCounts(before, after)
 	f := fraction{}
 	if total > 0 {
 		f.fraction = relayed / total
@@ -132,6 +128,14 @@ func relayFraction(ctx context.Context, r *runner, in *instance, args ...string)
 		f.connsPer10k = opened / relayed * 10000
 	}
 	return f, nil
+}
+
+// relayCounts reads, between two scrapes, the requests relayed, all
+// requests, and the peer connections opened.
+func relayCounts(before, after samples) (relayed, total, opened float64) {
+	delta := func(name, label string) float64 { return after.counter(name, label) - before.counter(name, label) }
+	return delta(`shardcache_requests_total`, `route="relayed"`), delta(`shardcache_requests_total`, ""),
+		delta(`shardcache_peer_connections_total`, `state="opened"`)
 }
 
 // samples are the metric lines of every node, summed by series.
