@@ -24,9 +24,15 @@ const defaultMaxVariants = 16
 // stored part (a range fill's 206, partial.go), a stored response
 // refreshed (a 304 to a revalidation), a new stored response (or
 // variant) streaming into the store as it is answered, or an answer that
-// is not stored (not storable, over a bound, refused by the disk tier).
+// is not stored (not storable, over a bound, refused by the disk tier, a
+// first owner's stale copy).
 func (f *fill) admit() {
 	resp := f.resp
+	if f.passedStale != "" {
+		f.settle(nil)
+		f.then = leadAnswer{kind: answerUnstored, status: httpcache.CacheMiss}
+		return
+	}
 	if f.plan != nil && resp.StatusCode != http.StatusOK {
 		f.handed = f.storePart()
 		return

@@ -279,20 +279,26 @@ func (f *fill) fromPeer(from *pb.Member, handoff bool) *http.Response {
 		}
 		return nil
 	}
-	// A peer behind on purges, failing, or answering from a stale copy
-	// (served while it revalidates, after a soft purge) has nothing this
-	// node may store as fresh.
-	if x := resp.Header.Get("X-Cache"); f.cfg.Bans.Behind(hop.PurgeRevision(resp.Header)) || resp.StatusCode >= 500 ||
-		x == httpcache.CacheStale || x == httpcache.CacheUpdating {
+	// A peer behind on purges or failing has nothing this node may serve.
+	// One answering from a stale copy (served while it revalidates, after
+	// a soft purge) has nothing to store as fresh: a first owner's is
+	// passed on unstored (admit), since it fetches the object again
+	// already; the next request fills from its refetch.
+	x := resp.Header.Get("X-Cache")
+	stale := x == httpcache.CacheStale || x == httpcache.CacheUpdating
+	if f.cfg.Bans.Behind(hop.PurgeRevision(resp.Header)) || resp.StatusCode >= 500 || stale && handoff {
 		resp.Body.Close()
 		if handoff {
 			f.cfg.Metrics.Handoffs.WithLabelValues("miss").Inc()
 		}
 		return nil
 	}
+	if stale {
+		f.passedStale = x
+	}
 	if handoff {
 		f.cfg.Metrics.Handoffs.WithLabelValues("hit").Inc()
-	} else {
+	} else if !stale {
 		f.cfg.Metrics.Hot.WithLabelValues("replica_fill").Inc()
 		resp.Header.Del("Age")
 	}

@@ -548,16 +548,29 @@ func TestFillsFromPeers(t *testing.T) {
 		t.Fatal("a handoff went to the origin")
 	}
 	// A first owner that answers from a stale copy (served while it
-	// revalidates, as after a soft purge) is not taken as fresh: the
-	// origin is asked.
+	// revalidates, as after a soft purge) is not taken as fresh, nor is
+	// the origin asked a second time: its answer is passed on, unstored.
 	to.peers.handler = func(addr string, r *http.Request, h http.Header) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Header: http.Header{"Cache-Control": {"max-age=60"}, "X-Cache": {httpcache.CacheUpdating}, hop.PurgeRevisionField: {"0"}},
 			ContentLength: 9, Body: io.NopCloser(strings.NewReader("old copy!"))}, nil
 	}
-	stale := request("/replica-stale", nil)
-	stale.From = &pb.Member{Id: "b", PeerAddress: "10.0.0.2:1"}
-	if w, out := to.serve(stale); w.Body.String() != "from the origin" || out.Source != SourceOrigin {
-		t.Fatalf("a replica's fill from a stale copy: %q %+v", w.Body.String(), out)
+	stale := func() *Request {
+		req := request("/replica-stale", nil)
+		req.From = &pb.Member{Id: "b", PeerAddress: "10.0.0.2:1"}
+		return req
+	}
+	for range 2 {
+		w, out := to.serve(stale())
+		if w.Body.String() != "old copy!" || w.Header().Get("X-Cache") != httpcache.CacheUpdating || out.Source != SourcePeer || out.Kept() || out.Member.Cache != httpcache.CacheMiss {
+			t.Fatalf("a replica's fill from a stale copy: %q %s %+v", w.Body.String(), w.Header().Get("X-Cache"), out)
+		}
+	}
+	// A first owner behind on purges is not asked again: the origin is.
+	to.peers.handler = func(addr string, r *http.Request, h http.Header) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Header: http.Header{"Cache-Control": {"max-age=60"}}, ContentLength: 9, Body: io.NopCloser(strings.NewReader("no revision"))}, nil
+	}
+	if w, out := to.serve(stale()); w.Body.String() != "from the origin" || out.Source != SourceOrigin || len(to.origin.requests()) != 1 {
+		t.Fatalf("a replica's fill from a peer behind on purges: %q %+v, %d origin requests", w.Body.String(), out, len(to.origin.requests()))
 	}
 }
 

@@ -36,7 +36,11 @@ type serving struct {
 	// the answer sends it (Cache-Status detail) and returns it
 	// (Outcome.Member.Detail).
 	reason string
-	out    Outcome
+	// passedStale, when set, is the X-Cache of a first owner's answer from
+	// a stale copy, passed on unstored (fill.fromPeer): the client is told
+	// it was served stale; this node's Cache-Status member says it missed.
+	passedStale string
+	out         Outcome
 }
 
 // Serve answers req: from the store, by a fill, from its slices, or from a

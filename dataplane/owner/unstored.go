@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"cmp"
 	"errors"
 	"io"
 	"net/http"
@@ -18,7 +19,7 @@ import (
 // that is not stored: the origin's, with its status, or the node's own
 // error (status 0).
 func (s *serving) statusHeaders(h http.Header, status string, code int) {
-	h["X-Cache"] = statusField(status)
+	h["X-Cache"] = statusField(cmp.Or(s.passedStale, status))
 	h["X-Cache-Node"] = s.nodeField
 	m := httpcache.StatusMember{Node: s.statusName, Cache: status, Status: code, Detail: s.reason}
 	addCacheStatus(h, m.String())
