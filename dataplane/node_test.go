@@ -935,6 +935,15 @@ func TestHotKeyReplicasAndCopies(t *testing.T) {
 	if got := via(second).Header.Get("X-Cache-Node"); got != first.ID() {
 		t.Fatalf("cold key via %s served by %s, want the first owner %s", second.ID(), got, first.ID())
 	}
+	// Cold at a non-owner: the first request is relayed, and the copies
+	// having room, the next is answered from the copy the relay left. (The
+	// second owner keeps none: it fills its store once the key is hot.)
+	if got := via(other).Header.Get("X-Cache-Node"); got != first.ID() {
+		t.Fatalf("cold key via non-owner %s served by %s, want the first owner %s", other.ID(), got, first.ID())
+	}
+	if resp := via(other); resp.Header.Get("X-Cache-Node") != other.ID() || resp.Header.Get("X-Cache") != "HIT" {
+		t.Fatalf("cold key via non-owner %s again: %s from %s, want a HIT from its copy", other.ID(), resp.Header.Get("X-Cache"), resp.Header.Get("X-Cache-Node"))
+	}
 	// Hot at the second owner: it serves from its own store, filled from the
 	// first owner, not the origin.
 	servedBy(second, second.ID())

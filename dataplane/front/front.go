@@ -45,9 +45,11 @@ type Owner interface {
 	// copy) and says how.
 	Serve(w http.ResponseWriter, req owner.Request) owner.Outcome
 	// Keep answers req from resp, its owner's answer relayed, keeping a
-	// hot copy where it may; false, having written nothing, when it keeps
-	// none.
-	Keep(w http.ResponseWriter, req owner.Request, resp *http.Response) bool
+	// copy where it may (of a hot key, or of any while the copies have
+	// room); false, having written nothing, when it keeps none.
+	Keep(w http.ResponseWriter, req owner.Request, resp *http.Response, hot bool) bool
+	// HasCopy reports whether this node holds a copy of key.
+	HasCopy(key string) bool
 	// Invalidate drops what an unsafe request changed (or a peer's
 	// invalidation names).
 	Invalidate(req owner.Request, h http.Header)

@@ -59,12 +59,16 @@ func (o *fakeOwner) Serve(w http.ResponseWriter, req owner.Request) owner.Outcom
 		Member: httpcache.StatusMember{Node: "a", Cache: httpcache.CacheHit, TTL: time.Minute, HasTTL: true}}
 }
 
-func (o *fakeOwner) Keep(w http.ResponseWriter, req owner.Request, resp *http.Response) bool {
+func (o *fakeOwner) Keep(w http.ResponseWriter, req owner.Request, resp *http.Response, hot bool) bool {
 	o.mu.Lock()
-	o.kept++
+	if hot {
+		o.kept++
+	}
 	o.mu.Unlock()
 	return false
 }
+
+func (o *fakeOwner) HasCopy(string) bool { return false }
 
 func (o *fakeOwner) Invalidate(req owner.Request, h http.Header) {
 	o.mu.Lock()

@@ -3,6 +3,7 @@ package front
 import (
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/shardcache/shardcache/dataplane/hop"
@@ -10,6 +11,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/owner"
+	"github.com/shardcache/shardcache/dataplane/routes"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
@@ -22,7 +24,9 @@ import (
 // serves it from its own store, a later owner filling from the first rather
 // than the origin. A node that owns a hot key not at all relays it to one
 // of its owners, picked per request, and keeps a local copy for as long as
-// the object stays fresh.
+// the object stays fresh. So does it of any key while its copies have room
+// (owner.Keep), unless it is one of the key's owners once the key is hot:
+// that one fills its store then.
 func (f *Front) route(rec *reply.Recorder, req *owner.Request) (string, owner.Outcome) {
 	r, p := req.HTTP, req.Policy
 	rec.Strip = p.Targeted // the cluster's own targeted field is for this cluster only
@@ -67,14 +71,15 @@ func (f *Front) route(rec *reply.Recorder, req *owner.Request) (string, owner.Ou
 			return metrics.RouteLocal, f.cfg.Owner.Serve(rec, *req)
 		}
 	}
-	if hot {
+	keep := hot || !p.AuthorizeEach && f.cfg.Hot != nil && !f.ownsOnceHot(rt, req)
+	if hot || keep && f.cfg.Owner.HasCopy(req.Key) {
 		copied := *req
 		copied.Copy = true
 		if out := f.cfg.Owner.Serve(rec, copied); out.Served {
 			return metrics.RouteLocal, out
 		}
 	}
-	return f.toOwners(rec, req, owners, hot)
+	return f.toOwners(rec, req, owners, keep, hot)
 }
 
 // toOwners relays req to one of its owners or, in redirect mode, sends the
@@ -82,7 +87,7 @@ func (f *Front) route(rec *reply.Recorder, req *owner.Request) (string, owner.Ou
 // owns the key once the owner leaves the ring; when that fails too, it
 // serves from here: an origin request, but the client is served until the
 // next epoch.
-func (f *Front) toOwners(rec *reply.Recorder, req *owner.Request, owners []*pb.Member, hot bool) (string, owner.Outcome) {
+func (f *Front) toOwners(rec *reply.Recorder, req *owner.Request, owners []*pb.Member, keep, hot bool) (string, owner.Outcome) {
 	// A hot key's owners share the requests relayed to it: each one goes
 	// to an owner picked at random, the others tried after it. (A later
 	// owner that lacks the object fills from the first, not the origin.)
@@ -95,7 +100,7 @@ func (f *Front) toOwners(rec *reply.Recorder, req *owner.Request, owners []*pb.M
 		return metrics.RouteRedirect, owner.Outcome{Served: true, Node: m.GetId()}
 	}
 	for i := range owners {
-		if out, ok := f.relay(rec, req, owners[(start+i)%len(owners)], hot); ok {
+		if out, ok := f.relay(rec, req, owners[(start+i)%len(owners)], keep, hot); ok {
 			f.cfg.Metrics.Totals.Relayed.Add(1)
 			return metrics.RouteRelayed, out
 		}
@@ -104,13 +109,20 @@ func (f *Front) toOwners(rec *reply.Recorder, req *owner.Request, owners []*pb.M
 	var buf [4]*pb.Member
 	if next := req.Routes.Owners(buf[:0], req.Key, len(owners)+1); len(next) > len(owners) {
 		if alt := next[len(owners)]; alt.GetId() != f.cfg.ID {
-			if out, ok := f.relay(rec, req, alt, hot); ok {
+			if out, ok := f.relay(rec, req, alt, keep, hot); ok {
 				f.cfg.Metrics.Totals.Relayed.Add(1)
 				return metrics.RouteRelayed, out
 			}
 		}
 	}
 	return metrics.RouteLocal, f.cfg.Owner.Serve(rec, *req)
+}
+
+// ownsOnceHot reports whether this node is one of req's key's owners once
+// the key is hot (its replication factor's first ring members).
+func (f *Front) ownsOnceHot(rt *routes.Table, req *owner.Request) bool {
+	var buf [4]*pb.Member
+	return slices.ContainsFunc(rt.Owners(buf[:0], req.Key, req.Policy.ReplicationFactor), func(m *pb.Member) bool { return m.GetId() == f.cfg.ID })
 }
 
 // isHot counts a request for its key and says whether the key's rate at

@@ -23,10 +23,11 @@ import (
 )
 
 // relay forwards req to member m, the key's owner, and passes on its
-// answer; for a hot key the owner (package owner) keeps a local copy of
-// a small, storable one. It reports false when the owner could not be
-// reached (or refused the request) and nothing was written.
-func (f *Front) relay(w http.ResponseWriter, req *owner.Request, m *pb.Member, hot bool) (owner.Outcome, bool) {
+// answer; with keep, the owner (package owner) keeps a local copy of a
+// small, storable one: of a hot key, or of any while the copies have
+// room. It reports false when the owner could not be reached (or refused
+// the request) and nothing was written.
+func (f *Front) relay(w http.ResponseWriter, req *owner.Request, m *pb.Member, keep, hot bool) (owner.Outcome, bool) {
 	r := req.HTTP
 	// The relay timeout bounds the wait for the owner's header and each
 	// wait for its body, never the transfer (see package wait).
@@ -80,7 +81,7 @@ func (f *Front) relay(w http.ResponseWriter, req *owner.Request, m *pb.Member, h
 	httpcache.RemoveHopByHop(resp.Header)
 	delete(resp.Header, hop.AccountField) // read above; the owner's, not the client's
 	out := relayedOutcome(resp.Header)
-	if hot && f.cfg.Owner.Keep(w, *req, resp) {
+	if keep && f.cfg.Owner.Keep(w, *req, resp, hot) {
 		return out, true
 	}
 	hop.PurgeRevision(resp.Header) // the owner's, for Keep; not for the client

@@ -19,6 +19,19 @@ import (
 // every client, small, storable, and from an owner that is not behind this
 // node's purges.
 
+// copyOverhead is about what a copy costs besides its body, as the
+// copies count it (store.Entry.Cost).
+const copyOverhead = 512
+
+// HasCopy reports whether this node holds a copy of key.
+func (o *Owner) HasCopy(key string) bool {
+	if o.cfg.Copies == nil {
+		return false
+	}
+	_, ok := o.cfg.Copies.Get(key)
+	return ok
+}
+
 // serveCopy answers from this node's copy of the key, when there is one,
 // no purge matches it, it was confirmed since a cut-off from the control
 // plane, and the request takes it as fresh (its no-cache, max-age and
@@ -40,12 +53,19 @@ func (s *serving) serveCopy() {
 }
 
 // Keep answers req from resp, the owner's answer to it relayed, keeping a
-// copy when req's key is hot here and the answer may be copied; the
-// owner's purge revision is read off resp either way. It reports false,
-// having written nothing and read no body, when it keeps no copy.
-func (o *Owner) Keep(w http.ResponseWriter, req Request, resp *http.Response) bool {
+// copy when the answer may be copied and req's key is hot here, or the
+// copies have room for it without an eviction: so that a working set
+// that fits is local after one relay per key, not once its keys turn
+// hot. (Once the copies are full, only hot keys' answers are offered,
+// and the copies' admission keeps the most asked for.) The owner's purge
+// revision is read off resp either way. It reports false, having written
+// nothing and read no body, when it keeps no copy.
+func (o *Owner) Keep(w http.ResponseWriter, req Request, resp *http.Response, hot bool) bool {
 	behind := o.cfg.Bans.Behind(hop.PurgeRevision(resp.Header))
-	if o.cfg.Copies == nil || behind || req.HTTP.Method != http.MethodGet {
+	if o.cfg.Copies == nil || behind || req.HTTP.Method != http.MethodGet || req.Policy.AuthorizeEach {
+		return false
+	}
+	if !hot && (resp.ContentLength < 0 || !o.cfg.Copies.Room(resp.ContentLength+copyOverhead)) {
 		return false
 	}
 	lifetime, ok := StoreLifetime(req.Policy, req.HTTP, resp.StatusCode, resp.Header, req.Now, o.cfg.CopyMaxObject)

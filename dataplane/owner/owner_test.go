@@ -445,7 +445,7 @@ func TestHotCopies(t *testing.T) {
 	resp := &http.Response{StatusCode: 200, Header: http.Header{"Cache-Control": {"max-age=60"}, "X-Cache": {"HIT"}, hop.PurgeRevisionField: {"0"}}, ContentLength: 4,
 		Body: io.NopCloser(strings.NewReader("copy"))}
 	w := httptest.NewRecorder()
-	if !to.Keep(w, *req, resp) || w.Body.String() != "copy" {
+	if !to.Keep(w, *req, resp, true) || w.Body.String() != "copy" {
 		t.Fatalf("Keep: %q", w.Body.String())
 	}
 	for range 10 { // the memory tier takes a copy a little later
@@ -471,7 +471,7 @@ func TestHotCopies(t *testing.T) {
 	}
 	vary := &http.Response{StatusCode: 200, Header: http.Header{"Cache-Control": {"max-age=60"}, "Vary": {"Accept"}, hop.PurgeRevisionField: {"0"}}, ContentLength: 1,
 		Body: io.NopCloser(strings.NewReader("v"))}
-	if to.Keep(httptest.NewRecorder(), *req, vary) {
+	if to.Keep(httptest.NewRecorder(), *req, vary, true) {
 		t.Fatal("a varying answer was kept as a copy")
 	}
 }

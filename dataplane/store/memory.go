@@ -61,6 +61,9 @@ func (m *Memory) Set(e *Entry) bool {
 // may become visible a moment later, or never (admission refused it).
 func (m *Memory) Offer(e *Entry) { m.c.Set(e.Key, e, e.Cost()) }
 
+// Room reports whether n more bytes fit without an eviction.
+func (m *Memory) Room(n int64) bool { return m.c.RemainingCost() >= n }
+
 // Delete removes key.
 func (m *Memory) Delete(key string) { m.c.Del(key) }
 
