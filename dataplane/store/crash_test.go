@@ -39,7 +39,8 @@ func crashConfig(dir string, sync bool) Config {
 // crashWriter stores objects under 40 keys, each a new generation of its
 // key with a body derived from key and generation, of a known length or
 // not, sometimes compressed, printing a line after each commit (with
-// whether it was stored), until it is killed.
+// whether it was stored, and where: record offset and segment seq), until
+// it is killed.
 func crashWriter(dir string) {
 	s, err := Open(crashConfig(dir, os.Getenv(writerSyncEnv) != ""))
 	if err != nil {
@@ -71,7 +72,11 @@ func crashWriter(dir string) {
 			b = b[n:]
 		}
 		stored, _ := w.Commit()
-		fmt.Fprintln(out, "committed", key, gen, stored)
+		at := recRef{off: -1}
+		if stored {
+			at = *w.final.ref
+		}
+		fmt.Fprintln(out, "committed", key, gen, stored, at.off, at.seq)
 		out.Flush()
 	}
 }
@@ -80,9 +85,11 @@ func crashWriter(dir string) {
 // points, 200 times, then reads every object back: each one served must be
 // exactly the body of the generation its header names. Every other round
 // syncs (--disk-sync data): there an object whose commit the writer
-// reported stored is never lost to the kill, nor replaced by an older
-// generation. Every fourth round the index checkpoint is removed before
-// the reader opens, so the index is rebuilt from the segments alone.
+// reported stored is never lost to the kill (missing while its record is
+// still on disk, in a segment of the seq it was written under), nor
+// replaced by an older generation. Every fourth round the index checkpoint
+// is removed before the reader opens, so the index is rebuilt from the
+// segments alone.
 func TestSIGKILLNeverLeavesATornObject(t *testing.T) {
 	dir := t.TempDir()
 	var served, stale, rebuilt int
@@ -105,10 +112,14 @@ func TestSIGKILLNeverLeavesATornObject(t *testing.T) {
 		for i := range 40 {
 			key := fmt.Sprintf("k%d", i)
 			b, e, ok := read(t, s, key)
+			c, was := committed[key]
 			if !ok {
-				if sync && committed[key] != 0 && round%4 != 0 {
+				if sync && was {
 					// A synced, stored object may still have been evicted by
 					// later fills, never lost: check it was.
+					if s.disk.onDisk(key, c) {
+						t.Fatalf("round %d (synced): %s generation %d, committed at %d, lost: its record is still there", round, key, c.gen, c.off)
+					}
 					stale++
 				}
 				continue
@@ -121,8 +132,8 @@ func TestSIGKILLNeverLeavesATornObject(t *testing.T) {
 			if want := body(key, gen, size); !bytes.Equal(b, want) {
 				t.Fatalf("round %d: %s generation %d served a wrong or torn body of %d bytes, want %d", round, key, gen, len(b), size)
 			}
-			if sync && gen < committed[key] {
-				t.Fatalf("round %d (synced): %s served generation %d, older than generation %d the writer committed", round, key, gen, committed[key])
+			if sync && gen < c.gen {
+				t.Fatalf("round %d (synced): %s served generation %d, older than generation %d the writer committed", round, key, gen, c.gen)
 			}
 			served++
 		}
@@ -135,10 +146,38 @@ func TestSIGKILLNeverLeavesATornObject(t *testing.T) {
 		served, rounds, rebuilt, stale)
 }
 
+// crashCommit is a commit the crash writer reported stored.
+type crashCommit struct {
+	gen int
+	off int64  // its record's offset in the data file
+	seq uint64 // its segment's seq when it was written
+}
+
+// onDisk reports whether c's record is still in the data file: key's
+// generation, under a segment header of the seq it was written under.
+func (d *disk) onDisk(key string, c crashCommit) bool {
+	b := make([]byte, headRead)
+	n, _ := d.f().ReadAt(b, c.off)
+	p, err := parsePrefix(b[:n])
+	if err != nil || p.seq != c.seq || prefixLen+int(p.metaLen) > n {
+		return false
+	}
+	e, err := decodeMeta(b[prefixLen : prefixLen+p.metaLen])
+	if err != nil || e.Key != key || e.Header.Get("X-Gen") != strconv.Itoa(c.gen) {
+		return false
+	}
+	hb := make([]byte, segHdrLen)
+	if _, err := d.f().ReadAt(hb, c.off/d.g.segSize*d.g.segSize); err != nil {
+		return false
+	}
+	h, err := decodeSegHeader(d.g, hb)
+	return err == nil && h.seq == c.seq
+}
+
 // crashRound runs a writer on dir and kills it after a random number of
 // commits, at whatever point it has reached in the next one. It returns
-// the newest generation the writer reported stored, by key.
-func crashRound(t *testing.T, dir string, sync bool) map[string]int {
+// the newest commit the writer reported stored, by key.
+func crashRound(t *testing.T, dir string, sync bool) map[string]crashCommit {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), writerEnv+"="+dir)
@@ -152,7 +191,7 @@ func crashRound(t *testing.T, dir string, sync bool) map[string]int {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	committed := map[string]int{}
+	committed := map[string]crashCommit{}
 	lines := bufio.NewScanner(stdout)
 	for n := 1 + rand.IntN(30); n > 0; {
 		if !lines.Scan() {
@@ -160,9 +199,13 @@ func crashRound(t *testing.T, dir string, sync bool) map[string]int {
 		}
 		f := strings.Fields(lines.Text())
 		switch {
-		case len(f) == 4 && f[0] == "committed":
+		case len(f) == 6 && f[0] == "committed":
 			if f[3] == "true" {
-				committed[f[1]], _ = strconv.Atoi(f[2])
+				var c crashCommit
+				c.gen, _ = strconv.Atoi(f[2])
+				c.off, _ = strconv.ParseInt(f[4], 10, 64)
+				c.seq, _ = strconv.ParseUint(f[5], 10, 64)
+				committed[f[1]] = c
 			}
 			n--
 		case len(f) >= 3 && f[0] == "skipped":

@@ -197,15 +197,28 @@ func (d *disk) takeSegment(st *stripe) (seg *segment, victims []rescue, err erro
 // and including segment idx. A stripe's segments on disk stay the newest
 // of those it wrote: an older one left valid would bring back, at a
 // rebuild, objects that a reclaimed newer one had replaced or deleted.
+//
+// The segment the stripe is writing stays: reclaimed, it would go on
+// taking the stripe's appends, under a cleared header or, once another
+// stripe reopened it, under that stripe's seq and over its records, and
+// what either committed there would be lost or torn at the next start.
+// Only runs whose fills have not committed follow it (a committed run's
+// marker goes to a segment newer than the run), so keeping it brings back
+// no object that a run reclaimed here replaced.
 func (d *disk) reclaimThroughLocked(from, idx int, keep bool) []rescue {
 	owned := d.owned[from]
 	n := slices.Index(owned, idx) + 1
 	var out []rescue
+	left := owned[:0:0]
 	for _, j := range owned[:n] {
+		if d.segs[j].state == segOpen {
+			left = append(left, j)
+			continue
+		}
 		out = append(out, d.reclaimLocked(d.segs[j], keep)...)
 	}
 	// Those still pinned by readers are reused once they are done.
-	d.owned[from] = append(owned[:0:0], owned[n:]...)
+	d.owned[from] = append(left, owned[n:]...)
 	return out
 }
 
