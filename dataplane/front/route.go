@@ -11,7 +11,6 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/owner"
-	"github.com/shardcache/shardcache/dataplane/routes"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
@@ -58,8 +57,10 @@ func (f *Front) route(rec *reply.Recorder, req *owner.Request) (string, owner.Ou
 	if hot {
 		replicas = p.ReplicationFactor
 	}
+	// The key's owners once it is hot, of which a cold key has the first.
 	var buf [4]*pb.Member
-	owners := rt.Owners(buf[:0], req.Key, replicas)
+	all := rt.Owners(buf[:0], req.Key, max(1, p.ReplicationFactor))
+	owners := all[:min(replicas, len(all))]
 	if len(owners) == 0 {
 		return metrics.RouteLocal, f.cfg.Owner.Serve(rec, *req)
 	}
@@ -71,7 +72,7 @@ func (f *Front) route(rec *reply.Recorder, req *owner.Request) (string, owner.Ou
 			return metrics.RouteLocal, f.cfg.Owner.Serve(rec, *req)
 		}
 	}
-	keep := hot || !p.AuthorizeEach && f.cfg.Hot != nil && !f.ownsOnceHot(rt, req)
+	keep := hot || !p.AuthorizeEach && f.cfg.Hot != nil && !slices.ContainsFunc(all, func(m *pb.Member) bool { return m.GetId() == f.cfg.ID })
 	if hot || keep && f.cfg.Owner.HasCopy(req.Key) {
 		copied := *req
 		copied.Copy = true
@@ -116,13 +117,6 @@ func (f *Front) toOwners(rec *reply.Recorder, req *owner.Request, owners []*pb.M
 		}
 	}
 	return metrics.RouteLocal, f.cfg.Owner.Serve(rec, *req)
-}
-
-// ownsOnceHot reports whether this node is one of req's key's owners once
-// the key is hot (its replication factor's first ring members).
-func (f *Front) ownsOnceHot(rt *routes.Table, req *owner.Request) bool {
-	var buf [4]*pb.Member
-	return slices.ContainsFunc(rt.Owners(buf[:0], req.Key, req.Policy.ReplicationFactor), func(m *pb.Member) bool { return m.GetId() == f.cfg.ID })
 }
 
 // isHot counts a request for its key and says whether the key's rate at
