@@ -78,6 +78,21 @@ func (h *purgeHub) itemsSince(r int64, limit int) ([][]byte, int64) {
 	return out, last
 }
 
+// head is the newest revision a node can have applied: its last purge's,
+// or the floor's when it has none after it.
+func (h *purgeHub) head() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var r int64
+	if h.floor != nil {
+		r = h.floor.GetRevision()
+	}
+	if n := len(h.purges); n > 0 {
+		r = max(r, h.purges[n-1].GetRevision())
+	}
+	return r
+}
+
 // sinceFloorLocked is the purge of everything a node behind the floor gets.
 func (h *purgeHub) sinceFloorLocked(r int64) (*pb.Purge, bool) {
 	f := h.floor
@@ -134,7 +149,11 @@ func (s *Server) watchPurges(ctx context.Context) error {
 		ps, floor, at, err := s.state.purges(ctx)
 		if err == nil {
 			s.purgeHub.load(ps, floor)
+			s.marks.setHead(s.purgeHub.head())
 		}
 		return at, err
-	}, func(evs []*clientv3.Event) { s.purgeHub.apply(s.state, evs) })
+	}, func(evs []*clientv3.Event) {
+		s.purgeHub.apply(s.state, evs)
+		s.marks.setHead(s.purgeHub.head())
+	})
 }

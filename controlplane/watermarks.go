@@ -70,6 +70,13 @@ type watermarks struct {
 	dirty    bool
 	flushing bool
 	wake     chan struct{}
+	// head is the newest purge revision this replica knows; behind counts
+	// the nodes with a session here that have not applied it. When the last
+	// of them does, caught lets the batch go at once: a purge is then
+	// acknowledged by all without waiting out the interval.
+	head   int64
+	behind int
+	caught chan struct{}
 
 	// writes counts the records written; dropped the exceptions dropped at
 	// the bound.
@@ -85,7 +92,44 @@ type tracked struct {
 
 func newWatermarks(s *state, replica string, interval, keepEnded time.Duration, log *slog.Logger) *watermarks {
 	return &watermarks{state: s, replica: replica, runID: newRequestID(), interval: interval, keepEnded: keepEnded, log: log,
-		nodes: map[string]*tracked{}, wake: make(chan struct{}, 1)}
+		nodes: map[string]*tracked{}, wake: make(chan struct{}, 1), caught: make(chan struct{}, 1)}
+}
+
+// lagsLocked reports whether t counts among the nodes behind the head.
+func (w *watermarks) lagsLocked(t *tracked) bool { return t.sessions > 0 && t.rev < w.head }
+
+// updateLocked applies change to t, keeping behind its count, and tells the
+// batch when the last node behind caught up.
+func (w *watermarks) updateLocked(t *tracked, change func()) {
+	was := w.lagsLocked(t)
+	change()
+	switch now := w.lagsLocked(t); {
+	case now && !was:
+		w.behind++
+	case was && !now:
+		w.behind--
+		if w.behind == 0 {
+			select {
+			case w.caught <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// setHead records rev as the newest purge revision, if it is newer.
+func (w *watermarks) setHead(rev int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rev <= w.head {
+		return
+	}
+	w.head, w.behind = rev, 0
+	for _, t := range w.nodes {
+		if w.lagsLocked(t) {
+			w.behind++
+		}
+	}
 }
 
 // changedLocked marks the record as to be written.
@@ -106,12 +150,14 @@ func (w *watermarks) open(id string, rev int64) {
 		t = &tracked{}
 		w.nodes[id] = t
 	}
-	t.sessions++
-	if rev > t.rev || t.sessions == 1 && rev != t.rev {
-		// A new session's hello says what the node has: a node whose
-		// store was wiped has less, and nothing to purge.
-		t.rev = rev
-	}
+	w.updateLocked(t, func() {
+		t.sessions++
+		if rev > t.rev || t.sessions == 1 && rev != t.rev {
+			// A new session's hello says what the node has: a node whose
+			// store was wiped has less, and nothing to purge.
+			t.rev = rev
+		}
+	})
 	w.changedLocked()
 }
 
@@ -120,7 +166,7 @@ func (w *watermarks) applied(id string, rev int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if t := w.nodes[id]; t != nil && rev > t.rev {
-		t.rev = rev
+		w.updateLocked(t, func() { t.rev = rev })
 		w.changedLocked()
 	}
 }
@@ -161,10 +207,12 @@ func (w *watermarks) close(id string) int64 {
 	if t == nil {
 		return 0
 	}
-	t.sessions--
-	if t.sessions <= 0 {
-		t.sessions, t.ended = 0, time.Now()
-	}
+	w.updateLocked(t, func() {
+		t.sessions--
+		if t.sessions <= 0 {
+			t.sessions, t.ended = 0, time.Now()
+		}
+	})
 	return t.rev
 }
 
@@ -180,9 +228,12 @@ func (w *watermarks) result(r *pb.PurgeResult) {
 	w.changedLocked()
 }
 
-// run writes a batch an interval after the first change in it, until ctx
-// ends; then it writes what is left, for a few seconds at most.
+// run writes a batch an interval after the first change in it, or at once
+// when the last node behind the newest purge applied it (once an interval
+// at most), until ctx ends; then it writes what is left, for a few seconds
+// at most. So a replica writes at most two batches an interval.
 func (w *watermarks) run(ctx context.Context) {
+	var early time.Time // the last batch written at a catch-up
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	// The record is written again at least every recordRefresh while the
@@ -210,11 +261,23 @@ func (w *watermarks) run(ctx context.Context) {
 			w.mu.Unlock()
 		}
 		t.Reset(w.interval)
+		caught := w.caught
+		if time.Since(early) < w.interval {
+			caught = nil
+		}
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
+		case <-caught:
+			t.Stop()
+			early = time.Now()
+		}
+		// A catch-up before this batch is written by it.
+		select {
+		case <-w.caught:
+		default:
 		}
 		if err := w.flush(ctx); err != nil && ctx.Err() == nil {
 			w.log.Warn("writing purge watermarks; retrying", "err", err)

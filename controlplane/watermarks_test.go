@@ -180,7 +180,10 @@ func TestAReplicaKilledMidBatchLosesNoAcknowledgement(t *testing.T) {
 	ctx := adminCtx(context.Background(), testToken)
 
 	n := startAckingNode(t, dial(t, a), "n1", 0, true)
-	waitFor(t, func() bool { _, total := b.acks.count(1); return total == 1 })
+	// slow applies purges but is slow to say so: a's batch waits for its
+	// interval, since not every node of a has caught up.
+	slow := startAckingNode(t, dial(t, a), "slow", 0, false)
+	waitFor(t, func() bool { _, total := b.acks.count(1); return total == 2 })
 	resp, err := admin.Purge(ctx, &pb.PurgeRequest{RequestId: "p1", Url: "http://example.com/a", Wait: durationpb.New(time.Second)})
 	if err != nil {
 		t.Fatal(err)
@@ -193,8 +196,8 @@ func TestAReplicaKilledMidBatchLosesNoAcknowledgement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.GetStatus().GetComplete() || !slices.Equal(got.GetStatus().GetPending(), []string{"n1"}) {
-		t.Fatalf("status with the acknowledgement unwritten: %v, want n1 pending", got.GetStatus())
+	if got.GetStatus().GetComplete() || !slices.Equal(got.GetStatus().GetPending(), []string{"n1", "slow"}) {
+		t.Fatalf("status with the acknowledgement unwritten: %v, want n1 and slow pending", got.GetStatus())
 	}
 
 	// a loses etcd, then dies: its batch is never written. The node's
@@ -202,16 +205,18 @@ func TestAReplicaKilledMidBatchLosesNoAcknowledgement(t *testing.T) {
 	proxy.cut()
 	stopA()
 	n.stop()
+	slow.stop()
 	if got, err := admin.GetPurge(ctx, &pb.GetPurgeRequest{RequestId: "p1"}); err != nil || got.GetStatus().GetComplete() {
 		t.Fatalf("after a died: %v %v, want still pending", got.GetStatus(), err)
 	}
 	startAckingNode(t, dial(t, b), "n1", n.applied(), true)
+	startAckingNode(t, dial(t, b), "slow", slow.applied(), true)
 	got, err = admin.GetPurge(ctx, &pb.GetPurgeRequest{RequestId: "p1", Wait: durationpb.New(30 * time.Second)})
 	if err != nil || !got.GetStatus().GetComplete() {
 		t.Fatalf("after n1 returned through b: %v %v, want complete", got.GetStatus(), err)
 	}
-	if r := got.GetStatus().GetResults(); len(r) != 1 || r[0].GetNodeId() != "n1" || r[0].GetRevisionApplied() < rev {
-		t.Fatalf("results %v, want n1 at revision %d at least", r, rev)
+	if r := got.GetStatus().GetResults(); len(r) != 2 || r[0].GetNodeId() != "n1" || r[0].GetRevisionApplied() < rev || r[1].GetRevisionApplied() < rev {
+		t.Fatalf("results %v, want n1 and slow at revision %d at least", r, rev)
 	}
 }
 
@@ -250,6 +255,62 @@ func TestAWatermarkRecordIsBounded(t *testing.T) {
 	small.open("b", 9)
 	if rec := small.recordLocked(time.Now()); rec.GetRevision() != 9 || len(rec.GetBehind()) != 1 || rec.GetBehind()[0].GetRevision() != 5 {
 		t.Fatalf("record of a at 5 and b at 9: %v", rec)
+	}
+}
+
+// The batch learns when the last node with a session here has applied the
+// newest purge: not before, not for a node whose session ended, and again
+// for the next purge.
+func TestTheLastNodeToApplyAPurgeIsNoticed(t *testing.T) {
+	w := newWatermarks(nil, "r", time.Hour, time.Minute, nil)
+	w.open("a", 3)
+	w.open("b", 3)
+	w.open("c", 3)
+	steps := []struct {
+		what   string
+		do     func()
+		caught bool
+	}{
+		{"purge 7, a applied it", func() { w.setHead(7); w.applied("a", 7) }, false},
+		{"c gone (waited for by no batch), b at 6", func() { w.close("c"); w.applied("b", 6) }, false},
+		{"b at 9", func() { w.applied("b", 9) }, true},
+		{"purge 12, c back at 3, a and b applied it", func() { w.setHead(12); w.open("c", 3); w.applied("a", 12); w.applied("b", 12) }, false},
+		{"c applied 12", func() { w.applied("c", 12) }, true},
+	}
+	for _, st := range steps {
+		st.do()
+		var caught bool
+		select {
+		case <-w.caught:
+			caught = true
+		default:
+		}
+		if caught != st.caught {
+			t.Fatalf("%s: caught up %v, want %v", st.what, caught, st.caught)
+		}
+	}
+}
+
+// A purge that every node has applied is acknowledged without waiting out
+// the batch interval: the watermark record is written once the last node
+// applies it. The sessions' first batch would go 10 s after they opened;
+// the purge completes well within that.
+func TestAPurgeCompletesOnceTheLastNodeAppliesIt(t *testing.T) {
+	s, _, _ := startServer(t, nil, func(c *Config) { c.PurgeAckInterval = 10 * time.Second })
+	conn := dial(t, s)
+	admin := pb.NewAdminServiceClient(conn)
+	ctx := adminCtx(context.Background(), testToken)
+	for i := range 3 {
+		startAckingNode(t, conn, fmt.Sprintf("n%d", i), 0, true)
+	}
+	waitFor(t, func() bool { e := s.hub.epoch(); return e != nil && len(e.GetMembers()) == 3 })
+	resp, err := admin.Purge(ctx, &pb.PurgeRequest{RequestId: "one", Url: "http://example.com/one", Wait: durationpb.New(5 * time.Second)})
+	if err != nil || !resp.GetStatus().GetComplete() {
+		t.Fatalf("purge: %v %v; want it complete before the 10 s batch", resp.GetStatus(), err)
+	}
+	waitFor(t, func() bool { return s.marks.writes.Load() > 0 && !s.marks.writesPending() })
+	if n := s.marks.writes.Load(); n != 1 {
+		t.Errorf("%d watermark records written; want the one that completed the purge", n)
 	}
 }
 
