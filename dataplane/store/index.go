@@ -179,6 +179,10 @@ func (t *table) each(fn func(s *slot) bool) {
 // bytes is the table's memory.
 func (t *table) bytes() int64 { return int64(len(t.slots)) * 16 }
 
-func loadFlags(s *slot) uint32    { return atomic.LoadUint32(&s.flags) }
+func loadFlags(s *slot) uint32 { return atomic.LoadUint32(&s.flags) }
+
+// loadSlot copies s, its flags read atomically: readers under the
+// stripe's read lock may be setting them meanwhile.
+func loadSlot(s *slot) slot       { return slot{tag: s.tag, flags: loadFlags(s), off: s.off, n: s.n} }
 func setFlag(s *slot, f uint32)   { atomic.OrUint32(&s.flags, f) }
 func clearFlag(s *slot, f uint32) { atomic.AndUint32(&s.flags, ^f) }

@@ -309,7 +309,7 @@ func (st *stripe) evictRange(lo, hi int64, rescue bool) evicted {
 		if off := int64(s.off) * unit; off >= lo && off < hi {
 			ids = append(ids, s.ident())
 			if rescue && loadFlags(s)&slotRead != 0 {
-				keep = append(keep, *s)
+				keep = append(keep, loadSlot(s))
 			}
 		}
 		return true
@@ -383,8 +383,7 @@ func (st *stripe) lookup(h uint64, read bool) (slot, *segment, bool) {
 	if read && loadFlags(s)&slotRead == 0 {
 		setFlag(s, slotRead)
 	}
-	v := *s
-	v.flags = loadFlags(s)
+	v := loadSlot(s)
 	seg := st.d.segOf(int64(v.off) * unit)
 	seg.pin()
 	st.imu.RUnlock()
