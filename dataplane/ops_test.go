@@ -85,6 +85,29 @@ func TestOpsListenerGuardsWhatChangesOrReadsTheNode(t *testing.T) {
 			t.Errorf("%s %s with a warm grant: %d, want 401", method, path, w.Code)
 		}
 	}
+	// A read grant (what the admin SDK sends) opens the views of the node
+	// it names, signed with the admin or the ops token, and nothing else.
+	for _, token := range []string{"s3cret", "read-only"} {
+		read := "Bearer " + opsclient.ReadGrant(token, n.cfg.ID, soon)
+		if w := serve("GET", "/stats", "192.0.2.1:1", read); w.Code != 200 {
+			t.Fatalf("/stats with a read grant signed with %q: %d %s", token, w.Code, w.Body)
+		}
+		for _, mp := range []string{"POST /drain", "POST /warm", "GET /debug/pprof/cmdline"} {
+			method, path, _ := strings.Cut(mp, " ")
+			if w := serve(method, path, "192.0.2.1:1", read); w.Code != http.StatusUnauthorized {
+				t.Errorf("%s %s with a read grant signed with %q: %d, want 401", method, path, token, w.Code)
+			}
+		}
+	}
+	for name, auth := range map[string]string{
+		"for another node":          "Bearer " + opsclient.ReadGrant("s3cret", "node-9", soon),
+		"signed with another token": "Bearer " + opsclient.ReadGrant("wrong", n.cfg.ID, soon),
+		"expired":                   "Bearer " + opsclient.ReadGrant("read-only", n.cfg.ID, time.Now().Add(-time.Second)),
+	} {
+		if w := serve("GET", "/stats", "192.0.2.1:1", auth); w.Code != http.StatusUnauthorized {
+			t.Errorf("/stats with a read grant %s: %d, want 401", name, w.Code)
+		}
+	}
 	if n.front.Draining() {
 		t.Fatal("a refused /drain drained the node")
 	}

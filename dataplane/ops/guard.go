@@ -43,6 +43,19 @@ func (l *listener) guard(reads bool, h http.HandlerFunc) http.HandlerFunc {
 		case sent && (matches(l.cfg.AdminToken) || reads && matches(l.cfg.OpsToken)):
 			h(w, r)
 			return
+		case sent && reads && opsclient.IsReadGrant(token):
+			// What the admin SDK sends in place of its token: a grant for
+			// this node alone, signed with the admin or the ops token.
+			err := opsclient.CheckReadGrant(l.cfg.AdminToken, l.cfg.ID, token, time.Now())
+			if err != nil && l.cfg.OpsToken != "" {
+				err = opsclient.CheckReadGrant(l.cfg.OpsToken, l.cfg.ID, token, time.Now())
+			}
+			if err != nil {
+				l.refuse(w, r, "bad_grant", err.Error(), err.Error())
+				return
+			}
+			h(w, r)
+			return
 		case sent:
 			l.refuse(w, r, "bad_token", "wrong token", "the token does not match")
 		default:

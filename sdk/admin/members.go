@@ -48,8 +48,10 @@ func (c *Client) NodesFrom(ctx context.Context, opsAddrs []string) (*pb.ListNode
 		if err != nil {
 			return nil, err
 		}
+		// The address is the caller's own, not one a member advertised;
+		// and the node's id, which a grant names, is not known yet.
 		asked := &pb.Node{Member: &pb.Member{Id: a, OpsUrl: base}}
-		b, err := c.opsGet(ctx, asked, "/members")
+		b, err := c.opsRead(ctx, asked, "/members", c.cfg.Token)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -142,14 +142,20 @@ func (c *Client) Inspect(ctx context.Context, n *pb.Node, rawURL string) (*Inspe
 const maxOpsAnswer = 4 << 20
 
 // opsGet reads the answer to a GET of path on n's ops listener, within
-// the client's timeout when ctx has no deadline.
+// the client's timeout when ctx has no deadline, sending a read grant for
+// n (see opsOpen).
 func (c *Client) opsGet(ctx context.Context, n *pb.Node, path string) ([]byte, error) {
+	return c.opsRead(ctx, n, path, c.readGrant(n))
+}
+
+// opsRead is opsGet sending token.
+func (c *Client) opsRead(ctx context.Context, n *pb.Node, path, token string) ([]byte, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, min(c.cfg.Timeout, 5*time.Second))
 		defer cancel()
 	}
-	resp, err := c.opsOpen(ctx, n, path)
+	resp, err := c.opsOpenWith(ctx, n, path, token)
 	if err != nil {
 		return nil, err
 	}
@@ -161,12 +167,32 @@ func (c *Client) opsGet(ctx context.Context, n *pb.Node, path string) ([]byte, e
 	return b, nil
 }
 
-// opsOpen sends a GET of path to n's ops listener with the admin token
-// and returns its 200 answer, body unread; any other outcome is an error
-// that names the node and says why, ErrUnauthenticated or ErrInvalid
-// where it is one.
+// readGrantLife is how long the read grant sent to a node's ops listener
+// is good for.
+const readGrantLife = 2 * time.Minute
+
+// opsOpen sends a GET of path to n's ops listener and returns its 200
+// answer, body unread; any other outcome is an error that names the node
+// and says why, ErrUnauthenticated or ErrInvalid where it is one. The
+// listener is the one the member advertises, which whoever holds the join
+// token can register, so it gets a read grant for that node signed with
+// the token, never the token itself.
 func (c *Client) opsOpen(ctx context.Context, n *pb.Node, path string) (*http.Response, error) {
-	resp, err := opsclient.Client{Token: c.cfg.Token}.Do(ctx, n.GetMember(), http.MethodGet, path, nil)
+	return c.opsOpenWith(ctx, n, path, c.readGrant(n))
+}
+
+// readGrant is the read grant for n's views, signed with the client's
+// token; none without a token.
+func (c *Client) readGrant(n *pb.Node) string {
+	if c.cfg.Token == "" {
+		return ""
+	}
+	return opsclient.ReadGrant(c.cfg.Token, n.GetMember().GetId(), time.Now().Add(readGrantLife))
+}
+
+// opsOpenWith is opsOpen sending token.
+func (c *Client) opsOpenWith(ctx context.Context, n *pb.Node, path, token string) (*http.Response, error) {
+	resp, err := opsclient.Client{Token: token}.Do(ctx, n.GetMember(), http.MethodGet, path, nil)
 	switch {
 	case errors.Is(err, opsclient.ErrRefused):
 		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)

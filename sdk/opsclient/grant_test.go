@@ -44,3 +44,29 @@ func TestWarmGrantIsForOneNodeAndShortLived(t *testing.T) {
 		}
 	}
 }
+
+// TestGrantKindsDoNotPassForEachOther: a read grant is checked with the
+// token it was signed with (the admin or the ops token) and is never taken
+// for a warm grant, nor a warm grant for a read grant.
+func TestGrantKindsDoNotPassForEachOther(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	read := ReadGrant("ops", "node-1", now.Add(time.Minute))
+	warm := WarmGrant("ops", "node-1", now.Add(time.Minute))
+	if !IsReadGrant(read) || IsWarmGrant(read) || IsReadGrant(warm) {
+		t.Fatalf("IsReadGrant/IsWarmGrant mix up the kinds: %q, %q", read, warm)
+	}
+	if err := CheckReadGrant("ops", "node-1", read, now); err != nil {
+		t.Fatalf("a read grant signed with the ops token: %v", err)
+	}
+	if err := CheckReadGrant("admin", "node-1", read, now); !errors.Is(err, ErrGrant) {
+		t.Errorf("a read grant signed with the ops token checked with the admin token: %v, want ErrGrant", err)
+	}
+	if err := CheckWarmGrant("ops", "node-1", read, now); !errors.Is(err, ErrGrant) {
+		t.Errorf("a read grant taken for a warm grant: %v", err)
+	}
+	// The same node and expiry under the other kind's prefix: the kind is signed.
+	relabeled := strings.Replace(warm, "warm-grant.", "read-grant.", 1)
+	if err := CheckReadGrant("ops", "node-1", relabeled, now); err == nil || !strings.Contains(err.Error(), "signature") {
+		t.Errorf("a warm grant relabelled as a read grant: %v, want a signature mismatch", err)
+	}
+}
