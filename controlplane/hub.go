@@ -11,17 +11,23 @@ import (
 // latest state when woken, so a slow node skips intermediate states instead
 // of blocking the others.
 type notifier struct {
-	mu   sync.Mutex
-	subs map[chan struct{}]struct{}
+	mu sync.Mutex
+	// subs are the subscribers, each with whether it is muted: a muted
+	// one is not woken (wake skips it without touching its channel).
+	subs map[chan struct{}]*atomic.Bool
 }
 
-func newNotifier() notifier { return notifier{subs: make(map[chan struct{}]struct{})} }
+func newNotifier() notifier { return notifier{subs: make(map[chan struct{}]*atomic.Bool)} }
 
-// wake signals every subscriber that has no wake-up pending.
+// wake signals every subscriber that has no wake-up pending and is not
+// muted.
 func (n *notifier) wake() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for ch := range n.subs {
+	for ch, muted := range n.subs {
+		if muted.Load() {
+			continue
+		}
 		select {
 		case ch <- struct{}{}:
 		default: // already has a wake-up pending
@@ -32,11 +38,19 @@ func (n *notifier) wake() {
 // subscribe returns a channel that receives a value after each change, and
 // the function that ends the subscription.
 func (n *notifier) subscribe() (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
+	ch, _, cancel := n.subscribeMuted()
+	return ch, cancel
+}
+
+// subscribeMuted is subscribe with the subscription's mute: while it is
+// set, changes do not wake the subscriber, which reads the state anew once
+// it clears it.
+func (n *notifier) subscribeMuted() (<-chan struct{}, *atomic.Bool, func()) {
+	ch, muted := make(chan struct{}, 1), new(atomic.Bool)
 	n.mu.Lock()
-	n.subs[ch] = struct{}{}
+	n.subs[ch] = muted
 	n.mu.Unlock()
-	return ch, func() {
+	return ch, muted, func() {
 		n.mu.Lock()
 		delete(n.subs, ch)
 		n.mu.Unlock()

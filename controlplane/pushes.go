@@ -157,9 +157,18 @@ func (r *sessionRun) pacePurges() error {
 	}
 	if wait := purgePushPace - time.Since(r.pushedAt); wait > 0 {
 		r.paced = time.NewTimer(wait)
+		r.mutePurges(true)
 		return nil
 	}
 	return r.pushPurges()
+}
+
+// mutePurges sets whether recorded purges wake the session; a push reads
+// the hub after the mute is cleared, so none recorded meanwhile is missed.
+func (r *sessionRun) mutePurges(on bool) {
+	if r.purgesMuted != nil {
+		r.purgesMuted.Store(on)
+	}
 }
 
 // pacedC fires when a paced push is due; nil (never) when none is.

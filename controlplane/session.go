@@ -167,8 +167,11 @@ type sessionRun struct {
 	pushedAt     time.Time
 	paced        *time.Timer
 	sentPolicies int64
-	// sweeping are the purges whose "sweeping" result this session recorded.
+	// sweeping are the purges whose "sweeping" result this session
+	// recorded; the goroutine that receives the node's messages owns it.
 	sweeping map[string]bool
+	// purgesMuted is set while a paced push is due (pushes.go).
+	purgesMuted *atomic.Bool
 	// writes counts this session's status records queued or being written.
 	writes sync.WaitGroup
 	// statusAt is when the status record was last queued.
@@ -182,8 +185,12 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, ka <-chan *clie
 	defer unsubscribeEpochs()
 	wakePolicies, unsubscribePolicies := n.policies.notify.subscribe()
 	defer unsubscribePolicies()
-	wakePurges, unsubscribePurges := n.purges.notify.subscribe()
+	// While a paced push is due, purges recorded meanwhile go with it:
+	// they need not wake the session (at a thousand sessions and many
+	// purges a second, those wakes were most of the replica's work).
+	wakePurges, mute, unsubscribePurges := n.purges.notify.subscribeMuted()
 	defer unsubscribePurges()
+	r.purgesMuted = mute
 	if err := r.snapshot(hello); err != nil {
 		return err
 	}
@@ -202,6 +209,13 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, ka <-chan *clie
 			if err != nil {
 				recvErr <- err
 				return
+			}
+			if res := req.GetPurgeResult(); res != nil {
+				// Taken here: it touches only the replica's watermarks
+				// and this goroutine's sweeping, and acknowledgements are
+				// most of what nodes send under purges.
+				r.purgeResult(res)
+				continue
 			}
 			select {
 			case msgs <- req:
@@ -244,6 +258,7 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, ka <-chan *clie
 			err = r.pacePurges()
 		case <-r.pacedC():
 			r.paced = nil
+			r.mutePurges(false)
 			err = r.pushPurges()
 		case <-wakeEpoch:
 			err = r.pushEpoch()
@@ -382,9 +397,6 @@ func (r *sessionRun) handle(ctx context.Context, req *pb.SessionRequest) error {
 	case *pb.SessionRequest_CertificateRequest:
 		cert := n.certificate(msg.CertificateRequest.GetCsr(), r.m.GetId())
 		return r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Certificate{Certificate: cert}})
-	case *pb.SessionRequest_PurgeResult:
-		r.purgeResult(msg.PurgeResult)
-		return nil
 	case *pb.SessionRequest_PolicyAck:
 		ack := msg.PolicyAck
 		r.st.PolicyRevision = ack.GetAppliedRevision()
