@@ -228,9 +228,10 @@ func (w *watermarks) result(r *pb.PurgeResult) {
 	w.changedLocked()
 }
 
-// run writes a batch an interval after the first change in it, or at once
-// when the last node behind the newest purge applied it (once an interval
-// at most), until ctx ends; then it writes what is left, for a few seconds
+// run writes a batch an interval after the first change in it (longer
+// while nodes converge on the newest purge: batchDelay), or at once when
+// the last node behind it applied it (once an interval at most), until ctx
+// ends; then it writes what is left, for a few seconds
 // at most. So a replica writes at most two batches an interval.
 func (w *watermarks) run(ctx context.Context) {
 	var early time.Time // the last batch written at a catch-up
@@ -260,7 +261,7 @@ func (w *watermarks) run(ctx context.Context) {
 			}
 			w.mu.Unlock()
 		}
-		t.Reset(w.interval)
+		t.Reset(w.batchDelay())
 		caught := w.caught
 		if time.Since(early) < w.interval {
 			caught = nil
@@ -286,6 +287,23 @@ func (w *watermarks) run(ctx context.Context) {
 			w.mu.Unlock()
 		}
 	}
+}
+
+// convergeWait is how many intervals a batch waits while nodes are still
+// applying the newest purge and only their revisions wait to be written:
+// the last one to catch up writes it at once, so a lone purge costs its
+// record and one batch.
+const convergeWait = 4
+
+// batchDelay is how long after its first change a batch is written,
+// unless a catch-up writes it first.
+func (w *watermarks) batchDelay() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.behind > 0 && len(w.results) == 0 {
+		return convergeWait * w.interval
+	}
+	return w.interval
 }
 
 // record builds the record of the tracked nodes, forgetting those whose

@@ -31,6 +31,13 @@ type ackingNode struct {
 
 func startAckingNode(t *testing.T, conn *grpc.ClientConn, id string, rev int64, ack bool) *ackingNode {
 	t.Helper()
+	return startAckingNodeAfter(t, conn, id, rev, ack, 0)
+}
+
+// startAckingNodeAfter is startAckingNode for a node that acknowledges
+// each push delay after it came.
+func startAckingNodeAfter(t *testing.T, conn *grpc.ClientConn, id string, rev int64, ack bool, delay time.Duration) *ackingNode {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stream := sayHello(t, ctx, conn, &pb.Hello{Member: &pb.Member{Id: id, PeerAddress: "127.0.0.1:9999"}, PurgeRevision: rev, CompactPushes: true})
 	n := &ackingNode{stream: stream, cancel: cancel, done: make(chan struct{}), rev: rev, ack: ack}
@@ -66,6 +73,9 @@ func startAckingNode(t *testing.T, conn *grpc.ClientConn, id string, rev int64, 
 			n.mu.Unlock()
 			if !ack {
 				continue
+			}
+			if delay > 0 && !sleepCtx(ctx, delay) {
+				return
 			}
 			if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_PurgeResult{PurgeResult: &pb.PurgeResult{RevisionApplied: r}}}); err != nil {
 				return
@@ -106,19 +116,26 @@ func etcdRevision(t *testing.T, s *Server) int64 {
 	return resp.Header.Revision
 }
 
+// ackingReplica starts a replica with batch interval and n nodes that
+// acknowledge at once, and returns it, its connection and an admin client
+// with its context.
+func ackingReplica(t *testing.T, interval time.Duration, n int) (*Server, *grpc.ClientConn, pb.AdminServiceClient, context.Context) {
+	t.Helper()
+	s, _, _ := startServer(t, nil, func(c *Config) { c.PurgeAckInterval = interval })
+	conn := dial(t, s)
+	for i := range n {
+		startAckingNode(t, conn, fmt.Sprintf("n%d", i), 0, true)
+	}
+	return s, conn, pb.NewAdminServiceClient(conn), adminCtx(context.Background(), testToken)
+}
+
 // The etcd write transactions a purge costs stay bounded as the rate of
 // purges grows: one for the record, and the watermark records of the
 // batches, one per replica per PurgeAckInterval at most, whatever the
 // number of purges and nodes.
 func TestEtcdWritesPerPurgeStayBoundedAsPurgesPerSecondGrow(t *testing.T) {
 	const interval = 100 * time.Millisecond
-	s, _, _ := startServer(t, nil, func(c *Config) { c.PurgeAckInterval = interval })
-	conn := dial(t, s)
-	admin := pb.NewAdminServiceClient(conn)
-	ctx := adminCtx(context.Background(), testToken)
-	for i := range 8 {
-		startAckingNode(t, conn, fmt.Sprintf("n%d", i), 0, true)
-	}
+	s, _, admin, ctx := ackingReplica(t, interval, 8)
 	// Let the registrations' epoch be written first: it is no purge's.
 	waitFor(t, func() bool { e := s.hub.epoch(); return e != nil && len(e.GetMembers()) == 8 })
 	waitFor(t, func() bool { return s.marks.writes.Load() > 0 && !s.marks.writesPending() })
@@ -296,13 +313,7 @@ func TestTheLastNodeToApplyAPurgeIsNoticed(t *testing.T) {
 // applies it. The sessions' first batch would go 10 s after they opened;
 // the purge completes well within that.
 func TestAPurgeCompletesOnceTheLastNodeAppliesIt(t *testing.T) {
-	s, _, _ := startServer(t, nil, func(c *Config) { c.PurgeAckInterval = 10 * time.Second })
-	conn := dial(t, s)
-	admin := pb.NewAdminServiceClient(conn)
-	ctx := adminCtx(context.Background(), testToken)
-	for i := range 3 {
-		startAckingNode(t, conn, fmt.Sprintf("n%d", i), 0, true)
-	}
+	s, _, admin, ctx := ackingReplica(t, 10*time.Second, 3)
 	waitFor(t, func() bool { e := s.hub.epoch(); return e != nil && len(e.GetMembers()) == 3 })
 	resp, err := admin.Purge(ctx, &pb.PurgeRequest{RequestId: "one", Url: "http://example.com/one", Wait: durationpb.New(5 * time.Second)})
 	if err != nil || !resp.GetStatus().GetComplete() {
@@ -311,6 +322,26 @@ func TestAPurgeCompletesOnceTheLastNodeAppliesIt(t *testing.T) {
 	waitFor(t, func() bool { return s.marks.writes.Load() > 0 && !s.marks.writesPending() })
 	if n := s.marks.writes.Load(); n != 1 {
 		t.Errorf("%d watermark records written; want the one that completed the purge", n)
+	}
+}
+
+// A lone purge costs its record and one watermark batch, though the last
+// node applies it after the batch interval: while nodes converge on the
+// newest purge the batch waits for the catch-up, which writes it.
+func TestALonePurgeCostsItsRecordAndOneBatch(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	s, conn, admin, ctx := ackingReplica(t, interval, 3)
+	startAckingNodeAfter(t, conn, "late", 0, true, 2*interval)
+	waitFor(t, func() bool { e := s.hub.epoch(); return e != nil && len(e.GetMembers()) == 4 })
+	waitFor(t, func() bool { return s.marks.writes.Load() > 0 && !s.marks.writesPending() })
+	rev0, writes0 := etcdRevision(t, s), s.marks.writes.Load()
+	resp, err := admin.Purge(ctx, &pb.PurgeRequest{RequestId: "lone", Url: "http://example.com/lone", Wait: durationpb.New(30 * time.Second)})
+	if err != nil || !resp.GetStatus().GetComplete() {
+		t.Fatalf("purge: %v %v, want complete", resp.GetStatus(), err)
+	}
+	waitFor(t, func() bool { return !s.marks.writesPending() })
+	if marks, total := s.marks.writes.Load()-writes0, etcdRevision(t, s)-rev0; marks != 1 || total != 2 {
+		t.Errorf("a lone purge whose last node applied it %s after the others: %d write transactions, %d of them watermark batches; want the record and one batch", 2*interval, total, marks)
 	}
 }
 
