@@ -231,8 +231,8 @@ func (w *watermarks) result(r *pb.PurgeResult) {
 // run writes a batch an interval after the first change in it (longer
 // while nodes converge on the newest purge: batchDelay), or at once when
 // the last node behind it applied it (once an interval at most), until ctx
-// ends; then it writes what is left, for a few seconds
-// at most. So a replica writes at most two batches an interval.
+// ends; then it writes what is left, for a few seconds at most. So a
+// replica writes at most two batches an interval.
 func (w *watermarks) run(ctx context.Context) {
 	var early time.Time // the last batch written at a catch-up
 	t := time.NewTimer(time.Hour)
