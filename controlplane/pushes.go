@@ -156,19 +156,18 @@ func (r *sessionRun) pacePurges() error {
 		return nil // a push is due already
 	}
 	if wait := purgePushPace - time.Since(r.pushedAt); wait > 0 {
-		r.paced = time.NewTimer(wait)
-		r.mutePurges(true)
+		r.setPaced(time.NewTimer(wait))
 		return nil
 	}
 	return r.pushPurges()
 }
 
-// mutePurges sets whether recorded purges wake the session; a push reads
-// the hub after the mute is cleared, so none recorded meanwhile is missed.
-func (r *sessionRun) mutePurges(on bool) {
-	if r.purgesMuted != nil {
-		r.purgesMuted.Store(on)
-	}
+// setPaced sets the paced push due (nil: none), and with it whether
+// recorded purges wake the session: not while one is due. A push reads the
+// hub after the mute is cleared, so none recorded meanwhile is missed.
+func (r *sessionRun) setPaced(t *time.Timer) {
+	r.paced = t
+	r.purgesMuted.Store(t != nil)
 }
 
 // pacedC fires when a paced push is due; nil (never) when none is.

@@ -170,7 +170,7 @@ type sessionRun struct {
 	// sweeping are the purges whose "sweeping" result this session
 	// recorded; the goroutine that receives the node's messages owns it.
 	sweeping map[string]bool
-	// purgesMuted is set while a paced push is due (pushes.go).
+	// purgesMuted is set while a paced push is due (setPaced).
 	purgesMuted *atomic.Bool
 	// writes counts this session's status records queued or being written.
 	writes sync.WaitGroup
@@ -257,8 +257,7 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, ka <-chan *clie
 		case <-wakePurges:
 			err = r.pacePurges()
 		case <-r.pacedC():
-			r.paced = nil
-			r.mutePurges(false)
+			r.setPaced(nil)
 			err = r.pushPurges()
 		case <-wakeEpoch:
 			err = r.pushEpoch()

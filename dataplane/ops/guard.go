@@ -46,9 +46,10 @@ func (l *listener) guard(reads bool, h http.HandlerFunc) http.HandlerFunc {
 		case sent && reads && opsclient.IsReadGrant(token):
 			// What the admin SDK sends in place of its token: a grant for
 			// this node alone, signed with the admin or the ops token.
-			err := opsclient.CheckReadGrant(l.cfg.AdminToken, l.cfg.ID, token, time.Now())
+			now := time.Now()
+			err := opsclient.CheckReadGrant(l.cfg.AdminToken, l.cfg.ID, token, now)
 			if err != nil && l.cfg.OpsToken != "" {
-				err = opsclient.CheckReadGrant(l.cfg.OpsToken, l.cfg.ID, token, time.Now())
+				err = opsclient.CheckReadGrant(l.cfg.OpsToken, l.cfg.ID, token, now)
 			}
 			if err != nil {
 				l.refuse(w, r, "bad_grant", err.Error(), err.Error())
