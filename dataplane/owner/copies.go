@@ -74,8 +74,11 @@ func (o *Owner) Keep(w http.ResponseWriter, req Request, resp *http.Response, ho
 	if !ok || resp.ContentLength < 0 || resp.ContentLength > o.cfg.CopyMaxObject || resp.Header.Get("Vary") != "" || resp.Header.Get("Content-Encoding") != "" {
 		return false
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, resp.ContentLength))
-	if err != nil || int64(len(body)) != resp.ContentLength {
+	// Read into one buffer of the announced length (at most CopyMaxObject),
+	// not grown by doubling as io.ReadAll would.
+	body := make([]byte, resp.ContentLength)
+	n, err := io.ReadFull(resp.Body, body)
+	if body = body[:n]; err != nil {
 		// The owner's answer broke off: pass on what came, as a plain relay would.
 		reply.CopyHeader(w.Header(), resp.Header)
 		w.WriteHeader(resp.StatusCode)
