@@ -40,8 +40,10 @@ type Config struct {
 	ReplicaID string
 
 	// LeaseTTL is how long a node that stopped answering stays a member: its
-	// member record is bound to an etcd lease of this TTL, kept alive by its
-	// session. Default 10s. Values under 2s are refused: a loaded etcd can
+	// session's replica removes its member record this long after the
+	// session broke, and every record is bound to the replica's etcd lease
+	// of this TTL, so that a replica that dies takes its nodes' records
+	// with it unless they register again elsewhere meanwhile. Default 10s. Values under 2s are refused: a loaded etcd can
 	// miss a keepalive, and a member flapping out of the ring moves keys.
 	LeaseTTL time.Duration
 	// EpochBatchWindow is how long the leader waits after a membership change

@@ -4,7 +4,9 @@
 //
 // State lives in etcd under one prefix (Config.Prefix):
 //
-//	members/<id>      Member, bound to the lease of the node's session
+//	sessions/<id>     the instance holding the node's session, bound to the
+//	                  lease of the session's replica (one per replica)
+//	members/<id>      Member, bound to the same lease
 //	status/<id>       the node's last load report, bound to the same lease
 //	epochs/current    the current RingEpoch
 //	epochs/<n>        the last Config.EpochsKept epochs, by number

@@ -198,7 +198,7 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { s.marks.run(gctx); return nil })
 	g.Go(func() error {
 		s.statuses.run(gctx, func(r *sessionRun, st *pb.Node) {
-			if err := s.state.putStatus(gctx, st, r.lease); err != nil && gctx.Err() == nil {
+			if err := s.state.putStatus(gctx, st, r.lease, r.rev); err != nil && gctx.Err() == nil {
 				r.log.Warn("recording node status", "err", err)
 			}
 			s.marks.touch() // only a record newer than the status answers for the node
@@ -368,6 +368,7 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 			return s.checkCredential(ctx, credJoin, authlimit.Key(caller(ctx)), verify)
 		},
 		leaseTTL: s.cfg.LeaseTTL,
+		lease:    &replicaLease{kv: s.state.kv, ttl: s.cfg.LeaseTTL, stopping: stopping},
 		replica:  s.cfg.ReplicaID,
 		stopping: stopping,
 		log:      s.log,

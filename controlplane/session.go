@@ -54,9 +54,11 @@ type nodeService struct {
 	// per caller (Server.checkCredential).
 	checkJoin func(ctx context.Context, verify func() bool) error
 	leaseTTL  time.Duration
-	replica   string
-	stopping  <-chan struct{}
-	log       *slog.Logger
+	// lease is the replica's, which every session's records are bound to.
+	lease    *replicaLease
+	replica  string
+	stopping <-chan struct{}
+	log      *slog.Logger
 	// ca issues peer-hop certificates once loaded; caWanted says whether it
 	// is configured at all.
 	ca       *atomic.Pointer[certAuthority]
@@ -68,13 +70,14 @@ type nodeService struct {
 
 var _ pb.NodeServiceServer = (*nodeService)(nil)
 
-// Session registers the node as a member bound to a lease kept alive by this
-// stream, sends it a snapshot and then every new epoch. A node that closes
-// its side cleanly leaves at once (its lease is revoked); a node whose stream
-// breaks stays a member until the lease expires, so a brief disconnect does
-// not move keys. An id has one open session: a hello from another process
-// with the id is refused while it lasts, and a session whose member record
-// is deleted or replaced ends, so that its node registers again.
+// Session registers the node as a member (its records bound to the
+// replica's lease), sends it a snapshot and then every new epoch. A node
+// that closes its side cleanly leaves at once (its records are deleted); a
+// node whose stream breaks stays a member for the lease TTL, so a brief
+// disconnect does not move keys. An id has one open session: a hello from
+// another process with the id is refused while it lasts, and a session
+// whose member record is deleted or replaced ends, so that its node
+// registers again.
 func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 	ctx := stream.Context()
 	hello, err := n.recvHello(stream)
@@ -89,38 +92,33 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 	// Tracked before it is registered: every watermark record written
 	// after its registration speaks for it (watermarks.go).
 	n.marks.open(m.GetId(), hello.GetPurgeRevision())
-	lease, err := n.state.kv.Grant(ctx, int64(n.leaseTTL/time.Second))
-	if err != nil {
-		n.marks.close(m.GetId())
-		return status.Errorf(codes.Unavailable, "granting lease for %s: %v", m.GetId(), err)
-	}
-	r.lease = lease.ID
 	r.st = &pb.Node{Member: m, SessionReplica: n.replica, ReplicaRun: n.marks.runID, ServingEpoch: hello.GetLastEpoch(),
 		PolicyRevision: hello.GetPolicyRevision(), PurgeRevision: hello.GetPurgeRevision()}
-	rev, err := n.state.register(ctx, r.st, hello.GetInstance(), lease.ID)
+	lease, rev, err := n.lease.register(ctx, n.state, r.st, hello.GetInstance())
 	if err != nil {
 		n.marks.close(m.GetId())
-		rctx, cancel := cleanupContext(ctx)
-		_, _ = n.state.kv.Revoke(rctx, lease.ID) // it expires anyway
-		cancel()
 		if errors.Is(err, errSessionHeld) {
 			return n.refuse(ctx, m, err)
 		}
 		return toStatus(err)
 	}
+	r.lease, r.rev = lease.id, rev
 	// A drain a former process of the id made of itself ended with it.
 	if err := n.state.clearSelfDrain(ctx, m.GetId(), "", hello.GetInstance()); err != nil {
 		r.log.Warn("clearing a former process's drain", "err", err)
 	}
 	// However the session ends, its id is free for a new process at once;
-	// the member record stays until the lease expires unless revoked.
+	// the member record stays for the lease TTL unless dropped.
 	defer func() {
 		applied := n.marks.close(m.GetId())
 		n.loads.forget(m.GetId(), r)
 		rctx, cancel := cleanupContext(ctx)
 		defer cancel()
-		if rerr := n.state.release(rctx, m.GetId(), lease.ID, r.revoke, r.left, applied); rerr != nil {
+		if rerr := n.state.release(rctx, m.GetId(), rev, r.drop, r.left, applied); rerr != nil {
 			r.log.Warn("ending the session in etcd", "err", rerr)
+		}
+		if !r.drop {
+			n.expireLater(m.GetId(), rev)
 		}
 		if r.left { // the process is gone: so is the drain it made of itself
 			if rerr := n.state.clearSelfDrain(rctx, m.GetId(), hello.GetInstance(), ""); rerr != nil {
@@ -128,19 +126,34 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 			}
 		}
 	}()
-	kaCtx, stopKeepAlive := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopKeepAlive()
-	ka, err := n.state.kv.KeepAlive(kaCtx, lease.ID)
-	if err != nil {
-		return status.Errorf(codes.Unavailable, "keeping lease of %s alive: %v", m.GetId(), err)
-	}
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatch()
 	// The member record is watched: deleted or overwritten by anything but
 	// this session, the node is told to register again.
-	records := n.state.kv.Watch(kaCtx, n.state.memberKey(m.GetId()), clientv3.WithRev(rev+1))
-	r.log.Info("node session started", "peer", m.GetPeerAddress(), "lease", fmt.Sprintf("%x", lease.ID))
+	records := n.state.kv.Watch(watchCtx, n.state.memberKey(m.GetId()), clientv3.WithRev(rev+1))
+	r.log.Info("node session started", "peer", m.GetPeerAddress(), "lease", fmt.Sprintf("%x", lease.id), "revision", rev)
 	n.sessions.Inc()
 	defer n.sessions.Dec()
-	return r.serve(ctx, hello, ka, records)
+	return r.serve(ctx, hello, lease.lost, records)
+}
+
+// expireLater removes the records of id's session registered at rev once
+// the lease TTL has passed, unless a newer session registered meanwhile:
+// what a lease per node did when its keep-alives stopped. A stopping
+// replica leaves them to its lease's expiry.
+func (n *nodeService) expireLater(id string, rev int64) {
+	time.AfterFunc(n.leaseTTL, func() {
+		select {
+		case <-n.stopping:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := n.state.expire(ctx, id, rev); err != nil {
+			n.log.Warn("removing the records of a node whose session ended", "node", id, "err", err)
+		}
+	})
 }
 
 // sessionRun is one session's state while it serves.
@@ -148,17 +161,20 @@ type sessionRun struct {
 	n      *nodeService
 	stream pb.NodeService_SessionServer
 	m      *pb.Member
-	st     *pb.Node // the status record, as last written or to be
-	lease  clientv3.LeaseID
-	log    *slog.Logger
+	st     *pb.Node         // the status record, as last written or to be
+	lease  clientv3.LeaseID // the replica's, which the records are bound to
+	// rev is the revision of the session's registration, which guards
+	// every write it makes.
+	rev int64
+	log *slog.Logger
 	// instance is the node process's (Hello.instance).
 	instance string
 	// compact: the node applies purge batches, epoch changes and
 	// snapshot members (Hello.compact_pushes).
 	compact bool
-	// revoke and left say how the session ended: the lease revoked, and
-	// the node gone on purpose.
-	revoke, left bool
+	// drop and left say how the session ended: its records deleted at
+	// once, and the node gone on purpose.
+	drop, left bool
 
 	sentEpoch  uint64
 	sentPurges int64
@@ -179,7 +195,7 @@ type sessionRun struct {
 }
 
 // serve sends the snapshot and then every change until the session ends.
-func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, ka <-chan *clientv3.LeaseKeepAliveResponse, records clientv3.WatchChan) error {
+func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, leaseLost <-chan struct{}, records clientv3.WatchChan) error {
 	n := r.n
 	wakeEpoch, unsubscribeEpochs := n.hub.notify.subscribe()
 	defer unsubscribeEpochs()
@@ -229,24 +245,22 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, ka <-chan *clie
 		var err error
 		select {
 		case <-ctx.Done():
-			r.log.Info("node session ended; member stays until its lease expires", "err", ctx.Err())
+			r.log.Info("node session ended; member stays for the lease TTL", "err", ctx.Err())
 			return nil
 		case <-n.stopping:
 			return status.Error(codes.Unavailable, "control plane replica is shutting down; reconnect to another")
-		case _, ok := <-ka:
-			if !ok {
-				r.log.Warn("lease lost; ending session so the node registers again")
-				r.revoke = true
-				return sessionEnd(codes.FailedPrecondition, pb.SessionEnd_SESSION_END_LEASE_LOST, "the lease of member %s expired or could not be kept alive", r.m.GetId())
-			}
+		case <-leaseLost:
+			r.log.Warn("lease lost; ending session so the node registers again")
+			r.drop = true
+			return sessionEnd(codes.FailedPrecondition, pb.SessionEnd_SESSION_END_LEASE_LOST, "the lease of member %s expired or could not be kept alive", r.m.GetId())
 		case w := <-records:
 			if err := w.Err(); err != nil {
 				return status.Errorf(codes.Unavailable, "watching the member record of %s: %v; reconnect", r.m.GetId(), err)
 			}
 			for _, ev := range w.Events {
-				if end := n.recordChanged(ctx, ev, r.m, r.lease); end != nil {
+				if end := n.recordChanged(ctx, ev, r.m, r.rev); end != nil {
 					r.log.Warn("ending the session", "reason", status.Convert(end).Message())
-					r.revoke = true
+					r.drop = true
 					return end
 				}
 			}
@@ -266,11 +280,11 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, ka <-chan *clie
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
 				// The node said goodbye: leave the ring now rather than after the TTL.
-				r.revoke, r.left = true, true
+				r.drop, r.left = true, true
 				r.log.Info("node left")
 				return nil
 			}
-			r.log.Info("node session broken; member stays until its lease expires", "err", err)
+			r.log.Info("node session broken; member stays for the lease TTL", "err", err)
 			return nil
 		}
 		if err != nil {
@@ -490,15 +504,15 @@ func (n *nodeService) refuse(ctx context.Context, m *pb.Member, held error) erro
 
 // recordChanged says what a change of the session's member record means:
 // nil for none of its business, else the status to end the session with.
-func (n *nodeService) recordChanged(ctx context.Context, ev *clientv3.Event, m *pb.Member, lease clientv3.LeaseID) error {
+func (n *nodeService) recordChanged(ctx context.Context, ev *clientv3.Event, m *pb.Member, rev int64) error {
 	id := m.GetId()
 	if ev.Type == clientv3.EventTypeDelete {
 		return sessionEnd(codes.FailedPrecondition, pb.SessionEnd_SESSION_END_RECORD_DELETED, "the member record of %s was deleted", id)
 	}
-	if clientv3.LeaseID(ev.Kv.Lease) == lease {
+	if ev.Kv.ModRevision == rev {
 		return nil // its own write
 	}
-	if holds, err := n.state.holds(ctx, id, lease); err == nil && !holds {
+	if holds, err := n.state.holds(ctx, id, rev); err == nil && !holds {
 		return sessionEnd(codes.Aborted, pb.SessionEnd_SESSION_END_SUPERSEDED, "a newer session of %s took the member over", id)
 	}
 	got := &pb.Member{}

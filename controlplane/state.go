@@ -46,8 +46,9 @@ func (s *state) electionPrefix() string     { return s.prefix + "leader/" }
 func (s *state) epochKey(n uint64) string { return fmt.Sprintf("%sepochs/%020d", s.prefix, n) }
 
 // sessionKey holds the instance (Hello.instance) of the process whose session
-// for id is open, bound to that session's lease; it is deleted when the
-// stream ends, and guards every write of the session.
+// for id is open, bound to the replica's lease; it is deleted when the
+// stream ends, and its revision (the registration's) guards every write of
+// the session.
 func (s *state) sessionKey(id string) string { return s.prefix + "sessions/" + id }
 
 // refusedKey holds the last refused hello for id (a RefusedSession).
@@ -55,7 +56,8 @@ func (s *state) refusedKey(id string) string { return s.prefix + "refused/" + id
 func (s *state) refusedPrefix() string       { return s.prefix + "refused/" }
 
 // register makes instance the holder of the member's session and writes its
-// member and status records, all bound to lease, in one transaction. While
+// member and status records, all bound to lease (the replica's), in one
+// transaction. While
 // another instance holds an open session for the id it fails with
 // errSessionHeld, naming the holder; the same instance (a reconnect) takes
 // its session over. It returns the revision of the write.
@@ -107,24 +109,25 @@ func (s *state) register(ctx context.Context, st *pb.Node, instance string, leas
 	return 0, fmt.Errorf("registering member %s: %w", m.GetId(), ErrSessionConflict)
 }
 
-// holds reports whether the session of lease still holds id's session.
-func (s *state) holds(ctx context.Context, id string, lease clientv3.LeaseID) (bool, error) {
+// holds reports whether the session registered at rev still holds id's
+// session (no newer registration replaced it).
+func (s *state) holds(ctx context.Context, id string, rev int64) (bool, error) {
 	resp, err := s.kv.Get(ctx, s.sessionKey(id))
 	if err != nil {
 		return false, etcdErr(err, "reading the session of %s", id)
 	}
-	return len(resp.Kvs) > 0 && clientv3.LeaseID(resp.Kvs[0].Lease) == lease, nil
+	return len(resp.Kvs) > 0 && resp.Kvs[0].ModRevision == rev, nil
 }
 
-// release ends the session of lease: its session key goes at once, so that
-// a new process with the id is admitted, while the member record stays until
-// the lease expires (a brief disconnect moves no keys). With revoke, the
-// lease goes too and with it every record still bound to it.
+// release ends the session registered at rev: its session key goes at
+// once, so that a new process with the id is admitted, while the member
+// record stays until expire removes it (a brief disconnect moves no keys).
+// With drop, the member and status records go too.
 //
 // Unless the node left, what was last heard of it is written with the
 // purge revision it had applied: purges wait for it, cut off, and know
 // what it has.
-func (s *state) release(ctx context.Context, id string, lease clientv3.LeaseID, revoke, left bool, purgeRev int64) error {
+func (s *state) release(ctx context.Context, id string, rev int64, drop, left bool, purgeRev int64) error {
 	seen := clientv3.OpDelete(s.seenKey(id)) // gone on purpose: purges need not wait for it
 	if !left {
 		rec, err := seenRecord(&pb.Node{Member: &pb.Member{Id: id}, PurgeRevision: purgeRev})
@@ -133,27 +136,41 @@ func (s *state) release(ctx context.Context, id string, lease clientv3.LeaseID, 
 		}
 		seen = clientv3.OpPut(s.seenKey(id), rec)
 	}
-	if _, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(s.sessionKey(id)), "=", lease)).
+	if _, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.sessionKey(id)), "=", rev)).
 		Then(seen).Commit(); err != nil {
 		return etcdErr(err, "recording the end of the session of %s", id)
 	}
-	if revoke {
-		if _, err := s.kv.Revoke(ctx, lease); err != nil {
-			return etcdErr(err, "revoking the lease of %s", id)
-		}
-		return nil
+	if drop {
+		return s.expire(ctx, id, rev)
 	}
 	key := s.sessionKey(id)
-	if _, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(key), "=", lease)).Then(clientv3.OpDelete(key)).Commit(); err != nil {
+	if _, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit(); err != nil {
 		return etcdErr(err, "ending the session of %s", id)
 	}
 	return nil
 }
 
+// expire removes the records of id's session registered at rev, unless a
+// newer session registered since: its session, member and status keys
+// when the member record is still that session's; else its session key
+// if still its own, and a status record no member record goes with.
+func (s *state) expire(ctx context.Context, id string, rev int64) error {
+	key, member, status := s.sessionKey(id), s.memberKey(id), s.statusKey(id)
+	if _, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(member), "=", rev)).
+		Then(clientv3.OpDelete(key), clientv3.OpDelete(member), clientv3.OpDelete(status)).
+		Else(
+			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}, []clientv3.Op{clientv3.OpDelete(key)}, nil),
+			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(member), "=", 0)}, []clientv3.Op{clientv3.OpDelete(status)}, nil),
+		).Commit(); err != nil {
+		return etcdErr(err, "removing the records of %s", id)
+	}
+	return nil
+}
+
 // putStatus records a node's session state (replica, serving epoch, load,
-// policy acks) under status/<id>, bound to the session's lease, while that
-// session holds the id.
-func (s *state) putStatus(ctx context.Context, st *pb.Node, lease clientv3.LeaseID) error {
+// policy acks) under status/<id>, bound to the replica's lease, while the
+// session registered at rev holds the id.
+func (s *state) putStatus(ctx context.Context, st *pb.Node, lease clientv3.LeaseID, rev int64) error {
 	b, err := proto.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encoding status of %s: %w", st.GetMember().GetId(), err)
@@ -163,7 +180,7 @@ func (s *state) putStatus(ctx context.Context, st *pb.Node, lease clientv3.Lease
 	if err != nil {
 		return err
 	}
-	if _, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(s.sessionKey(id)), "=", lease)).
+	if _, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.sessionKey(id)), "=", rev)).
 		Then(clientv3.OpPut(s.statusKey(id), string(b), clientv3.WithLease(lease)), clientv3.OpPut(s.seenKey(id), seen)).Commit(); err != nil {
 		return etcdErr(err, "writing status of %s", id)
 	}

@@ -1,0 +1,125 @@
+package controlplane
+
+import (
+	"context"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+)
+
+// recordLeases reads the leases id's session, member and status records
+// are bound to, 0 for a record that is not there.
+func recordLeases(t *testing.T, s *Server, id string) [3]clientv3.LeaseID {
+	t.Helper()
+	var out [3]clientv3.LeaseID
+	for i, key := range []string{s.state.sessionKey(id), s.state.memberKey(id), s.state.statusKey(id)} {
+		resp, err := s.state.kv.Get(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) > 0 {
+			out[i] = clientv3.LeaseID(resp.Kvs[0].Lease)
+		}
+	}
+	return out
+}
+
+func leaseCount(t *testing.T, s *Server) int {
+	t.Helper()
+	resp, err := s.state.kv.Leases(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(resp.Leases)
+}
+
+func TestSessionsShareTheReplicasLease(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	conn := dial(t, s)
+	a := openSession(t, conn, "node-a")
+	leases := leaseCount(t, s)
+	b := openSession(t, conn, "node-b")
+	openSession(t, conn, "node-c")
+	a.waitEpoch(t, "node-a", "node-b", "node-c")
+
+	// One lease for every session's records: more sessions, no more leases.
+	if got := leaseCount(t, s); got != leases {
+		t.Fatalf("%d leases with three sessions, %d with one: want one lease per replica, not per node", got, leases)
+	}
+	want := recordLeases(t, s, "node-a")[1]
+	for _, id := range []string{"node-a", "node-b", "node-c"} {
+		if got := recordLeases(t, s, id); got != [3]clientv3.LeaseID{want, want, want} || want == 0 {
+			t.Fatalf("%s's session, member and status records are bound to %x, want all to the replica's lease %x", id, got, want)
+		}
+	}
+
+	// A broken session's records go once the TTL has passed; the others'
+	// stay bound to the lease.
+	b.cancel()
+	a.waitEpoch(t, "node-a", "node-c")
+	if got := recordLeases(t, s, "node-b"); got != [3]clientv3.LeaseID{} {
+		t.Fatalf("after node-b's session broke and the TTL passed its records are bound to %x, want none left", got)
+	}
+	if got := recordLeases(t, s, "node-c"); got != [3]clientv3.LeaseID{want, want, want} {
+		t.Fatalf("node-c's records are bound to %x after node-b left, want %x", got, want)
+	}
+}
+
+// A session's expiry removes its records only while no newer session of
+// the id registered: a node that reconnected keeps its membership.
+func TestAnExpiredSessionLeavesANewerRegistrationAlone(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	ctx := context.Background()
+	lease, err := s.state.kv.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := func() *pb.Node { return &pb.Node{Member: &pb.Member{Id: "node-1", PeerAddress: "127.0.0.1:9001"}} }
+	first, err := s.state.register(ctx, st(), "proc", lease.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.state.release(ctx, "node-1", first, false, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.state.register(ctx, st(), "proc", lease.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.state.expire(ctx, "node-1", first); err != nil {
+		t.Fatal(err)
+	}
+	if got := recordLeases(t, s, "node-1"); got != [3]clientv3.LeaseID{lease.ID, lease.ID, lease.ID} {
+		t.Fatalf("the first session's expiry left records bound to %x, want the second session's three", got)
+	}
+	if err := s.state.expire(ctx, "node-1", second); err != nil {
+		t.Fatal(err)
+	}
+	if got := recordLeases(t, s, "node-1"); got != [3]clientv3.LeaseID{} {
+		t.Fatalf("the second session's expiry left records bound to %x, want none", got)
+	}
+}
+
+// A replica whose lease is lost ends its sessions; their nodes register
+// again under a new lease.
+func TestALostReplicaLeaseEndsItsSessions(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	conn := dial(t, s)
+	n, _ := openSessionWith(t, conn, helloFrom("node-1", "proc", "127.0.0.1:9001"))
+	old := recordLeases(t, s, "node-1")[1]
+	if _, err := s.state.kv.Revoke(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	err := n.recvEnd(t)
+	if code, end := sessionEndOf(t, err); code != codes.FailedPrecondition ||
+		(end != pb.SessionEnd_SESSION_END_LEASE_LOST && end != pb.SessionEnd_SESSION_END_RECORD_DELETED) {
+		t.Fatalf("after the replica's lease was revoked the session ended with %v (%s, %s), want FailedPrecondition, LEASE_LOST or RECORD_DELETED", err, code, end)
+	}
+	openSessionWith(t, conn, helloFrom("node-1", "proc", "127.0.0.1:9001"))
+	if got := recordLeases(t, s, "node-1"); got[0] == old || got[0] == 0 || got != [3]clientv3.LeaseID{got[0], got[0], got[0]} {
+		t.Fatalf("registered again, the records are bound to %x; want a new lease in place of the revoked %x", got, old)
+	}
+}
