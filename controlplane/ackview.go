@@ -17,7 +17,7 @@ import (
 
 // ackView is this replica's view, kept current by etcd watches, of what
 // answers a purge's status: the replicas' watermark records, the nodes'
-// status records (one per node with a session, bound to its lease) and
+// status records (one per node with a session, bound to its replica's lease) and
 // what was last heard of each node (seen/). A purge waits for every node
 // with a status record, and for every node without one heard from within
 // forgetAbsent.

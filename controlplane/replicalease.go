@@ -19,7 +19,7 @@ import (
 //
 // A node's own liveness is its session: when the stream breaks the replica
 // deletes the node's records itself once the lease TTL has passed
-// (expireLater), unless a newer session of the id registered meanwhile. A
+// (expireAfter), unless a newer session of the id registered meanwhile. A
 // replica that dies takes its timers with it; its lease then expires
 // within the TTL and every record still bound to it goes, while the nodes
 // that reconnected to another replica have rebound theirs to that one's

@@ -114,11 +114,15 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 		n.loads.forget(m.GetId(), r)
 		rctx, cancel := cleanupContext(ctx)
 		defer cancel()
-		if rerr := n.state.release(rctx, m.GetId(), rev, r.drop, r.left, applied); rerr != nil {
+		rerr := n.state.release(rctx, m.GetId(), rev, r.drop, r.left, applied)
+		if rerr != nil {
 			r.log.Warn("ending the session in etcd", "err", rerr)
 		}
-		if !r.drop {
-			n.expireLater(m.GetId(), rev)
+		switch {
+		case !r.drop:
+			n.expireAfter(n.leaseTTL, m.GetId(), rev)
+		case rerr != nil:
+			n.expireAfter(expireRetry, m.GetId(), rev)
 		}
 		if r.left { // the process is gone: so is the drain it made of itself
 			if rerr := n.state.clearSelfDrain(rctx, m.GetId(), hello.GetInstance(), ""); rerr != nil {
@@ -137,12 +141,14 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 	return r.serve(ctx, hello, lease.lost, records)
 }
 
-// expireLater removes the records of id's session registered at rev once
-// the lease TTL has passed, unless a newer session registered meanwhile:
-// what a lease per node did when its keep-alives stopped. A stopping
-// replica leaves them to its lease's expiry.
-func (n *nodeService) expireLater(id string, rev int64) {
-	time.AfterFunc(n.leaseTTL, func() {
+// expireAfter removes the records of id's session registered at rev once
+// d has passed, unless a newer session registered meanwhile: what a lease
+// per node did when its keep-alives stopped. It tries again every
+// expireRetry until etcd takes it, since nothing else removes a record
+// bound to a live replica's lease. A stopping replica leaves them to its
+// lease's expiry.
+func (n *nodeService) expireAfter(d time.Duration, id string, rev int64) {
+	time.AfterFunc(d, func() {
 		select {
 		case <-n.stopping:
 			return
@@ -151,10 +157,15 @@ func (n *nodeService) expireLater(id string, rev int64) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := n.state.expire(ctx, id, rev); err != nil {
-			n.log.Warn("removing the records of a node whose session ended", "node", id, "err", err)
+			n.log.Warn("removing the records of a node whose session ended; retrying", "node", id, "err", err)
+			n.expireAfter(expireRetry, id, rev)
 		}
 	})
 }
+
+// expireRetry is how soon a failed removal of an ended session's records
+// is tried again.
+const expireRetry = time.Second
 
 // sessionRun is one session's state while it serves.
 type sessionRun struct {
