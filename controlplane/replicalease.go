@@ -106,3 +106,29 @@ func (l *replicaLease) get(ctx context.Context) (*leaseRun, error) {
 	l.cur = run
 	return run, nil
 }
+
+// expireAfter removes the records of id's session registered at rev once
+// d has passed, unless a newer session registered meanwhile: what a lease
+// per node did when its keep-alives stopped. It tries again every
+// expireRetry until etcd takes it, since nothing else removes a record
+// bound to a live replica's lease. A stopping replica leaves them to its
+// lease's expiry.
+func (n *nodeService) expireAfter(d time.Duration, id string, rev int64) {
+	time.AfterFunc(d, func() {
+		select {
+		case <-n.stopping:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := n.state.expire(ctx, id, rev); err != nil {
+			n.log.Warn("removing the records of a node whose session ended; retrying", "node", id, "err", err)
+			n.expireAfter(expireRetry, id, rev)
+		}
+	})
+}
+
+// expireRetry is how soon a failed removal of an ended session's records
+// is tried again.
+const expireRetry = time.Second
