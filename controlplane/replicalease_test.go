@@ -123,3 +123,33 @@ func TestALostReplicaLeaseEndsItsSessions(t *testing.T) {
 		t.Fatalf("registered again, the records are bound to %x; want a new lease in place of the revoked %x", got, old)
 	}
 }
+
+// A session whose member record another writer overwrote takes its session
+// key and status record with it, and leaves the foreign record alone.
+func TestADroppedSessionLeavesAForeignMemberRecord(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	ctx := context.Background()
+	lease, err := s.state.kv.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := s.state.register(ctx, &pb.Node{Member: &pb.Member{Id: "node-1", PeerAddress: "127.0.0.1:9001"}}, "proc", lease.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.state.kv.Put(ctx, s.state.memberKey("node-1"), "foreign"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.state.release(ctx, "node-1", rev, true, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := recordLeases(t, s, "node-1"); got != [3]clientv3.LeaseID{} {
+		t.Fatalf("after the drop the records are bound to %x, want the session and status records gone and the foreign member record unleased", got)
+	}
+	if resp, err := s.state.kv.Get(ctx, s.state.memberKey("node-1")); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "foreign" {
+		t.Fatalf("the foreign member record: %v, %v; want it left as written", resp, err)
+	}
+	if resp, err := s.state.kv.Get(ctx, s.state.statusKey("node-1")); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the status record: %v, %v; want it gone", resp, err)
+	}
+}

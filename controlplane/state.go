@@ -57,10 +57,9 @@ func (s *state) refusedPrefix() string       { return s.prefix + "refused/" }
 
 // register makes instance the holder of the member's session and writes its
 // member and status records, all bound to lease (the replica's), in one
-// transaction. While
-// another instance holds an open session for the id it fails with
-// errSessionHeld, naming the holder; the same instance (a reconnect) takes
-// its session over. It returns the revision of the write.
+// transaction. While another instance holds an open session for the id it
+// fails with errSessionHeld, naming the holder; the same instance (a
+// reconnect) takes its session over. It returns the revision of the write.
 func (s *state) register(ctx context.Context, st *pb.Node, instance string, lease clientv3.LeaseID) (int64, error) {
 	m := st.GetMember()
 	mb, err := proto.Marshal(m)
@@ -152,14 +151,16 @@ func (s *state) release(ctx context.Context, id string, rev int64, drop, left bo
 
 // expire removes the records of id's session registered at rev, unless a
 // newer session registered since: its session, member and status keys
-// when the member record is still that session's; else its session key
-// if still its own, and a status record no member record goes with.
+// when the member record is still that session's; else (the record was
+// deleted or overwritten by another writer) its session key and status
+// record if the session key is still its own, and a status record no
+// member record goes with.
 func (s *state) expire(ctx context.Context, id string, rev int64) error {
 	key, member, status := s.sessionKey(id), s.memberKey(id), s.statusKey(id)
 	if _, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(member), "=", rev)).
 		Then(clientv3.OpDelete(key), clientv3.OpDelete(member), clientv3.OpDelete(status)).
 		Else(
-			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}, []clientv3.Op{clientv3.OpDelete(key)}, nil),
+			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}, []clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(status)}, nil),
 			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(member), "=", 0)}, []clientv3.Op{clientv3.OpDelete(status)}, nil),
 		).Commit(); err != nil {
 		return etcdErr(err, "removing the records of %s", id)
