@@ -36,6 +36,24 @@ func leaseCount(t *testing.T, s *Server) int {
 	return len(resp.Leases)
 }
 
+// registrar grants a lease and returns it with a function that registers
+// node-1's session (process "proc") bound to it and returns the revision.
+func registrar(t *testing.T, s *Server) (clientv3.LeaseID, func() int64) {
+	t.Helper()
+	lease, err := s.state.kv.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lease.ID, func() int64 {
+		t.Helper()
+		rev, err := s.state.register(context.Background(), &pb.Node{Member: &pb.Member{Id: "node-1", PeerAddress: "127.0.0.1:9001"}}, "proc", lease.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+}
+
 func TestSessionsShareTheReplicasLease(t *testing.T) {
 	s, _, _ := startServer(t, nil)
 	conn := dial(t, s)
@@ -73,26 +91,16 @@ func TestSessionsShareTheReplicasLease(t *testing.T) {
 func TestAnExpiredSessionLeavesANewerRegistrationAlone(t *testing.T) {
 	s, _, _ := startServer(t, nil)
 	ctx := context.Background()
-	lease, err := s.state.kv.Grant(ctx, 60)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := func() *pb.Node { return &pb.Node{Member: &pb.Member{Id: "node-1", PeerAddress: "127.0.0.1:9001"}} }
-	first, err := s.state.register(ctx, st(), "proc", lease.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease, register := registrar(t, s)
+	first := register()
 	if err := s.state.release(ctx, "node-1", first, false, false, 0); err != nil {
 		t.Fatal(err)
 	}
-	second, err := s.state.register(ctx, st(), "proc", lease.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	second := register()
 	if err := s.state.expire(ctx, "node-1", first); err != nil {
 		t.Fatal(err)
 	}
-	if got := recordLeases(t, s, "node-1"); got != [3]clientv3.LeaseID{lease.ID, lease.ID, lease.ID} {
+	if got := recordLeases(t, s, "node-1"); got != [3]clientv3.LeaseID{lease, lease, lease} {
 		t.Fatalf("the first session's expiry left records bound to %x, want the second session's three", got)
 	}
 	if err := s.state.expire(ctx, "node-1", second); err != nil {
@@ -129,14 +137,8 @@ func TestALostReplicaLeaseEndsItsSessions(t *testing.T) {
 func TestADroppedSessionLeavesAForeignMemberRecord(t *testing.T) {
 	s, _, _ := startServer(t, nil)
 	ctx := context.Background()
-	lease, err := s.state.kv.Grant(ctx, 60)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rev, err := s.state.register(ctx, &pb.Node{Member: &pb.Member{Id: "node-1", PeerAddress: "127.0.0.1:9001"}}, "proc", lease.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, register := registrar(t, s)
+	rev := register()
 	if _, err := s.state.kv.Put(ctx, s.state.memberKey("node-1"), "foreign"); err != nil {
 		t.Fatal(err)
 	}

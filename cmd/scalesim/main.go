@@ -370,8 +370,7 @@ func run(ctx context.Context, cfg config) (string, error) {
 		s.nodes = append(s.nodes, s.startNode(i))
 	}
 	defer func() {
-		// All told to stop first, then waited for: stopped one at a time,
-		// 10,000 sessions outlasted a failed run's report.
+		// All told to stop, then waited for (one at a time took too long).
 		for _, nd := range s.nodes {
 			nd.stop()
 		}
