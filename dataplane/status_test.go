@@ -196,6 +196,11 @@ func TestAdmissionRefusalIsNamed(t *testing.T) {
 	if cs := resp.Header.Get("Cache-Status"); resp.Header.Get("X-Cache") != "MISS" || !strings.Contains(cs, "; detail=admission") || strings.Contains(cs, "stored") {
 		t.Fatalf("a refused fill: X-Cache %q, Cache-Status %q; want MISS, not stored, detail=admission", resp.Header.Get("X-Cache"), cs)
 	}
+	// The request is accounted once its answer is written: the client can
+	// read the answer first.
+	waitFor(t, "the refused fill to be counted", func() bool {
+		return metricValue(t, n, "shardcache_request_reasons_total", `reason="admission"`) >= 1
+	})
 	if v := metricValue(t, n, "shardcache_request_reasons_total", `reason="admission"`); v != 1 {
 		t.Fatalf("shardcache_request_reasons_total{reason=admission} = %v, want 1", v)
 	}
