@@ -26,11 +26,26 @@ type proc struct {
 }
 
 func startProc(dir, name, bin string, args ...string) (*proc, error) {
+	return startProcEnv(dir, name, bin, nil, args...)
+}
+
+// oneWorker is the environment of a Go server the bench measures: one P,
+// as every nginx instance runs one worker process (worker_processes 1).
+// With three instances on a machine of two cores, a Go server left at
+// GOMAXPROCS=2 pays for idle Ps spinning and handing work between
+// threads that the cores cannot run at once.
+var oneWorker = []string{"GOMAXPROCS=1"}
+
+// startProcEnv is startProc with env added to the bench's own environment.
+func startProcEnv(dir, name, bin string, env []string, args ...string) (*proc, error) {
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()

@@ -93,7 +93,9 @@ func (r *report) write(out string) error {
 	fmt.Fprintf(&b, "One machine (%s), everything on 127.0.0.1; %s. "+
 		"Each system is started, measured and stopped in turn against the same demo origin. "+
 		"A ratio is the system's figure over shardcache's in the same run. CPU µs/req is the user+system time of the serving processes "+
-		"(nodes; nginx master and workers; varnishd and its child) over the requests served. %s\n\n", host, gen, hopNote(r.PeerTLS))
+		"(nodes; nginx master and workers; varnishd and its child) over the requests served. "+
+		"Every nginx instance runs one worker process, and every shardcache node and the net/http ceiling one P (GOMAXPROCS=1); "+
+		"varnishd keeps its default thread pools. %s\n\n", host, gen, hopNote(r.PeerTLS))
 	b.WriteString("Reproduce with `make bench` (about 10 minutes; installs nginx, varnish and wrk from Debian's packages when missing).\n\n")
 	b.WriteString("![ratios to shardcache](" + name + ".png)\n\n")
 	for _, sc := range r.Scenarios {

@@ -438,7 +438,7 @@ func newShardcacheChurner(r *runner, in *instance) (churner, error) {
 
 func (c *shardcacheChurner) add(ctx context.Context) error {
 	op := freePort()
-	p, err := startProc(c.in.dir, "node-4", c.r.shardcache, "node", "--id", "node-4", "--client", freePort(), "--peer", freePort(),
+	p, err := startProcEnv(c.in.dir, "node-4", c.r.shardcache, oneWorker, "node", "--id", "node-4", "--client", freePort(), "--peer", freePort(),
 		"--ops", op, "--control-plane", c.in.control, "--origin", c.r.origin, "--memory", fmt.Sprint(s2Memory), "--log-level", "warn")
 	if err != nil {
 		return err

@@ -79,7 +79,7 @@ func startShardcache(ctx context.Context, r *runner, dir string, memBytes int64,
 			// access log, as nginx's is off.
 			"--disk", fmt.Sprint(memBytes), "--max-object", fmt.Sprint(memBytes / 2), "--access-log", "off",
 			"--data-dir", filepath.Join(dir, fmt.Sprintf("node-%d-data", i))}, append(nodeTLS, r.nodeArgs...)...)
-		n, err := startProc(dir, fmt.Sprintf("node-%d", i), r.shardcache, args...)
+		n, err := startProcEnv(dir, fmt.Sprintf("node-%d", i), r.shardcache, oneWorker, args...)
 		if err != nil {
 			in.stop()
 			return nil, err
@@ -294,7 +294,7 @@ func startVarnish(ctx context.Context, r *runner, dir string, memBytes int64, n 
 // memory: the most a hit can do on this machine's HTTP stack.
 func startCeiling(ctx context.Context, r *runner, dir string, _ int64, _ int) (*instance, error) {
 	addr := freePort()
-	p, err := startProc(dir, "ceiling", r.self, "ceiling", addr)
+	p, err := startProcEnv(dir, "ceiling", r.self, oneWorker, "ceiling", addr)
 	if err != nil {
 		return nil, err
 	}
