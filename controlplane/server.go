@@ -55,8 +55,11 @@ type Server struct {
 	loads *loadBook
 	// statuses writes the status records of its sessions.
 	statuses *statusWriter
-	ready    chan struct{}
-	addr     atomic.Pointer[net.TCPAddr]
+	// members tells sessions of changes to their member records (Run
+	// makes it, with the etcd client).
+	members *memberWatch
+	ready   chan struct{}
+	addr    atomic.Pointer[net.TCPAddr]
 
 	// Set by Run.
 	etcd  *clientv3.Client
@@ -155,6 +158,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.etcd = cli
 	s.state = &state{kv: cli, prefix: s.cfg.Prefix, forgetAbsent: s.cfg.ForgetAbsentAfter, historyMax: s.cfg.PolicyHistory}
 	s.marks.state = s.state
+	s.members = newMemberWatch(cli, s.state.membersPrefix())
 	if s.cfg.CA.Enabled {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.EtcdDialTimeout)
 		ca, err := s.loadCA(cctx)
@@ -195,6 +199,9 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.watchPolicies(gctx) })
 	g.Go(func() error { return s.watchPurges(gctx) })
 	g.Go(func() error { return s.watchAcks(gctx) })
+	g.Go(func() error {
+		return s.loadAndWatch(gctx, "member records", s.state.membersPrefix(), s.members.load, s.members.apply)
+	})
 	g.Go(func() error { s.marks.run(gctx); return nil })
 	g.Go(func() error {
 		s.statuses.run(gctx, func(r *sessionRun, st *pb.Node) {
@@ -362,6 +369,7 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 		marks:     s.marks,
 		loads:     s.loads,
 		statuses:  s.statuses,
+		members:   s.members,
 		joinToken: s.cfg.JoinToken,
 		tlsNames:  s.cfg.TLS.Names,
 		checkJoin: func(ctx context.Context, verify func() bool) error {

@@ -46,6 +46,7 @@ type nodeService struct {
 	marks     *watermarks
 	loads     *loadBook
 	statuses  *statusWriter
+	members   *memberWatch
 	joinToken string
 	// tlsNames are the names the control plane serves TLS as: no node
 	// gets a peer certificate for one.
@@ -130,11 +131,14 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 			}
 		}
 	}()
-	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	// The member record is watched (one watch for the replica): deleted or
+	// overwritten by anything but this session, the node is told to
+	// register again.
+	records, stopWatch, err := n.members.subscribe(ctx, m.GetId(), rev)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "reading the member record of %s: %v; reconnect", m.GetId(), err)
+	}
 	defer stopWatch()
-	// The member record is watched: deleted or overwritten by anything but
-	// this session, the node is told to register again.
-	records := n.state.kv.Watch(watchCtx, n.state.memberKey(m.GetId()), clientv3.WithRev(rev+1))
 	r.log.Info("node session started", "peer", m.GetPeerAddress(), "lease", fmt.Sprintf("%x", lease.id), "revision", rev)
 	n.sessions.Inc()
 	defer n.sessions.Dec()
@@ -180,7 +184,7 @@ type sessionRun struct {
 }
 
 // serve sends the snapshot and then every change until the session ends.
-func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, leaseLost <-chan struct{}, records clientv3.WatchChan) error {
+func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, leaseLost <-chan struct{}, records <-chan *clientv3.Event) error {
 	n := r.n
 	wakeEpoch, unsubscribeEpochs := n.hub.notify.subscribe()
 	defer unsubscribeEpochs()
@@ -238,16 +242,11 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, leaseLost <-cha
 			r.log.Warn("lease lost; ending session so the node registers again")
 			r.drop = true
 			return sessionEnd(codes.FailedPrecondition, pb.SessionEnd_SESSION_END_LEASE_LOST, "the lease of member %s expired or could not be kept alive", r.m.GetId())
-		case w := <-records:
-			if err := w.Err(); err != nil {
-				return status.Errorf(codes.Unavailable, "watching the member record of %s: %v; reconnect", r.m.GetId(), err)
-			}
-			for _, ev := range w.Events {
-				if end := n.recordChanged(ctx, ev, r.m, r.rev); end != nil {
-					r.log.Warn("ending the session", "reason", status.Convert(end).Message())
-					r.drop = true
-					return end
-				}
+		case ev := <-records:
+			if end := n.recordChanged(ctx, ev, r.m, r.rev); end != nil {
+				r.log.Warn("ending the session", "reason", status.Convert(end).Message())
+				r.drop = true
+				return end
 			}
 		case <-beat.C:
 			err = r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Heartbeat{Heartbeat: &pb.Heartbeat{}}})
