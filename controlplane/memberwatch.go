@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"strings"
 	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -13,8 +14,7 @@ import (
 // anything but the session's own registration, so that a thousand sessions
 // cost one etcd watch, not a thousand (and no goroutine each).
 type memberWatch struct {
-	kv     *clientv3.Client
-	prefix string
+	st *state // its keys and etcd client
 
 	mu   sync.Mutex
 	subs map[string][]*memberSub // by member id; a few at most per id
@@ -27,8 +27,8 @@ type memberSub struct {
 	ch  chan *clientv3.Event // buffered 1: the first change ends the session
 }
 
-func newMemberWatch(kv *clientv3.Client, prefix string) *memberWatch {
-	return &memberWatch{kv: kv, prefix: prefix, subs: map[string][]*memberSub{}}
+func newMemberWatch(st *state) *memberWatch {
+	return &memberWatch{st: st, subs: map[string][]*memberSub{}}
 }
 
 // subscribe returns where the first change of id's member record after
@@ -56,12 +56,12 @@ func (w *memberWatch) subscribe(ctx context.Context, id string, rev int64) (<-ch
 			w.subs[id] = subs
 		}
 	}
-	resp, err := w.kv.Get(ctx, w.prefix+id)
+	resp, err := w.st.kv.Get(ctx, w.st.memberKey(id))
 	if err != nil {
 		stop()
 		return nil, nil, err
 	}
-	sub.check(w.prefix+id, resp.Kvs, resp.Header.Revision)
+	sub.check(w.st.memberKey(id), resp.Kvs, resp.Header.Revision)
 	return sub.ch, stop, nil
 }
 
@@ -91,7 +91,7 @@ func (s *memberSub) notify(ev *clientv3.Event) {
 // on start, and whenever the watch breaks (a compaction may have taken
 // changes it did not deliver). It returns the revision read at.
 func (w *memberWatch) load(ctx context.Context) (int64, error) {
-	resp, err := w.kv.Get(ctx, w.prefix, clientv3.WithPrefix())
+	resp, err := w.st.kv.Get(ctx, w.st.membersPrefix(), clientv3.WithPrefix())
 	if err != nil {
 		return 0, err
 	}
@@ -103,11 +103,11 @@ func (w *memberWatch) load(ctx context.Context) (int64, error) {
 	defer w.mu.Unlock()
 	for id, subs := range w.subs {
 		var kvs []*mvccpb.KeyValue
-		if kv := byKey[w.prefix+id]; kv != nil {
+		if kv := byKey[w.st.memberKey(id)]; kv != nil {
 			kvs = append(kvs, kv)
 		}
 		for _, s := range subs {
-			s.check(w.prefix+id, kvs, resp.Header.Revision)
+			s.check(w.st.memberKey(id), kvs, resp.Header.Revision)
 		}
 	}
 	return resp.Header.Revision, nil
@@ -118,7 +118,7 @@ func (w *memberWatch) apply(evs []*clientv3.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, ev := range evs {
-		for _, s := range w.subs[string(ev.Kv.Key[len(w.prefix):])] {
+		for _, s := range w.subs[strings.TrimPrefix(string(ev.Kv.Key), w.st.membersPrefix())] {
 			if ev.Kv.ModRevision > s.rev {
 				s.notify(ev)
 			}

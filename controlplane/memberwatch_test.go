@@ -108,7 +108,7 @@ func TestAMemberChangeBeforeTheSubscriptionIsSeen(t *testing.T) {
 
 	// A watch that is not running: only load (its start after a break)
 	// can tell the subscription.
-	w := newMemberWatch(kv, s.state.membersPrefix())
+	w := newMemberWatch(s.state)
 	ch, stop, err = w.subscribe(ctx, "node-9", put())
 	if err != nil {
 		t.Fatal(err)
