@@ -19,9 +19,9 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -171,7 +171,8 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	rf, ok := c.Conn.(io.ReaderFrom)
 	lr, limited := r.(*io.LimitedReader)
 	if ok && limited {
-		if _, file := lr.R.(*os.File); file {
+		_, file := lr.R.(syscall.Conn) // a descriptor: an *os.File, a stored body
+		if _, conn := lr.R.(net.Conn); file && !conn {
 			var total int64
 			for lr.N > 0 {
 				c.renewed.Store(0) // every chunk renews

@@ -2,6 +2,7 @@ package clientconn
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -108,6 +109,42 @@ func TestReadFromSendsAFileInChunks(t *testing.T) {
 	a.Close()
 	if err != nil || n != 3*sendChunk+5 || <-done != n {
 		t.Fatalf("ReadFrom sent %d (%v)", n, err)
+	}
+}
+
+// storedBody is a file as the store hands one out: a descriptor behind a
+// type of its own, not an *os.File. It counts the reads made through it.
+type storedBody struct {
+	f     *os.File
+	reads int
+}
+
+func (b *storedBody) Read(p []byte) (int, error) { b.reads++; return b.f.Read(p) }
+
+func (b *storedBody) SyscallConn() (syscall.RawConn, error) { return b.f.SyscallConn() }
+
+// Any descriptor that is not a connection goes out by sendfile, not
+// through its Read: the store's bodies are not *os.File.
+func TestReadFromSendsAStoredBodyBySendfile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	want := bytes.Repeat([]byte("stored "), 100000)
+	if err := os.WriteFile(p, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, b := tcpPair(t)
+	c := &Conn{Conn: a, l: &Listener{cfg: Config{WriteTimeout: time.Minute}}}
+	f, _ := os.Open(p)
+	defer f.Close()
+	body := &storedBody{f: f}
+	done := make(chan []byte)
+	go func() { got, _ := io.ReadAll(b); done <- got }()
+	n, err := c.ReadFrom(&io.LimitedReader{R: body, N: int64(len(want))})
+	a.Close()
+	if got := <-done; err != nil || n != int64(len(want)) || !bytes.Equal(got, want) {
+		t.Fatalf("ReadFrom sent %d of %d (%v), equal %v", n, len(want), err, bytes.Equal(got, want))
+	}
+	if body.reads != 0 {
+		t.Fatalf("the body was read %d times through Read, not sent by sendfile", body.reads)
 	}
 }
 

@@ -2,6 +2,7 @@ package h1
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -34,6 +35,10 @@ type conn struct {
 	resp    response
 	// arrived is when the current request's head was read.
 	arrived time.Time
+	// tls is the connection's TLS state, nil in plain text; read from
+	// tlsState once the first request arrived (its handshake done).
+	tls      *tls.ConnectionState
+	tlsState func() tls.ConnectionState
 }
 
 // serve serves requests until the connection closes or must.
@@ -204,6 +209,10 @@ func (c *conn) parse(b []byte) (*head, error) {
 
 // serveOne hands one request to the handler and ends its answer.
 func (c *conn) serveOne(h *head) {
+	if c.tlsState != nil && c.tls == nil {
+		st := c.tlsState()
+		c.tls = &st
+	}
 	host := h.host
 	if h.url.Host != "" {
 		host = h.url.Host // absolute-form: the target's authority (RFC 9112 3.2.2)
@@ -211,7 +220,7 @@ func (c *conn) serveOne(h *head) {
 	req := http.Request{
 		Method: h.method, URL: h.url, Proto: h.proto, ProtoMajor: h.major, ProtoMinor: h.minor,
 		Header: h.header, Body: http.NoBody, Close: h.close, Host: host,
-		RemoteAddr: c.remote, RequestURI: h.target,
+		RemoteAddr: c.remote, RequestURI: h.target, TLS: c.tls,
 	}
 	var bd *body
 	switch {

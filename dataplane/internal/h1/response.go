@@ -3,12 +3,13 @@ package h1
 import (
 	"bytes"
 	"io"
+	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -209,8 +210,9 @@ func (w *response) ReadFrom(src io.Reader) (int64, error) {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
+	file := false
 	if lr, ok := src.(*io.LimitedReader); ok && w.bodyOK && !w.isHead {
-		_, file := lr.R.(*os.File)
+		file = isFile(lr.R)
 		rf, can := w.c.nc.(io.ReaderFrom)
 		if _, given := w.header["Content-Length"]; file && can && (given || w.committed) {
 			if !w.committed {
@@ -230,6 +232,13 @@ func (w *response) ReadFrom(src io.Reader) (int64, error) {
 			}
 		}
 	}
+	if file {
+		// A file the connection cannot send itself (TLS) is no stream:
+		// it goes out in large writes, as it is read.
+		buf := fileBuffers.Get().(*[fileChunk]byte)
+		defer fileBuffers.Put(buf)
+		return io.CopyBuffer(writerOnly{w}, src, buf[:])
+	}
 	// A body read from a stream (a fill, a relay) goes out as it comes,
 	// as net/http's does: a client sees its first bytes before its last
 	// have arrived.
@@ -239,6 +248,21 @@ func (w *response) ReadFrom(src io.Reader) (int64, error) {
 	defer buffers.Put(buf)
 	return io.CopyBuffer(writerOnly{w}, src, (*buf)[:cap(*buf)])
 }
+
+// isFile reports whether r is a file that sendfile can read: a
+// descriptor that is not a connection (an *os.File, a stored body).
+func isFile(r io.Reader) bool {
+	_, sc := r.(syscall.Conn)
+	_, nc := r.(net.Conn)
+	return sc && !nc
+}
+
+// fileChunk is how much of a file is read and written at a time when the
+// connection cannot take it by sendfile.
+const fileChunk = 256 << 10
+
+// fileBuffers lends those chunks.
+var fileBuffers = sync.Pool{New: func() any { return new([fileChunk]byte) }}
 
 // writerOnly hides a response's ReadFrom from io.CopyBuffer.
 type writerOnly struct{ io.Writer }

@@ -1,6 +1,8 @@
-// Package h1 serves HTTP/1.1 and HTTP/1.0 on the client listener: a
-// connection-level server of the data plane's own, in place of net/http's
-// for the port every hit crosses.
+// Package h1 serves HTTP/1.1 and HTTP/1.0 on the client listener, and the
+// peer listener's keep-alive class over mutual TLS: a connection-level
+// server of the data plane's own, in place of net/http's for the ports
+// every hit and every relayed answer cross. A connection that has a TLS
+// state (crypto/tls's ConnectionState) gives it to its requests.
 //
 // It takes the work net/http does around a handler down to what a cache
 // answer needs: a request head is parsed in place from the connection's
@@ -27,6 +29,7 @@ package h1
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -149,6 +152,9 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		ctx = s.cfg.ConnContext(ctx, nc)
 	}
 	c := &conn{srv: s, nc: nc, ctx: ctx, remote: nc.RemoteAddr().String(), buf: make([]byte, readBuffer)}
+	if tc, ok := nc.(interface{ ConnectionState() tls.ConnectionState }); ok {
+		c.tlsState = tc.ConnectionState
+	}
 	c.resp.c = c
 	s.mu.Lock()
 	defer s.mu.Unlock()
