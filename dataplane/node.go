@@ -59,15 +59,8 @@ type server interface {
 	Close() error
 }
 
-// servePlain is a net/http server, serving TLS when it has a TLS config.
+// servePlain is a net/http server in plain text.
 type servePlain struct{ *http.Server }
-
-func (s servePlain) Serve(l net.Listener) error {
-	if s.TLSConfig != nil {
-		return s.ServeTLS(l, "", "")
-	}
-	return s.Server.Serve(l)
-}
 
 // Node is one cache node: the parts below it, wired. Its own jobs are
 // the ones that span them: applying the ring epochs, policies and purges
@@ -464,19 +457,17 @@ func (n *Node) listen() ([]net.Listener, error) {
 }
 
 // servers are the client, peer and ops servers, in listen's order. The
-// client port is the data plane's own HTTP/1.1 server; the peer and ops
-// ports are net/http's.
+// client port is the data plane's own HTTP/1.1 server, the ops port
+// net/http's, the peer port either (peerServer).
 func (n *Node) servers() []server {
-	peer, opsSrv := n.peerServer(), &http.Server{Handler: n.opsHandler(), ReadHeaderTimeout: 10 * time.Second}
-	for _, s := range []*http.Server{peer, opsSrv} {
-		s.ErrorLog = slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)
-	}
+	opsSrv := &http.Server{Handler: n.opsHandler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)}
 	opsSrv.RegisterOnShutdown(n.logs.Shutdown) // log streams end as the ops listener shuts down
 	return []server{
 		h1.New(h1.Config{Handler: tracing.Handler(n.cfg.TracerProvider, http.HandlerFunc(n.front.ServeClient), "shardcache.client"),
 			HeaderTimeout: n.cfg.ClientHeaderTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: maxClientHeader,
 			ConnContext: clientconn.ConnContext, Logger: n.log}),
-		servePlain{peer}, servePlain{opsSrv},
+		n.peerServer(), servePlain{opsSrv},
 	}
 }
 

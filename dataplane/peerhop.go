@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"crypto/x509"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -52,16 +53,17 @@ func (n *Node) peerClient(roots func() *x509.CertPool) *relay.Client {
 	})
 }
 
-// peerServer is the peer listener's server: h2c, or HTTP/2 and
-// keep-alive HTTP/1.1 over mutual TLS when configured (package relay's
-// two classes; front.ServePeer checks every request alike, and refuses
-// HTTP/1.1 in plain text).
-func (n *Node) peerServer() *http.Server {
-	s := &http.Server{Handler: tracing.Handler(n.cfg.TracerProvider, http.HandlerFunc(n.front.ServePeer), "shardcache.peer"), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute,
-		MaxHeaderBytes: relay.MaxHeaderList, Protocols: relay.Protocols(true), HTTP2: relay.PeerServerHTTP2()}
-	if n.serverTLS != nil {
-		s.TLSConfig = n.serverTLS
-		s.Protocols = relay.ServerProtocols()
+// peerServer is the peer listener's server: h2c, or over mutual TLS when
+// configured, HTTP/2 and keep-alive HTTP/1.1 (package relay's two classes;
+// front.ServePeer checks every request alike, and refuses HTTP/1.1 in
+// plain text).
+func (n *Node) peerServer() server {
+	handler := tracing.Handler(n.cfg.TracerProvider, http.HandlerFunc(n.front.ServePeer), "shardcache.peer")
+	s := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute,
+		MaxHeaderBytes: relay.MaxHeaderList, Protocols: relay.Protocols(true), HTTP2: relay.PeerServerHTTP2(),
+		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)}
+	if n.serverTLS == nil {
+		return servePlain{s}
 	}
-	return s
+	return relay.NewTLSServer(s, n.serverTLS, n.log)
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -62,13 +63,15 @@ func peerListener(tb testing.TB, h http.Handler, conf *tls.Config) string {
 		tb.Fatal(err)
 	}
 	srv := &http.Server{Handler: h, Protocols: Protocols(true), HTTP2: PeerServerHTTP2(), MaxHeaderBytes: MaxHeaderList}
-	serve := func() { srv.Serve(l) }
-	if conf != nil {
-		srv.TLSConfig, srv.Protocols = ServerTLS(conf), ServerProtocols()
-		serve = func() { srv.ServeTLS(l, "", "") }
+	var s interface {
+		Serve(net.Listener) error
+		Close() error
+	} = srv
+	if conf != nil { // as a node serves its peer listener over mutual TLS
+		s = NewTLSServer(srv, ServerTLS(conf), slog.Default())
 	}
-	go serve()
-	tb.Cleanup(func() { srv.Close() })
+	go s.Serve(l)
+	tb.Cleanup(func() { s.Close() })
 	return l.Addr().String()
 }
 

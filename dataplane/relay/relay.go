@@ -15,6 +15,7 @@
 package relay
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -209,9 +210,33 @@ func tlsDialer(cfg Config, dialer *net.Dialer, proto string) func(ctx context.Co
 		}
 		conf.ServerName = id // the certificate must name the member we mean to reach
 		conf.NextProtos = []string{proto}
-		return (&tls.Dialer{NetDialer: dialer, Config: conf}).DialContext(ctx, network, addr)
+		ctx, cancel := context.WithTimeout(ctx, dialer.Timeout) // for the connection and its handshake, as tls.Dialer
+		defer cancel()
+		raw, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		tc := tls.Client(&readAhead{Conn: raw, r: bufio.NewReaderSize(raw, readAheadSize)}, conf)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return tc, nil
 	}
 }
+
+// readAheadSize is what a TLS connection to a peer reads at once: crypto/tls
+// asks its connection for a record at a time, and a bulk body arriving in
+// a few large writes (BulkConn) is then read in as few system calls.
+const readAheadSize = 64 << 10
+
+// readAhead is a connection read through a buffer.
+type readAhead struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *readAhead) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // classes is the hop's transport: a keep-alive connection when one is
 // free or may be opened, else a stream of the HTTP/2 connection.
