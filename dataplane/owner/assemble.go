@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/hop"
@@ -141,10 +142,50 @@ func (s *serving) serveSlicedOnce() error {
 	if r.Method == http.MethodHead {
 		return nil
 	}
-	if _, err := io.Copy(w, body.Section(0, total)); err != nil && !reply.IsWriteError(err) {
+	if _, err := copyAssembled(w, body.Section(0, total), xcache == httpcache.CacheHit); err != nil && !reply.IsWriteError(err) {
 		return reply.BreakOff(w)
 	}
 	return nil
+}
+
+// assembleChunk is what an assembled answer whose slices are all stored
+// reads before it writes.
+const assembleChunk = 256 << 10
+
+var assembleBuffers = sync.Pool{New: func() any { return new([assembleChunk]byte) }}
+
+// copyAssembled copies an assembled body to w. With every slice stored
+// (stored), it reads chunks of assembleChunk and writes each whole: a
+// relayed slice arrives a TLS record (16 KiB) a read, and written as it
+// came it cost the client's connection a system call each. Otherwise each
+// slice's bytes go out as its owner's fill streams them.
+func copyAssembled(w io.Writer, src io.Reader, stored bool) (int64, error) {
+	if !stored {
+		return io.Copy(w, src)
+	}
+	buf := assembleBuffers.Get().(*[assembleChunk]byte)
+	defer assembleBuffers.Put(buf)
+	var total int64
+	for {
+		n, err := 0, error(nil)
+		for n < len(buf) && err == nil {
+			var k int
+			k, err = src.Read(buf[n:])
+			n += k
+		}
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return total, werr
+			}
+			total += int64(n)
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
 }
 
 // slicedReason is why a slice's answer (h) is not a plain hit: its
