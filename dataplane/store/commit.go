@@ -17,8 +17,9 @@ func (s *Store) commit(w *Writer, e *Entry) (*Entry, error) {
 		body = []byte{}
 	}
 	// Probation only once the tier is full: until then storing costs no
-	// other object its place.
-	if s.probation && !s.disk.growing() && e.Size <= s.memMax && int64(len(body))+256 <= w.st.probation.max/8 && !w.st.has(w.h) &&
+	// other object its place. An object takes at most a quarter of its
+	// stripe's queue, so the queue holds a few.
+	if s.probation && !s.disk.growing() && e.Size <= s.memMax && int64(len(body))+256 <= w.st.probation.max/4 && !w.st.has(w.h) &&
 		s.freq.EstimateHash(freqKey(w.h)) <= 1 {
 		e.Body = body
 		s.toProbation(w.st, e)
@@ -203,21 +204,12 @@ func (st *stripe) victimFreqLocked(estimate func(uint64) uint32) uint32 {
 	if v.idx == oldest && v.seq == seq && time.Since(v.at) < time.Second {
 		return v.freq
 	}
-	var tags []uint32
-	lo, hi := d.start(oldest), d.start(oldest+max(1, d.segs[oldest].run))
-	st.imu.RLock()
-	st.tab.each(func(s *slot) bool {
-		if off := int64(s.off) * unit; off >= lo && off < hi && (loadFlags(s)&slotRead == 0 || !st.rescuable(s)) {
-			tags = append(tags, s.tag)
-		}
-		return true
-	})
-	st.imu.RUnlock()
+	_, evict := st.rescuePlan(d.start(oldest), d.start(oldest+max(1, d.segs[oldest].run)), true)
 	v.idx, v.seq, v.at, v.freq = oldest, seq, time.Now(), 0
-	for i := range min(len(tags), 8) {
-		t := tags[i]
-		if len(tags) > 8 {
-			t = tags[rand.IntN(len(tags))]
+	for i := range min(len(evict), 8) {
+		t := evict[i].tag
+		if len(evict) > 8 {
+			t = evict[rand.IntN(len(evict))].tag
 		}
 		v.freq = max(v.freq, estimate(mix(uint64(t))))
 	}

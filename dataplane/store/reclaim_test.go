@@ -100,3 +100,61 @@ func (d *disk) hasFree() bool {
 	}
 	return false
 }
+
+// The admission weighs a new object against what the next reclaim of its
+// stripe would evict. When every object of the oldest segment was read
+// since it was written, the reclaim still evicts those past its rewrite
+// budget (three quarters of a segment), the least asked for of them: a
+// new object asked for less often than they are is refused, one asked for
+// more often is stored. (The admission once looked only at the unread
+// objects, found none, and stored anything, for the reclaim to evict an
+// object asked for more often in its place.)
+func TestAdmissionWeighsTheReadObjectsAReclaimWouldEvict(t *testing.T) {
+	s := openStore(t, t.TempDir(), func(c *Config) { c.DiskBytes, c.ProbationBytes = 256<<10, -1 })
+	defer s.Close()
+	d := s.disk
+	var keys []string
+	for i := 0; d.growing(); i++ {
+		k := fmt.Sprintf("f%d", i)
+		put(t, s, meta(k), body(k, 0, 10<<10), false)
+		keys = append(keys, k)
+	}
+	st := d.stripeOf(keyHash("new"))
+	d.poolMu.Lock()
+	oldest := d.owned[st.id][0]
+	d.poolMu.Unlock()
+	var inOldest []string
+	for _, k := range keys {
+		if _, ok := s.Peek(k); ok && d.stripeOf(keyHash(k)) == st && recordSeg(t, s, k) == oldest {
+			inOldest = append(inOldest, k)
+		}
+	}
+	keep, evict := st.rescuePlan(d.start(oldest), d.start(oldest+1), true)
+	if len(inOldest) < 2 || len(keep)+len(evict) != len(inOldest) {
+		t.Fatalf("the oldest segment holds %d objects (plan: %d kept, %d evicted); want 2 or more", len(inOldest), len(keep), len(evict))
+	}
+	for _, k := range inOldest {
+		for range 5 {
+			s.Get(k)
+		}
+	}
+	if keep, evict = st.rescuePlan(d.start(oldest), d.start(oldest+1), true); len(evict) == 0 {
+		t.Fatalf("every object of the oldest segment read: the plan keeps %d and evicts none; want some past the budget evicted", len(keep))
+	}
+	for _, c := range []struct {
+		key  string
+		uses int
+		want bool
+	}{{"new", 2, false}, {"newer", 12, true}} {
+		st := d.stripeOf(keyHash(c.key))
+		st.mu.Lock()
+		st.victimCache = victimSet{}
+		st.mu.Unlock()
+		for range c.uses {
+			s.Get(c.key)
+		}
+		if got := offer(t, s, meta(c.key), body(c.key, 0, 10<<10), false); got != c.want {
+			t.Errorf("a new object asked for %d times, against read objects asked for 5 times each: stored %v, want %v", c.uses, got, c.want)
+		}
+	}
+}

@@ -28,8 +28,11 @@ type Config struct {
 	MemoryMaxObject int64
 	// ProbationBytes is the part of MemoryBytes that holds new objects
 	// until their second use: one asked for once never reaches the disk.
-	// 0 means MemoryBytes/10; negative, or no admission (it counts the
-	// uses): every object goes to disk at once.
+	// 0 means MemoryBytes/32: as few writes are saved as with a tenth (the
+	// admission turns most once-asked objects away anyway), and each object
+	// held there is one of the least asked for that the node holds, so a
+	// larger queue holds more of those. Negative, or no admission (it
+	// counts the uses): every object goes to disk at once.
 	ProbationBytes int64
 	// AdmissionPeriod is how often the disk tier's admission halves its
 	// request counts, so that they follow the recent rate. Default 1
@@ -85,7 +88,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	prob := cfg.ProbationBytes
 	if prob == 0 {
-		prob = cfg.MemoryBytes / 10
+		prob = cfg.MemoryBytes / 32
 	}
 	mem, err := NewMemory(cfg.MemoryBytes - max(prob, 0))
 	if err != nil {

@@ -297,42 +297,20 @@ type evicted struct {
 }
 
 // evictRange drops from the index the records at offsets lo..hi; with
-// rescue, it first reads back those read since they were written (up to
-// three quarters of a segment of them, the most asked for first, each no
-// larger than the write buffer).
+// rescue, it first reads back those its plan rewrites forward.
 func (st *stripe) evictRange(lo, hi int64, rescue bool) evicted {
 	var out evicted
-	var ids []ident
-	var keep []slot
-	st.imu.RLock()
-	st.tab.each(func(s *slot) bool {
-		if off := int64(s.off) * unit; off >= lo && off < hi {
-			ids = append(ids, s.ident())
-			if rescue && loadFlags(s)&slotRead != 0 {
-				keep = append(keep, loadSlot(s))
-			}
-		}
-		return true
-	})
-	st.imu.RUnlock()
-	// Up to three quarters of a segment, the most asked for first, so that
-	// a reclaim always frees some room.
-	budget := st.d.g.segSize * 3 / 4
-	if st.d.freqOf != nil {
-		slices.SortFunc(keep, func(a, b slot) int {
-			return cmp.Compare(st.d.freqOf(mix(uint64(b.tag))), st.d.freqOf(mix(uint64(a.tag))))
-		})
+	keep, evict := st.rescuePlan(lo, hi, rescue)
+	ids := make([]ident, 0, len(keep)+len(evict))
+	for _, s := range evict {
+		ids = append(ids, s.ident())
 	}
 	for _, s := range keep {
-		n := int64(s.n) * unit
-		if !st.rescuable(&s) || n > budget {
-			continue
-		}
-		rec := make([]byte, n)
+		ids = append(ids, s.ident())
+		rec := make([]byte, int64(s.n)*unit)
 		if _, err := st.d.f().ReadAt(rec, int64(s.off)*unit); err != nil {
 			continue
 		}
-		budget -= n
 		out.rescued = append(out.rescued, rescueOf(s, rec))
 	}
 	st.imu.Lock()
@@ -350,6 +328,45 @@ func (st *stripe) evictRange(lo, hi int64, rescue bool) evicted {
 		st.d.groups.evicted(st.id, ids)
 	}
 	return out
+}
+
+// rescuePlan splits the records at offsets lo..hi between those a reclaim
+// rewrites forward (keep) and those it evicts. It keeps those read since
+// they were written, the most asked for first, up to three quarters of a
+// segment of them, so that a reclaim always frees some room. The admission
+// weighs a new object against the evicted ones (victimFreqLocked): an
+// object read but over the three quarters is one of them. Without rescue,
+// all are evicted.
+func (st *stripe) rescuePlan(lo, hi int64, rescue bool) (keep, evict []slot) {
+	st.imu.RLock()
+	st.tab.each(func(s *slot) bool {
+		if off := int64(s.off) * unit; off >= lo && off < hi {
+			if v := loadSlot(s); rescue && loadFlags(s)&slotRead != 0 && st.rescuable(&v) {
+				keep = append(keep, v)
+			} else {
+				evict = append(evict, v)
+			}
+		}
+		return true
+	})
+	st.imu.RUnlock()
+	if st.d.freqOf != nil {
+		slices.SortFunc(keep, func(a, b slot) int {
+			return cmp.Compare(st.d.freqOf(mix(uint64(b.tag))), st.d.freqOf(mix(uint64(a.tag))))
+		})
+	}
+	budget := st.d.g.segSize * 3 / 4
+	n := 0
+	for _, s := range keep {
+		if size := int64(s.n) * unit; size <= budget {
+			budget -= size
+			keep[n] = s
+			n++
+		} else {
+			evict = append(evict, s)
+		}
+	}
+	return keep[:n], evict
 }
 
 // rescuable reports whether a reclaim may rewrite s's record forward: one
