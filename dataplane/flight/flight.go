@@ -107,6 +107,16 @@ func (g *Group[T]) Forget(key string, c *Call[T]) {
 	g.mu.Unlock()
 }
 
+// ForgetKey ends key's call in flight, if any, for new callers, as Forget
+// does for a call the caller holds: after an invalidation of the key, the
+// next caller leads a new call instead of following the old one. Those who
+// joined before it go on with the old call.
+func (g *Group[T]) ForgetKey(key string) {
+	g.mu.Lock()
+	delete(g.calls, key)
+	g.mu.Unlock()
+}
+
 // Wait blocks until the leader settles or ctx ends. ok is false when the
 // leader had nothing to share or ctx ended first: the caller fetches alone.
 func (c *Call[T]) Wait(ctx context.Context) (val T, ok bool) {

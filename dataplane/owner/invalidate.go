@@ -90,6 +90,9 @@ const invalidateWait = time.Second
 // drop removes what this node stores under key: the response or its
 // variants, and a hot copy.
 func (o *Owner) drop(key string) {
+	// A fill of the key still streaming is not joined after this (nor
+	// stored: the store's Delete drops it).
+	o.flights.ForgetKey(key)
 	for _, k := range o.cfg.Store.Members(key) { // its variants, if it varies
 		if o.cfg.Store.Delete(k) {
 			o.notes.Removed(k, httpcache.ReasonInvalidated)
@@ -127,6 +130,7 @@ type purgeIndex struct {
 var _ purge.Index = purgeIndex{}
 
 func (p purgeIndex) Delete(key string) bool {
+	p.o.flights.ForgetKey(key)
 	if !p.Store.Delete(key) {
 		return false
 	}

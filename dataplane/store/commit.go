@@ -22,18 +22,22 @@ func (s *Store) commit(w *Writer, e *Entry) (*Entry, error) {
 	if s.probation && !s.disk.growing() && e.Size <= s.memMax && int64(len(body))+256 <= w.st.probation.max/4 && !w.st.has(w.h) &&
 		s.freq.EstimateHash(freqKey(w.h)) <= 1 {
 		e.Body = body
-		s.toProbation(w.st, e)
+		if !s.toProbation(w.st, e, w) {
+			return nil, ErrNotStored
+		}
 		return e, nil
 	}
-	return s.commitSmall(w.st, w.h, e, objRec{meta: w.meta, body: body, length: e.Length, crc: w.crc}, false)
+	return s.commitSmall(w.st, w.h, e, objRec{meta: w.meta, body: body, length: e.Length, crc: w.crc}, w)
 }
 
-// commitSmall appends record rec of e to stripe st and indexes it;
-// promoting, it moves e from probation (if e is still there).
-func (s *Store) commitSmall(st *stripe, h uint64, e *Entry, rec objRec, promoting bool) (*Entry, error) {
+// commitSmall appends record rec of e, the object of fill w, to stripe st
+// and indexes it, unless a Delete dropped the fill. Without a fill it is
+// promoting: it moves e from probation (if e is still there).
+func (s *Store) commitSmall(st *stripe, h uint64, e *Entry, rec objRec, w *Writer) (*Entry, error) {
 	n := rec.size()
+	promoting := w == nil
 	st.mu.Lock()
-	if promoting && st.onProbation(e.Key) != e {
+	if promoting && st.onProbation(e.Key) != e || !promoting && w.dropped {
 		st.mu.Unlock()
 		return nil, ErrNotStored
 	}
@@ -71,8 +75,8 @@ func (s *Store) commitExtent(w *Writer, e *Entry) (*Entry, error) {
 	putPrefix(pb[:], p, w.meta)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if w.gen != s.disk.gen.Load() {
-		return nil, ErrNotStored // its data file was removed meanwhile
+	if w.gen != s.disk.gen.Load() || w.dropped {
+		return nil, ErrNotStored // its data file was removed meanwhile, or its key deleted
 	}
 	// A reclaim through a newer segment of the stripe takes an older one
 	// even while a fill writes in it (its pin keeps it from reuse, not

@@ -79,15 +79,21 @@ func (st *stripe) onProbation(key string) *Entry {
 	return st.probation.get(key)
 }
 
-// toProbation holds e in memory until its second use.
-func (s *Store) toProbation(st *stripe, e *Entry) {
+// toProbation holds e, the object of fill w, in memory until its second
+// use, unless a Delete dropped the fill.
+func (s *Store) toProbation(st *stripe, e *Entry, w *Writer) bool {
 	st.imu.Lock()
+	if w.dropped {
+		st.imu.Unlock()
+		return false
+	}
 	dropped := st.probation.add(e)
 	st.imu.Unlock()
 	s.disk.groups.join(e.Key, inProbation, st.id, 0)
 	for _, o := range dropped {
 		s.disk.groups.leave(o.Key, inProbation)
 	}
+	return true
 }
 
 // promoter writes to disk the objects on probation used a second time.
@@ -110,7 +116,7 @@ func (s *Store) promoteOne(e *Entry) {
 		return
 	}
 	rec := objRec{meta: encodeMeta(e), body: e.Body, length: e.Length, crc: crc32.Checksum(e.Body, crcTable)}
-	if _, err := s.commitSmall(st, h, e, rec, true); err != nil {
+	if _, err := s.commitSmall(st, h, e, rec, nil); err != nil {
 		return // it stays on probation until it falls out
 	}
 }

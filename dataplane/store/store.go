@@ -354,6 +354,9 @@ func (s *Store) Delete(key string) bool {
 	st.imu.Lock()
 	old := st.tab.remove(identOf(h))
 	prob := st.probation.remove(key)
+	for _, w := range st.fills[h] {
+		w.dropped = true // a fill of the version deleted is not stored after it
+	}
 	st.imu.Unlock()
 	if old.tag != 0 {
 		// The tombstone keeps the delete through a restart, written at once

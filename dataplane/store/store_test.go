@@ -593,3 +593,58 @@ func TestGroupsFollowTheIndex(t *testing.T) {
 	}
 	s.Close()
 }
+
+// A Delete of a key whose fill is still being written drops that fill:
+// it is not stored when it commits (a purge or an invalidation is not
+// undone by the old version's fill ending after it), while its readers
+// still get the body whole. So for a fill in memory, one in space reserved
+// on disk, and one that would go on probation.
+func TestADeleteDropsTheFillInProgress(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		size int
+		cfg  func(*Config)
+	}{
+		{"in memory", 10 << 10, func(*Config) {}},
+		{"reserved on disk", 3 << 20, func(*Config) {}},
+		{"on probation", 1000, func(c *Config) { c.DiskBytes = 256 << 10 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := openStore(t, t.TempDir(), c.cfg)
+			defer s.Close()
+			for i := 0; c.name == "on probation" && s.disk.growing(); i++ {
+				put(t, s, meta(fmt.Sprintf("fill-%d", i)), body("fill", i, 10<<10), false)
+			}
+			put(t, s, meta("k"), body("k", 1, c.size), false)
+			data := body("k", 2, c.size)
+			w, rd, err := s.CreateRead(meta("k"), int64(len(data)), false, 1<<40)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rd.Close()
+			if _, err := w.Write(data[:len(data)/2]); err != nil {
+				t.Fatal(err)
+			}
+			if !s.Delete("k") {
+				t.Fatal("the stored version was not deleted")
+			}
+			if _, err := w.Write(data[len(data)/2:]); err != nil {
+				t.Fatal(err)
+			}
+			if stored, err := w.Commit(); stored || err != nil {
+				t.Fatalf("the fill begun before the delete: stored %v (%v); want it dropped", stored, err)
+			}
+			if got, err := io.ReadAll(rd); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("its reader got %d bytes (%v); want the body whole", len(got), err)
+			}
+			if _, _, ok := read(t, s, "k"); ok {
+				t.Fatal("the key is stored after its delete")
+			}
+			// A fill begun after the delete is stored.
+			put(t, s, meta("k"), body("k", 3, c.size), false)
+			if b, _, ok := read(t, s, "k"); !ok || !bytes.Equal(b, body("k", 3, c.size)) {
+				t.Fatalf("a fill after the delete: stored %v", ok)
+			}
+		})
+	}
+}

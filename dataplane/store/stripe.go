@@ -42,6 +42,9 @@ type stripe struct {
 	tab table
 	// probation holds new objects in memory until their second use.
 	probation probation
+	// fills are the fills in progress, by key hash: a Delete of the key
+	// marks them dropped, so that none is stored after it.
+	fills map[uint64][]*Writer
 	// victimCache is for admission; st.mu guards it.
 	victimCache victimSet
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -85,8 +86,12 @@ type Writer struct {
 	// onFinish runs as the fill ends, before its readers see the end.
 	onFinish func()
 	tooLarge bool // not kept for its size (Kept)
-	refs     int  // the writer and its open readers
-	readers  map[*Reader]struct{}
+	// dropped: a Delete of the key came while the fill was written, so it
+	// is not stored (readers still get it whole). Set under st.mu and
+	// st.imu, read under either.
+	dropped bool
+	refs    int // the writer and its open readers
+	readers map[*Reader]struct{}
 }
 
 // extent is space reserved in the data file for one fill.
@@ -166,7 +171,25 @@ func (s *Store) create(e *Entry, sizeHint int64, coding string, encode bool, max
 		w.zw = encoders.Get().(*zstd.Encoder)
 		w.zw.Reset(sink{w})
 	}
+	w.st.imu.Lock()
+	if w.st.fills == nil {
+		w.st.fills = map[uint64][]*Writer{}
+	}
+	w.st.fills[w.h] = append(w.st.fills[w.h], w)
+	w.st.imu.Unlock()
 	return w, nil
+}
+
+// unlist takes the finished fill w off its stripe's fills.
+func (w *Writer) unlist() {
+	st := w.st
+	st.imu.Lock()
+	if l := slices.DeleteFunc(st.fills[w.h], func(o *Writer) bool { return o == w }); len(l) > 0 {
+		st.fills[w.h] = l
+	} else {
+		delete(st.fills, w.h)
+	}
+	st.imu.Unlock()
 }
 
 // Entry is the object's metadata, for answering readers' clients.
@@ -292,7 +315,7 @@ func (w *Writer) Commit() (stored bool, err error) {
 	}
 	final, err := w.s.commit(w, &e)
 	if err != nil {
-		if !errors.Is(err, ErrNotAdmitted) && !errors.Is(err, errNoSegment) && !errors.Is(err, errStripeStopped) {
+		if !errors.Is(err, ErrNotAdmitted) && !errors.Is(err, ErrNotStored) && !errors.Is(err, errNoSegment) && !errors.Is(err, errStripeStopped) {
 			w.s.disk.warn("write", err)
 		}
 		w.finish(nil)
@@ -343,6 +366,7 @@ func (w *Writer) finish(err error) {
 	}
 	w.done, w.err = true, err
 	w.mu.Unlock()
+	w.unlist()
 	w.cond.Broadcast()
 	w.release()
 }

@@ -1,0 +1,112 @@
+package owner
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardcache/shardcache/sdk/policy"
+)
+
+// streamedOrigin answers its first fetch with version 1, whose body comes
+// through a pipe the test writes, and every later one with version 2 from
+// next.
+type streamedOrigin struct {
+	next  *fakeOrigin
+	body  *io.PipeReader
+	asked chan struct{} // closed at the first fetch
+	n     int
+}
+
+func (o *streamedOrigin) Fetch(ctx context.Context, r *http.Request, p *policy.Policy, fill bool, extra http.Header) (*http.Response, error) {
+	if o.n++; o.n == 1 {
+		close(o.asked)
+		return &http.Response{StatusCode: 200, ContentLength: 10, Body: o.body,
+			Header: http.Header{"Cache-Control": {"max-age=60"}, "Etag": {`"1"`}, "Content-Length": {"10"}}}, nil
+	}
+	return o.next.Fetch(ctx, r, p, fill, extra)
+}
+
+// firstWrite is a response writer that tells when its body begins.
+type firstWrite struct {
+	*httptest.ResponseRecorder
+	began chan struct{}
+}
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	select {
+	case <-w.began:
+	default:
+		close(w.began)
+	}
+	return w.ResponseRecorder.Write(p)
+}
+
+// An invalidation while the key's fill still streams from the origin
+// ends that fill for what follows: a request after it fetches the new
+// version rather than following the old stream, and the old fill, ending
+// after the new one is stored, is not stored over it. (A sliced object's
+// head dropped by its assembler used to come back this way, and the
+// assembler answered 502: the object changed between slices.)
+func TestAnInvalidationEndsTheFillStillStreaming(t *testing.T) {
+	pr, pw := io.Pipe()
+	origin := &streamedOrigin{next: &fakeOrigin{handler: func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set("ETag", `"2"`)
+		w.Header().Set("Content-Length", "10")
+		io.WriteString(w, "version 2!")
+	}}, body: pr, asked: make(chan struct{})}
+	to := newTestOwner(t, nil, func(c *Config) { c.Origin = origin })
+	// A: the fill of version 1, its body half sent.
+	a := &firstWrite{httptest.NewRecorder(), make(chan struct{})}
+	aDone := make(chan struct{})
+	go func() {
+		defer close(aDone)
+		to.Serve(a, *request("/inv", nil))
+	}()
+	<-origin.asked
+	pw.Write([]byte("versi"))
+	<-a.began
+	// The node's assembler drops it (as a peer's invalidation).
+	inv := request("/inv", nil)
+	inv.Hop.From = "b"
+	to.Invalidate(*inv, nil)
+	// What comes after it leads a fill of its own.
+	key := request("/inv", nil).Key
+	if c, leader := to.flights.Join(key); leader {
+		to.flights.Settle(key, c, nil, false)
+	} else {
+		pw.Write([]byte("on 1!"))
+		pw.Close()
+		<-aDone
+		t.Fatal("a request after the invalidation would follow the fill it invalidated")
+	}
+	// B, after it: version 2 from the origin.
+	b := httptest.NewRecorder()
+	to.Serve(b, *request("/inv", nil))
+	if got := b.Body.String(); got != "version 2!" {
+		t.Fatalf("after the invalidation: %q, want version 2", got)
+	}
+	for { // B's fill stores version 2 in a goroutine of its own
+		if e, ok := to.store.Get(key); ok && e.Header.Get("Etag") == `"2"` {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// A's fill ends now, after version 2 was stored.
+	pw.Write([]byte("on 1!"))
+	pw.Close()
+	<-aDone
+	to.settled()
+	if got := a.Body.String(); got != "version 1!" {
+		t.Fatalf("the request before the invalidation: %q, want version 1 whole", got)
+	}
+	w, _ := to.serve(request("/inv", nil))
+	if got := w.Body.String(); got != "version 2!" || !strings.Contains(w.Header().Get("X-Cache"), "HIT") {
+		t.Fatalf("once both fills ended: %q (%s); want version 2 from the store", got, w.Header().Get("X-Cache"))
+	}
+}
