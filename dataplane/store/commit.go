@@ -22,7 +22,7 @@ func (s *Store) commit(w *Writer, e *Entry) (*Entry, error) {
 	if s.probation && !s.disk.growing() && e.Size <= s.memMax && int64(len(body))+256 <= w.st.probation.max/4 && !w.st.has(w.h) &&
 		s.freq.EstimateHash(freqKey(w.h)) <= 1 {
 		e.Body = body
-		if !s.toProbation(w.st, e, w) {
+		if !s.toProbation(e, w) {
 			return nil, ErrNotStored
 		}
 		return e, nil

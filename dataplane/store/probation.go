@@ -81,7 +81,8 @@ func (st *stripe) onProbation(key string) *Entry {
 
 // toProbation holds e, the object of fill w, in memory until its second
 // use, unless a Delete dropped the fill.
-func (s *Store) toProbation(st *stripe, e *Entry, w *Writer) bool {
+func (s *Store) toProbation(e *Entry, w *Writer) bool {
+	st := w.st
 	st.imu.Lock()
 	if w.dropped {
 		st.imu.Unlock()
