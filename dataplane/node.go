@@ -406,7 +406,7 @@ func (n *Node) background(gctx context.Context, g *errgroup.Group, st *store.Sto
 	g.Go(func() error {
 		tasks.Every(gctx, time.Second, func() {
 			n.metrics.Session.Set(metrics.BoolGauge(n.session.Connected()))
-			_, cut := n.session.CutOff(n.cfg.CutOffBound)
+			_, cut := n.session.CutOff(n.cfg.CutOffBound, time.Now())
 			n.metrics.CutOff.Set(metrics.BoolGauge(cut))
 		})
 		return nil
@@ -500,7 +500,7 @@ func (n *Node) build() {
 		MaxObjectBytes: c.MaxObjectBytes, DiskBytes: c.DiskBytes,
 		Store: n.store, Copies: n.hotCopies, CopyMaxObject: c.HotCopyMaxObject, Origin: n.origin, Upstream: n.upstream, Peers: n.peers,
 		Routes: &n.routes, Policies: &n.policies, Bans: n.bans, Inflight: &n.inflight, Metrics: n.metrics, Tasks: n.tasks, Tracer: n.tracer, Logger: n.log,
-		CutOff: func() (time.Time, bool) { return n.session.CutOff(c.CutOffBound) },
+		CutOff: func(now time.Time) (time.Time, bool) { return n.session.CutOff(c.CutOffBound, now) },
 	})
 	n.front = front.New(front.Config{
 		ID: c.ID, Via: routes.Via(c.ID, c.AdvertisePeerAddr), RelayTimeout: c.RelayTimeout, OriginTimeout: c.OriginTimeout,

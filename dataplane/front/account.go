@@ -39,7 +39,7 @@ func (f *Front) record(rec *reply.Recorder, req *owner.Request, route string, ou
 		f.countReason(out.Member.Detail)
 	}
 	elapsed := time.Since(req.Now)
-	f.cfg.Metrics.Requests.WithLabelValues(route, cache, methodLabel(r.Method), metrics.StatusClass(rec.Status)).Inc()
+	f.cfg.Metrics.CountRequest(route, cache, methodLabel(r.Method), metrics.StatusClass(rec.Status))
 	exemplar := ""
 	if f.cfg.Tracer != nil {
 		exemplar = traceID(r.Context())

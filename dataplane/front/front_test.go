@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -266,6 +267,36 @@ func TestAHotKeyTriesTheCopyThenRelays(t *testing.T) {
 	tf.owner.copies = true
 	if w := tf.get("GET", path); !strings.HasPrefix(w.Body.String(), "owner:") {
 		t.Fatalf("with a copy: %q", w.Body.String())
+	}
+}
+
+// A key is listed for pre-copy on the request that makes it hot, and
+// every request for it from then on is counted hot, though the list is
+// told of it only now and then.
+func TestAKeyIsListedHotWhenItBecomesHot(t *testing.T) {
+	tf := newTestFront(t, []*pb.CachePolicy{{Name: "hot", PathPrefix: "/hot/", ReplicationFactor: 1}})
+	path := keyOwnedBy(t, tf, "/hot/", "b")
+	listed := func() bool {
+		for _, k := range tf.cfg.HotKeys.Hottest(tf.cfg.Hot, 10) {
+			if strings.HasSuffix(k.Key, path) && k.URI == path {
+				return true
+			}
+		}
+		return false
+	}
+	tf.get("GET", path)
+	if listed() {
+		t.Fatal("listed hot after one request, under the threshold")
+	}
+	tf.get("GET", path) // the second crosses the threshold (1 a minute)
+	if !listed() {
+		t.Fatal("not listed on the request that made it hot")
+	}
+	for range 10 {
+		tf.get("GET", path)
+	}
+	if got := testutil.ToFloat64(tf.cfg.Metrics.Hot.WithLabelValues("hot_request")); got != 11 {
+		t.Fatalf("hot requests counted: %v, want 11", got)
 	}
 }
 

@@ -130,13 +130,27 @@ func (f *Front) isHot(req *owner.Request) bool {
 	if req.Policy.HotThreshold > 0 {
 		threshold = req.Policy.HotThreshold
 	}
-	if f.cfg.Hot.ObserveRate(req.Key) < float64(threshold) {
+	n := f.cfg.Hot.Observe(req.Key)
+	if f.cfg.Hot.Rate(n) < float64(threshold) {
 		return false
 	}
-	f.cfg.Metrics.Hot.WithLabelValues("hot_request").Inc()
-	f.cfg.HotKeys.Note(req.Key, req.HTTP)
+	if f.hotRequests != nil {
+		f.hotRequests.Inc()
+	}
+	// The list is told of a hot key once in noteEvery of its requests
+	// (each count is reached once while it climbs): enough to list it
+	// and keep it listed, without a lookup in the list per request.
+	if n%noteEvery == 0 || f.cfg.Hot.Rate(n-1) < float64(threshold) {
+		f.cfg.HotKeys.Note(req.Key, req.HTTP, req.Now)
+	}
 	return true
 }
+
+// noteEvery is how many of a hot key's requests go by between two notes
+// of it in the hot-key list. At the default threshold (60 a minute) a note
+// comes every 8 s or so, well within the minute after which a full list
+// lets a key go.
+const noteEvery = 8
 
 // redirect answers 307 with the owner's public URL, so the body crosses the
 // network once. The owner serves the redirected request as its own.

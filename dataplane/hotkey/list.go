@@ -36,9 +36,9 @@ type Key struct {
 	seen atomic.Int64
 }
 
-// Note records that key, asked for by r, is hot.
-func (h *List) Note(key string, r *http.Request) {
-	now := time.Now().UnixNano()
+// Note records that key, asked for by r at now, is hot.
+func (h *List) Note(key string, r *http.Request, at time.Time) {
+	now := at.UnixNano()
 	if v, ok := h.keys.Load(key); ok {
 		if k := v.(*Key); now-k.seen.Load() > int64(time.Second) {
 			k.seen.Store(now)

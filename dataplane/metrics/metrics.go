@@ -84,8 +84,9 @@ type Set struct {
 	RouteBytes map[string]*atomic.Uint64
 	// routes holds each known route's duration and size observers, looked
 	// up once rather than by label on every request.
-	routes map[string]routeObservers
-	Totals Totals
+	routes          map[string]routeObservers
+	requestCounters requestCounters
+	Totals          Totals
 }
 
 // Totals are the counts a node's load reports carry since it started.

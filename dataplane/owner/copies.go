@@ -41,7 +41,7 @@ func (s *serving) serveCopy() {
 		return
 	}
 	e, ok := s.cfg.Copies.Get(s.key)
-	if !ok || !s.usable(e) || s.unconfirmedEntry(e) {
+	if !ok || !s.usable(e) || s.unconfirmedEntry(e, s.req.Now) {
 		return
 	}
 	if httpcache.Decide(e.Age(s.req.Now), e.Lifetime, e.Header, s.dirs, 0, s.p.Targeted...) != httpcache.UseFresh {

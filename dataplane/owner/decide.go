@@ -1,6 +1,8 @@
 package owner
 
 import (
+	"time"
+
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/store"
 )
@@ -17,7 +19,7 @@ func (s *serving) decide(e *store.Entry) httpcache.Use {
 	if e == nil {
 		return httpcache.UseRevalidate // lookup said why
 	}
-	s.unconfirmed = s.unconfirmedEntry(e)
+	s.unconfirmed = s.unconfirmedEntry(e, s.req.Now)
 	switch {
 	case s.unconfirmed:
 		s.reason = httpcache.ReasonCutOff
@@ -48,10 +50,10 @@ func (s *serving) decide(e *store.Entry) httpcache.Use {
 // bound, and e stored (or confirmed by the origin) longer ago than that.
 // Such an entry is served only once the origin has confirmed it (a
 // conditional request), never stale.
-func (o *Owner) unconfirmedEntry(e *store.Entry) bool {
+func (o *Owner) unconfirmedEntry(e *store.Entry, now time.Time) bool {
 	if o.cfg.CutOff == nil {
 		return false
 	}
-	before, cut := o.cfg.CutOff()
+	before, cut := o.cfg.CutOff(now)
 	return cut && e.Received.Before(before)
 }

@@ -91,7 +91,7 @@ type Config struct {
 	// plane for longer than its bound, and before when what it stored must
 	// be confirmed by the origin: purges issued during the cut may not
 	// have reached it. Nil: never.
-	CutOff func() (before time.Time, cut bool)
+	CutOff func(now time.Time) (before time.Time, cut bool)
 	Tracer trace.Tracer // nil: no spans of the owner's own
 	Logger *slog.Logger
 }

@@ -127,7 +127,7 @@ func newTestOwner(t *testing.T, origin http.HandlerFunc, opts ...func(*Config)) 
 		MaxObjectBytes: 16 << 20, DiskBytes: 64 << 20, Store: st, Copies: copies, CopyMaxObject: 1 << 20,
 		Origin: to.origin, Peers: to.peers, Routes: &rts, Policies: &ps, Bans: to.bans, Inflight: &purge.Inflight{},
 		Metrics: metrics.New(), Tasks: to.tasks, Logger: slog.New(slog.DiscardHandler),
-		CutOff: func() (time.Time, bool) { return time.Now(), to.cut.Load() }}
+		CutOff: func(now time.Time) (time.Time, bool) { return now, to.cut.Load() }}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -78,7 +78,7 @@ func (s *serving) servePartial() bool {
 	r, p, req := s.r, s.p, s.dirs
 	field := r.Header.Get("Range") // rangeOfPart holds
 	part, sp, have := s.part(s.key)
-	if have && (httpcache.Decide(part.Age(s.req.Now), part.Lifetime, part.Header, req, 0, p.Targeted...) != httpcache.UseFresh || s.unconfirmedEntry(part)) {
+	if have && (httpcache.Decide(part.Age(s.req.Now), part.Lifetime, part.Header, req, 0, p.Targeted...) != httpcache.UseFresh || s.unconfirmedEntry(part, s.req.Now)) {
 		have = false // a stale part is replaced, never revalidated
 	}
 	if have && !httpcache.IfRangeHolds(r.Header, part.Header) {

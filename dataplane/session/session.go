@@ -217,11 +217,11 @@ func (c *Client) Connected() bool { return c.connected.Load() }
 // then reaches its clients within the bound, as the node's own objects
 // age past it: all stored before the cut at once, the rest as they do. A
 // negative bound: never cut off.
-func (c *Client) CutOff(bound time.Duration) (before time.Time, cut bool) {
+func (c *Client) CutOff(bound time.Duration, now time.Time) (before time.Time, cut bool) {
 	if bound < 0 || c.connected.Load() && !c.heartbeats.Load() {
 		return time.Time{}, false
 	}
-	if now := time.Now(); now.Sub(time.Unix(0, c.heard.Load())) > bound {
+	if now.Sub(time.Unix(0, c.heard.Load())) > bound {
 		return now.Add(-bound), true
 	}
 	return time.Time{}, false
