@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"strings"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/status"
 
+	"github.com/shardcache/shardcache/sdk/authlimit"
 	"github.com/shardcache/shardcache/sdk/buildinfo"
 )
 
@@ -93,11 +97,17 @@ func newMetrics(s *Server) *metrics {
 	return m
 }
 
-// serveOps serves /metrics and /healthz on addr until ctx ends.
+// serveOps serves /metrics and /healthz, open, and the runtime profiles
+// (/debug/pprof/), with the admin token, on addr until ctx ends.
 func (s *Server) serveOps(ctx context.Context, lis net.Listener) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/debug/pprof/", s.adminOnly(pprof.Index))
+	mux.HandleFunc("/debug/pprof/cmdline", s.adminOnly(pprof.Cmdline))
+	mux.HandleFunc("/debug/pprof/profile", s.adminOnly(pprof.Profile))
+	mux.HandleFunc("/debug/pprof/symbol", s.adminOnly(pprof.Symbol))
+	mux.HandleFunc("/debug/pprof/trace", s.adminOnly(pprof.Trace))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	stop := context.AfterFunc(ctx, func() { srv.Close() })
 	defer stop()
@@ -105,4 +115,29 @@ func (s *Server) serveOps(ctx context.Context, lis net.Listener) error {
 		return fmt.Errorf("serving metrics on %s: %w", lis.Addr(), err)
 	}
 	return nil
+}
+
+// adminOnly serves h to a caller with the admin token (Authorization:
+// Bearer), checked within the admin credential's limits as an admin call
+// is: the profiles show the process's memory, its goroutines and their
+// arguments. Without an admin token (admin calls by client certificate
+// only) nobody is served.
+func (s *Server) adminOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		err = s.checkCredential(r.Context(), credAdmin, authlimit.Key(host), func() bool { return secretEqual(token, s.cfg.AdminToken) })
+		switch {
+		case errors.Is(err, authlimit.ErrWrong):
+			w.Header().Set("WWW-Authenticate", `Bearer realm="shardcache control plane"`)
+			http.Error(w, "shardcache: the profiles need the admin token (Authorization: Bearer)", http.StatusUnauthorized)
+		case err != nil:
+			http.Error(w, "shardcache: "+status.Convert(err).Message(), http.StatusTooManyRequests)
+		default:
+			h(w, r)
+		}
+	}
 }

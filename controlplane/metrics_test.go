@@ -45,6 +45,43 @@ func TestMetricsCountRPCsEtcdRequestsAndSessions(t *testing.T) {
 	}
 }
 
+// The ops listener's profiles are the admin's: without the admin token,
+// or with a wrong one, they are refused (and the failure counted as an
+// admin call's); with it, served.
+func TestOpsProfilesNeedTheAdminToken(t *testing.T) {
+	s, _, _ := startServer(t, nil, func(c *Config) { c.OpsAddr = "127.0.0.1:0" })
+	get := func(token string) (int, string) {
+		req, _ := http.NewRequest("GET", "http://"+s.OpsAddr().String()+"/debug/pprof/goroutine?debug=1", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get(""); code != http.StatusUnauthorized || strings.Contains(body, "goroutine profile") {
+		t.Fatalf("without a token: %d %.80q", code, body)
+	}
+	if code, _ := get("guess"); code != http.StatusUnauthorized {
+		t.Fatalf("a wrong token: %d", code)
+	}
+	if code, body := get(testToken); code != http.StatusOK || !strings.Contains(body, "goroutine profile") {
+		t.Fatalf("the admin token: %d %.80q", code, body)
+	}
+	resp, err := http.Get("http://" + s.OpsAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if b, _ := io.ReadAll(resp.Body); !strings.Contains(string(b), `shardcache_control_auth_failures_total{credential="admin"} 2`) {
+		t.Fatalf("the refused profiles are not counted as failed admin authentications")
+	}
+}
+
 // A caller that keeps failing to authenticate is slowed after its burst:
 // its next attempt waits for the refill, and another meanwhile (or one
 // that cannot wait that long) is refused unread and counted. The right

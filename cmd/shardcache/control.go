@@ -56,7 +56,7 @@ SHARDCACHE_TOKEN and SHARDCACHE_JOIN_TOKEN.`,
 	f.StringVar(&o.cfg.CA.KeyFile, "ca-key", "", "key of --ca-cert")
 	f.StringVar(&o.cfg.CA.SealKeyFile, "ca-seal-key-file", "", "secret (32+ random bytes, mounted on every replica) that seals the CA key kept in etcd; needed by --ca without --ca-cert")
 	f.DurationVar(&o.cfg.CA.CertTTL, "peer-cert-ttl", 0, "lifetime of an issued peer certificate (default 1h)")
-	f.StringVar(&o.cfg.OpsAddr, "ops", "127.0.0.1:9190", "ops listen address: /metrics (Prometheus) and /healthz; empty: none")
+	f.StringVar(&o.cfg.OpsAddr, "ops", "127.0.0.1:9190", "ops listen address: /metrics (Prometheus) and /healthz, open; pprof with the admin token; empty: none")
 	f.Float64Var(&o.cfg.PurgeRate, "purge-rate", 0, "purges a second each caller (by address) may make past its burst (default 2000)")
 	f.IntVar(&o.cfg.PurgeBurst, "purge-burst", 0, "purges each caller may make at once (default 2000)")
 	f.DurationVar(&o.cfg.PurgeAckInterval, "purge-ack-interval", 0, "the batch of purge acknowledgements: the revisions this replica's nodes applied are written to etcd this long after the first change, or at once when every node has applied the newest purge (default 50ms)")
