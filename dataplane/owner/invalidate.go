@@ -93,13 +93,16 @@ func (o *Owner) drop(key string) {
 	// A fill of the key still streaming is not joined after this (nor
 	// stored: the store's Delete drops it).
 	o.flights.ForgetKey(key)
+	// The key first: that drops its variants' fills in progress, so a
+	// variant stored after this is none of theirs, and one stored
+	// before is among the members dropped next.
+	if o.cfg.Store.Delete(key) {
+		o.notes.Removed(key, httpcache.ReasonInvalidated)
+	}
 	for _, k := range o.cfg.Store.Members(key) { // its variants, if it varies
 		if o.cfg.Store.Delete(k) {
 			o.notes.Removed(k, httpcache.ReasonInvalidated)
 		}
-	}
-	if o.cfg.Store.Delete(key) {
-		o.notes.Removed(key, httpcache.ReasonInvalidated)
 	}
 	if o.cfg.Copies != nil {
 		o.cfg.Copies.Delete(key)

@@ -20,13 +20,17 @@ type streamedOrigin struct {
 	body  *io.PipeReader
 	asked chan struct{} // closed at the first fetch
 	n     int
+	vary  string // version 1's Vary, if any
 }
 
 func (o *streamedOrigin) Fetch(ctx context.Context, r *http.Request, p *policy.Policy, fill bool, extra http.Header) (*http.Response, error) {
 	if o.n++; o.n == 1 {
 		close(o.asked)
-		return &http.Response{StatusCode: 200, ContentLength: 10, Body: o.body,
-			Header: http.Header{"Cache-Control": {"max-age=60"}, "Etag": {`"1"`}, "Content-Length": {"10"}}}, nil
+		h := http.Header{"Cache-Control": {"max-age=60"}, "Etag": {`"1"`}, "Content-Length": {"10"}}
+		if o.vary != "" {
+			h.Set("Vary", o.vary)
+		}
+		return &http.Response{StatusCode: 200, ContentLength: 10, Body: o.body, Header: h}, nil
 	}
 	return o.next.Fetch(ctx, r, p, fill, extra)
 }
@@ -61,20 +65,9 @@ func TestAnInvalidationEndsTheFillStillStreaming(t *testing.T) {
 		io.WriteString(w, "version 2!")
 	}}, body: pr, asked: make(chan struct{})}
 	to := newTestOwner(t, nil, func(c *Config) { c.Origin = origin })
-	// A: the fill of version 1, its body half sent.
-	a := &firstWrite{httptest.NewRecorder(), make(chan struct{})}
-	aDone := make(chan struct{})
-	go func() {
-		defer close(aDone)
-		to.Serve(a, *request("/inv", nil))
-	}()
-	<-origin.asked
-	pw.Write([]byte("versi"))
-	<-a.began
-	// The node's assembler drops it (as a peer's invalidation).
-	inv := request("/inv", nil)
-	inv.Hop.From = "b"
-	to.Invalidate(*inv, nil)
+	// A: the fill of version 1, its body half sent; the node's assembler
+	// drops it (as a peer's invalidation).
+	a, aDone := invalidateHalfFilled(to, origin, pw, request("/inv", nil))
 	// What comes after it leads a fill of its own.
 	key := request("/inv", nil).Key
 	if c, leader := to.flights.Join(key); leader {
@@ -98,6 +91,37 @@ func TestAnInvalidationEndsTheFillStillStreaming(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	// A's fill ends now, after version 2 was stored.
+	finishHalfFilled(t, to, pw, a, aDone)
+	w, _ := to.serve(request("/inv", nil))
+	if got := w.Body.String(); got != "version 2!" || !strings.Contains(w.Header().Get("X-Cache"), "HIT") {
+		t.Fatalf("once both fills ended: %q (%s); want version 2 from the store", got, w.Header().Get("X-Cache"))
+	}
+}
+
+// invalidateHalfFilled serves req, whose fill is origin's first fetch,
+// until half its body is sent (through pw), then invalidates req's URL as
+// a peer would. It returns A's recorder and a channel closed when A's
+// answer ends.
+func invalidateHalfFilled(to *testOwner, origin *streamedOrigin, pw *io.PipeWriter, req *Request) (*firstWrite, chan struct{}) {
+	a := &firstWrite{httptest.NewRecorder(), make(chan struct{})}
+	aDone := make(chan struct{})
+	go func() {
+		defer close(aDone)
+		to.Serve(a, *req)
+	}()
+	<-origin.asked
+	pw.Write([]byte("versi"))
+	<-a.began
+	inv := request(req.HTTP.URL.Path, req.Policy)
+	inv.Hop.From = "b"
+	to.Invalidate(*inv, nil)
+	return a, aDone
+}
+
+// finishHalfFilled sends the rest of A's body and checks that A got
+// version 1 whole.
+func finishHalfFilled(t *testing.T, to *testOwner, pw *io.PipeWriter, a *firstWrite, aDone chan struct{}) {
+	t.Helper()
 	pw.Write([]byte("on 1!"))
 	pw.Close()
 	<-aDone
@@ -105,8 +129,31 @@ func TestAnInvalidationEndsTheFillStillStreaming(t *testing.T) {
 	if got := a.Body.String(); got != "version 1!" {
 		t.Fatalf("the request before the invalidation: %q, want version 1 whole", got)
 	}
-	w, _ := to.serve(request("/inv", nil))
-	if got := w.Body.String(); got != "version 2!" || !strings.Contains(w.Header().Get("X-Cache"), "HIT") {
-		t.Fatalf("once both fills ended: %q (%s); want version 2 from the store", got, w.Header().Get("X-Cache"))
+}
+
+// An invalidation of a URL while a variant of it is still being fetched
+// drops that fill too, though no variant of the URL was stored yet: the
+// variant fetched before the invalidation is not found once another
+// variant's fill has made the URL vary again.
+func TestAnInvalidationDropsTheVariantFillStillStreaming(t *testing.T) {
+	pr, pw := io.Pipe()
+	origin := &streamedOrigin{next: &fakeOrigin{handler: func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set("Vary", "X-V")
+		w.Header().Set("ETag", `"2"`)
+		io.WriteString(w, "version 2!")
+	}}, body: pr, asked: make(chan struct{}), vary: "X-V"}
+	to := newTestOwner(t, nil, func(c *Config) { c.Origin = origin })
+	// A: variant a's fill of version 1, its body half sent, then the URL
+	// invalidated.
+	a, aDone := invalidateHalfFilled(to, origin, pw, request("/var", nil, "X-V", "a"))
+	finishHalfFilled(t, to, pw, a, aDone)
+	// Variant b makes the URL vary again; then variant a is asked for.
+	if w, _ := to.serve(request("/var", nil, "X-V", "b")); w.Body.String() != "version 2!" {
+		t.Fatalf("variant b: %q", w.Body.String())
+	}
+	w, _ := to.serve(request("/var", nil, "X-V", "a"))
+	if got := w.Body.String(); got != "version 2!" {
+		t.Fatalf("variant a after the invalidation: %q (%s); want version 2 from the origin", got, w.Header().Get("X-Cache"))
 	}
 }

@@ -1,6 +1,9 @@
 package store
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // A group is a set of keys the store keeps together with its index, exact
 // through replacement, deletion, eviction and restart: the owner groups a
@@ -20,6 +23,9 @@ type groups struct {
 	fn    func(key string) (string, bool)
 	held  map[string]map[string]uint8 // group → key → where held
 	byTag []map[ident]string          // per stripe: slot ident → grouped key on disk
+	// fills are the fills in progress of grouped keys, by group: a delete
+	// of the group's key drops them, as one of their own key does.
+	fills map[string][]*Writer
 }
 
 func (g *groups) init(fn func(string) (string, bool), stripes int) {
@@ -96,6 +102,40 @@ func (g *groups) evicted(st int, ids []ident) {
 			g.leaveLocked(k, onDisk)
 		}
 	}
+}
+
+// listFill notes w, a fill of a grouped key, in progress; it returns the
+// group ("" for a key of none).
+func (g *groups) listFill(w *Writer) string {
+	grp, ok := g.groupOf(w.e.Key)
+	if !ok {
+		return ""
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.fills == nil {
+		g.fills = map[string][]*Writer{}
+	}
+	g.fills[grp] = append(g.fills[grp], w)
+	return grp
+}
+
+// unlistFill notes w's fill in group grp ended.
+func (g *groups) unlistFill(w *Writer, grp string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if l := slices.DeleteFunc(g.fills[grp], func(o *Writer) bool { return o == w }); len(l) > 0 {
+		g.fills[grp] = l
+	} else {
+		delete(g.fills, grp)
+	}
+}
+
+// fillsOf returns the fills in progress of group grp's keys.
+func (g *groups) fillsOf(grp string) []*Writer {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.fills[grp])
 }
 
 // members returns the keys held in group grp.

@@ -346,8 +346,19 @@ func (s *Store) Open(e *Entry) (*Body, error) {
 	return &Body{f: f, gen: fgen, seg: seg, pool: &s.disk.fds, start: r.body, end: r.body + e.Size, pos: r.body}, nil
 }
 
-// Delete removes key from both tiers.
+// Delete removes key from both tiers; fills of key in progress, and of
+// the keys grouped under it, are not stored after it.
 func (s *Store) Delete(key string) bool {
+	// The fills in progress of the keys grouped under key (its variants)
+	// are dropped first, though none of theirs is stored yet: a variant
+	// stored before this is a member by the time Delete returns.
+	for _, w := range s.disk.groups.fillsOf(key) {
+		w.st.mu.Lock()
+		w.st.imu.Lock()
+		w.dropped = true
+		w.st.imu.Unlock()
+		w.st.mu.Unlock()
+	}
 	h := keyHash(key)
 	st := s.disk.stripeOf(h)
 	st.mu.Lock()
@@ -358,6 +369,7 @@ func (s *Store) Delete(key string) bool {
 		w.dropped = true // a fill of the version deleted is not stored after it
 	}
 	st.imu.Unlock()
+
 	if old.tag != 0 {
 		// The tombstone keeps the delete through a restart, written at once
 		// (and synced with Sync): a purge is not undone by a crash. If the

@@ -648,3 +648,55 @@ func TestADeleteDropsTheFillInProgress(t *testing.T) {
 		})
 	}
 }
+
+// A delete of a group's key (a URL, whose Vary variants the owner groups
+// under it) drops the fills of its variants in progress, though no
+// variant of theirs is stored yet: an invalidation of the URL is not
+// undone by a variant fetched before it.
+func TestADeleteOfAGroupDropsItsVariantFillsInProgress(t *testing.T) {
+	s := openStore(t, t.TempDir(), func(c *Config) {
+		c.Group = func(key string) (string, bool) {
+			url, _, ok := strings.Cut(key, "#")
+			return url, ok
+		}
+	})
+	defer s.Close()
+	data := body("k", 1, 10<<10)
+	w, rd, err := s.CreateRead(meta("k#gzip"), int64(len(data)), false, 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	other, _, err := s.CreateRead(meta("l#gzip"), int64(len(data)), false, 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(data[:len(data)/2]); err != nil {
+		t.Fatal(err)
+	}
+	s.Delete("k")
+	if _, err := w.Write(data[len(data)/2:]); err != nil {
+		t.Fatal(err)
+	}
+	if stored, err := w.Commit(); stored || err != nil {
+		t.Fatalf("the variant's fill begun before its URL's delete: stored %v (%v); want it dropped", stored, err)
+	}
+	if got, err := io.ReadAll(rd); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("its reader got %d bytes (%v); want the body whole", len(got), err)
+	}
+	if _, _, ok := read(t, s, "k#gzip"); ok || len(s.Members("k")) != 0 {
+		t.Fatalf("the variant is stored after its URL's delete (members %v)", s.Members("k"))
+	}
+	// Another URL's variant is not dropped.
+	if _, err := other.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if stored, err := other.Commit(); !stored || err != nil {
+		t.Fatalf("another URL's variant: stored %v (%v)", stored, err)
+	}
+	// A variant fill begun after the delete is stored.
+	put(t, s, meta("k#gzip"), body("k", 2, 10<<10), false)
+	if b, _, ok := read(t, s, "k#gzip"); !ok || !bytes.Equal(b, body("k", 2, 10<<10)) {
+		t.Fatalf("a variant fill after the delete: stored %v", ok)
+	}
+}
