@@ -135,8 +135,6 @@ type Front struct {
 	// plain hits by reason, each reason's counter looked up once.
 	ids     *requestIDs
 	reasons map[string]prometheus.Counter
-	// hotRequests counts the requests for hot keys (nil without metrics).
-	hotRequests prometheus.Counter
 	// pullTokens are the mirror policies' pull tokens, as last read.
 	pullTokens pullTokens
 }
@@ -161,7 +159,6 @@ func New(cfg Config) *Front {
 		for _, r := range append(httpcache.Reasons, reasonOther) {
 			f.reasons[r] = cfg.Metrics.Reasons.WithLabelValues(r)
 		}
-		f.hotRequests = cfg.Metrics.Hot.WithLabelValues("hot_request")
 	}
 	return f
 }

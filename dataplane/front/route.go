@@ -134,9 +134,7 @@ func (f *Front) isHot(req *owner.Request) bool {
 	if f.cfg.Hot.Rate(n) < float64(threshold) {
 		return false
 	}
-	if f.hotRequests != nil {
-		f.hotRequests.Inc()
-	}
+	f.cfg.Metrics.HotRequests.Inc()
 	// The list is told of a hot key once in noteEvery of its requests
 	// (each count is reached once while it climbs): enough to list it
 	// and keep it listed, without a lookup in the list per request.

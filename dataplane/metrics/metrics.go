@@ -70,16 +70,19 @@ type Set struct {
 	DigestMismatches prometheus.Counter
 	PolicyRevision   prometheus.Gauge
 	Hot              *prometheus.CounterVec
-	Handoffs         *prometheus.CounterVec
-	storeStats       storeCollector
-	PeerCerts        *prometheus.CounterVec
-	PeerCertExpiry   prometheus.Gauge
-	OriginDuration   prometheus.Histogram
-	PeerDuration     prometheus.Histogram
-	Purges           *prometheus.CounterVec
-	PurgeApply       prometheus.Histogram
-	PurgeRevision    prometheus.Gauge
-	Bans             prometheus.Gauge
+	// HotRequests and CopyHits are Hot's two events counted per request,
+	// looked up once.
+	HotRequests, CopyHits prometheus.Counter
+	Handoffs              *prometheus.CounterVec
+	storeStats            storeCollector
+	PeerCerts             *prometheus.CounterVec
+	PeerCertExpiry        prometheus.Gauge
+	OriginDuration        prometheus.Histogram
+	PeerDuration          prometheus.Histogram
+	Purges                *prometheus.CounterVec
+	PurgeApply            prometheus.Histogram
+	PurgeRevision         prometheus.Gauge
+	Bans                  prometheus.Gauge
 	// RouteBytes counts response body bytes by route, for load reports.
 	RouteBytes map[string]*atomic.Uint64
 	// routes holds each known route's duration and size observers, looked
@@ -265,6 +268,7 @@ func (m *Set) control() {
 		Name: "shardcache_hot_key_events_total",
 		Help: "Hot-key handling: requests for hot keys, copies admitted and served by non-owners, replica fills from the first owner, peers' hot-key lists asked for after a ring change (answered).",
 	}, []string{"event"})
+	m.HotRequests, m.CopyHits = m.Hot.WithLabelValues("hot_request"), m.Hot.WithLabelValues("copy_hit")
 }
 
 // buildInfo is shardcache_build_info: 1, labelled with the build, so that

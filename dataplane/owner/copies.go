@@ -47,7 +47,7 @@ func (s *serving) serveCopy() {
 	if httpcache.Decide(e.Age(s.req.Now), e.Lifetime, e.Header, s.dirs, 0, s.p.Targeted...) != httpcache.UseFresh {
 		return
 	}
-	s.cfg.Metrics.Hot.WithLabelValues("copy_hit").Inc()
+	s.cfg.Metrics.CopyHits.Inc()
 	s.out.Served = true
 	s.Answer(e, nil, httpcache.CacheHit)
 }
