@@ -321,30 +321,20 @@ func (s *serving) answerWhole(e *store.Entry, status string) bool {
 	buf := heads.Get().(*[]byte)
 	defer heads.Put(buf)
 	b := (*buf)[:0]
-	var prior []string
-	for k, vs := range e.Header {
-		switch k {
-		case "Content-Length", "Age", "X-Cache", "X-Cache-Node":
-			continue
-		case "Cache-Status":
-			prior = vs
-			continue
-		case "Accept-Ranges":
-			if ranges {
-				continue
-			}
-		case "X-Request-Id":
-			if ownID {
-				continue // the request's own, not the one stored
-			}
-		}
-		if len(set) > 0 {
+	sh := e.Head(func(h http.Header) any { return newStoredHead(h, ranges) }).(*storedHead)
+	if len(set) > 0 {
+		for _, k := range sh.names {
 			delete(set, k)
 		}
-		for _, v := range vs {
-			b = appendLine(b, k, v)
+	}
+	b = append(b, sh.fields...)
+	if !ownID && len(sh.ids) > 0 { // else the request's own, not the one stored
+		delete(set, "X-Request-Id")
+		for _, v := range sh.ids {
+			b = appendLine(b, "X-Request-Id", v)
 		}
 	}
+	prior := sh.prior
 	if ranges {
 		b = appendLine(b, "Accept-Ranges", "bytes")
 	}
@@ -369,6 +359,43 @@ func (s *serving) answerWhole(e *store.Entry, status string) bool {
 	}
 	s.out.Member, s.out.Node = m, s.cfg.ID
 	return true
+}
+
+// storedHead is a stored header as whole answers repeat it, serialised once
+// per entry held in memory (store.Entry.Head): the fields written as
+// stored, the stored Cache-Status members the answer's own follows, and the
+// stored X-Request-Id, written only when the request has no id of its own.
+// Content-Length, Age, X-Cache and X-Cache-Node are the answer's own, and
+// so is Accept-Ranges for a 200.
+type storedHead struct {
+	fields     []byte   // "Name: value\r\n" lines
+	names      []string // the fields' names, which replace the front's of the same name
+	prior, ids []string
+}
+
+func newStoredHead(h http.Header, ranges bool) *storedHead {
+	sh := &storedHead{}
+	for k, vs := range h {
+		switch k {
+		case "Content-Length", "Age", "X-Cache", "X-Cache-Node":
+			continue
+		case "Cache-Status":
+			sh.prior = vs
+			continue
+		case "Accept-Ranges":
+			if ranges {
+				continue
+			}
+		case "X-Request-Id":
+			sh.ids = vs
+			continue
+		}
+		sh.names = append(sh.names, k)
+		for _, v := range vs {
+			sh.fields = appendLine(sh.fields, k, v)
+		}
+	}
+	return sh
 }
 
 // appendLine appends the field line "name: value" and its CRLF.

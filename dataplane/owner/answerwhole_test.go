@@ -99,4 +99,19 @@ func TestAHitWrittenWholeCarriesTheRequestsID(t *testing.T) {
 	if got := general.Header().Values("X-Request-Id"); len(got) != 1 || got[0] != "req-1" {
 		t.Fatalf("the general path's X-Request-Id %q, want req-1", got)
 	}
+	// The stored fields are serialised once for the entry; each answer
+	// still takes its own request's id, and one without an id of its
+	// own (a writer that sets none) the stored one.
+	w = &answerCapture{ResponseRecorder: httptest.NewRecorder()}
+	rec = reply.NewRecorder(w)
+	rec.ID = []string{"req-3"}
+	to.Serve(rec, *request("/id", nil))
+	if !w.answered || bytes.Contains(w.head, []byte("the origin's")) || bytes.Count(w.head, []byte("X-Request-Id: req-3\r\n")) != 1 {
+		t.Fatalf("the next answer whole %v: head %q; want X-Request-Id req-3 only", w.answered, w.head)
+	}
+	w = &answerCapture{ResponseRecorder: httptest.NewRecorder()}
+	to.Serve(reply.NewRecorder(w), *request("/id", nil))
+	if !w.answered || bytes.Count(w.head, []byte("X-Request-Id: the origin's\r\n")) != 1 {
+		t.Fatalf("an answer whole without an id of its own %v: head %q; want the stored X-Request-Id", w.answered, w.head)
+	}
 }

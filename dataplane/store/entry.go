@@ -14,7 +14,9 @@ package store
 
 import (
 	"net/http"
+	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Entry is one stored response. An Entry is immutable once stored: readers
@@ -52,6 +54,34 @@ type Entry struct {
 	ref *recRef // the entry's record on disk, nil if none
 	// verified is set when the body's checksum was checked as it was read.
 	verified bool
+	// head is what Head built from Header (a *headCache, read and
+	// written atomically: readers share the entry).
+	head unsafe.Pointer
+}
+
+// headCache is a product of Header, with the map it was made from: a copy
+// of the entry with another header does not take it.
+type headCache struct {
+	hdr unsafe.Pointer
+	v   any
+}
+
+// Head returns what build makes of e's Header, made once for an entry held
+// in memory and shared by the answers from it (the owner serialises the
+// stored fields that every answer repeats). An entry read from disk for
+// one answer is not worth keeping it for: build runs each time. One
+// caller's build only: the product is cached whatever the function.
+func (e *Entry) Head(build func(http.Header) any) any {
+	if e.Body == nil {
+		return build(e.Header)
+	}
+	hdr := *(*unsafe.Pointer)(unsafe.Pointer(&e.Header))
+	if c := (*headCache)(atomic.LoadPointer(&e.head)); c != nil && c.hdr == hdr {
+		return c.v
+	}
+	v := build(e.Header)
+	atomic.StorePointer(&e.head, unsafe.Pointer(&headCache{hdr: hdr, v: v}))
+	return v
 }
 
 // Age is the entry's current age (RFC 9111 4.2.3).

@@ -109,3 +109,31 @@ func TestMemoryCountsStayExact(t *testing.T) {
 		t.Errorf("%d evictions counted with the tier never full", evicted)
 	}
 }
+
+// An entry held in memory makes its header's product once, shared by
+// every answer; a copy of it with another header makes its own; an entry
+// read from disk (no body held) makes it each time.
+func TestEntryHeadIsMadeOncePerHeader(t *testing.T) {
+	builds := 0
+	build := func(h http.Header) any { builds++; return h.Get("Etag") }
+	e := &Entry{Key: "k", Header: http.Header{"Etag": {`"1"`}}, Body: []byte("b")}
+	for range 3 {
+		if v := e.Head(build); v != `"1"` {
+			t.Fatalf("head %v", v)
+		}
+	}
+	if builds != 1 {
+		t.Fatalf("made %d times for one entry in memory, want once", builds)
+	}
+	c := *e
+	c.Header = http.Header{"Etag": {`"2"`}}
+	if v := c.Head(build); v != `"2"` || builds != 2 {
+		t.Fatalf("a copy with another header: head %v after %d makes", v, builds)
+	}
+	d := &Entry{Key: "k", Header: e.Header, Size: 10}
+	d.Head(build)
+	d.Head(build)
+	if builds != 4 {
+		t.Fatalf("an entry read from disk: %d makes, want one per call", builds)
+	}
+}
