@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardcache/shardcache/sdk/authlimit"
 	"github.com/shardcache/shardcache/sdk/buildinfo"
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // rpcBuckets reach a minute: admin calls that wait for acknowledgements
@@ -104,7 +105,7 @@ func (s *Server) serveOps(ctx context.Context, lis net.Listener) error {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/debug/pprof/", s.adminOnly(pprof.Index))
-	mux.HandleFunc("/debug/pprof/cmdline", s.adminOnly(pprof.Cmdline))
+	mux.HandleFunc("/debug/pprof/cmdline", s.adminOnly(redact.Cmdline))
 	mux.HandleFunc("/debug/pprof/profile", s.adminOnly(pprof.Profile))
 	mux.HandleFunc("/debug/pprof/symbol", s.adminOnly(pprof.Symbol))
 	mux.HandleFunc("/debug/pprof/trace", s.adminOnly(pprof.Trace))

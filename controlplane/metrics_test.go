@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +74,22 @@ func TestOpsProfilesNeedTheAdminToken(t *testing.T) {
 	if code, body := get(testToken); code != http.StatusOK || !strings.Contains(body, "goroutine profile") {
 		t.Fatalf("the admin token: %d %.80q", code, body)
 	}
-	resp, err := http.Get("http://" + s.OpsAddr().String() + "/metrics")
+	// The command line shows no secret given as a flag.
+	saved := os.Args
+	os.Args = append(slices.Clone(saved), "--join-token", "a-join-secret")
+	defer func() { os.Args = saved }()
+	req, _ := http.NewRequest("GET", "http://"+s.OpsAddr().String()+"/debug/pprof/cmdline", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || strings.Contains(string(b), "a-join-secret") || !strings.Contains(string(b), "--join-token\x00REDACTED") {
+		t.Fatalf("the command line: %d %q", resp.StatusCode, b)
+	}
+	resp, err = http.Get("http://" + s.OpsAddr().String() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,6 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/tracing"
 	"github.com/shardcache/shardcache/dataplane/logstream"
 	"github.com/shardcache/shardcache/dataplane/metrics"
-	"github.com/shardcache/shardcache/dataplane/ops"
 	"github.com/shardcache/shardcache/dataplane/origin"
 	"github.com/shardcache/shardcache/dataplane/owner"
 	"github.com/shardcache/shardcache/dataplane/purge"
@@ -42,6 +41,7 @@ import (
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/buildinfo"
 	"github.com/shardcache/shardcache/sdk/policy"
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // shutdownGrace is how long in-flight requests may take to finish when the
@@ -375,7 +375,7 @@ func (n *Node) Run(ctx context.Context) error {
 	})
 	close(n.ready)
 	n.log.Info("node serving", "client", listeners[0].Addr().String(), "peer", listeners[1].Addr().String(),
-		"ops", listeners[2].Addr().String(), "control_plane", n.cfg.ControlPlane, "origin", ops.RedactURL(n.cfg.Origin))
+		"ops", listeners[2].Addr().String(), "control_plane", n.cfg.ControlPlane, "origin", redact.URL(n.cfg.Origin))
 	err = g.Wait()
 	// Clients are gone; end the fills still running (nothing partial is
 	// stored) before the store closes.

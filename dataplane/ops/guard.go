@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"strings"
 	"time"
 
@@ -95,54 +94,4 @@ func (l *listener) guardWarm(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
-}
-
-// redactArgs is the command line with the value of every flag that names
-// a secret (a token, password or secret) replaced; file paths are kept.
-func redactArgs(args []string) []string {
-	out := make([]string, len(args))
-	secret := func(flag string) bool {
-		flag = strings.ToLower(strings.TrimLeft(flag, "-"))
-		if strings.HasSuffix(flag, "-file") {
-			return false // a path, not the secret
-		}
-		for _, w := range []string{"token", "password", "secret"} {
-			if strings.Contains(flag, w) {
-				return true
-			}
-		}
-		return false
-	}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		out[i] = RedactURL(a)
-		if !strings.HasPrefix(a, "-") {
-			continue
-		}
-		if name, v, ok := strings.Cut(a, "="); ok {
-			out[i] = name + "=" + RedactURL(v)
-			if secret(name) {
-				out[i] = name + "=REDACTED"
-			}
-			continue
-		}
-		if secret(a) && i+1 < len(args) {
-			i++
-			out[i] = "REDACTED"
-		}
-	}
-	return out
-}
-
-// RedactURL is s with the password of a URL in it replaced ("xxxxx"), for
-// logs and the command line; anything else as it is.
-func RedactURL(s string) string {
-	if !strings.Contains(s, "@") || !strings.Contains(s, "://") {
-		return s
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return s
-	}
-	return u.Redacted()
 }

@@ -10,8 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
-	"os"
-	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -25,6 +23,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // Config is what the ops listener serves and checks.
@@ -91,10 +90,7 @@ func Handler(cfg Config) http.Handler {
 	mux.HandleFunc("GET /members", l.guard(readOnly, l.serveMembers))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(l.cfg.Metrics.Registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("/debug/pprof/", l.guard(adminOnly, pprof.Index))
-	mux.HandleFunc("/debug/pprof/cmdline", l.guard(adminOnly, func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprint(w, strings.Join(redactArgs(os.Args), "\x00"))
-	}))
+	mux.HandleFunc("/debug/pprof/cmdline", l.guard(adminOnly, redact.Cmdline))
 	mux.HandleFunc("/debug/pprof/profile", l.guard(adminOnly, pprof.Profile))
 	mux.HandleFunc("/debug/pprof/symbol", l.guard(adminOnly, pprof.Symbol))
 	mux.HandleFunc("/debug/pprof/trace", l.guard(adminOnly, pprof.Trace))
