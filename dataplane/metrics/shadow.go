@@ -61,6 +61,12 @@ func (s *Shadow) tracks(h uint64) bool { return s.shift == 0 || h>>(64-s.shift) 
 // local-only cache would have served it without the origin if it held the
 // key still fresh; it then keeps what a real store would.
 func (s *Shadow) Observe(key string, size int64, ttl time.Duration, storable bool) {
+	s.ObserveAt(key, size, ttl, storable, s.now())
+}
+
+// ObserveAt is Observe of a request at now: the request's own clock, not
+// read again.
+func (s *Shadow) ObserveAt(key string, size int64, ttl time.Duration, storable bool, now time.Time) {
 	h := keyHash(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -70,7 +76,6 @@ func (s *Shadow) Observe(key string, size int64, ttl time.Duration, storable boo
 	}
 	weight := float64(uint64(1) << s.shift)
 	s.sampled += weight
-	now := s.now()
 	el, ok := s.entries[h]
 	switch {
 	case ok && now.Before(el.Value.(*shadowEntry).expires):

@@ -70,3 +70,21 @@ func TestShadowHonoursFreshnessStorabilityAndSize(t *testing.T) {
 		t.Fatalf("hits %v after a refill, want 2", hits)
 	}
 }
+
+// ObserveAt judges freshness at the request's own time, not the shadow's
+// clock: a request that arrived within the lifetime is a hit, one after it
+// a miss, whatever the clock says when it is counted.
+func TestShadowObserveAtTakesTheRequestsTime(t *testing.T) {
+	s := NewShadow(100, 100)
+	s.now = func() time.Time { return time.Unix(5000, 0) } // never the request's time
+	t0 := time.Unix(1000, 0)
+	s.ObserveAt("k", 40, time.Minute, true, t0)
+	s.ObserveAt("k", 40, time.Minute, true, t0.Add(30*time.Second))
+	if _, hits := s.Totals(); hits != 1 {
+		t.Fatalf("hits %v; want 1 (the second request within the lifetime)", hits)
+	}
+	s.ObserveAt("k", 40, time.Minute, true, t0.Add(2*time.Minute))
+	if req, hits := s.Totals(); req != 3 || hits != 1 {
+		t.Fatalf("requests %v, hits %v; want 3 and 1 (the third after the lifetime)", req, hits)
+	}
+}
