@@ -49,7 +49,7 @@ func (f *Front) record(rec *reply.Recorder, req *owner.Request, route string, ou
 		c.Add(uint64(rec.Bytes))
 	}
 	if req.Key != "" && cache != httpcache.CacheBypass && cache != "" {
-		f.cfg.Shadow.ObserveAt(req.Key, representationSize(r, rec), out.Member.TTL, out.Kept(), req.Now)
+		f.cfg.Shadow.Observe(req.Key, representationSize(r, rec), out.Member.TTL, out.Kept(), req.Now)
 	}
 	// One record for the access log and the log streams, built only when
 	// one of them takes it.

@@ -33,7 +33,6 @@ type Shadow struct {
 	// inverse of the share tracked when it came, so that the time before
 	// the share was lowered does not weigh more than after.
 	sampled, hits float64
-	now           func() time.Time
 }
 
 type shadowEntry struct {
@@ -48,7 +47,7 @@ const MaxTracked = 100_000
 // NewShadow estimates for a cache of capacity bytes, tracking at most max
 // keys.
 func NewShadow(capacity int64, max int) *Shadow {
-	return &Shadow{capacity: capacity, max: max, lru: list.New(), entries: map[uint64]*list.Element{}, now: time.Now}
+	return &Shadow{capacity: capacity, max: max, lru: list.New(), entries: map[uint64]*list.Element{}}
 }
 
 // tracks reports whether h is in the tracked share: its top shift bits
@@ -59,14 +58,9 @@ func (s *Shadow) tracks(h uint64) bool { return s.shift == 0 || h>>(64-s.shift) 
 // response the store may keep (storable) of size bytes (-1 when the answer
 // did not say: a 304, or a HEAD without Content-Length), fresh for ttl. A
 // local-only cache would have served it without the origin if it held the
-// key still fresh; it then keeps what a real store would.
-func (s *Shadow) Observe(key string, size int64, ttl time.Duration, storable bool) {
-	s.ObserveAt(key, size, ttl, storable, s.now())
-}
-
-// ObserveAt is Observe of a request at now: the request's own clock, not
-// read again.
-func (s *Shadow) ObserveAt(key string, size int64, ttl time.Duration, storable bool, now time.Time) {
+// key still fresh; it then keeps what a real store would. now is the
+// request's time (its arrival): the clock is not read again.
+func (s *Shadow) Observe(key string, size int64, ttl time.Duration, storable bool, now time.Time) {
 	h := keyHash(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()

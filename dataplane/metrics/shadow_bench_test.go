@@ -13,9 +13,9 @@ func BenchmarkShadowObserve(b *testing.B) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("httpwww.example.com/obj/%d", i)
 	}
-	i := 0
+	i, now := 0, time.Now()
 	for b.Loop() {
-		s.Observe(keys[i&(len(keys)-1)], 4096, time.Hour, true)
+		s.Observe(keys[i&(len(keys)-1)], 4096, time.Hour, true, now)
 		i++
 	}
 }

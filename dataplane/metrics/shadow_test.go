@@ -10,7 +10,7 @@ import (
 func TestShadowIsAnLRUOfTheNodesSize(t *testing.T) {
 	s := NewShadow(3, 100)
 	for _, k := range []string{"a", "b", "c", "a", "d", "b", "a"} {
-		s.Observe(k, 1, time.Hour, true)
+		s.Observe(k, 1, time.Hour, true, time.Now())
 	}
 	// a b c fill it; a hits; d evicts b (least recent); b misses and
 	// evicts c; a hits again.
@@ -28,8 +28,8 @@ func TestShadowSamplesToBoundedMemory(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range requests {
 		k := fmt.Sprint("k", rng.IntN(keys))
-		exact.Observe(k, 1, time.Hour, true)
-		sampled.Observe(k, 1, time.Hour, true)
+		exact.Observe(k, 1, time.Hour, true, time.Now())
+		sampled.Observe(k, 1, time.Hour, true, time.Now())
 	}
 	if n := len(sampled.entries); n > 2000 {
 		t.Fatalf("tracks %d keys, more than its bound of 2000", n)
@@ -49,41 +49,39 @@ func TestShadowSamplesToBoundedMemory(t *testing.T) {
 func TestShadowHonoursFreshnessStorabilityAndSize(t *testing.T) {
 	s := NewShadow(100, 100)
 	now := time.Unix(1000, 0)
-	s.now = func() time.Time { return now }
-	s.Observe("fresh", 40, time.Minute, true)
-	s.Observe("fresh", -1, time.Minute, true) // a 304 from the store: a hit, size kept
+	s.Observe("fresh", 40, time.Minute, true, now)
+	s.Observe("fresh", -1, time.Minute, true, now) // a 304 from the store: a hit, size kept
 	if _, hits := s.Totals(); hits != 1 || s.used != 40 {
 		t.Fatalf("hits %v, used %d; want 1 and the object's 40 bytes", hits, s.used)
 	}
 	now = now.Add(2 * time.Minute)
-	s.Observe("fresh", 40, time.Minute, true) // stale by now: the origin is asked
-	s.Observe("private", 10, 0, false)
-	s.Observe("private", 10, 0, false)
+	s.Observe("fresh", 40, time.Minute, true, now) // stale by now: the origin is asked
+	s.Observe("private", 10, 0, false, now)
+	s.Observe("private", 10, 0, false, now)
 	if req, hits := s.Totals(); req != 5 || hits != 1 {
 		t.Fatalf("requests %v, hits %v; want 5 and 1 (stale and unstorable are misses)", req, hits)
 	}
 	if _, kept := s.entries[keyHash("private")]; kept {
 		t.Error("an unstorable response is kept")
 	}
-	s.Observe("fresh", 40, time.Minute, true)
+	s.Observe("fresh", 40, time.Minute, true, now)
 	if _, hits := s.Totals(); hits != 2 {
 		t.Fatalf("hits %v after a refill, want 2", hits)
 	}
 }
 
-// ObserveAt judges freshness at the request's own time, not the shadow's
-// clock: a request that arrived within the lifetime is a hit, one after it
-// a miss, whatever the clock says when it is counted.
-func TestShadowObserveAtTakesTheRequestsTime(t *testing.T) {
+// Observe judges freshness at the request's own time: a request that
+// arrived within the lifetime is a hit, one after it a miss, whenever it
+// is counted.
+func TestShadowObserveTakesTheRequestsTime(t *testing.T) {
 	s := NewShadow(100, 100)
-	s.now = func() time.Time { return time.Unix(5000, 0) } // never the request's time
 	t0 := time.Unix(1000, 0)
-	s.ObserveAt("k", 40, time.Minute, true, t0)
-	s.ObserveAt("k", 40, time.Minute, true, t0.Add(30*time.Second))
+	s.Observe("k", 40, time.Minute, true, t0)
+	s.Observe("k", 40, time.Minute, true, t0.Add(30*time.Second))
 	if _, hits := s.Totals(); hits != 1 {
 		t.Fatalf("hits %v; want 1 (the second request within the lifetime)", hits)
 	}
-	s.ObserveAt("k", 40, time.Minute, true, t0.Add(2*time.Minute))
+	s.Observe("k", 40, time.Minute, true, t0.Add(2*time.Minute))
 	if req, hits := s.Totals(); req != 3 || hits != 1 {
 		t.Fatalf("requests %v, hits %v; want 3 and 1 (the third after the lifetime)", req, hits)
 	}

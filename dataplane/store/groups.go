@@ -104,12 +104,11 @@ func (g *groups) evicted(st int, ids []ident) {
 	}
 }
 
-// listFill notes w, a fill of a grouped key, in progress; it returns the
-// group ("" for a key of none).
-func (g *groups) listFill(w *Writer) string {
+// listFill notes w, a fill of a grouped key, in progress.
+func (g *groups) listFill(w *Writer) {
 	grp, ok := g.groupOf(w.e.Key)
 	if !ok {
-		return ""
+		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -117,11 +116,14 @@ func (g *groups) listFill(w *Writer) string {
 		g.fills = map[string][]*Writer{}
 	}
 	g.fills[grp] = append(g.fills[grp], w)
-	return grp
 }
 
-// unlistFill notes w's fill in group grp ended.
-func (g *groups) unlistFill(w *Writer, grp string) {
+// unlistFill notes the fill w listed by listFill ended.
+func (g *groups) unlistFill(w *Writer) {
+	grp, ok := g.groupOf(w.e.Key)
+	if !ok {
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if l := slices.DeleteFunc(g.fills[grp], func(o *Writer) bool { return o == w }); len(l) > 0 {

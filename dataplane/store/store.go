@@ -369,7 +369,6 @@ func (s *Store) Delete(key string) bool {
 		w.dropped = true // a fill of the version deleted is not stored after it
 	}
 	st.imu.Unlock()
-
 	if old.tag != 0 {
 		// The tombstone keeps the delete through a restart, written at once
 		// (and synced with Sync): a purge is not undone by a crash. If the

@@ -90,8 +90,6 @@ type Writer struct {
 	// is not stored (readers still get it whole). Set under st.mu and
 	// st.imu, read under either.
 	dropped bool
-	// group is the group of the key filled ("" for none).
-	group   string
 	refs    int // the writer and its open readers
 	readers map[*Reader]struct{}
 }
@@ -179,16 +177,14 @@ func (s *Store) create(e *Entry, sizeHint int64, coding string, encode bool, max
 	}
 	w.st.fills[w.h] = append(w.st.fills[w.h], w)
 	w.st.imu.Unlock()
-	w.group = d.groups.listFill(w)
+	d.groups.listFill(w)
 	return w, nil
 }
 
 // unlist takes the finished fill w off its stripe's fills and its
 // group's.
 func (w *Writer) unlist() {
-	if w.group != "" {
-		w.s.disk.groups.unlistFill(w, w.group)
-	}
+	w.s.disk.groups.unlistFill(w)
 	st := w.st
 	st.imu.Lock()
 	if l := slices.DeleteFunc(st.fills[w.h], func(o *Writer) bool { return o == w }); len(l) > 0 {

@@ -71,13 +71,9 @@ func (s *Sketch) ObserveHash(h uint64) uint32 {
 	return est
 }
 
-// ObserveRate counts one request for key and returns its estimated rate per
-// minute. A steady rate r per period keeps the count between r and 2r; the
+// Rate is the rate per minute that an estimated count (Observe's) stands
+// for. A steady rate r per period keeps the count between r and 2r; the
 // count is read as 1.5r, so the estimate is within a third of the true rate.
-func (s *Sketch) ObserveRate(key string) float64 { return s.Rate(s.Observe(key)) }
-
-// Rate is the rate per minute that an estimated count stands for, as
-// ObserveRate reads it.
 func (s *Sketch) Rate(count uint32) float64 {
 	return float64(count) * float64(time.Minute) / (1.5 * float64(s.period))
 }

@@ -97,14 +97,14 @@ func BenchmarkObserve(b *testing.B) {
 	}
 }
 
-func TestObserveRateFollowsSteadyRate(t *testing.T) {
+func TestRateFollowsSteadyRate(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(0, 0)}
 	s := New(1024, 3*time.Second, clock.now)
 	var rate float64
 	// 5 requests a second (300 a minute) for 30 seconds.
 	for range 30 * 5 {
 		clock.advance(200 * time.Millisecond)
-		rate = s.ObserveRate("k")
+		rate = s.Rate(s.Observe("k"))
 	}
 	if rate < 200 || rate > 400 {
 		t.Fatalf("estimated %.0f requests a minute, want 300 within a third", rate)
@@ -112,7 +112,7 @@ func TestObserveRateFollowsSteadyRate(t *testing.T) {
 	// Just before and just after a halving, the estimate stays within a third.
 	for range 15 {
 		clock.advance(200 * time.Millisecond)
-		if rate = s.ObserveRate("k"); rate < 200 || rate > 400 {
+		if rate = s.Rate(s.Observe("k")); rate < 200 || rate > 400 {
 			t.Fatalf("estimated %.0f requests a minute mid-period, want 300 within a third", rate)
 		}
 	}
