@@ -247,6 +247,17 @@ func startMirrorTTL(t *testing.T, ctx context.Context, nodes int, tagTTL string)
 		t.Fatal(err)
 	}
 	for _, nd := range m.c.nodes {
+		// The policy first: a probe of /v2/ that a node answered with no
+		// policy yet would go to the default origin, which the tests
+		// check a mirror never sends anything to.
+		if err := eventually(ctx, func() error {
+			if v := metric(t, nd, "shardcache_policy_revision"); v == 0 {
+				return fmt.Errorf("%s has no policy yet", nd.id)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 		// Only a mirror answers /v2/ itself, with the API's header.
 		err := eventually(ctx, func() error {
 			resp, err := http.Get("http://" + nd.client + "/v2/")
