@@ -104,7 +104,7 @@ func newEpochMessages(prev, e *pb.RingEpoch) *epochMessages {
 	size := 0
 	flush := func() {
 		out.members = append(out.members, mustEncode(&pb.SessionResponse{Msg: &pb.SessionResponse_SnapshotMembers{
-			SnapshotMembers: &pb.SnapshotMembers{Members: chunk}}}))
+			SnapshotMembers: &pb.SnapshotMembers{Members: chunk, Epoch: e.GetEpoch()}}}))
 		chunk, size = nil, 0
 	}
 	for _, m := range e.GetMembers() {

@@ -54,13 +54,20 @@ func TestCompactPushes(t *testing.T) {
 	n := &nodeSession{stream: stream, cancel: cancel}
 	var members []*pb.Member
 	var cur *pb.RingEpoch
+	var membersOf []uint64 // the epoch each SnapshotMembers names
 	for cur == nil {
 		switch resp := recvCompact(t, n); {
 		case resp.GetSnapshotMembers() != nil:
 			members = append(members, resp.GetSnapshotMembers().GetMembers()...)
+			membersOf = append(membersOf, resp.GetSnapshotMembers().GetEpoch())
 		case resp.GetSnapshot() != nil:
 			cur = resp.GetSnapshot().GetEpoch()
 			cur.Members = append(members, cur.GetMembers()...)
+			for _, e := range membersOf {
+				if e != cur.GetEpoch() {
+					t.Fatalf("members ahead of the snapshot of epoch %d name epoch %d", cur.GetEpoch(), e)
+				}
+			}
 		default:
 			t.Fatalf("before the snapshot: %v", resp)
 		}

@@ -89,6 +89,7 @@ type sim struct {
 	nodes                 []*simNode
 	admin                 *admin.Client
 	etcd                  *clientv3.Client
+	rings                 *session.EpochCache // shared by the simulated nodes
 }
 
 // simNode is one node's session and what it was pushed, when.
@@ -232,6 +233,10 @@ func (s *sim) startNode(i int) *simNode {
 		// 200 ms to 10 s.
 		Load:   func() *pb.LoadReport { return &pb.LoadReport{} },
 		Logger: s.nodeLog(i),
+		// Every simulated node holds the same rings: one copy of each
+		// serves them all, so the simulator's memory and work grow with
+		// the nodes, not with their square.
+		Epochs: s.rings,
 	}, n)
 	if err != nil {
 		panic(err)
@@ -328,7 +333,7 @@ func run(ctx context.Context, cfg config) (string, error) {
 		fmt.Fprintln(os.Stderr, "scalesim: keeping", dir)
 		defer func() { fmt.Fprintln(os.Stderr, "scalesim: kept", dir) }()
 	}
-	s := &sim{bin: cfg.bin, window: cfg.window, dir: dir, control: freePort(), ops: freePort(), etcdURL: "http://" + freePort(), peerURL: "http://" + freePort()}
+	s := &sim{bin: cfg.bin, window: cfg.window, dir: dir, control: freePort(), ops: freePort(), etcdURL: "http://" + freePort(), peerURL: "http://" + freePort(), rings: &session.EpochCache{}}
 	if err := s.startControl(ctx); err != nil {
 		return "", err
 	}

@@ -62,9 +62,12 @@ func (d *selfDrain) request() <-chan struct{} {
 // epoch follows epoch e: it reports whether e gives the drained node its
 // keys back (an operator's undrain).
 func (d *selfDrain) epoch(e *pb.RingEpoch, id string) (undrained bool) {
-	in := slices.ContainsFunc(e.GetMembers(), func(m *pb.Member) bool { return m.GetId() == id })
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.state == selfNone {
+		return false // no drain of its own to follow: the ring need not be searched
+	}
+	in := slices.ContainsFunc(e.GetMembers(), func(m *pb.Member) bool { return m.GetId() == id })
 	switch {
 	case d.state == selfRequested && !in:
 		d.state = selfOut

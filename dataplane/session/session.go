@@ -89,6 +89,10 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// Logger receives connection changes. Default slog.Default().
 	Logger *slog.Logger
+	// Epochs, when set, is shared by the sessions of many nodes run in one
+	// process (a simulation of a large cluster): they hold one copy of
+	// each ring epoch instead of one each. A node's own session needs none.
+	Epochs *EpochCache
 }
 
 // Client is a node's session with the control plane.
@@ -125,6 +129,9 @@ type Client struct {
 	epochMu  sync.Mutex
 	current  *pb.RingEpoch
 	incoming []*pb.Member
+	// incomingShared is the shared copy of the epoch whose members are
+	// coming ahead of the snapshot, when the Epochs cache had it.
+	incomingShared *pb.RingEpoch
 }
 
 // RequestCertificate asks the control plane for a new certificate on the
@@ -352,6 +359,7 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 		return false, err
 	}
 	s := &sessionState{stream: stream, addr: addr}
+	c.dropIncoming() // members ahead of a snapshot a broken session never sent
 	// Load reports every LoadInterval, each interval jittered by ±20 %:
 	// nodes that (re)connected together, as after a control-plane restart,
 	// do not all report in the same instant.
@@ -469,7 +477,7 @@ func (c *Client) receive(s *sessionState, m inbound) error {
 			c.applyEpoch(e)
 		}
 	case *pb.SessionResponse_SnapshotMembers:
-		err = c.addIncoming(msg.SnapshotMembers.GetMembers())
+		err = c.addIncoming(msg.SnapshotMembers.GetMembers(), msg.SnapshotMembers.GetEpoch())
 	case *pb.SessionResponse_Purges:
 		c.apply.ApplyPurges(msg.Purges.GetPurges(), c.report)
 	case *pb.SessionResponse_MissedPurges:
@@ -508,7 +516,11 @@ func (c *Client) snapshot(s *sessionState, snap *pb.Snapshot) error {
 	if err := c.sendResults(s.stream); err != nil {
 		return err
 	}
-	c.applyEpoch(c.withIncoming(snap.GetEpoch()))
+	e, err := c.withIncoming(snap.GetEpoch())
+	if err != nil {
+		return err
+	}
+	c.applyEpoch(e)
 	if ps := snap.GetPolicies(); ps != nil {
 		return c.applyPolicies(s.stream, ps)
 	}

@@ -621,8 +621,11 @@ func (x *MissedPurges) GetPurges() []*Purge {
 // SnapshotMembers are members of the snapshot's epoch, in its order, sent ahead of the snapshot
 // in messages of a bounded size. The snapshot's epoch carries the members that follow them.
 type SnapshotMembers struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Members       []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// The epoch whose members these are (the snapshot's). A process running the sessions of many
+	// simulated nodes keeps one copy of an epoch it holds already instead of these members.
+	Epoch         uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -662,6 +665,13 @@ func (x *SnapshotMembers) GetMembers() []*Member {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *SnapshotMembers) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 // Heartbeat tells a node that its session is alive.
@@ -1371,9 +1381,10 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	" \x01(\v2\x1e.shardcache.v1.SnapshotMembersH\x00R\x0fsnapshotMembersB\x05\n" +
 	"\x03msg\"<\n" +
 	"\fMissedPurges\x12,\n" +
-	"\x06purges\x18\x01 \x03(\v2\x14.shardcache.v1.PurgeR\x06purges\"B\n" +
+	"\x06purges\x18\x01 \x03(\v2\x14.shardcache.v1.PurgeR\x06purges\"X\n" +
 	"\x0fSnapshotMembers\x12/\n" +
-	"\amembers\x18\x01 \x03(\v2\x15.shardcache.v1.MemberR\amembers\"\v\n" +
+	"\amembers\x18\x01 \x03(\v2\x15.shardcache.v1.MemberR\amembers\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\v\n" +
 	"\tHeartbeat\"\x99\x02\n" +
 	"\x05Hello\x12-\n" +
 	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12\x1d\n" +
