@@ -38,10 +38,10 @@ func (c *Client) addIncoming(ms []*pb.Member, n uint64) error {
 	if c.incomingShared == nil && len(c.incoming) == 0 && n != 0 {
 		c.incomingShared = c.cfg.Epochs.get(n)
 	}
-	if c.incomingShared != nil {
-		if c.incomingShared.GetEpoch() != n {
+	if shared := c.incomingShared; shared != nil {
+		if shared.GetEpoch() != n {
 			c.incomingShared = nil
-			return fmt.Errorf("session: the control plane sent members of epoch %d after members of epoch %d ahead of one snapshot", n, c.incomingShared.GetEpoch())
+			return fmt.Errorf("session: the control plane sent members of epoch %d after members of epoch %d ahead of one snapshot", n, shared.GetEpoch())
 		}
 		return nil
 	}
