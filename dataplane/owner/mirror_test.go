@@ -26,17 +26,19 @@ import (
 type fakeRegistry struct {
 	*httptest.Server
 	mu      sync.Mutex
-	objects map[string][]byte // path -> body
-	seen    map[string]int    // "METHOD path" -> count
+	objects map[string][]byte        // path -> body
+	seen    map[string]int           // "METHOD path" -> count
+	holds   map[string]chan struct{} // path -> the body's last byte waits for it
 	status  int
 }
 
 func newFakeRegistry(t *testing.T) *fakeRegistry {
-	fr := &fakeRegistry{objects: map[string][]byte{}, seen: map[string]int{}}
+	fr := &fakeRegistry{objects: map[string][]byte{}, seen: map[string]int{}, holds: map[string]chan struct{}{}}
 	fr.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fr.mu.Lock()
 		fr.seen[r.Method+" "+r.URL.Path]++
 		body, ok := fr.objects[r.URL.Path]
+		hold := fr.holds[r.URL.Path]
 		status := fr.status
 		fr.mu.Unlock()
 		switch {
@@ -53,9 +55,20 @@ func newFakeRegistry(t *testing.T) *fakeRegistry {
 		w.Header().Set("Etag", `"`+d+`"`)
 		w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
 		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
-		if r.Method != http.MethodHead {
-			w.Write(body)
+		if r.Method == http.MethodHead {
+			return
 		}
+		if hold != nil && len(body) > 0 {
+			w.Write(body[:len(body)-1])
+			w.(http.Flusher).Flush()
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+				return
+			}
+			body = body[len(body)-1:]
+		}
+		w.Write(body)
 	}))
 	t.Cleanup(fr.Close)
 	return fr
@@ -65,6 +78,25 @@ func (fr *fakeRegistry) put(path string, body []byte) {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	fr.objects[path] = body
+}
+
+// hold makes the body of path wait for release before its last byte.
+func (fr *fakeRegistry) hold(path string, release chan struct{}) {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	fr.holds[path] = release
+}
+
+// startedWriter is a recorder that closes started at the body's first write.
+type startedWriter struct {
+	*httptest.ResponseRecorder
+	once    sync.Once
+	started chan struct{}
+}
+
+func (w *startedWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.started) })
+	return w.ResponseRecorder.Write(p)
 }
 
 func (fr *fakeRegistry) count(method, path string) int {
@@ -135,14 +167,17 @@ func TestMirrorRefusesWhatDoesNotMatchItsDigest(t *testing.T) {
 	bigLayer := bytes.Repeat([]byte("l"), registry.MaxCheckedBlobBytes+1)
 	bd := digestOf(append([]byte("real "), bigLayer...))
 	fr.put("/v2/app/blobs/"+bd, bigLayer)
+	// The layer's last byte waits until the client has had its first ones.
+	sw := &startedWriter{ResponseRecorder: httptest.NewRecorder(), started: make(chan struct{})}
+	fr.hold("/v2/app/blobs/"+bd, sw.started)
 	md := digestOf([]byte(`{"real":1}`))
 	fr.put("/v2/app/manifests/"+md, []byte(`{"poisoned":1}`))
 	fr.put("/v2/app/manifests/big", []byte(strings.Repeat(" ", registry.MaxManifestBytes+1)))
 	now := time.Now()
 	// A small blob is read whole first: a 502 with an OCI error body.
-	sw, _ := to.serve(mirrorRequest(t, p, "/v2/app/blobs/"+d, now))
-	if sw.Code != http.StatusBadGateway || !strings.Contains(sw.Body.String(), `"code":"DIGEST_INVALID"`) {
-		t.Fatalf("poisoned small blob: %d %s", sw.Code, sw.Body)
+	small, _ := to.serve(mirrorRequest(t, p, "/v2/app/blobs/"+d, now))
+	if small.Code != http.StatusBadGateway || !strings.Contains(small.Body.String(), `"code":"DIGEST_INVALID"`) {
+		t.Fatalf("poisoned small blob: %d %s", small.Code, small.Body)
 	}
 	if _, ok := to.store.Get("oci-blob:" + d); ok {
 		t.Fatal("a blob that does not match its digest was stored")
@@ -151,11 +186,14 @@ func TestMirrorRefusesWhatDoesNotMatchItsDigest(t *testing.T) {
 	// transfer is cut off (it never ends cleanly), nothing stored.
 	cut := func() (v any) {
 		defer func() { v = recover() }()
-		to.Serve(httptest.NewRecorder(), *mirrorRequest(t, p, "/v2/app/blobs/"+bd, now))
+		to.Serve(sw, *mirrorRequest(t, p, "/v2/app/blobs/"+bd, now))
 		return nil
 	}()
 	if cut != http.ErrAbortHandler {
 		t.Fatalf("poisoned large blob: the answer ended with %v, want it cut off (http.ErrAbortHandler)", cut)
+	}
+	if sw.Code != http.StatusOK || sw.Body.Len() == 0 || sw.Body.Len() >= len(bigLayer) {
+		t.Fatalf("poisoned large blob: %d and %d bytes went out before the cut, want 200 and fewer than %d", sw.Code, sw.Body.Len(), len(bigLayer))
 	}
 	to.settled()
 	if _, ok := to.store.Get("oci-blob:" + bd); ok {

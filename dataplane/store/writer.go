@@ -338,7 +338,7 @@ func (w *Writer) Abort(cause error) {
 		encoders.Put(w.zw)
 		w.zw = nil
 	}
-	w.finish(fmt.Errorf("%w: %v", ErrAborted, cause))
+	w.finish(fmt.Errorf("%w: %w", ErrAborted, cause)) // the cause stays matchable (errors.Is)
 }
 
 // Wait blocks until the fill is over: committed, discarded or aborted.
