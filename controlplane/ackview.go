@@ -48,6 +48,9 @@ type ackView struct {
 	// order; nil when a change made it stale.
 	sorted []int64
 	at     time.Time // when sorted was computed: absent nodes age out
+	// ids are the nodes of status and seen, sorted; nil when a node came
+	// or went since.
+	ids []string
 }
 
 type viewRecord struct {
@@ -148,41 +151,93 @@ func (v *ackView) credited(id string) int64 {
 	return rev
 }
 
+// maxListed bounds each list of a purge's status: the results, the
+// pending nodes and the unreachable ones.
+const maxListed = 256
+
+// idsLocked returns the nodes of status and seen, sorted.
+func (v *ackView) idsLocked() []string {
+	if v.ids != nil {
+		return v.ids
+	}
+	ids := make([]string, 0, len(v.status)+len(v.seen))
+	for id := range v.status {
+		ids = append(ids, id)
+	}
+	for id := range v.seen {
+		if _, live := v.status[id]; !live {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	v.ids = ids
+	return ids
+}
+
 // purgeStatus judges every node waited for against p; results holds the
-// exceptions recorded for p, by node.
+// exceptions recorded for p, by node. Each list holds at most maxListed
+// nodes, the first by node id; the results that say more than "applied"
+// are listed before plain acknowledgements (exceptionFirst).
 func (v *ackView) purgeStatus(p *pb.Purge, results map[string]*pb.PurgeResult) *pb.PurgeStatus {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := time.Now()
 	st := &pb.PurgeStatus{Purge: p}
-	judge := func(id string) {
+	var excepted, plain []*pb.PurgeResult
+	for _, id := range v.idsLocked() {
 		rev, waited, live := v.creditedLocked(id, now)
 		switch r, ok := results[id]; {
 		case !waited:
-		case rev >= p.GetRevision() && ok:
-			st.Results = append(st.Results, r)
 		case rev >= p.GetRevision():
-			st.Results = append(st.Results, &pb.PurgeResult{NodeId: id, PurgeId: p.GetId(), RevisionApplied: rev})
+			st.Acknowledged++
+			switch {
+			case ok:
+				excepted = append(excepted, r)
+			case len(plain) < maxListed:
+				plain = append(plain, &pb.PurgeResult{NodeId: id, PurgeId: p.GetId(), RevisionApplied: rev})
+			}
 		default:
-			st.Pending = append(st.Pending, id)
-			if !live {
+			if len(st.Pending) < maxListed {
+				st.Pending = append(st.Pending, id)
+			} else {
+				st.PendingOmitted++
+			}
+			if live {
+				break
+			}
+			if len(st.Unreachable) < maxListed {
 				st.Unreachable = append(st.Unreachable, &pb.UnreachableNode{NodeId: id, Since: v.seen[id].at})
+			} else {
+				st.UnreachableOmitted++
 			}
 		}
 	}
-	for id := range v.status {
-		judge(id)
+	if len(excepted) > maxListed {
+		slices.SortStableFunc(excepted, exceptionFirst) // in node order within each kind
+		excepted = excepted[:maxListed]
 	}
-	for id := range v.seen {
-		if _, live := v.status[id]; !live {
-			judge(id)
-		}
-	}
-	slices.SortFunc(st.Unreachable, func(x, y *pb.UnreachableNode) int { return strings.Compare(x.GetNodeId(), y.GetNodeId()) })
+	st.Results = append(excepted, plain[:min(len(plain), maxListed-len(excepted))]...)
 	slices.SortFunc(st.Results, func(x, y *pb.PurgeResult) int { return strings.Compare(x.GetNodeId(), y.GetNodeId()) })
-	slices.Sort(st.Pending)
-	st.Complete = len(st.Pending) == 0
+	st.ResultsOmitted = st.Acknowledged - int32(len(st.Results))
+	st.Complete = st.PendingOmitted == 0 && len(st.Pending) == 0
 	return st
+}
+
+// exceptionFirst orders results by what an operator looks at first: an
+// error, then a sweep still running, then objects removed.
+func exceptionFirst(x, y *pb.PurgeResult) int {
+	rank := func(r *pb.PurgeResult) int {
+		switch {
+		case r.GetError() != "":
+			return 0
+		case r.GetSweeping():
+			return 1
+		case r.GetObjectsRemoved() > 0:
+			return 2
+		}
+		return 3
+	}
+	return rank(x) - rank(y)
 }
 
 // maxExcepted bounds the purges the view remembers having exceptions.
@@ -267,21 +322,29 @@ func (s *Server) watchAcks(ctx context.Context) error {
 		{"node status", st.statusPrefix(), func(key string, ev *clientv3.Event) {
 			if ev.Type == clientv3.EventTypeDelete {
 				delete(v.status, strings.TrimPrefix(key, st.statusPrefix()))
+				v.ids = nil
 			} else if id, vs, ok := decodeViewStatus(ev.Kv.Value, ev.Kv.ModRevision); ok {
+				if _, known := v.status[id]; !known {
+					v.ids = nil
+				}
 				// A rewrite by the same run keeps the registration's revision.
 				if old, ok := v.status[id]; ok && old.replica == vs.replica && old.run == vs.run && ev.IsModify() {
 					vs.regRev = old.regRev
 				}
 				v.status[id] = vs
 			}
-		}, func(int64) { v.status = map[string]viewStatus{} }},
+		}, func(int64) { v.status, v.ids = map[string]viewStatus{}, nil }},
 		{"nodes last heard", st.seenPrefix(), func(key string, ev *clientv3.Event) {
 			if ev.Type == clientv3.EventTypeDelete {
 				delete(v.seen, strings.TrimPrefix(key, st.seenPrefix()))
+				v.ids = nil
 			} else if id, vs, ok := decodeViewSeen(ev.Kv.Value); ok {
+				if _, known := v.seen[id]; !known {
+					v.ids = nil
+				}
 				v.seen[id] = vs
 			}
-		}, func(int64) { v.seen = map[string]viewSeen{} }},
+		}, func(int64) { v.seen, v.ids = map[string]viewSeen{}, nil }},
 	}
 	var wg sync.WaitGroup
 	for i, p := range parts {

@@ -161,7 +161,7 @@ func (a *adminService) purge(ctx context.Context, req purgeRequest, bad []string
 	}
 	a.purgesRecorded.WithLabelValues(strings.ToLower(strings.TrimPrefix(p.GetKind().String(), "PURGE_KIND_"))).Inc()
 	st, err := a.awaitAcks(ctx, recorded, wait)
-	span.SetAttributes(attribute.Int("shardcache.purge.acknowledged", len(st.GetResults())),
+	span.SetAttributes(attribute.Int("shardcache.purge.acknowledged", int(st.GetAcknowledged())),
 		attribute.StringSlice("shardcache.purge.pending", st.GetPending()))
 	return st, err
 }

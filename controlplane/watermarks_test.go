@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -438,3 +439,59 @@ func TestARestartedReplicaDoesNotAnswerForTheNodesOfItsLastRun(t *testing.T) {
 		t.Fatalf("status %v: want the node of the last run pending, the returned one not", st)
 	}
 }
+
+// A purge's status at 1,000 nodes lists at most maxListed of each kind and
+// counts the rest; exceptions are listed before plain acknowledgements, an
+// error first; the nodes it lists are sorted.
+func TestAPurgeStatusIsBounded(t *testing.T) {
+	v := newAckView(time.Hour)
+	const nodes, rev = 1000, 100
+	results := map[string]*pb.PurgeResult{}
+	for i := range nodes {
+		id := fmt.Sprintf("n%04d", i)
+		applied := int64(rev)
+		if i%2 == 1 {
+			applied = rev - 1 // every other node has not applied it
+		}
+		v.status[id] = viewStatus{replica: "r", run: "x", purgeRev: applied}
+		if i >= 900 && i%2 == 0 {
+			results[id] = &pb.PurgeResult{NodeId: id, PurgeId: "p", ObjectsRemoved: 1, RevisionApplied: rev}
+		}
+	}
+	results["n0998"].Error = "disk tier: read-only file system"
+	st := v.purgeStatus(&pb.Purge{Id: "p", Revision: rev}, results)
+	if st.GetAcknowledged() != 500 || len(st.GetResults()) != maxListed || st.GetResultsOmitted() != 500-maxListed {
+		t.Fatalf("%d acknowledged, %d listed, %d omitted; want 500, %d, %d", st.GetAcknowledged(), len(st.GetResults()), st.GetResultsOmitted(), maxListed, 500-maxListed)
+	}
+	if len(st.GetPending()) != maxListed || st.GetPendingOmitted() != 500-maxListed || st.GetComplete() {
+		t.Fatalf("%d pending listed, %d omitted, complete %v; want %d, %d, false", len(st.GetPending()), st.GetPendingOmitted(), st.GetComplete(), maxListed, 500-maxListed)
+	}
+	if !slices.IsSortedFunc(st.GetResults(), func(x, y *pb.PurgeResult) int { return cmpString(x.GetNodeId(), y.GetNodeId()) }) || !slices.IsSorted(st.GetPending()) {
+		t.Fatal("the listed nodes are not sorted")
+	}
+	if st.GetPending()[0] != "n0001" {
+		t.Fatalf("first pending %s, want n0001: the first by node id", st.GetPending()[0])
+	}
+	excepted := 0
+	for _, r := range st.GetResults() {
+		if results[r.GetNodeId()] != nil {
+			excepted++
+		}
+	}
+	if excepted != 50 {
+		t.Fatalf("%d of the 50 exceptions listed, want all (they come before plain acknowledgements)", excepted)
+	}
+	// More exceptions than the bound: the error is still among them.
+	for i := range nodes {
+		id := fmt.Sprintf("n%04d", i)
+		if results[id] == nil && i%2 == 0 {
+			results[id] = &pb.PurgeResult{NodeId: id, PurgeId: "p", ObjectsRemoved: 2, RevisionApplied: rev}
+		}
+	}
+	st = v.purgeStatus(&pb.Purge{Id: "p", Revision: rev}, results)
+	if len(st.GetResults()) != maxListed || !slices.ContainsFunc(st.GetResults(), func(r *pb.PurgeResult) bool { return r.GetError() != "" }) {
+		t.Fatalf("%d listed; the node's error listed: %v", len(st.GetResults()), slices.ContainsFunc(st.GetResults(), func(r *pb.PurgeResult) bool { return r.GetError() != "" }))
+	}
+}
+
+func cmpString(a, b string) int { return strings.Compare(a, b) }

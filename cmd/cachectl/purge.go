@@ -214,9 +214,12 @@ func awaitPurge(ctx context.Context, wait time.Duration, send, poll purgeCall, p
 
 // reportPending prints the nodes a purge still waits for.
 func reportPending(w io.Writer, st *pb.PurgeStatus) {
-	p := st.GetPending()
-	fmt.Fprintf(w, "waiting for %d of %d nodes: %s\n", len(p), len(p)+len(st.GetResults()), pendingList(st))
+	pending := pendingCount(st)
+	fmt.Fprintf(w, "waiting for %d of %d nodes: %s\n", pending, pending+int(st.GetAcknowledged()), pendingList(st))
 }
+
+// pendingCount is how many nodes a purge waits for, listed or not.
+func pendingCount(st *pb.PurgeStatus) int { return len(st.GetPending()) + int(st.GetPendingOmitted()) }
 
 // pendingList names the pending nodes, each cut off from the control plane
 // with the time it was last heard from.
@@ -228,6 +231,9 @@ func pendingList(st *pb.PurgeStatus) string {
 			n += " (unreachable since " + s + ")"
 		}
 		out = append(out, n)
+	}
+	if n := st.GetPendingOmitted(); n > 0 {
+		out = append(out, fmt.Sprintf("and %d more", n))
 	}
 	return strings.Join(out, ", ")
 }
@@ -251,12 +257,12 @@ func purgeOutcome(st *pb.PurgeStatus, wait time.Duration) error {
 		}
 	}
 	id := st.GetPurge().GetId()
-	switch p := st.GetPending(); {
+	switch p := pendingCount(st); {
 	case len(failed) > 0:
 		return command.WithCode(command.ExitPartial, fmt.Errorf("purge %s failed on %s", id, strings.Join(failed, "; ")))
 	case !st.GetComplete():
 		return command.WithCode(command.ExitPartial, fmt.Errorf("purge %s: %d of %d nodes did not acknowledge within %s (%s); it is recorded, and they apply it when they reconnect, before they serve again",
-			id, len(p), len(p)+len(st.GetResults()), wait, pendingList(st)))
+			id, p, p+int(st.GetAcknowledged()), wait, pendingList(st)))
 	}
 	return nil
 }
@@ -288,6 +294,12 @@ func purgeTable(tw *tabwriter.Writer, st *pb.PurgeStatus) {
 			status += ", unreachable since " + s
 		}
 		fmt.Fprintf(tw, "%s\t-\t-\t%s\n", n, status)
+	}
+	if n := st.GetResultsOmitted(); n > 0 {
+		fmt.Fprintf(tw, "(%d more acknowledged)\t\t\tok\n", n)
+	}
+	if n := st.GetPendingOmitted(); n > 0 {
+		fmt.Fprintf(tw, "(%d more)\t-\t-\tpending\n", n)
 	}
 	if p50, p99 := st.GetAckP50(), st.GetAckP99(); p50 != nil || p99 != nil {
 		fmt.Fprintln(tw)

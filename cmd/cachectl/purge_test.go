@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"text/tabwriter"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -83,8 +84,8 @@ func TestValidPurgeCallsTheControlPlane(t *testing.T) {
 }
 
 func TestAwaitPurgeReportsPendingNodes(t *testing.T) {
-	pending := &pb.PurgeStatus{Results: []*pb.PurgeResult{{NodeId: "node-a"}, {NodeId: "node-b"}}, Pending: []string{"node-c"}}
-	complete := &pb.PurgeStatus{Results: []*pb.PurgeResult{{NodeId: "node-a"}, {NodeId: "node-b"}, {NodeId: "node-c"}}, Complete: true}
+	pending := &pb.PurgeStatus{Results: []*pb.PurgeResult{{NodeId: "node-a"}, {NodeId: "node-b"}}, Pending: []string{"node-c"}, Acknowledged: 2}
+	complete := &pb.PurgeStatus{Results: []*pb.PurgeResult{{NodeId: "node-a"}, {NodeId: "node-b"}, {NodeId: "node-c"}}, Complete: true, Acknowledged: 3}
 	const progressLine = "waiting for 1 of 3 nodes: node-c\n"
 
 	t.Run("completes", func(t *testing.T) {
@@ -129,7 +130,7 @@ func TestAwaitPurgeReportsPendingNodes(t *testing.T) {
 		if err != nil || st.GetComplete() {
 			t.Fatalf("awaitPurge = %v, %v; want the pending status", st, err)
 		}
-		err = purgeOutcome(&pb.PurgeStatus{Purge: &pb.Purge{Id: "r-1"}, Results: st.GetResults(), Pending: st.GetPending()}, time.Minute)
+		err = purgeOutcome(&pb.PurgeStatus{Purge: &pb.Purge{Id: "r-1"}, Results: st.GetResults(), Pending: st.GetPending(), Acknowledged: st.GetAcknowledged()}, time.Minute)
 		want := "purge r-1: 1 of 3 nodes did not acknowledge within 1m0s (node-c); it is recorded, and they apply it when they reconnect, before they serve again"
 		if err == nil || err.Error() != want {
 			t.Errorf("outcome = %v\nwant %s", err, want)
@@ -162,8 +163,9 @@ func testPurgeStatus() *pb.PurgeStatus {
 			{NodeId: "node-2", PurgeId: "deploy-1234", ObjectsRemoved: 4096, RevisionApplied: 812, Sweeping: true},
 			{NodeId: "node-3", PurgeId: "deploy-1234", RevisionApplied: 790, Error: "disk tier: read-only file system"},
 		},
-		Pending:     []string{"node-4", "node-5"},
-		Unreachable: []*pb.UnreachableNode{{NodeId: "node-5", Since: timestamppb.New(time.Date(2026, 11, 30, 11, 58, 0, 0, time.UTC))}},
+		Pending:      []string{"node-4", "node-5"},
+		Unreachable:  []*pb.UnreachableNode{{NodeId: "node-5", Since: timestamppb.New(time.Date(2026, 11, 30, 11, 58, 0, 0, time.UTC))}},
+		Acknowledged: 3,
 		// Half the nodes acknowledged; 99 in 100 never did.
 		AckP50: durationpb.New(41500 * time.Microsecond),
 	}
@@ -186,6 +188,31 @@ func TestPurgeKind(t *testing.T) {
 	for _, tt := range tests {
 		if kind, target := purgeKind(tt.p); kind != tt.kind || target != tt.wantTarget {
 			t.Errorf("purgeKind(%v) = %s %s, want %s %s", tt.p, kind, target, tt.kind, tt.wantTarget)
+		}
+	}
+}
+
+// Past the control plane's bound, a status lists some nodes and counts the
+// rest: what cachectl prints counts them too.
+func TestPurgeStatusPastTheBound(t *testing.T) {
+	st := &pb.PurgeStatus{Purge: &pb.Purge{Id: "r-1"}, Acknowledged: 900, ResultsOmitted: 899,
+		Results: []*pb.PurgeResult{{NodeId: "node-0001", RevisionApplied: 7}}, Pending: []string{"node-0950"}, PendingOmitted: 99}
+	var progress bytes.Buffer
+	reportPending(&progress, st)
+	if want := "waiting for 100 of 1000 nodes: node-0950, and 99 more\n"; progress.String() != want {
+		t.Errorf("progress = %q, want %q", progress.String(), want)
+	}
+	err := purgeOutcome(st, time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "100 of 1000 nodes did not acknowledge") {
+		t.Errorf("outcome = %v, want 100 of 1000 nodes pending", err)
+	}
+	var out bytes.Buffer
+	tw := tabwriter.NewWriter(&out, 0, 8, 2, ' ', 0)
+	purgeTable(tw, st)
+	tw.Flush()
+	for _, want := range []string{"(899 more acknowledged)", "(99 more)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
 	}
 }

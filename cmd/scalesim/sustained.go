@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -165,6 +166,7 @@ func (s *sim) sustained(ctx context.Context, b *strings.Builder, fig *figures, r
 			}
 		}
 	}()
+	fmt.Fprintf(os.Stderr, "scalesim: sustained purges start: %d a second for %s\n", rate, d)
 	applied0 := s.applied()
 	w0 := writes.snapshot()
 	rss0, _ := s.memory()

@@ -1548,11 +1548,15 @@ func (x *GetPurgeRequest) GetWait() *durationpb.Duration {
 type PurgeStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Purge *Purge                 `protobuf:"bytes,1,opt,name=purge,proto3" json:"purge,omitempty"`
-	// One result per node that acknowledged, sorted by node id.
+	// One result per node that acknowledged, sorted by node id: at most 256 (the bound keeps an
+	// answer small whatever the cluster's size). Past it, those that say more than "applied"
+	// (an error first, then a sweep still running, then objects removed) are listed before
+	// plain acknowledgements, and results_omitted counts the acknowledgements left out.
 	Results []*PurgeResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
 	// Nodes registered that had not acknowledged when the wait ended, sorted; they apply the
 	// purge when they reconnect, before they serve again. Nodes cut off from the control plane
-	// (in unreachable) are among them.
+	// (in unreachable) are among them. At most 256, the first by node id; pending_omitted
+	// counts the rest.
 	Pending []string `protobuf:"bytes,3,rep,name=pending,proto3" json:"pending,omitempty"`
 	// Whether every registered node, and every node cut off from the control plane, has
 	// acknowledged.
@@ -1561,15 +1565,22 @@ type PurgeStatus struct {
 	// without leaving) since they were last heard from, sorted by node id. Each may still serve
 	// what the purge matches to its clients until its cut-off bound passes; it applies the purge
 	// when it reconnects. A node unheard of for longer than the control plane's
-	// --forget-absent-after is no longer waited for.
+	// --forget-absent-after is no longer waited for. At most 256, the first by node id;
+	// unreachable_omitted counts the rest.
 	Unreachable []*UnreachableNode `protobuf:"bytes,5,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
 	// From the purge's acceptance to the moment the answering replica saw half of the nodes
 	// waited for (ack_p50), and 99 in 100 of them (ack_p99), acknowledge it; unset when that
 	// share was not reached while the call waited.
-	AckP50        *durationpb.Duration `protobuf:"bytes,6,opt,name=ack_p50,json=ackP50,proto3" json:"ack_p50,omitempty"`
-	AckP99        *durationpb.Duration `protobuf:"bytes,7,opt,name=ack_p99,json=ackP99,proto3" json:"ack_p99,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AckP50 *durationpb.Duration `protobuf:"bytes,6,opt,name=ack_p50,json=ackP50,proto3" json:"ack_p50,omitempty"`
+	AckP99 *durationpb.Duration `protobuf:"bytes,7,opt,name=ack_p99,json=ackP99,proto3" json:"ack_p99,omitempty"`
+	// How many nodes acknowledged: results holds at most 256 of them.
+	Acknowledged int32 `protobuf:"varint,8,opt,name=acknowledged,proto3" json:"acknowledged,omitempty"`
+	// The acknowledgements, pending nodes and unreachable nodes not listed for the bound.
+	ResultsOmitted     int32 `protobuf:"varint,9,opt,name=results_omitted,json=resultsOmitted,proto3" json:"results_omitted,omitempty"`
+	PendingOmitted     int32 `protobuf:"varint,10,opt,name=pending_omitted,json=pendingOmitted,proto3" json:"pending_omitted,omitempty"`
+	UnreachableOmitted int32 `protobuf:"varint,11,opt,name=unreachable_omitted,json=unreachableOmitted,proto3" json:"unreachable_omitted,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *PurgeStatus) Reset() {
@@ -1649,6 +1660,34 @@ func (x *PurgeStatus) GetAckP99() *durationpb.Duration {
 		return x.AckP99
 	}
 	return nil
+}
+
+func (x *PurgeStatus) GetAcknowledged() int32 {
+	if x != nil {
+		return x.Acknowledged
+	}
+	return 0
+}
+
+func (x *PurgeStatus) GetResultsOmitted() int32 {
+	if x != nil {
+		return x.ResultsOmitted
+	}
+	return 0
+}
+
+func (x *PurgeStatus) GetPendingOmitted() int32 {
+	if x != nil {
+		return x.PendingOmitted
+	}
+	return 0
+}
+
+func (x *PurgeStatus) GetUnreachableOmitted() int32 {
+	if x != nil {
+		return x.UnreachableOmitted
+	}
+	return 0
 }
 
 // UnreachableNode is a node that has no session with the control plane.
@@ -2081,7 +2120,7 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\x0fGetPurgeRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12-\n" +
-	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xcf\x02\n" +
+	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xf6\x03\n" +
 	"\vPurgeStatus\x12*\n" +
 	"\x05purge\x18\x01 \x01(\v2\x14.shardcache.v1.PurgeR\x05purge\x124\n" +
 	"\aresults\x18\x02 \x03(\v2\x1a.shardcache.v1.PurgeResultR\aresults\x12\x18\n" +
@@ -2089,7 +2128,12 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\bcomplete\x18\x04 \x01(\bR\bcomplete\x12@\n" +
 	"\vunreachable\x18\x05 \x03(\v2\x1e.shardcache.v1.UnreachableNodeR\vunreachable\x122\n" +
 	"\aack_p50\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06ackP50\x122\n" +
-	"\aack_p99\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06ackP99\"\\\n" +
+	"\aack_p99\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06ackP99\x12\"\n" +
+	"\facknowledged\x18\b \x01(\x05R\facknowledged\x12'\n" +
+	"\x0fresults_omitted\x18\t \x01(\x05R\x0eresultsOmitted\x12'\n" +
+	"\x0fpending_omitted\x18\n" +
+	" \x01(\x05R\x0ependingOmitted\x12/\n" +
+	"\x13unreachable_omitted\x18\v \x01(\x05R\x12unreachableOmitted\"\\\n" +
 	"\x0fUnreachableNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"C\n" +
