@@ -24,9 +24,8 @@ import (
 type ackView struct {
 	notify       notifier
 	forgetAbsent time.Duration
-	// ready is closed once every part was first read.
-	ready   chan struct{}
-	loading atomic.Int32 // parts not yet read
+	// ready is closed once the view was first read.
+	ready chan struct{}
 
 	mu      sync.Mutex
 	records map[string]viewRecord // by replica
@@ -38,9 +37,11 @@ type ackView struct {
 	// records: exceptions written before it are not named.
 	excepted map[string]bool
 	lossy    bool
-	// seenRev is, per part, the etcd revision its watch is known to be
-	// current to (events, or progress notices, up to it).
-	seenRev [3]int64
+	// seenRev is the etcd revision the view's watch is known to be current
+	// to (events, or progress notices, up to it); revWaiters wait for it
+	// to reach their revision (catchUp).
+	seenRev    int64
+	revWaiters []revWaiter
 	// progressAt is when a progress notice was last asked for (UnixNano).
 	progressAt atomic.Int64
 	knownFrom  int64 // the etcd revision the records were last read whole at
@@ -80,7 +81,6 @@ func newAckView(forgetAbsent time.Duration) *ackView {
 	v := &ackView{notify: newNotifier(), forgetAbsent: forgetAbsent, ready: make(chan struct{}),
 		records: map[string]viewRecord{}, status: map[string]viewStatus{}, seen: map[string]viewSeen{}}
 	v.excepted = map[string]bool{}
-	v.loading.Store(3) // watermarks, status, seen
 	return v
 }
 
@@ -346,47 +346,73 @@ func (s *Server) watchAcks(ctx context.Context) error {
 			}
 		}, func(int64) { v.seen, v.ids = map[string]viewSeen{}, nil }},
 	}
-	var wg sync.WaitGroup
-	for i, p := range parts {
-		var first sync.Once
-		wg.Go(func() {
-			s.watchPart(ctx, p.what, p.prefix, func(ctx context.Context) (int64, error) {
-				resp, err := s.etcd.Get(ctx, p.prefix, clientv3.WithPrefix())
-				if err != nil {
-					return 0, etcdErr(err, "reading %s", p.what)
-				}
-				v.mu.Lock()
-				p.reset(resp.Header.Revision)
-				for _, kv := range resp.Kvs {
-					p.put(string(kv.Key), &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
-				}
-				v.seenRev[i] = resp.Header.Revision
-				v.mu.Unlock()
-				v.changed()
-				first.Do(func() {
-					if v.loading.Add(-1) == 0 {
-						close(v.ready)
-					}
-				})
-				return resp.Header.Revision, nil
-			}, func(wr clientv3.WatchResponse) {
-				v.mu.Lock()
-				for _, ev := range wr.Events {
-					p.put(string(ev.Kv.Key), ev)
-				}
-				v.seenRev[i] = max(v.seenRev[i], wr.Header.Revision)
-				v.mu.Unlock()
-				v.changed()
-			})
-		})
+	relevant := func(key string, ev *clientv3.Event) bool {
+		for _, p := range parts {
+			if strings.HasPrefix(key, p.prefix) {
+				p.put(key, ev)
+				return true
+			}
+		}
+		return false // a purge record: it moves the view's revision on
 	}
-	wg.Wait()
+	// One watch over a range that holds the three parts and the purge
+	// records: a purge's own record, when its event comes, shows the view
+	// current to its revision, with no progress notice to wait for (etcd
+	// defers those while any watcher of the stream is behind).
+	lo, hi := st.purgesPrefix(), st.purgesPrefix()
+	for _, p := range parts {
+		lo, hi = min(lo, p.prefix), max(hi, p.prefix)
+	}
+	var first sync.Once
+	s.watchPart(ctx, "the purge acknowledgements' records", lo, clientv3.GetPrefixRangeEnd(hi), func(ctx context.Context) (int64, error) {
+		// The three parts read at one revision.
+		var at int64
+		resps := make([]*clientv3.GetResponse, len(parts))
+		for i, p := range parts {
+			opts := []clientv3.OpOption{clientv3.WithPrefix()}
+			if i > 0 {
+				opts = append(opts, clientv3.WithRev(at))
+			}
+			resp, err := s.etcd.Get(ctx, p.prefix, opts...)
+			if err != nil {
+				return 0, etcdErr(err, "reading %s", p.what)
+			}
+			if i == 0 {
+				at = resp.Header.Revision
+			}
+			resps[i] = resp
+		}
+		v.mu.Lock()
+		for i, p := range parts {
+			p.reset(at)
+			for _, kv := range resps[i].Kvs {
+				p.put(string(kv.Key), &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
+			}
+		}
+		v.advanceLocked(at)
+		v.mu.Unlock()
+		v.changed()
+		first.Do(func() { close(v.ready) })
+		return at, nil
+	}, func(wr clientv3.WatchResponse) {
+		v.mu.Lock()
+		changed := false
+		for _, ev := range wr.Events {
+			changed = relevant(string(ev.Kv.Key), ev) || changed
+		}
+		v.advanceLocked(wr.Header.Revision)
+		v.mu.Unlock()
+		if changed {
+			v.changed()
+		}
+	})
 	return nil
 }
 
-// watchPart is loadAndWatch for a part of the view: apply gets whole watch
-// responses, progress notices included, for their revision.
-func (s *Server) watchPart(ctx context.Context, what, prefix string, load func(context.Context) (int64, error), apply func(clientv3.WatchResponse)) {
+// watchPart is loadAndWatch for the view: the keys from key to end, apply
+// getting whole watch responses, progress notices included, for their
+// revision.
+func (s *Server) watchPart(ctx context.Context, what, key, end string, load func(context.Context) (int64, error), apply func(clientv3.WatchResponse)) {
 	for ctx.Err() == nil {
 		at, err := load(ctx)
 		if err != nil {
@@ -396,7 +422,7 @@ func (s *Server) watchPart(ctx context.Context, what, prefix string, load func(c
 			}
 			continue
 		}
-		for wr := range s.etcd.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(at+1)) {
+		for wr := range s.etcd.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRange(end), clientv3.WithRev(at+1)) {
 			if wr.Err() != nil {
 				s.log.Warn(what+" watch interrupted", "err", wr.Err())
 				break
@@ -409,36 +435,69 @@ func (s *Server) watchPart(ctx context.Context, what, prefix string, load func(c
 	}
 }
 
-// current reports whether every part of the view has seen etcd up to rev.
+// revWaiter is a catchUp waiting for the view to reach rev.
+type revWaiter struct {
+	rev  int64
+	done chan struct{}
+}
+
+// advanceLocked records that the view is current to rev, and lets go the
+// catchUps waiting for it.
+func (v *ackView) advanceLocked(rev int64) {
+	if rev <= v.seenRev {
+		return
+	}
+	v.seenRev = rev
+	kept := v.revWaiters[:0]
+	for _, w := range v.revWaiters {
+		if w.rev <= rev {
+			close(w.done)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(v.revWaiters[len(kept):])
+	v.revWaiters = kept
+}
+
+// current reports whether the view has seen etcd up to rev.
 func (v *ackView) current(rev int64) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return min(v.seenRev[0], v.seenRev[1], v.seenRev[2]) >= rev
+	return v.seenRev >= rev
 }
 
 // catchUp waits until the view has seen etcd up to rev, asking etcd for a
 // progress notice on the view's watches, or until ctx ends: a purge is
 // judged against every node registered before it.
 func (v *ackView) catchUp(ctx context.Context, cli *clientv3.Client, rev int64) {
-	if v.current(rev) {
+	v.mu.Lock()
+	if v.seenRev >= rev {
+		v.mu.Unlock()
 		return
 	}
-	wake, unsubscribe := v.notify.subscribe()
-	defer unsubscribe()
+	w := revWaiter{rev: rev, done: make(chan struct{})}
+	v.revWaiters = append(v.revWaiters, w)
+	v.mu.Unlock()
+	// The record's own event usually comes first; a progress notice is
+	// asked for only when it is slow (the view's watch shares the stream
+	// of this metadata, and one ask serves every purge waiting meanwhile).
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	for !v.current(rev) {
-		// The view's watches share the stream of this metadata; one ask
-		// serves every purge waiting meanwhile.
-		if now := time.Now().UnixNano(); now-v.progressAt.Load() > int64(20*time.Millisecond) {
-			v.progressAt.Store(now)
-			_ = cli.RequestProgress(clientv3.WithRequireLeader(ctx))
-		}
+	for {
 		select {
-		case <-ctx.Done():
+		case <-w.done:
 			return
-		case <-wake:
+		case <-ctx.Done():
+			v.mu.Lock()
+			v.revWaiters = slices.DeleteFunc(v.revWaiters, func(x revWaiter) bool { return x.done == w.done })
+			v.mu.Unlock()
+			return
 		case <-t.C:
+			if now := time.Now().UnixNano(); now-v.progressAt.Load() > int64(20*time.Millisecond) {
+				v.progressAt.Store(now)
+				_ = cli.RequestProgress(clientv3.WithRequireLeader(ctx))
+			}
 		}
 	}
 }
