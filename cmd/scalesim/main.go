@@ -46,7 +46,17 @@ func main() {
 	joinWait := flag.Duration("join-wait", 10*time.Minute, "how long the sessions may take to be established")
 	joinRate := flag.Int("join-rate", 0, "sessions started a second, as in a rolling start; 0: all at once")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile (the simulated nodes') to the file")
+	callersOf := flag.String("purge-callers", "", "run only the sustained run's purge callers against this control plane address (the simulator starts itself so)")
 	flag.Parse()
+	if *callersOf != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), *sustain+2*time.Minute)
+		defer cancel()
+		if err := runCallers(ctx, *callersOf, *rate, *sustain, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "scalesim: purge callers:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	raiseFileLimit()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

@@ -3,18 +3,15 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
-	"github.com/shardcache/shardcache/sdk/admin"
 )
 
 // writeCount counts etcd write transactions (revisions) under the prefix
@@ -78,65 +75,31 @@ func countWrites(ctx context.Context, cli *clientv3.Client, prefix string) (*wri
 }
 
 // sustained makes rate purges a second for d, URL, prefix and tag in turn,
-// each waited for by every node, and reports how many were acknowledged by
+// each waited for by every node (from the callers' process: callers.go),
+// and reports how many were acknowledged by
 // all, their latency, the etcd writes they cost and the control plane's
 // memory over the run.
 func (s *sim) sustained(ctx context.Context, b *strings.Builder, fig *figures, rate int, d time.Duration, writes *writeCount) error {
-	const workers = 1000 // calls in flight at most
-	type outcome struct {
-		start    time.Time
-		took     time.Duration
-		rev      int64
-		ackP99   time.Duration // as the control plane reports it
-		complete bool
-		err      error
-	}
-	jobs := make(chan int, workers)
-	outcomes := make(chan outcome, workers)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for i := range jobs {
-				opts := admin.PurgeOptions{RequestID: fmt.Sprintf("load-%d", i), Wait: 30 * time.Second}
-				t0 := time.Now()
-				var st *pb.PurgeStatus
-				var err error
-				switch i % 3 {
-				case 0:
-					st, err = s.admin.PurgeURL(ctx, fmt.Sprintf("http://www.example.com/load/%d", i), opts)
-				case 1:
-					st, err = s.admin.PurgePrefix(ctx, "www.example.com", fmt.Sprintf("/load/%d/", i), opts)
-				default:
-					st, err = s.admin.PurgeTag(ctx, fmt.Sprintf("load-%d", i), opts)
-				}
-				outcomes <- outcome{t0, time.Since(t0), st.GetPurge().GetRevision(), st.GetAckP99().AsDuration(), st.GetComplete(), err}
-			}
-		})
-	}
 	var lat, ackP99s []time.Duration
 	var done []outcome
 	var complete, failed, incomplete int
 	var firstErr error
-	collected := make(chan struct{})
-	go func() {
-		defer close(collected)
-		for o := range outcomes {
-			switch {
-			case o.err != nil:
-				failed++
-				if firstErr == nil {
-					firstErr = o.err
-				}
-			case !o.complete:
-				incomplete++
-			default:
-				complete++
-				lat = append(lat, o.took)
-				ackP99s = append(ackP99s, o.ackP99)
-				done = append(done, o)
+	got := func(o outcome) {
+		switch {
+		case o.Err != "":
+			failed++
+			if firstErr == nil {
+				firstErr = errors.New(o.Err)
 			}
+		case !o.Complete:
+			incomplete++
+		default:
+			complete++
+			lat = append(lat, o.Took)
+			ackP99s = append(ackP99s, o.AckP99)
+			done = append(done, o)
 		}
-	}()
+	}
 	// Every 10 ms, the lowest purge revision applied by any node: when
 	// each purge reached every node, apart from its acknowledgement.
 	type lowAt struct {
@@ -170,44 +133,37 @@ func (s *sim) sustained(ctx context.Context, b *strings.Builder, fig *figures, r
 	applied0 := s.applied()
 	w0 := writes.snapshot()
 	rss0, _ := s.memory()
+	// The control plane's memory, every 5 s while the callers run.
 	var rssMax int64
-	start := time.Now()
-	// Paced by the clock, not by ticks a busy machine drops: each
-	// millisecond sends what is due by then.
-	tick := time.NewTicker(time.Millisecond)
-	sample := time.NewTicker(5 * time.Second)
-	sent, late := 0, 0
-	for time.Since(start) < d {
-		select {
-		case <-tick.C:
-			for due := int(time.Since(start).Seconds() * float64(rate)); sent+late < due; {
-				select {
-				case jobs <- sent:
-					sent++
-				default:
-					late++ // every caller busy: the rate is not held
-				}
+	sampledRSS := make(chan struct{})
+	callersOver := make(chan struct{})
+	go func() {
+		defer close(sampledRSS)
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-callersOver:
+				return
+			case <-t.C:
+				rss, _ := s.memory()
+				rssMax = max(rssMax, rss)
 			}
-		case <-sample.C:
-			rss, _ := s.memory()
-			rssMax = max(rssMax, rss)
-		case <-ctx.Done():
-			return ctx.Err()
 		}
+	}()
+	c, err := s.callers(ctx, rate, d, got)
+	close(callersOver)
+	<-sampledRSS
+	if err != nil {
+		return err
 	}
-	tick.Stop()
-	sample.Stop()
-	close(jobs)
-	wg.Wait()
-	elapsed := time.Since(start)
-	close(outcomes)
-	<-collected
+	sent, late, elapsed := c.Sent, c.Late, c.Elapsed
 	rss1, _ := s.memory()
 	rssMax = max(rssMax, rss1)
 	// Every node applied every purge (the sessions push them all).
 	want := int64(sent)
 	actx, acancel := context.WithTimeout(ctx, time.Minute)
-	err := waitAll(actx, s.nodes, func(nd *simNode) bool { return nd.applied.Load()-applied0[nd.id] >= want })
+	err = waitAll(actx, s.nodes, func(nd *simNode) bool { return nd.applied.Load()-applied0[nd.id] >= want })
 	acancel()
 	missing := ""
 	if err != nil {
@@ -217,14 +173,14 @@ func (s *sim) sustained(ctx context.Context, b *strings.Builder, fig *figures, r
 	<-sampled
 	var reach []time.Duration
 	for _, o := range done {
-		i, _ := slices.BinarySearchFunc(lows, o.rev, func(l lowAt, rev int64) int { return cmp.Compare(l.rev, rev) })
+		i, _ := slices.BinarySearchFunc(lows, o.Rev, func(l lowAt, rev int64) int { return cmp.Compare(l.rev, rev) })
 		if i < len(lows) {
-			reach = append(reach, lows[i].at.Sub(o.start))
+			reach = append(reach, lows[i].at.Sub(o.Start))
 		}
 	}
 	w := writes.snapshot().sub(w0)
 	fmt.Fprintf(b, "| sustained purges: %d a second asked for %s (URL, prefix, tag in turn; %d calls in flight at most) | %d sent in %s (%.0f a second), %d not sent for want of a free caller; %d acknowledged by all, %d incomplete, %d failed%s%s |\n",
-		rate, d, workers, sent, ms(elapsed), float64(sent)/elapsed.Seconds(), late, complete, incomplete, failed, errNote(firstErr), missing)
+		rate, d, callerWorkers, sent, ms(elapsed), float64(sent)/elapsed.Seconds(), late, complete, incomplete, failed, errNote(firstErr), missing)
 	fmt.Fprintf(b, "| the same: admin call to acknowledged by all | p50 %s, p99 %s, max %s |\n", ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99)), ms(quantile(lat, 1)))
 	fmt.Fprintf(b, "| the same as the control plane reports it (ack_p99: acceptance to 99 in 100 nodes' acknowledgements seen) | p50 %s, p99 %s |\n",
 		ms(quantile(ackP99s, 0.5)), ms(quantile(ackP99s, 0.99)))
