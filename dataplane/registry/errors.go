@@ -67,14 +67,11 @@ func upstreamError(err error, format string, args ...any) *Error {
 
 // WriteError answers w with err's OCI error body: err's own status and
 // code when it is an *Error, else status and an UPSTREAM_FAILED code with
-// msg (DIGEST_INVALID when err wraps ErrDigest).
+// msg.
 func WriteError(w http.ResponseWriter, err error, status int, msg string) {
 	var e *Error
 	if !errors.As(err, &e) {
 		e = &Error{Status: status, Code: CodeUpstream, Message: msg}
-		if errors.Is(err, ErrDigest) {
-			e.Code = CodeDigestInvalid // a streamed blob's check failed before any of it was sent
-		}
 		if err != nil {
 			e.Message = msg + ": " + err.Error()
 		}

@@ -14,8 +14,9 @@ import (
 )
 
 // Verifier is a body that checks, at its end, that the bytes read have
-// the digest expected: a mismatch is returned in place of io.EOF (wrapping
-// ErrDigest), so a copy into the store fails and nothing is stored.
+// the digest expected: a mismatch is returned in place of io.EOF (an
+// *Error of code DIGEST_INVALID wrapping ErrDigest), so a copy into the
+// store fails, nothing is stored, and the client is told why.
 type Verifier struct {
 	r      io.Reader
 	h      hash.Hash
@@ -48,7 +49,8 @@ func (v *Verifier) Read(p []byte) (int, error) {
 			if v.failed != nil {
 				v.failed()
 			}
-			return n, fmt.Errorf("%w: the body's is %s", ErrDigest, got[:12])
+			return n, &Error{Status: http.StatusBadGateway, Code: CodeDigestInvalid, Err: ErrDigest,
+				Message: fmt.Sprintf("the body's digest begins %s, not the one asked for; nothing stored", got[:12])}
 		}
 	}
 	return n, err
