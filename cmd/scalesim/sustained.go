@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -107,53 +108,28 @@ func (s *sim) sustained(ctx context.Context, b *strings.Builder, fig *figures, r
 		rev int64
 	}
 	var lows []lowAt
-	sctx, stopSampling := context.WithCancel(ctx)
-	defer stopSampling()
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(10 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-sctx.Done():
-				return
-			case now := <-t.C:
-				low := int64(-1)
-				for _, nd := range s.nodes {
-					if r := nd.rev.Load(); low < 0 || r < low {
-						low = r
-					}
-				}
-				lows = append(lows, lowAt{now, low})
+	stopLows := every(10*time.Millisecond, func(now time.Time) {
+		low := int64(-1)
+		for _, nd := range s.nodes {
+			if r := nd.rev.Load(); low < 0 || r < low {
+				low = r
 			}
 		}
-	}()
+		lows = append(lows, lowAt{now, low})
+	})
+	defer stopLows()
 	fmt.Fprintf(os.Stderr, "scalesim: sustained purges start: %d a second for %s\n", rate, d)
 	applied0 := s.applied()
 	w0 := writes.snapshot()
 	rss0, _ := s.memory()
 	// The control plane's memory, every 5 s while the callers run.
 	var rssMax int64
-	sampledRSS := make(chan struct{})
-	callersOver := make(chan struct{})
-	go func() {
-		defer close(sampledRSS)
-		t := time.NewTicker(5 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-callersOver:
-				return
-			case <-t.C:
-				rss, _ := s.memory()
-				rssMax = max(rssMax, rss)
-			}
-		}
-	}()
+	stopRSS := every(5*time.Second, func(time.Time) {
+		rss, _ := s.memory()
+		rssMax = max(rssMax, rss)
+	})
 	c, err := s.callers(ctx, rate, d, got)
-	close(callersOver)
-	<-sampledRSS
+	stopRSS()
 	if err != nil {
 		return err
 	}
@@ -169,8 +145,7 @@ func (s *sim) sustained(ctx context.Context, b *strings.Builder, fig *figures, r
 	if err != nil {
 		missing = fmt.Sprintf("; not every node applied all of them: %v", err)
 	}
-	stopSampling()
-	<-sampled
+	stopLows()
 	var reach []time.Duration
 	for _, o := range done {
 		i, _ := slices.BinarySearchFunc(lows, o.Rev, func(l lowAt, rev int64) int { return cmp.Compare(l.rev, rev) })
@@ -192,6 +167,31 @@ func (s *sim) sustained(ctx context.Context, b *strings.Builder, fig *figures, r
 	fig.purgesPerS = float64(complete) / elapsed.Seconds()
 	fig.writesPerPurge = float64(w.purge) / float64(max(sent, 1))
 	return nil
+}
+
+// every calls f every period from its own goroutine until the returned
+// stop is called; stop returns once f has run for the last time, and may
+// be called again.
+func every(period time.Duration, f func(now time.Time)) (stop func()) {
+	over, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-over:
+				return
+			case now := <-t.C:
+				f(now)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(over) })
+		<-stopped
+	}
 }
 
 func errNote(err error) string {
