@@ -324,11 +324,12 @@ func (s *Server) watchAcks(ctx context.Context) error {
 				delete(v.status, strings.TrimPrefix(key, st.statusPrefix()))
 				v.ids = nil
 			} else if id, vs, ok := decodeViewStatus(ev.Kv.Value, ev.Kv.ModRevision); ok {
-				if _, known := v.status[id]; !known {
+				old, known := v.status[id]
+				if !known {
 					v.ids = nil
 				}
 				// A rewrite by the same run keeps the registration's revision.
-				if old, ok := v.status[id]; ok && old.replica == vs.replica && old.run == vs.run && ev.IsModify() {
+				if known && old.replica == vs.replica && old.run == vs.run && ev.IsModify() {
 					vs.regRev = old.regRev
 				}
 				v.status[id] = vs
@@ -364,7 +365,7 @@ func (s *Server) watchAcks(ctx context.Context) error {
 		lo, hi = min(lo, p.prefix), max(hi, p.prefix)
 	}
 	var first sync.Once
-	s.watchPart(ctx, "the purge acknowledgements' records", lo, clientv3.GetPrefixRangeEnd(hi), func(ctx context.Context) (int64, error) {
+	s.loadAndWatchRange(ctx, "the purge acknowledgements' records", lo, clientv3.GetPrefixRangeEnd(hi), func(ctx context.Context) (int64, error) {
 		// The three parts read at one revision.
 		var at int64
 		resps := make([]*clientv3.GetResponse, len(parts))
@@ -407,32 +408,6 @@ func (s *Server) watchAcks(ctx context.Context) error {
 		}
 	})
 	return nil
-}
-
-// watchPart is loadAndWatch for the view: the keys from key to end, apply
-// getting whole watch responses, progress notices included, for their
-// revision.
-func (s *Server) watchPart(ctx context.Context, what, key, end string, load func(context.Context) (int64, error), apply func(clientv3.WatchResponse)) {
-	for ctx.Err() == nil {
-		at, err := load(ctx)
-		if err != nil {
-			s.log.Warn("reading "+what+"; retrying", "err", err)
-			if !sleepCtx(ctx, time.Second) {
-				return
-			}
-			continue
-		}
-		for wr := range s.etcd.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRange(end), clientv3.WithRev(at+1)) {
-			if wr.Err() != nil {
-				s.log.Warn(what+" watch interrupted", "err", wr.Err())
-				break
-			}
-			apply(wr)
-		}
-		if !sleepCtx(ctx, 500*time.Millisecond) {
-			return
-		}
-	}
 }
 
 // revWaiter is a catchUp waiting for the view to reach rev.

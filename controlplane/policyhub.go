@@ -157,25 +157,32 @@ func (s *Server) watchPolicies(ctx context.Context) error {
 // and returns the revision read at; apply folds in each watch response
 // after it. A broken watch starts over with a load.
 func (s *Server) loadAndWatch(ctx context.Context, what, prefix string, load func(context.Context) (int64, error), apply func([]*clientv3.Event)) error {
+	s.loadAndWatchRange(ctx, what, prefix, clientv3.GetPrefixRangeEnd(prefix), load, func(wr clientv3.WatchResponse) { apply(wr.Events) })
+	return nil
+}
+
+// loadAndWatchRange is loadAndWatch for the keys from key to end, apply
+// getting whole watch responses, progress notices included, for their
+// revision.
+func (s *Server) loadAndWatchRange(ctx context.Context, what, key, end string, load func(context.Context) (int64, error), apply func(clientv3.WatchResponse)) {
 	for ctx.Err() == nil {
 		at, err := load(ctx)
 		if err != nil {
 			s.log.Warn("reading "+what+"; retrying", "err", err)
 			if !sleepCtx(ctx, time.Second) {
-				return nil
+				return
 			}
 			continue
 		}
-		for wr := range s.etcd.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(at+1)) {
+		for wr := range s.etcd.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRange(end), clientv3.WithRev(at+1)) {
 			if wr.Err() != nil {
 				s.log.Warn(what+" watch interrupted", "err", wr.Err())
 				break
 			}
-			apply(wr.Events)
+			apply(wr)
 		}
 		if !sleepCtx(ctx, 500*time.Millisecond) {
-			return nil
+			return
 		}
 	}
-	return nil
 }
