@@ -466,7 +466,7 @@ func TestAPurgeStatusIsBounded(t *testing.T) {
 	if len(st.GetPending()) != maxListed || st.GetPendingOmitted() != 500-maxListed || st.GetComplete() {
 		t.Fatalf("%d pending listed, %d omitted, complete %v; want %d, %d, false", len(st.GetPending()), st.GetPendingOmitted(), st.GetComplete(), maxListed, 500-maxListed)
 	}
-	if !slices.IsSortedFunc(st.GetResults(), func(x, y *pb.PurgeResult) int { return cmpString(x.GetNodeId(), y.GetNodeId()) }) || !slices.IsSorted(st.GetPending()) {
+	if !slices.IsSortedFunc(st.GetResults(), func(x, y *pb.PurgeResult) int { return strings.Compare(x.GetNodeId(), y.GetNodeId()) }) || !slices.IsSorted(st.GetPending()) {
 		t.Fatal("the listed nodes are not sorted")
 	}
 	if st.GetPending()[0] != "n0001" {
@@ -493,8 +493,6 @@ func TestAPurgeStatusIsBounded(t *testing.T) {
 		t.Fatalf("%d listed; the node's error listed: %v", len(st.GetResults()), slices.ContainsFunc(st.GetResults(), func(r *pb.PurgeResult) bool { return r.GetError() != "" }))
 	}
 }
-
-func cmpString(a, b string) int { return strings.Compare(a, b) }
 
 // The view's one watch covers the purge records: a purge's own record
 // shows the view current to its revision, with no progress notice asked
