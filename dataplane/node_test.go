@@ -931,22 +931,22 @@ func TestHotKeyReplicasAndCopies(t *testing.T) {
 		return nil
 	}
 
-	// Cold: the key has one owner, and the second owner relays to it.
+	// Cold: the key has one owner, and the second owner relays to it,
+	// keeping a copy (the copies have room): its next request is answered
+	// here, not relayed until the key is hot.
 	if got := via(second).Header.Get("X-Cache-Node"); got != first.ID() {
 		t.Fatalf("cold key via %s served by %s, want the first owner %s", second.ID(), got, first.ID())
 	}
-	// Cold at a non-owner: the first request is relayed, and the copies
-	// having room, the next is answered from the copy the relay left. (The
-	// second owner keeps none: it fills its store once the key is hot.)
+	if resp := via(second); resp.Header.Get("X-Cache-Node") != second.ID() || resp.Header.Get("X-Cache") != "HIT" {
+		t.Fatalf("cold key via second owner %s again: %s from %s, want a HIT from its copy", second.ID(), resp.Header.Get("X-Cache"), resp.Header.Get("X-Cache-Node"))
+	}
+	// Cold at a non-owner: the same.
 	if got := via(other).Header.Get("X-Cache-Node"); got != first.ID() {
 		t.Fatalf("cold key via non-owner %s served by %s, want the first owner %s", other.ID(), got, first.ID())
 	}
 	if resp := via(other); resp.Header.Get("X-Cache-Node") != other.ID() || resp.Header.Get("X-Cache") != "HIT" {
 		t.Fatalf("cold key via non-owner %s again: %s from %s, want a HIT from its copy", other.ID(), resp.Header.Get("X-Cache"), resp.Header.Get("X-Cache-Node"))
 	}
-	// Hot at the second owner: it serves from its own store, filled from the
-	// first owner, not the origin.
-	servedBy(second, second.ID())
 	// Hot at a non-owner: after relaying, it keeps a copy and serves it.
 	if resp := servedBy(other, other.ID()); resp.Header.Get("X-Cache") != "HIT" {
 		t.Fatalf("hot key via non-owner %s: %s, want a HIT from its copy", other.ID(), resp.Header.Get("X-Cache"))
@@ -954,7 +954,27 @@ func TestHotKeyReplicasAndCopies(t *testing.T) {
 	if n := o.count(path); n != 1 {
 		t.Fatalf("the origin saw %d requests for the hot key, want 1", n)
 	}
-	if metricValue(t, second, "shardcache_hot_key_events_total", `event="replica_fill"`) != 1 ||
+	// Hot at the second owner, which holds no copy (made hot by HEADs,
+	// which leave none): it serves from its own store, filled from the
+	// first owner, not the origin.
+	path2 := "/hot/2"
+	owners2 := ownersOf(t, e, "http127.0.0.1"+path2, 3)
+	first2, second2 := nodes[owners2[0]], nodes[owners2[1]]
+	if resp, _ := do(t, "GET", "http://"+first2.ClientAddr().String()+path2); resp.StatusCode != 200 {
+		t.Fatalf("GET %s via its owner: %d", path2, resp.StatusCode)
+	}
+	for range 3 {
+		if resp, _ := do(t, "HEAD", "http://"+second2.ClientAddr().String()+path2); resp.StatusCode != 200 {
+			t.Fatalf("HEAD %s via %s: %d", path2, second2.ID(), resp.StatusCode)
+		}
+	}
+	if resp, body := do(t, "GET", "http://"+second2.ClientAddr().String()+path2); resp.Header.Get("X-Cache-Node") != second2.ID() || body != "body of "+path2 {
+		t.Fatalf("hot key via its second owner %s: served by %s, %q", second2.ID(), resp.Header.Get("X-Cache-Node"), body)
+	}
+	if n := o.count(path2); n != 1 {
+		t.Fatalf("the origin saw %d requests for %s, want 1", n, path2)
+	}
+	if metricValue(t, second2, "shardcache_hot_key_events_total", `event="replica_fill"`) != 1 ||
 		metricValue(t, other, "shardcache_hot_key_events_total", `event="copy_admitted"`) < 1 ||
 		metricValue(t, other, "shardcache_hot_key_events_total", `event="copy_hit"`) < 1 {
 		t.Fatal("hot-key events were not counted")

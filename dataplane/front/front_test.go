@@ -40,7 +40,8 @@ import (
 type fakeOwner struct {
 	mu          sync.Mutex
 	served      []owner.Request
-	kept        int
+	kept        int // hot answers offered for a copy
+	keptCold    int // answers of keys not hot offered for a copy
 	invalidated []owner.Request
 	copies      bool // a Copy request is served
 	sliced      bool // an Assemble request is served
@@ -64,12 +65,18 @@ func (o *fakeOwner) Keep(w http.ResponseWriter, req owner.Request, resp *http.Re
 	o.mu.Lock()
 	if hot {
 		o.kept++
+	} else {
+		o.keptCold++
 	}
 	o.mu.Unlock()
 	return false
 }
 
-func (o *fakeOwner) HasCopy(string) bool { return false }
+func (o *fakeOwner) HasCopy(string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.copies
+}
 
 func (o *fakeOwner) Invalidate(req owner.Request, h http.Header) {
 	o.mu.Lock()
@@ -267,6 +274,39 @@ func TestAHotKeyTriesTheCopyThenRelays(t *testing.T) {
 	tf.owner.copies = true
 	if w := tf.get("GET", path); !strings.HasPrefix(w.Body.String(), "owner:") {
 		t.Fatalf("with a copy: %q", w.Body.String())
+	}
+}
+
+// A key this node owns only once it is hot (its second owner) is copied
+// while it is not: relayed once, its next requests are served here from
+// the copy, not relayed until they make it hot. Once hot, the copy still
+// answers first; without one, the node's store, filled from the first
+// owner.
+func TestALaterOwnerKeepsACopyOfAKeyNotYetHot(t *testing.T) {
+	tf := newTestFront(t, []*pb.CachePolicy{{Name: "rf2", PathPrefix: "/rf2/", ReplicationFactor: 2}},
+		func(c *Config) { c.HotThreshold = 1000 })
+	path := keyOwnedBy(t, tf, "/rf2/", "b") // b first, then a: this node
+	if w := tf.get("GET", path); len(tf.peers.asked) != 1 || tf.owner.keptCold != 1 {
+		t.Fatalf("first request: %d relays, %d copies offered: %q", len(tf.peers.asked), tf.owner.keptCold, w.Body.String())
+	}
+	tf.owner.copies = true
+	w := tf.get("GET", path)
+	if reqs := tf.owner.requests(); len(tf.peers.asked) != 1 || len(reqs) != 1 || !reqs[0].Copy || !strings.HasPrefix(w.Body.String(), "owner:") {
+		t.Fatalf("with a copy: %d relays, owner asked %+v", len(tf.peers.asked), reqs)
+	}
+	// Hot now: the copy answers while it lasts, then the store, filling
+	// from the first owner.
+	tf.Front.cfg.HotThreshold = 1
+	tf.get("GET", path)
+	if reqs := tf.owner.requests(); len(tf.peers.asked) != 1 || len(reqs) != 2 || !reqs[1].Copy {
+		t.Fatalf("hot with a copy: %d relays, owner asked %+v", len(tf.peers.asked), reqs)
+	}
+	tf.owner.mu.Lock()
+	tf.owner.copies = false
+	tf.owner.mu.Unlock()
+	tf.get("GET", path)
+	if reqs := tf.owner.requests(); len(tf.peers.asked) != 1 || len(reqs) != 3 || reqs[2].Copy || reqs[2].From.GetId() != "b" {
+		t.Fatalf("hot without a copy: %d relays, owner asked %+v", len(tf.peers.asked), reqs[2:])
 	}
 }
 

@@ -24,8 +24,9 @@ import (
 // than the origin. A node that owns a hot key not at all relays it to one
 // of its owners, picked per request, and keeps a local copy for as long as
 // the object stays fresh. So does it of any key while its copies have room
-// (owner.Keep), unless it is one of the key's owners once the key is hot:
-// that one fills its store then.
+// (owner.Keep), a key it is a later owner of included while the key is not
+// hot: once hot, that owner answers from the copy while it lasts and else
+// from its store, filled from the first owner.
 func (f *Front) route(rec *reply.Recorder, req *owner.Request) (string, owner.Outcome) {
 	r, p := req.HTTP, req.Policy
 	rec.Strip = p.Targeted // the cluster's own targeted field is for this cluster only
@@ -64,23 +65,43 @@ func (f *Front) route(rec *reply.Recorder, req *owner.Request) (string, owner.Ou
 	if len(owners) == 0 {
 		return metrics.RouteLocal, f.cfg.Owner.Serve(rec, *req)
 	}
-	for i, o := range owners {
-		if o.GetId() == f.cfg.ID {
-			if i > 0 {
-				req.From = owners[0] // a replica fills from the first owner
-			}
-			return metrics.RouteLocal, f.cfg.Owner.Serve(rec, *req)
-		}
-	}
-	keep := hot || !p.AuthorizeEach && f.cfg.Hot != nil && !slices.ContainsFunc(all, func(m *pb.Member) bool { return m.GetId() == f.cfg.ID })
-	if hot || keep && f.cfg.Owner.HasCopy(req.Key) {
-		copied := *req
-		copied.Copy = true
-		if out := f.cfg.Owner.Serve(rec, copied); out.Served {
+	// copies: this node may keep copies of what it relays (a key checked
+	// with the origin on every request may not be served from one).
+	copies := !p.AuthorizeEach && f.cfg.Hot != nil
+	mine := slices.IndexFunc(all, func(m *pb.Member) bool { return m.GetId() == f.cfg.ID })
+	switch {
+	case mine == 0:
+		return metrics.RouteLocal, f.cfg.Owner.Serve(rec, *req)
+	case mine > 0 && mine < len(owners):
+		// A replica of a hot key serves it from its store, which fills
+		// from the first owner, unless it kept a copy while the key was
+		// cold: that copy answers first, and saves the fill's hop.
+		if out, ok := f.serveCopy(rec, req, copies && f.cfg.Owner.HasCopy(req.Key)); ok {
 			return metrics.RouteLocal, out
 		}
+		req.From = owners[0]
+		return metrics.RouteLocal, f.cfg.Owner.Serve(rec, *req)
 	}
-	return f.toOwners(rec, req, owners, keep, hot)
+	// Not an owner, or a replica of a key not hot (yet): it keeps a copy
+	// of what it relays while copies have room, so that a key's next
+	// requests stay here, not only once it is hot.
+	if out, ok := f.serveCopy(rec, req, hot || copies && f.cfg.Owner.HasCopy(req.Key)); ok {
+		return metrics.RouteLocal, out
+	}
+	return f.toOwners(rec, req, owners, hot || copies, hot)
+}
+
+// serveCopy serves req from this node's copy of its key when try says
+// to (a hot key's is looked for without asking HasCopy first); ok says
+// it answered.
+func (f *Front) serveCopy(rec *reply.Recorder, req *owner.Request, try bool) (owner.Outcome, bool) {
+	if !try {
+		return owner.Outcome{}, false
+	}
+	copied := *req
+	copied.Copy = true
+	out := f.cfg.Owner.Serve(rec, copied)
+	return out, out.Served
 }
 
 // toOwners relays req to one of its owners or, in redirect mode, sends the
