@@ -36,15 +36,18 @@ type replicaLease struct {
 // leaseRun is one granted replica lease.
 type leaseRun struct {
 	id clientv3.LeaseID
-	// lost is closed once the lease is no longer kept alive: expired,
+	// ctx ends (end) once the lease is no longer kept alive: expired,
 	// revoked, or its keep-alive gave up. Every session bound to it ends
 	// so that its node registers again under the next one.
-	lost chan struct{}
-	once sync.Once
+	ctx context.Context
+	end context.CancelFunc
 }
 
-// end marks the lease lost.
-func (r *leaseRun) end() { r.once.Do(func() { close(r.lost) }) }
+// newLeaseRun is the run of lease id, kept alive until its end.
+func newLeaseRun(id clientv3.LeaseID) *leaseRun {
+	ctx, end := context.WithCancel(context.Background())
+	return &leaseRun{id: id, ctx: ctx, end: end}
+}
 
 // register registers st's session with the replica's lease and returns
 // the lease and the revision of the registration. A lease etcd no longer
@@ -72,7 +75,7 @@ func (l *replicaLease) get(ctx context.Context) (*leaseRun, error) {
 	defer l.mu.Unlock()
 	if c := l.cur; c != nil {
 		select {
-		case <-c.lost:
+		case <-c.ctx.Done():
 		default:
 			return c, nil
 		}
@@ -87,7 +90,7 @@ func (l *replicaLease) get(ctx context.Context) (*leaseRun, error) {
 		cancel()
 		return nil, etcdErr(err, "keeping the replica's lease alive")
 	}
-	run := &leaseRun{id: g.ID, lost: make(chan struct{})}
+	run := newLeaseRun(g.ID)
 	go func() {
 		for range ka { // drained until etcd's client gives the lease up
 		}
@@ -99,7 +102,7 @@ func (l *replicaLease) get(ctx context.Context) (*leaseRun, error) {
 		// their records go.
 		select {
 		case <-l.stopping:
-		case <-run.lost:
+		case <-run.ctx.Done():
 		}
 		cancel()
 	}()
@@ -116,7 +119,7 @@ func (l *replicaLease) get(ctx context.Context) (*leaseRun, error) {
 func (n *nodeService) expireAfter(d time.Duration, id string, rev int64) {
 	time.AfterFunc(d, func() {
 		select {
-		case <-n.stopping:
+		case <-n.stopped.Done():
 			return
 		default:
 		}

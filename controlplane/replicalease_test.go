@@ -2,10 +2,12 @@ package controlplane
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
@@ -129,6 +131,23 @@ func TestALostReplicaLeaseEndsItsSessions(t *testing.T) {
 	openSessionWith(t, conn, helloFrom("node-1", "proc", "127.0.0.1:9001"))
 	if got := recordLeases(t, s, "node-1"); got[0] == old || got[0] == 0 || got != [3]clientv3.LeaseID{got[0], got[0], got[0]} {
 		t.Fatalf("registered again, the records are bound to %x; want a new lease in place of the revoked %x", got, old)
+	}
+}
+
+// A replica that stops ends every session it holds with Unavailable, so
+// that its nodes reconnect to another, and leaves their records for the
+// lease's TTL (the node is not dropped).
+func TestAStoppingReplicaEndsItsSessions(t *testing.T) {
+	s, _, stop := startServer(t, nil)
+	conn := dial(t, s)
+	a, _ := openSessionWith(t, conn, helloFrom("node-1", "proc", "127.0.0.1:9001"))
+	b, _ := openSessionWith(t, conn, helloFrom("node-2", "proc", "127.0.0.1:9002"))
+	go stop()
+	for _, n := range []*nodeSession{a, b} {
+		err := n.recvEnd(t)
+		if st, _ := status.FromError(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "shutting down") {
+			t.Fatalf("the replica stopping ended a session with %v, want Unavailable, shutting down", err)
+		}
 	}
 }
 

@@ -173,8 +173,11 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	stopping := make(chan struct{})
-	gs := s.grpcServer(stopping, creds)
+	// stopped ends when the replica begins to stop; every session's
+	// context is tied to it.
+	stopped, stop := context.WithCancel(context.Background())
+	defer stop()
+	gs := s.grpcServer(stopped, creds)
 
 	var opsLis net.Listener
 	if s.cfg.OpsAddr != "" {
@@ -223,7 +226,7 @@ func (s *Server) Run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		<-gctx.Done()
-		close(stopping)
+		stop()
 		stopGRPC(gs, shutdownGrace)
 		return nil
 	})
@@ -305,7 +308,7 @@ func stopGRPC(gs *grpc.Server, grace time.Duration) {
 	}
 }
 
-func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption) *grpc.Server {
+func (s *Server) grpcServer(stopped context.Context, creds []grpc.ServerOption) *grpc.Server {
 	authFn := func(ctx context.Context) (context.Context, error) {
 		if verifiedClientCert(ctx) {
 			return ctx, nil // mTLS: the handshake verified the caller against the client CA
@@ -376,9 +379,9 @@ func (s *Server) grpcServer(stopping <-chan struct{}, creds []grpc.ServerOption)
 			return s.checkCredential(ctx, credJoin, authlimit.Key(caller(ctx)), verify)
 		},
 		leaseTTL: s.cfg.LeaseTTL,
-		lease:    &replicaLease{kv: s.state.kv, ttl: s.cfg.LeaseTTL, stopping: stopping},
+		lease:    &replicaLease{kv: s.state.kv, ttl: s.cfg.LeaseTTL, stopping: stopped.Done()},
 		replica:  s.cfg.ReplicaID,
-		stopping: stopping,
+		stopped:  stopped,
 		log:      s.log,
 		ca:       &s.ca,
 		caWanted: s.cfg.CA.Enabled,

@@ -56,10 +56,11 @@ type nodeService struct {
 	checkJoin func(ctx context.Context, verify func() bool) error
 	leaseTTL  time.Duration
 	// lease is the replica's, which every session's records are bound to.
-	lease    *replicaLease
-	replica  string
-	stopping <-chan struct{}
-	log      *slog.Logger
+	lease   *replicaLease
+	replica string
+	// stopped ends when the replica begins to stop.
+	stopped context.Context
+	log     *slog.Logger
 	// ca issues peer-hop certificates once loaded; caWanted says whether it
 	// is configured at all.
 	ca       *atomic.Pointer[certAuthority]
@@ -142,7 +143,7 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 	r.log.Info("node session started", "peer", m.GetPeerAddress(), "lease", fmt.Sprintf("%x", lease.id), "revision", rev)
 	n.sessions.Inc()
 	defer n.sessions.Dec()
-	return r.serve(ctx, hello, lease.lost, records)
+	return r.serve(ctx, hello, lease.ctx, records)
 }
 
 // sessionRun is one session's state while it serves.
@@ -184,8 +185,16 @@ type sessionRun struct {
 }
 
 // serve sends the snapshot and then every change until the session ends.
-func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, leaseLost <-chan struct{}, records <-chan *clientv3.Event) error {
+func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, lease context.Context, records <-chan *clientv3.Event) error {
 	n := r.n
+	// The replica's stop and its lease's loss end every session: each
+	// ends this session's own context (a callback, not a channel every
+	// session's loop waits on, whose lock a thousand sessions' selects
+	// would share).
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(n.stopped, func() { cancel(errReplicaStopping) })()
+	defer context.AfterFunc(lease, func() { cancel(errLeaseLost) })()
 	wakeEpoch, unsubscribeEpochs := n.hub.notify.subscribe()
 	defer unsubscribeEpochs()
 	wakePolicies, unsubscribePolicies := n.policies.notify.subscribe()
@@ -233,15 +242,19 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, leaseLost <-cha
 	for {
 		var err error
 		select {
-		case <-ctx.Done():
+		case <-sctx.Done():
+			// A stopping replica lets its lease go too: the stop is
+			// what ended the session then.
+			switch {
+			case n.stopped.Err() != nil:
+				return status.Error(codes.Unavailable, "control plane replica is shutting down; reconnect to another")
+			case context.Cause(sctx) == errLeaseLost:
+				r.log.Warn("lease lost; ending session so the node registers again")
+				r.drop = true
+				return sessionEnd(codes.FailedPrecondition, pb.SessionEnd_SESSION_END_LEASE_LOST, "the lease of member %s expired or could not be kept alive", r.m.GetId())
+			}
 			r.log.Info("node session ended; member stays for the lease TTL", "err", ctx.Err())
 			return nil
-		case <-n.stopping:
-			return status.Error(codes.Unavailable, "control plane replica is shutting down; reconnect to another")
-		case <-leaseLost:
-			r.log.Warn("lease lost; ending session so the node registers again")
-			r.drop = true
-			return sessionEnd(codes.FailedPrecondition, pb.SessionEnd_SESSION_END_LEASE_LOST, "the lease of member %s expired or could not be kept alive", r.m.GetId())
 		case ev := <-records:
 			if end := n.recordChanged(ctx, ev, r.m, r.rev); end != nil {
 				r.log.Warn("ending the session", "reason", status.Convert(end).Message())
@@ -276,6 +289,13 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, leaseLost <-cha
 		}
 	}
 }
+
+// errReplicaStopping and errLeaseLost are why a session's context ends
+// before its stream's does.
+var (
+	errReplicaStopping = errors.New("the control plane replica is stopping")
+	errLeaseLost       = errors.New("the replica's lease was lost")
+)
 
 // snapshot sends what the node needs to serve: the purges it missed, the
 // epoch (a compact node's members ahead of it, in bounded messages), the
