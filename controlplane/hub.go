@@ -38,19 +38,21 @@ func (n *notifier) wake() {
 // subscribe returns a channel that receives a value after each change, and
 // the function that ends the subscription.
 func (n *notifier) subscribe() (<-chan struct{}, func()) {
-	ch, _, cancel := n.subscribeMuted()
+	ch := make(chan struct{}, 1)
+	_, cancel := n.subscribeOn(ch)
 	return ch, cancel
 }
 
-// subscribeMuted is subscribe with the subscription's mute: while it is
-// set, changes do not wake the subscriber, which reads the state anew once
-// it clears it.
-func (n *notifier) subscribeMuted() (<-chan struct{}, *atomic.Bool, func()) {
-	ch, muted := make(chan struct{}, 1), new(atomic.Bool)
+// subscribeOn wakes ch (buffered, one value) after each change, while the
+// subscription's mute that it returns is not set: a muted subscriber reads
+// the state anew once it clears it. One channel may be subscribed to
+// several notifiers, so that a loop waits on one channel for all of them.
+func (n *notifier) subscribeOn(ch chan struct{}) (*atomic.Bool, func()) {
+	muted := new(atomic.Bool)
 	n.mu.Lock()
 	n.subs[ch] = muted
 	n.mu.Unlock()
-	return ch, muted, func() {
+	return muted, func() {
 		n.mu.Lock()
 		delete(n.subs, ch)
 		n.mu.Unlock()

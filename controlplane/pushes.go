@@ -155,6 +155,9 @@ func (r *sessionRun) pacePurges() error {
 	if r.paced != nil {
 		return nil // a push is due already
 	}
+	if r.n.purges.head() <= r.sentPurges {
+		return nil // woken by an epoch or a policy: no purge to send, and none to pace the next by
+	}
 	if wait := purgePushPace - time.Since(r.pushedAt); wait > 0 {
 		r.setPaced(time.NewTimer(wait))
 		return nil

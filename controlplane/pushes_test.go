@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,4 +114,24 @@ func TestCompactPushes(t *testing.T) {
 			return
 		}
 	}
+}
+
+// A session woken with no purge to send (an epoch or a policy shares its
+// wake-up) sends none and does not start a pace, which would hold back
+// the next purge; with one to send, a push within the pace is put off to
+// its end.
+func TestAWakeWithNoPurgePacesNothing(t *testing.T) {
+	hub := newPurgeHub()
+	hub.load([]*pb.Purge{{Id: "p1", Kind: pb.PurgeKind_PURGE_KIND_URL, Url: "http://shop.example/a", Revision: 5}}, nil)
+	r := &sessionRun{n: &nodeService{purges: hub}, sentPurges: 5, purgesMuted: new(atomic.Bool)}
+	if err := r.pacePurges(); err != nil || !r.pushedAt.IsZero() || r.paced != nil {
+		t.Fatalf("nothing to send: err %v, pushed at %v, paced %v", err, r.pushedAt, r.paced)
+	}
+	// A purge the node lacks, a push a moment ago: paced, not sent (the
+	// session has no stream to send on).
+	r.sentPurges, r.pushedAt = 4, time.Now()
+	if err := r.pacePurges(); err != nil || r.paced == nil || !r.purgesMuted.Load() {
+		t.Fatalf("a purge within the pace: err %v, paced %v, muted %v", err, r.paced, r.purgesMuted.Load())
+	}
+	r.paced.Stop()
 }

@@ -195,14 +195,18 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, lease context.C
 	defer cancel(nil)
 	defer context.AfterFunc(n.stopped, func() { cancel(errReplicaStopping) })()
 	defer context.AfterFunc(lease, func() { cancel(errLeaseLost) })()
-	wakeEpoch, unsubscribeEpochs := n.hub.notify.subscribe()
+	// A new epoch, policy or purge wakes the loop on one channel (each
+	// channel a select waits on costs every wake of a thousand sessions'
+	// loops a lock), and the loop pushes whatever the node lacks.
+	wake := make(chan struct{}, 1)
+	_, unsubscribeEpochs := n.hub.notify.subscribeOn(wake)
 	defer unsubscribeEpochs()
-	wakePolicies, unsubscribePolicies := n.policies.notify.subscribe()
+	_, unsubscribePolicies := n.policies.notify.subscribeOn(wake)
 	defer unsubscribePolicies()
 	// While a paced push is due, purges recorded meanwhile go with it:
 	// they need not wake the session (at a thousand sessions and many
 	// purges a second, those wakes were most of the replica's work).
-	wakePurges, mute, unsubscribePurges := n.purges.notify.subscribeMuted()
+	mute, unsubscribePurges := n.purges.notify.subscribeOn(wake)
 	defer unsubscribePurges()
 	r.purgesMuted = mute
 	if err := r.snapshot(hello); err != nil {
@@ -263,15 +267,11 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, lease context.C
 			}
 		case <-beat.C:
 			err = r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Heartbeat{Heartbeat: &pb.Heartbeat{}}})
-		case <-wakePolicies:
-			err = r.pushPolicies()
-		case <-wakePurges:
-			err = r.pacePurges()
+		case <-wake:
+			err = r.pushChanges()
 		case <-r.pacedC():
 			r.setPaced(nil)
 			err = r.pushPurges()
-		case <-wakeEpoch:
-			err = r.pushEpoch()
 		case req := <-msgs:
 			err = r.handle(ctx, req)
 		case err := <-recvErr:
@@ -346,6 +346,18 @@ func (r *sessionRun) snapshot(hello *pb.Hello) error {
 		r.sentPolicies = policies.GetRevision()
 	}
 	return nil
+}
+
+// pushChanges sends the node what changed since the session's last push:
+// policies, the epoch, and purges (paced).
+func (r *sessionRun) pushChanges() error {
+	if err := r.pushPolicies(); err != nil {
+		return err
+	}
+	if err := r.pushEpoch(); err != nil {
+		return err
+	}
+	return r.pacePurges()
 }
 
 func (r *sessionRun) pushPolicies() error {
