@@ -23,6 +23,9 @@ import (
 // copies count it (store.Entry.Cost).
 const copyOverhead = 512
 
+// stale are the X-Cache values of an answer served stale.
+var stale = map[string]bool{httpcache.CacheStale: true, httpcache.CacheUpdating: true}
+
 // HasCopy reports whether this node holds a copy of key.
 func (o *Owner) HasCopy(key string) bool {
 	if o.cfg.Copies == nil {
@@ -44,6 +47,12 @@ func (s *serving) serveCopy() {
 	if !ok || !s.usable(e) || s.unconfirmedEntry(e, s.req.Now) {
 		return
 	}
+	if s.cfg.Bans.Stale(e) != nil {
+		// Soft-purged: the owner serves it stale while it revalidates;
+		// a copy has nothing to revalidate with, so it goes.
+		s.cfg.Copies.Delete(s.key)
+		return
+	}
 	if httpcache.Decide(e.Age(s.req.Now), e.Lifetime, e.Header, s.dirs, 0, s.p.Targeted...) != httpcache.UseFresh {
 		return
 	}
@@ -63,6 +72,12 @@ func (s *serving) serveCopy() {
 func (o *Owner) Keep(w http.ResponseWriter, req Request, resp *http.Response, hot bool) bool {
 	behind := o.cfg.Bans.Behind(hop.PurgeRevision(resp.Header))
 	if o.cfg.Copies == nil || behind || req.HTTP.Method != http.MethodGet || req.Policy.AuthorizeEach {
+		return false
+	}
+	// What answered a range (206, or a 416 with the object's freshness)
+	// answers that range only, and what the owner served stale (soft
+	// purged, or while it revalidates) is no fresh copy: neither is kept.
+	if req.HTTP.Header.Get("Range") != "" || stale[resp.Header.Get("X-Cache")] {
 		return false
 	}
 	if !hot && (resp.ContentLength < 0 || !o.cfg.Copies.Room(resp.ContentLength+copyOverhead)) {

@@ -6,9 +6,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardcache/shardcache/dataplane/hop"
+	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/store"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
 // A key that is not hot is copied while the copies have room for it
@@ -39,5 +43,50 @@ func TestCopiesWhileRoom(t *testing.T) {
 	w = httptest.NewRecorder()
 	if !to.Keep(w, *full, answer("hot"), true) || w.Body.String() != "hot" {
 		t.Fatalf("a hot key's answer with the copies full: %q", w.Body.String())
+	}
+}
+
+// A copy is kept only of a fresh answer for the whole key, and a soft
+// purge that covers it takes it away: the owner then serves the key
+// stale while it revalidates, which a copy cannot.
+func TestCopiesHoldOnlyFreshWholeAnswers(t *testing.T) {
+	to := newTestOwner(t, cacheable("unused"))
+	answer := func(status int, xcache, body string) *http.Response {
+		return &http.Response{StatusCode: status, Header: http.Header{"Cache-Control": {"max-age=60"}, "X-Cache": {xcache}, hop.PurgeRevisionField: {"0"}},
+			ContentLength: int64(len(body)), Body: io.NopCloser(strings.NewReader(body))}
+	}
+	// The owner's 416 to an unsatisfiable range carries the object's
+	// freshness: it answers that range, not the key.
+	ranged := request("/c", nil, "Range", "bytes=900-")
+	if to.Keep(httptest.NewRecorder(), *ranged, answer(http.StatusRequestedRangeNotSatisfiable, httpcache.CacheHit, ""), false) || to.HasCopy(ranged.Key) {
+		t.Fatal("an answer to a range was kept as the key's copy")
+	}
+	for _, xc := range []string{httpcache.CacheUpdating, httpcache.CacheStale} {
+		if to.Keep(httptest.NewRecorder(), *request("/c", nil), answer(200, xc, "old"), true) || to.HasCopy(ranged.Key) {
+			t.Fatalf("an answer the owner served %s was kept as a copy", xc)
+		}
+	}
+	req := request("/c", nil)
+	if !to.Keep(httptest.NewRecorder(), *req, answer(200, httpcache.CacheHit, "v1"), false) {
+		t.Fatal("a fresh whole answer was not offered")
+	}
+	for range 10 { // the memory tier takes a copy a little later
+		if to.HasCopy(req.Key) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	copyReq := request("/c", nil)
+	copyReq.Copy = true
+	if _, out := to.serve(copyReq); !out.Served {
+		t.Fatal("the copy did not answer before the soft purge")
+	}
+	ban, err := purge.NewBan(&pb.Purge{Id: "s1", Kind: pb.PurgeKind_PURGE_KIND_URL, Url: "http://www.example.com/c", Revision: 1, Soft: true}, time.Now().UnixNano())
+	if err != nil {
+		t.Fatal(err)
+	}
+	to.bans.Add(ban, 1)
+	if w, out := to.serve(copyReq); out.Served || w.Body.Len() != 0 || to.HasCopy(req.Key) {
+		t.Fatalf("a soft-purged copy: served %v %q, still held %v", out.Served, w.Body.String(), to.HasCopy(req.Key))
 	}
 }
