@@ -143,6 +143,48 @@ func epochChange(prev, next *pb.RingEpoch) *pb.RingEpochChange {
 	return c
 }
 
+// pushChanges sends the node what changed since the session's last push:
+// policies, the epoch, and purges (paced).
+func (r *sessionRun) pushChanges() error {
+	if err := r.pushPolicies(); err != nil {
+		return err
+	}
+	if err := r.pushEpoch(); err != nil {
+		return err
+	}
+	return r.pacePurges()
+}
+
+func (r *sessionRun) pushPolicies() error {
+	ps := r.n.policies.since(r.sentPolicies)
+	if ps == nil {
+		return nil
+	}
+	if err := r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Policies{Policies: ps}}); err != nil {
+		return err
+	}
+	r.sentPolicies = ps.GetRevision()
+	return nil
+}
+
+// pushEpoch sends the current epoch if the node lacks it: to a compact
+// node that has the one before, as the change from it.
+func (r *sessionRun) pushEpoch() error {
+	msgs := r.n.hub.messages()
+	if msgs == nil || msgs.epoch.GetEpoch() <= r.sentEpoch {
+		return nil
+	}
+	m := msgs.full
+	if r.compact && msgs.change != nil && msgs.base == r.sentEpoch {
+		m = msgs.change
+	}
+	if err := r.stream.SendMsg(m); err != nil {
+		return err
+	}
+	r.sentEpoch = msgs.epoch.GetEpoch()
+	return nil
+}
+
 // purgePushPace is the least time between two purge pushes to a session:
 // a purge goes out at once to a session that had none in the last pace,
 // and purges that come faster go out together at its end. It bounds the

@@ -348,48 +348,6 @@ func (r *sessionRun) snapshot(hello *pb.Hello) error {
 	return nil
 }
 
-// pushChanges sends the node what changed since the session's last push:
-// policies, the epoch, and purges (paced).
-func (r *sessionRun) pushChanges() error {
-	if err := r.pushPolicies(); err != nil {
-		return err
-	}
-	if err := r.pushEpoch(); err != nil {
-		return err
-	}
-	return r.pacePurges()
-}
-
-func (r *sessionRun) pushPolicies() error {
-	ps := r.n.policies.since(r.sentPolicies)
-	if ps == nil {
-		return nil
-	}
-	if err := r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Policies{Policies: ps}}); err != nil {
-		return err
-	}
-	r.sentPolicies = ps.GetRevision()
-	return nil
-}
-
-// pushEpoch sends the current epoch if the node lacks it: to a compact
-// node that has the one before, as the change from it.
-func (r *sessionRun) pushEpoch() error {
-	msgs := r.n.hub.messages()
-	if msgs == nil || msgs.epoch.GetEpoch() <= r.sentEpoch {
-		return nil
-	}
-	m := msgs.full
-	if r.compact && msgs.change != nil && msgs.base == r.sentEpoch {
-		m = msgs.change
-	}
-	if err := r.stream.SendMsg(m); err != nil {
-		return err
-	}
-	r.sentEpoch = msgs.epoch.GetEpoch()
-	return nil
-}
-
 // loadRecordInterval is how often a node's load reports reach its status
 // record in etcd, for the admin calls answered by other replicas; this
 // replica answers from memory.
