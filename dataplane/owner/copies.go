@@ -23,8 +23,14 @@ import (
 // copies count it (store.Entry.Cost).
 const copyOverhead = 512
 
-// stale are the X-Cache values of an answer served stale.
-var stale = map[string]bool{httpcache.CacheStale: true, httpcache.CacheUpdating: true}
+// staleAnswer is the X-Cache of a peer's answer that it served stale
+// (STALE, or UPDATING while it revalidates), "" for any other.
+func staleAnswer(h http.Header) string {
+	if x := h.Get("X-Cache"); x == httpcache.CacheStale || x == httpcache.CacheUpdating {
+		return x
+	}
+	return ""
+}
 
 // HasCopy reports whether this node holds a copy of key.
 func (o *Owner) HasCopy(key string) bool {
@@ -77,7 +83,7 @@ func (o *Owner) Keep(w http.ResponseWriter, req Request, resp *http.Response, ho
 	// What answered a range (206, or a 416 with the object's freshness)
 	// answers that range only, and what the owner served stale (soft
 	// purged, or while it revalidates) is no fresh copy: neither is kept.
-	if req.HTTP.Header.Get("Range") != "" || stale[resp.Header.Get("X-Cache")] {
+	if req.HTTP.Header.Get("Range") != "" || staleAnswer(resp.Header) != "" {
 		return false
 	}
 	if !hot && (resp.ContentLength < 0 || !o.cfg.Copies.Room(resp.ContentLength+copyOverhead)) {

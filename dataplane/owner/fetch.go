@@ -284,8 +284,8 @@ func (f *fill) fromPeer(from *pb.Member, handoff bool) *http.Response {
 	// a soft purge) has nothing to store as fresh: a first owner's is
 	// passed on unstored (admit), since it fetches the object again
 	// already; the next request fills from its refetch.
-	x := resp.Header.Get("X-Cache")
-	stale := x == httpcache.CacheStale || x == httpcache.CacheUpdating
+	x := staleAnswer(resp.Header)
+	stale := x != ""
 	if f.cfg.Bans.Behind(hop.PurgeRevision(resp.Header)) || resp.StatusCode >= 500 || stale && handoff {
 		resp.Body.Close()
 		if handoff {
