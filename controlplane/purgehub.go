@@ -54,12 +54,12 @@ func (h *purgeHub) afterLocked(r int64) int {
 	return i
 }
 
-// itemsSince returns the purges after revision r as PurgeBatch items, at
-// most limit bytes of them (one at least), and the revision of the last.
-func (h *purgeHub) itemsSince(r int64, limit int) ([][]byte, int64) {
+// itemsSince appends to out the purges after revision r as PurgeBatch
+// items, at most limit bytes of them (one at least), and returns it with
+// the revision of the last.
+func (h *purgeHub) itemsSince(out [][]byte, r int64, limit int) ([][]byte, int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var out [][]byte
 	last := r
 	if f := h.floor; f != nil && r < f.GetRevision() {
 		floor, _ := h.sinceFloorLocked(r)

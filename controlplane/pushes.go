@@ -3,6 +3,7 @@ package controlplane
 import (
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/encoding"
@@ -25,10 +26,17 @@ type sharedCodec struct{ encoding.CodecV2 }
 
 func newSharedCodec() sharedCodec { return sharedCodec{encoding.GetCodecV2("proto")} }
 
+// pooled is a SessionResponse marshalled into a buffer of gRPC's pool:
+// the buffer goes back to the pool once the stream has written it.
+type pooled struct{ mem.Buffer }
+
 // Marshal returns an encoded message's bytes, or marshals any other.
 func (c sharedCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if e, ok := v.(encoded); ok {
+	switch e := v.(type) {
+	case encoded:
 		return mem.BufferSlice{mem.SliceBuffer(e)}, nil
+	case pooled:
+		return mem.BufferSlice{e.Buffer}, nil
 	}
 	return c.CodecV2.Marshal(v)
 }
@@ -48,18 +56,22 @@ func batchItem(p *pb.Purge) []byte {
 	return protowire.AppendBytes(out, b)
 }
 
-// purgeBatchMessage is SessionResponse{purges: PurgeBatch{items}}.
-func purgeBatchMessage(items [][]byte) encoded {
+// purgeBatchMessage is SessionResponse{purges: PurgeBatch{items}}, in a
+// buffer of pool: a push to a session costs no allocation of its size,
+// however many purges it carries.
+func purgeBatchMessage(items [][]byte, pool mem.BufferPool) pooled {
 	n := 0
 	for _, it := range items {
 		n += len(it)
 	}
-	out := protowire.AppendTag(make([]byte, 0, n+12), fieldPurgeBatch, protowire.BytesType)
+	buf := pool.Get(protowire.SizeTag(fieldPurgeBatch) + protowire.SizeBytes(n))
+	out := protowire.AppendTag((*buf)[:0], fieldPurgeBatch, protowire.BytesType)
 	out = protowire.AppendVarint(out, uint64(n))
 	for _, it := range items {
 		out = append(out, it...)
 	}
-	return out
+	*buf = out
+	return pooled{mem.NewBuffer(buf, pool)}
 }
 
 // snapshotMembersBytes bounds a SnapshotMembers message.
@@ -223,6 +235,34 @@ func (r *sessionRun) pacedC() <-chan time.Time {
 	return r.paced.C
 }
 
+// batchBuffers are the buffers purge batches are encoded in: a pool of
+// its own, which neither clears a buffer nor rounds its size up.
+var batchBuffers = &bufferPool{}
+
+type bufferPool struct{ p sync.Pool }
+
+// Get returns a buffer of n bytes, not cleared.
+func (b *bufferPool) Get(n int) *[]byte {
+	if v, ok := b.p.Get().(*[]byte); ok && cap(*v) >= n {
+		*v = (*v)[:n]
+		return v
+	}
+	s := make([]byte, n, n+n/4) // room for the next batch to be a little larger
+	return &s
+}
+
+// Put keeps buf for a later batch, unless it is larger than a batch
+// usually is.
+func (b *bufferPool) Put(buf *[]byte) {
+	if cap(*buf) <= 256<<10 {
+		b.p.Put(buf)
+	}
+}
+
+// itemSlices are the slices pushes gather a batch's items in, shared by
+// every session (a session pushes a few times a second at most).
+var itemSlices = sync.Pool{New: func() any { return new([][]byte) }}
+
 // pushPurges sends the purges recorded since the last push: to a compact
 // node all of them in batches of shared encodings, else one a message.
 func (r *sessionRun) pushPurges() error {
@@ -237,12 +277,18 @@ func (r *sessionRun) pushPurges() error {
 		}
 		return nil
 	}
+	gathered := itemSlices.Get().(*[][]byte)
+	defer func() {
+		clear(*gathered)
+		itemSlices.Put(gathered)
+	}()
 	for {
-		items, last := r.n.purges.itemsSince(r.sentPurges, missedPurgesBytes)
+		items, last := r.n.purges.itemsSince((*gathered)[:0], r.sentPurges, missedPurgesBytes)
+		*gathered = items
 		if len(items) == 0 {
 			return nil
 		}
-		if err := r.stream.SendMsg(purgeBatchMessage(items)); err != nil {
+		if err := r.stream.SendMsg(purgeBatchMessage(items, batchBuffers)); err != nil {
 			return err
 		}
 		r.sentPurges = last

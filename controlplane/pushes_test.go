@@ -22,13 +22,19 @@ func TestPurgeBatchesBuiltFromSharedEncodings(t *testing.T) {
 		ps = append(ps, p)
 		items = append(items, batchItem(p))
 	}
-	got := &pb.SessionResponse{}
-	if err := proto.Unmarshal(purgeBatchMessage(items), got); err != nil {
-		t.Fatal(err)
-	}
-	want := &pb.SessionResponse{Msg: &pb.SessionResponse_Purges{Purges: &pb.PurgeBatch{Purges: ps}}}
-	if !proto.Equal(got, want) {
-		t.Fatalf("decoded %v, want %v", got, want)
+	// A batch's buffer goes back to the pool once written; the next batch,
+	// smaller, may be built in it and must hold nothing of the first.
+	for _, n := range []int{5, 2} {
+		msg := purgeBatchMessage(items[:n], batchBuffers)
+		got := &pb.SessionResponse{}
+		if err := proto.Unmarshal(msg.ReadOnlyData(), got); err != nil {
+			t.Fatal(err)
+		}
+		msg.Free()
+		want := &pb.SessionResponse{Msg: &pb.SessionResponse_Purges{Purges: &pb.PurgeBatch{Purges: ps[:n]}}}
+		if !proto.Equal(got, want) {
+			t.Fatalf("decoded %v, want %v", got, want)
+		}
 	}
 }
 
