@@ -45,10 +45,12 @@ type ackView struct {
 	// progressAt is when a progress notice was last asked for (UnixNano).
 	progressAt atomic.Int64
 	knownFrom  int64 // the etcd revision the records were last read whole at
-	// sorted holds the credited revision of every node waited for, in
-	// order; nil when a change made it stale.
-	sorted []int64
-	at     time.Time // when sorted was computed: absent nodes age out
+	// credits holds each node's credit, in the order of ids, and sorted
+	// the credited revision of every node waited for, in order; both nil
+	// when a change made them stale (creditsLocked).
+	credits []credit
+	sorted  []int64
+	at      time.Time // when they were computed: absent nodes age out
 	// ids are the nodes of status and seen, sorted; nil when a node came
 	// or went since.
 	ids []string
@@ -108,29 +110,33 @@ func (v *ackView) creditedLocked(id string, now time.Time) (rev int64, waited, l
 	return s.purgeRev, true, false
 }
 
-// sortedLocked returns the credited revisions of the nodes waited for, in
-// order, computing them again after a change (or a second, as absent nodes
-// age out).
-func (v *ackView) sortedLocked(now time.Time) []int64 {
+// credit is what a node waited for is credited with (creditedLocked).
+type credit struct {
+	rev          int64
+	waited, live bool
+}
+
+// creditsLocked returns the credit of every node of idsLocked, in its
+// order, and the credited revisions of the nodes waited for, sorted:
+// computed again after a change, or after a second, as absent nodes age
+// out. Every purge's count and status reads them as they are.
+func (v *ackView) creditsLocked(now time.Time) ([]credit, []int64) {
+	ids := v.idsLocked()
 	if v.sorted != nil && now.Sub(v.at) < time.Second {
-		return v.sorted
+		return v.credits, v.sorted
 	}
-	out := make([]int64, 0, len(v.status)+len(v.seen))
-	for id := range v.status {
-		rev, _, _ := v.creditedLocked(id, now)
-		out = append(out, rev)
-	}
-	for id := range v.seen {
-		if _, live := v.status[id]; live {
-			continue
-		}
-		if rev, waited, _ := v.creditedLocked(id, now); waited {
-			out = append(out, rev)
+	credits := make([]credit, len(ids))
+	sorted := make([]int64, 0, len(ids))
+	for i, id := range ids {
+		c := &credits[i]
+		c.rev, c.waited, c.live = v.creditedLocked(id, now)
+		if c.waited {
+			sorted = append(sorted, c.rev)
 		}
 	}
-	slices.Sort(out)
-	v.sorted, v.at = out, now
-	return out
+	slices.Sort(sorted)
+	v.credits, v.sorted, v.at = credits, sorted, now
+	return credits, sorted
 }
 
 // count returns how many of the nodes waited for have applied rev, and how
@@ -138,7 +144,7 @@ func (v *ackView) sortedLocked(now time.Time) []int64 {
 func (v *ackView) count(rev int64) (acked, total int) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	s := v.sortedLocked(time.Now())
+	_, s := v.creditsLocked(time.Now())
 	i, _ := slices.BinarySearch(s, rev)
 	return len(s) - i, len(s)
 }
@@ -155,11 +161,13 @@ func (v *ackView) credited(id string) int64 {
 // pending nodes and the unreachable ones.
 const maxListed = 256
 
-// idsLocked returns the nodes of status and seen, sorted.
+// idsLocked returns the nodes of status and seen, sorted. New ids make
+// the credits, which follow their order, stale.
 func (v *ackView) idsLocked() []string {
 	if v.ids != nil {
 		return v.ids
 	}
+	v.credits, v.sorted = nil, nil
 	ids := make([]string, 0, len(v.status)+len(v.seen))
 	for id := range v.status {
 		ids = append(ids, id)
@@ -182,19 +190,26 @@ func (v *ackView) purgeStatus(p *pb.Purge, results map[string]*pb.PurgeResult) *
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := time.Now()
+	ids := v.idsLocked()
+	credits, _ := v.creditsLocked(now)
 	st := &pb.PurgeStatus{Purge: p}
-	var excepted, plain []*pb.PurgeResult
-	for _, id := range v.idsLocked() {
-		rev, waited, live := v.creditedLocked(id, now)
+	var excepted []*pb.PurgeResult
+	// The plain acknowledgements listed, in node order, in one allocation.
+	plain := make([]pb.PurgeResult, min(len(ids), maxListed))
+	nplain := 0
+	for i, id := range ids {
+		c := credits[i]
 		switch r, ok := results[id]; {
-		case !waited:
-		case rev >= p.GetRevision():
+		case !c.waited:
+		case c.rev >= p.GetRevision():
 			st.Acknowledged++
 			switch {
 			case ok:
 				excepted = append(excepted, r)
-			case len(plain) < maxListed:
-				plain = append(plain, &pb.PurgeResult{NodeId: id, PurgeId: p.GetId(), RevisionApplied: rev})
+			case nplain < len(plain):
+				pr := &plain[nplain]
+				pr.NodeId, pr.PurgeId, pr.RevisionApplied = id, p.GetId(), c.rev
+				nplain++
 			}
 		default:
 			if len(st.Pending) < maxListed {
@@ -202,7 +217,7 @@ func (v *ackView) purgeStatus(p *pb.Purge, results map[string]*pb.PurgeResult) *
 			} else {
 				st.PendingOmitted++
 			}
-			if live {
+			if c.live {
 				break
 			}
 			if len(st.Unreachable) < maxListed {
@@ -216,8 +231,15 @@ func (v *ackView) purgeStatus(p *pb.Purge, results map[string]*pb.PurgeResult) *
 		slices.SortStableFunc(excepted, exceptionFirst) // in node order within each kind
 		excepted = excepted[:maxListed]
 	}
-	st.Results = append(excepted, plain[:min(len(plain), maxListed-len(excepted))]...)
-	slices.SortFunc(st.Results, func(x, y *pb.PurgeResult) int { return strings.Compare(x.GetNodeId(), y.GetNodeId()) })
+	keep := min(nplain, maxListed-len(excepted))
+	st.Results = make([]*pb.PurgeResult, 0, len(excepted)+keep)
+	st.Results = append(st.Results, excepted...)
+	for i := range keep {
+		st.Results = append(st.Results, &plain[i])
+	}
+	if len(excepted) > 0 { // else the plain ones are in node order already
+		slices.SortFunc(st.Results, func(x, y *pb.PurgeResult) int { return strings.Compare(x.GetNodeId(), y.GetNodeId()) })
+	}
 	st.ResultsOmitted = st.Acknowledged - int32(len(st.Results))
 	st.Complete = st.PendingOmitted == 0 && len(st.Pending) == 0
 	return st
@@ -262,7 +284,7 @@ func (v *ackView) mayHaveExceptions(p *pb.Purge) bool {
 // changedLocked makes the next count compute again and wakes the waiters.
 func (v *ackView) changed() {
 	v.mu.Lock()
-	v.sorted = nil
+	v.credits, v.sorted = nil, nil
 	v.mu.Unlock()
 	v.notify.wake()
 }
@@ -390,6 +412,7 @@ func (s *Server) watchAcks(ctx context.Context) error {
 				p.put(string(kv.Key), &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
 			}
 		}
+		v.credits, v.sorted = nil, nil
 		v.advanceLocked(at)
 		v.mu.Unlock()
 		v.changed()
@@ -400,6 +423,9 @@ func (s *Server) watchAcks(ctx context.Context) error {
 		changed := false
 		for _, ev := range wr.Events {
 			changed = relevant(string(ev.Kv.Key), ev) || changed
+		}
+		if changed { // stale from now on, not from the wake
+			v.credits, v.sorted = nil, nil
 		}
 		v.advanceLocked(wr.Header.Revision)
 		v.mu.Unlock()

@@ -514,3 +514,35 @@ func TestAPurgeRecordBringsTheViewToItsRevision(t *testing.T) {
 		t.Fatalf("a progress notice was asked for at %d; the records alone should have moved the view", at)
 	}
 }
+
+// A purge's status reads each node's credit as computed once for every
+// purge; a node that leaves and one that joins in its place (the same
+// number of nodes) make it computed again, so no node is judged by
+// another's revision.
+func TestAPurgeStatusFollowsTheNodesItJudges(t *testing.T) {
+	v := newAckView(time.Hour)
+	const rev = 100
+	v.status["a"] = viewStatus{replica: "r", run: "x", purgeRev: rev}
+	v.status["b"] = viewStatus{replica: "r", run: "x", purgeRev: rev}
+	p := &pb.Purge{Id: "p", Revision: rev}
+	if st := v.purgeStatus(p, nil); !st.GetComplete() || st.GetAcknowledged() != 2 {
+		t.Fatalf("status %v: want both acknowledged", st)
+	}
+	// b leaves and c, which has applied nothing, joins, as the view's
+	// watch records them.
+	v.mu.Lock()
+	delete(v.status, "b")
+	v.status["c"] = viewStatus{replica: "r", run: "x", purgeRev: 0}
+	v.ids = nil
+	v.mu.Unlock()
+	st := v.purgeStatus(p, nil)
+	if st.GetComplete() || !slices.Equal(st.GetPending(), []string{"c"}) || st.GetAcknowledged() != 1 {
+		t.Fatalf("status %v: want a acknowledged and c pending", st)
+	}
+	if acked, total := v.count(rev); acked != 1 || total != 2 {
+		t.Fatalf("count %d of %d, want 1 of 2", acked, total)
+	}
+	if got := st.GetResults(); len(got) != 1 || got[0].GetNodeId() != "a" || got[0].GetRevisionApplied() != rev {
+		t.Fatalf("results %v: want a's plain acknowledgement", got)
+	}
+}
