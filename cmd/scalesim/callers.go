@@ -39,6 +39,9 @@ type callersDone struct {
 	Sent    int           `json:"sent"`
 	Late    int           `json:"late"` // not sent for want of a free caller
 	Elapsed time.Duration `json:"elapsed"`
+	// Window is how long the purges were being sent: Elapsed less the
+	// wait for the last calls to end.
+	Window time.Duration `json:"window"`
 }
 
 // runCallers is the callers' process: rate purges a second for d against
@@ -101,8 +104,9 @@ func runCallers(ctx context.Context, addr string, rate int, d time.Duration, out
 	}
 	tick.Stop()
 	close(jobs)
+	window := time.Since(start)
 	wg.Wait()
-	emit(callersDone{Sent: sent, Late: late, Elapsed: time.Since(start)})
+	emit(callersDone{Sent: sent, Late: late, Elapsed: time.Since(start), Window: window})
 	return ctx.Err()
 }
 

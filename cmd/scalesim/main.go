@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -46,6 +47,7 @@ func main() {
 	joinWait := flag.Duration("join-wait", 10*time.Minute, "how long the sessions may take to be established")
 	joinRate := flag.Int("join-rate", 0, "sessions started a second, as in a rolling start; 0: all at once")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile (the simulated nodes') to the file")
+	nodeGC := flag.Int("nodes-gogc", 400, "the simulated nodes' GOGC (their process's collector; the control plane keeps its own)")
 	callersOf := flag.String("purge-callers", "", "run only the sustained run's purge callers against this control plane address (the simulator starts itself so)")
 	flag.Parse()
 	if *callersOf != "" {
@@ -58,6 +60,10 @@ func main() {
 		return
 	}
 	raiseFileLimit()
+	// The simulated nodes share one heap: a real node's collector sees one
+	// session's garbage, this one a thousand's. Collecting less often keeps
+	// the simulator's share of the machine for the control plane measured.
+	debug.SetGCPercent(*nodeGC)
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
