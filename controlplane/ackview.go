@@ -183,10 +183,11 @@ func (v *ackView) idsLocked() []string {
 }
 
 // purgeStatus judges every node waited for against p; results holds the
-// exceptions recorded for p, by node. Each list holds at most maxListed
+// exceptions recorded for p, by node; plain acknowledgements are listed
+// only when listPlain is set (else only counted). Each list holds at most maxListed
 // nodes, the first by node id; the results that say more than "applied"
 // are listed before plain acknowledgements (exceptionFirst).
-func (v *ackView) purgeStatus(p *pb.Purge, results map[string]*pb.PurgeResult) *pb.PurgeStatus {
+func (v *ackView) purgeStatus(p *pb.Purge, results map[string]*pb.PurgeResult, listPlain bool) *pb.PurgeStatus {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := time.Now()
@@ -195,7 +196,10 @@ func (v *ackView) purgeStatus(p *pb.Purge, results map[string]*pb.PurgeResult) *
 	st := &pb.PurgeStatus{Purge: p}
 	var excepted []*pb.PurgeResult
 	// The plain acknowledgements listed, in node order, in one allocation.
-	plain := make([]pb.PurgeResult, min(len(ids), maxListed))
+	var plain []pb.PurgeResult
+	if listPlain {
+		plain = make([]pb.PurgeResult, min(len(ids), maxListed))
+	}
 	nplain := 0
 	for i, id := range ids {
 		c := credits[i]

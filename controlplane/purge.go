@@ -38,6 +38,8 @@ type purgeRequest struct {
 	id   string
 	wait *durationpb.Duration
 	p    *pb.Purge
+	// exceptionsOnly leaves plain acknowledgements out of the results.
+	exceptionsOnly bool
 }
 
 // Purge records an exact purge of a URL or a cache key and waits for the
@@ -58,7 +60,7 @@ func (a *adminService) Purge(ctx context.Context, req *pb.PurgeRequest) (*pb.Pur
 		}
 		p.Url = norm
 	}
-	st, err := a.purge(ctx, purgeRequest{req.GetRequestId(), req.GetWait(), p}, bad)
+	st, err := a.purge(ctx, purgeRequest{req.GetRequestId(), req.GetWait(), p, req.GetExceptionsOnly()}, bad)
 	return &pb.PurgeResponse{Status: st}, err
 }
 
@@ -79,7 +81,7 @@ func (a *adminService) PurgePrefix(ctx context.Context, req *pb.PurgePrefixReque
 	if h := p.Host; h != "" && (strings.ContainsAny(h, "/:@?# ") || checkText("host", h) != nil) {
 		bad = append(bad, fmt.Sprintf("host %q: give a host name without scheme, port or path", h))
 	}
-	st, err := a.purge(ctx, purgeRequest{req.GetRequestId(), req.GetWait(), p}, bad)
+	st, err := a.purge(ctx, purgeRequest{req.GetRequestId(), req.GetWait(), p, req.GetExceptionsOnly()}, bad)
 	return &pb.PurgePrefixResponse{Status: st}, err
 }
 
@@ -102,7 +104,7 @@ func (a *adminService) PurgeTag(ctx context.Context, req *pb.PurgeTagRequest) (*
 	default:
 		bad = append(bad, checkText("tag", t)...)
 	}
-	st, err := a.purge(ctx, purgeRequest{req.GetRequestId(), req.GetWait(), p}, bad)
+	st, err := a.purge(ctx, purgeRequest{req.GetRequestId(), req.GetWait(), p, req.GetExceptionsOnly()}, bad)
 	return &pb.PurgeTagResponse{Status: st}, err
 }
 
@@ -122,7 +124,7 @@ func (a *adminService) GetPurge(ctx context.Context, req *pb.GetPurgeRequest) (*
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	st, err := a.awaitAcks(ctx, p, wait)
+	st, err := a.awaitAcks(ctx, p, wait, req.GetExceptionsOnly())
 	return &pb.GetPurgeResponse{Status: st}, err
 }
 
@@ -160,7 +162,7 @@ func (a *adminService) purge(ctx context.Context, req purgeRequest, bad []string
 		return nil, toStatus(err)
 	}
 	a.purgesRecorded.WithLabelValues(strings.ToLower(strings.TrimPrefix(p.GetKind().String(), "PURGE_KIND_"))).Inc()
-	st, err := a.awaitAcks(ctx, recorded, wait)
+	st, err := a.awaitAcks(ctx, recorded, wait, req.exceptionsOnly)
 	span.SetAttributes(attribute.Int("shardcache.purge.acknowledged", int(st.GetAcknowledged())),
 		attribute.StringSlice("shardcache.purge.pending", st.GetPending()))
 	return st, err
@@ -232,7 +234,7 @@ func newRequestID() string {
 // It is answered from the replica's view of the watermark records
 // (ackview.go): waiting costs no etcd request, and one read of the
 // exceptions makes the final status.
-func (a *adminService) awaitAcks(ctx context.Context, p *pb.Purge, wait time.Duration) (*pb.PurgeStatus, error) {
+func (a *adminService) awaitAcks(ctx context.Context, p *pb.Purge, wait time.Duration, exceptionsOnly bool) (*pb.PurgeStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	// Every node registered before the purge is waited for: the view
@@ -269,7 +271,7 @@ func (a *adminService) awaitAcks(ctx context.Context, p *pb.Purge, wait time.Dur
 			return nil, toStatus(err)
 		}
 	}
-	st := a.acks.purgeStatus(p, results)
+	st := a.acks.purgeStatus(p, results, !exceptionsOnly)
 	if p50 > 0 {
 		st.AckP50 = durationpb.New(p50)
 	}

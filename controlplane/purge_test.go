@@ -121,6 +121,23 @@ func TestPurgeIsRecordedPushedAndAcknowledgedByEveryNode(t *testing.T) {
 	if err != nil || got.GetStatus().GetPurge().GetTag() != "product-7" {
 		t.Fatalf("GetPurge: %v, %v", got, err)
 	}
+	// Asked for exceptions only, a status lists the nodes that removed
+	// objects and counts the plain acknowledgements.
+	brief, err := admin.GetPurge(ctx, &pb.GetPurgeRequest{RequestId: "req-1", ExceptionsOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := brief.GetStatus(); len(st.GetResults()) != 2 || st.GetResults()[0].GetNodeId() != "n1" || st.GetResults()[1].GetNodeId() != "n2" ||
+		st.GetResultsOmitted() != st.GetAcknowledged()-2 {
+		t.Fatalf("req-1, exceptions only: %v; want n1 and n2 listed, the rest counted", st)
+	}
+	brief, err = admin.GetPurge(ctx, &pb.GetPurgeRequest{RequestId: "req-2", ExceptionsOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := brief.GetStatus(); len(st.GetResults()) != 0 || st.GetAcknowledged() < 2 || st.GetResultsOmitted() != st.GetAcknowledged() {
+		t.Fatalf("req-2, exceptions only: %v; want no result listed and every acknowledgement counted", st)
+	}
 	if _, err := admin.GetPurge(ctx, &pb.GetPurgeRequest{RequestId: "never"}); status.Code(err) != codes.NotFound {
 		t.Errorf("GetPurge of an unknown id: %v, want NotFound", err)
 	}

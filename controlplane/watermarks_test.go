@@ -459,7 +459,7 @@ func TestAPurgeStatusIsBounded(t *testing.T) {
 		}
 	}
 	results["n0998"].Error = "disk tier: read-only file system"
-	st := v.purgeStatus(&pb.Purge{Id: "p", Revision: rev}, results)
+	st := v.purgeStatus(&pb.Purge{Id: "p", Revision: rev}, results, true)
 	if st.GetAcknowledged() != 500 || len(st.GetResults()) != maxListed || st.GetResultsOmitted() != 500-maxListed {
 		t.Fatalf("%d acknowledged, %d listed, %d omitted; want 500, %d, %d", st.GetAcknowledged(), len(st.GetResults()), st.GetResultsOmitted(), maxListed, 500-maxListed)
 	}
@@ -481,6 +481,20 @@ func TestAPurgeStatusIsBounded(t *testing.T) {
 	if excepted != 50 {
 		t.Fatalf("%d of the 50 exceptions listed, want all (they come before plain acknowledgements)", excepted)
 	}
+	// A caller that asks for exceptions only gets those, in node order,
+	// and the plain acknowledgements counted.
+	brief := v.purgeStatus(&pb.Purge{Id: "p", Revision: rev}, results, false)
+	if len(brief.GetResults()) != 50 || brief.GetAcknowledged() != 500 || brief.GetResultsOmitted() != 450 {
+		t.Fatalf("exceptions only: %d listed, %d acknowledged, %d omitted; want 50, 500, 450", len(brief.GetResults()), brief.GetAcknowledged(), brief.GetResultsOmitted())
+	}
+	for _, r := range brief.GetResults() {
+		if results[r.GetNodeId()] == nil {
+			t.Fatalf("exceptions only: %s listed with a plain acknowledgement", r.GetNodeId())
+		}
+	}
+	if !slices.IsSortedFunc(brief.GetResults(), func(x, y *pb.PurgeResult) int { return strings.Compare(x.GetNodeId(), y.GetNodeId()) }) {
+		t.Fatal("exceptions only: the results are not sorted")
+	}
 	// More exceptions than the bound: the error is still among them.
 	for i := range nodes {
 		id := fmt.Sprintf("n%04d", i)
@@ -488,7 +502,7 @@ func TestAPurgeStatusIsBounded(t *testing.T) {
 			results[id] = &pb.PurgeResult{NodeId: id, PurgeId: "p", ObjectsRemoved: 2, RevisionApplied: rev}
 		}
 	}
-	st = v.purgeStatus(&pb.Purge{Id: "p", Revision: rev}, results)
+	st = v.purgeStatus(&pb.Purge{Id: "p", Revision: rev}, results, true)
 	if len(st.GetResults()) != maxListed || !slices.ContainsFunc(st.GetResults(), func(r *pb.PurgeResult) bool { return r.GetError() != "" }) {
 		t.Fatalf("%d listed; the node's error listed: %v", len(st.GetResults()), slices.ContainsFunc(st.GetResults(), func(r *pb.PurgeResult) bool { return r.GetError() != "" }))
 	}
@@ -525,7 +539,7 @@ func TestAPurgeStatusFollowsTheNodesItJudges(t *testing.T) {
 	v.status["a"] = viewStatus{replica: "r", run: "x", purgeRev: rev}
 	v.status["b"] = viewStatus{replica: "r", run: "x", purgeRev: rev}
 	p := &pb.Purge{Id: "p", Revision: rev}
-	if st := v.purgeStatus(p, nil); !st.GetComplete() || st.GetAcknowledged() != 2 {
+	if st := v.purgeStatus(p, nil, true); !st.GetComplete() || st.GetAcknowledged() != 2 {
 		t.Fatalf("status %v: want both acknowledged", st)
 	}
 	// b leaves and c, which has applied nothing, joins, as the view's
@@ -535,7 +549,7 @@ func TestAPurgeStatusFollowsTheNodesItJudges(t *testing.T) {
 	v.status["c"] = viewStatus{replica: "r", run: "x", purgeRev: 0}
 	v.ids = nil
 	v.mu.Unlock()
-	st := v.purgeStatus(p, nil)
+	st := v.purgeStatus(p, nil, true)
 	if st.GetComplete() || !slices.Equal(st.GetPending(), []string{"c"}) || st.GetAcknowledged() != 1 {
 		t.Fatalf("status %v: want a acknowledged and c pending", st)
 	}

@@ -40,6 +40,11 @@ type PurgeOptions struct {
 	// within the policy's stale-while-revalidate (or stale-if-error when
 	// the origin fails) and revalidated with the origin on its next use.
 	Soft bool
+	// ExceptionsOnly lists in the status's results only the nodes whose
+	// result says more than "applied" (an error, a sweep still running,
+	// objects removed); the others are counted in Acknowledged. For
+	// callers that purge often: the answer stays small at any cluster size.
+	ExceptionsOnly bool
 }
 
 // NewRequestID returns a random purge request id: 32 hex digits.
@@ -72,7 +77,7 @@ func (o PurgeOptions) wait() (*durationpb.Duration, time.Duration) {
 // and the nodes still pending.
 func (c *Client) PurgeURL(ctx context.Context, url string, opts PurgeOptions) (*pb.PurgeStatus, error) {
 	wait, held := opts.wait()
-	resp, err := invokeHeld(ctx, c, held, c.rpc.Purge, &pb.PurgeRequest{RequestId: opts.requestID(), Url: url, Wait: wait, Soft: opts.Soft})
+	resp, err := invokeHeld(ctx, c, held, c.rpc.Purge, &pb.PurgeRequest{RequestId: opts.requestID(), Url: url, Wait: wait, Soft: opts.Soft, ExceptionsOnly: opts.ExceptionsOnly})
 	return resp.GetStatus(), err
 }
 
@@ -80,7 +85,7 @@ func (c *Client) PurgeURL(ctx context.Context, url string, opts PurgeOptions) (*
 // store it, for keys no URL maps to.
 func (c *Client) PurgeKey(ctx context.Context, key string, opts PurgeOptions) (*pb.PurgeStatus, error) {
 	wait, held := opts.wait()
-	resp, err := invokeHeld(ctx, c, held, c.rpc.Purge, &pb.PurgeRequest{RequestId: opts.requestID(), Key: key, Wait: wait, Soft: opts.Soft})
+	resp, err := invokeHeld(ctx, c, held, c.rpc.Purge, &pb.PurgeRequest{RequestId: opts.requestID(), Key: key, Wait: wait, Soft: opts.Soft, ExceptionsOnly: opts.ExceptionsOnly})
 	return resp.GetStatus(), err
 }
 
@@ -90,7 +95,7 @@ func (c *Client) PurgeKey(ctx context.Context, key string, opts PurgeOptions) (*
 func (c *Client) PurgePrefix(ctx context.Context, host, prefix string, opts PurgeOptions) (*pb.PurgeStatus, error) {
 	wait, held := opts.wait()
 	resp, err := invokeHeld(ctx, c, held, c.rpc.PurgePrefix, &pb.PurgePrefixRequest{
-		RequestId: opts.requestID(), Host: host, PathPrefix: prefix, All: opts.All, Wait: wait, Soft: opts.Soft})
+		RequestId: opts.requestID(), Host: host, PathPrefix: prefix, All: opts.All, Wait: wait, Soft: opts.Soft, ExceptionsOnly: opts.ExceptionsOnly})
 	return resp.GetStatus(), err
 }
 
@@ -98,7 +103,7 @@ func (c *Client) PurgePrefix(ctx context.Context, host, prefix string, opts Purg
 // Surrogate-Key or Cache-Tag header (case-insensitive), one tag at a time.
 func (c *Client) PurgeTag(ctx context.Context, tag string, opts PurgeOptions) (*pb.PurgeStatus, error) {
 	wait, held := opts.wait()
-	resp, err := invokeHeld(ctx, c, held, c.rpc.PurgeTag, &pb.PurgeTagRequest{RequestId: opts.requestID(), Tag: tag, Wait: wait, Soft: opts.Soft})
+	resp, err := invokeHeld(ctx, c, held, c.rpc.PurgeTag, &pb.PurgeTagRequest{RequestId: opts.requestID(), Tag: tag, Wait: wait, Soft: opts.Soft, ExceptionsOnly: opts.ExceptionsOnly})
 	return resp.GetStatus(), err
 }
 

@@ -1255,9 +1255,14 @@ type PurgeRequest struct {
 	// recorded either way; nodes that have not answered when it ends are listed as pending.
 	Wait *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
 	// Mark what matches stale instead of removing it (see Purge.soft).
-	Soft          bool `protobuf:"varint,5,opt,name=soft,proto3" json:"soft,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Soft bool `protobuf:"varint,5,opt,name=soft,proto3" json:"soft,omitempty"`
+	// List in the status's results only the acknowledgements that say more than "applied" (an
+	// error, a sweep still running, objects removed); the plain ones are counted in
+	// acknowledged and results_omitted. For callers that purge often and read only whether
+	// every node has it: the answer stays small whatever the cluster's size.
+	ExceptionsOnly bool `protobuf:"varint,6,opt,name=exceptions_only,json=exceptionsOnly,proto3" json:"exceptions_only,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PurgeRequest) Reset() {
@@ -1325,6 +1330,13 @@ func (x *PurgeRequest) GetSoft() bool {
 	return false
 }
 
+func (x *PurgeRequest) GetExceptionsOnly() bool {
+	if x != nil {
+		return x.ExceptionsOnly
+	}
+	return false
+}
+
 // PurgePrefixRequest purges every object under a host and a path prefix.
 type PurgePrefixRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1339,9 +1351,11 @@ type PurgePrefixRequest struct {
 	// As in PurgeRequest.
 	Wait *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
 	// As in PurgeRequest.
-	Soft          bool `protobuf:"varint,6,opt,name=soft,proto3" json:"soft,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Soft bool `protobuf:"varint,6,opt,name=soft,proto3" json:"soft,omitempty"`
+	// As in PurgeRequest.
+	ExceptionsOnly bool `protobuf:"varint,7,opt,name=exceptions_only,json=exceptionsOnly,proto3" json:"exceptions_only,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PurgePrefixRequest) Reset() {
@@ -1416,6 +1430,13 @@ func (x *PurgePrefixRequest) GetSoft() bool {
 	return false
 }
 
+func (x *PurgePrefixRequest) GetExceptionsOnly() bool {
+	if x != nil {
+		return x.ExceptionsOnly
+	}
+	return false
+}
+
 // PurgeTagRequest purges every object tagged with tag.
 type PurgeTagRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1427,9 +1448,11 @@ type PurgeTagRequest struct {
 	// As in PurgeRequest.
 	Wait *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
 	// As in PurgeRequest.
-	Soft          bool `protobuf:"varint,4,opt,name=soft,proto3" json:"soft,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Soft bool `protobuf:"varint,4,opt,name=soft,proto3" json:"soft,omitempty"`
+	// As in PurgeRequest.
+	ExceptionsOnly bool `protobuf:"varint,5,opt,name=exceptions_only,json=exceptionsOnly,proto3" json:"exceptions_only,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PurgeTagRequest) Reset() {
@@ -1490,14 +1513,23 @@ func (x *PurgeTagRequest) GetSoft() bool {
 	return false
 }
 
+func (x *PurgeTagRequest) GetExceptionsOnly() bool {
+	if x != nil {
+		return x.ExceptionsOnly
+	}
+	return false
+}
+
 // GetPurgeRequest names a recorded purge.
 type GetPurgeRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// How long to wait for acknowledgements still pending; 0 answers at once.
-	Wait          *durationpb.Duration `protobuf:"bytes,2,opt,name=wait,proto3" json:"wait,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Wait *durationpb.Duration `protobuf:"bytes,2,opt,name=wait,proto3" json:"wait,omitempty"`
+	// As in PurgeRequest.
+	ExceptionsOnly bool `protobuf:"varint,3,opt,name=exceptions_only,json=exceptionsOnly,proto3" json:"exceptions_only,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetPurgeRequest) Reset() {
@@ -1542,6 +1574,13 @@ func (x *GetPurgeRequest) GetWait() *durationpb.Duration {
 		return x.Wait
 	}
 	return nil
+}
+
+func (x *GetPurgeRequest) GetExceptionsOnly() bool {
+	if x != nil {
+		return x.ExceptionsOnly
+	}
+	return false
 }
 
 // PurgeStatus is a purge as recorded and the nodes' acknowledgements of it.
@@ -2094,14 +2133,15 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\tR\x05error\"i\n" +
 	"\x14PolicyStatusResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x125\n" +
-	"\x05nodes\x18\x02 \x03(\v2\x1f.shardcache.v1.NodePolicyStatusR\x05nodes\"\x94\x01\n" +
+	"\x05nodes\x18\x02 \x03(\v2\x1f.shardcache.v1.NodePolicyStatusR\x05nodes\"\xbd\x01\n" +
 	"\fPurgeRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12-\n" +
 	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x12\n" +
-	"\x04soft\x18\x05 \x01(\bR\x04soft\"\xbd\x01\n" +
+	"\x04soft\x18\x05 \x01(\bR\x04soft\x12'\n" +
+	"\x0fexceptions_only\x18\x06 \x01(\bR\x0eexceptionsOnly\"\xe6\x01\n" +
 	"\x12PurgePrefixRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
@@ -2110,17 +2150,20 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"pathPrefix\x12\x10\n" +
 	"\x03all\x18\x04 \x01(\bR\x03all\x12-\n" +
 	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x12\n" +
-	"\x04soft\x18\x06 \x01(\bR\x04soft\"\x85\x01\n" +
+	"\x04soft\x18\x06 \x01(\bR\x04soft\x12'\n" +
+	"\x0fexceptions_only\x18\a \x01(\bR\x0eexceptionsOnly\"\xae\x01\n" +
 	"\x0fPurgeTagRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\tR\x03tag\x12-\n" +
 	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x12\n" +
-	"\x04soft\x18\x04 \x01(\bR\x04soft\"_\n" +
+	"\x04soft\x18\x04 \x01(\bR\x04soft\x12'\n" +
+	"\x0fexceptions_only\x18\x05 \x01(\bR\x0eexceptionsOnly\"\x88\x01\n" +
 	"\x0fGetPurgeRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12-\n" +
-	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xf6\x03\n" +
+	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12'\n" +
+	"\x0fexceptions_only\x18\x03 \x01(\bR\x0eexceptionsOnly\"\xf6\x03\n" +
 	"\vPurgeStatus\x12*\n" +
 	"\x05purge\x18\x01 \x01(\v2\x14.shardcache.v1.PurgeR\x05purge\x124\n" +
 	"\aresults\x18\x02 \x03(\v2\x1a.shardcache.v1.PurgeResultR\aresults\x12\x18\n" +
