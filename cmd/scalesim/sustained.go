@@ -154,7 +154,7 @@ func (s *sim) sustained(ctx context.Context, b *strings.Builder, fig *figures, r
 		}
 	}
 	w := writes.snapshot().sub(w0)
-	fmt.Fprintf(b, "| sustained purges: %d a second asked for %s (URL, prefix, tag in turn; %d calls in flight at most) | %d sent in %s (%.0f a second), the last call ended %s later; %d not sent for want of a free caller; %d acknowledged by all, %d incomplete, %d failed%s%s |\n",
+	fmt.Fprintf(b, "| sustained purges: %d a second asked for %s (URL, prefix, tag in turn; %d calls in flight at most, each asking for exceptions only) | %d sent in %s (%.0f a second), the last call ended %s later; %d not sent for want of a free caller; %d acknowledged by all, %d incomplete, %d failed%s%s |\n",
 		rate, d, callerWorkers, sent, ms(window), float64(sent)/window.Seconds(), ms(elapsed-window), late, complete, incomplete, failed, errNote(firstErr), missing)
 	fmt.Fprintf(b, "| the same: admin call to acknowledged by all | p50 %s, p99 %s, max %s |\n", ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99)), ms(quantile(lat, 1)))
 	fmt.Fprintf(b, "| the same as the control plane reports it (ack_p99: acceptance to 99 in 100 nodes' acknowledgements seen) | p50 %s, p99 %s |\n",
