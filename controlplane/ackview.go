@@ -167,7 +167,7 @@ func (v *ackView) idsLocked() []string {
 	if v.ids != nil {
 		return v.ids
 	}
-	v.credits, v.sorted = nil, nil
+	v.staleLocked()
 	ids := make([]string, 0, len(v.status)+len(v.seen))
 	for id := range v.status {
 		ids = append(ids, id)
@@ -285,13 +285,9 @@ func (v *ackView) mayHaveExceptions(p *pb.Purge) bool {
 	return v.lossy || p.GetRevision() <= v.knownFrom || v.excepted[p.GetId()]
 }
 
-// changedLocked makes the next count compute again and wakes the waiters.
-func (v *ackView) changed() {
-	v.mu.Lock()
-	v.credits, v.sorted = nil, nil
-	v.mu.Unlock()
-	v.notify.wake()
-}
+// staleLocked makes the next count and status compute the credits again:
+// a record changed, or the nodes did.
+func (v *ackView) staleLocked() { v.credits, v.sorted = nil, nil }
 
 // decodeRecord decodes a watermark record, telling except of the purges
 // whose exceptions were written with it.
@@ -416,10 +412,10 @@ func (s *Server) watchAcks(ctx context.Context) error {
 				p.put(string(kv.Key), &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
 			}
 		}
-		v.credits, v.sorted = nil, nil
+		v.staleLocked()
 		v.advanceLocked(at)
 		v.mu.Unlock()
-		v.changed()
+		v.notify.wake()
 		first.Do(func() { close(v.ready) })
 		return at, nil
 	}, func(wr clientv3.WatchResponse) {
@@ -428,13 +424,13 @@ func (s *Server) watchAcks(ctx context.Context) error {
 		for _, ev := range wr.Events {
 			changed = relevant(string(ev.Kv.Key), ev) || changed
 		}
-		if changed { // stale from now on, not from the wake
-			v.credits, v.sorted = nil, nil
+		if changed {
+			v.staleLocked() // under the lock that changed the records, not at the wake
 		}
 		v.advanceLocked(wr.Header.Revision)
 		v.mu.Unlock()
 		if changed {
-			v.changed()
+			v.notify.wake()
 		}
 	})
 	return nil

@@ -26,8 +26,9 @@ type sharedCodec struct{ encoding.CodecV2 }
 
 func newSharedCodec() sharedCodec { return sharedCodec{encoding.GetCodecV2("proto")} }
 
-// pooled is a SessionResponse marshalled into a buffer of gRPC's pool:
-// the buffer goes back to the pool once the stream has written it.
+// pooled is a SessionResponse marshalled into a pooled buffer
+// (batchBuffers): the buffer goes back to its pool once the stream has
+// written it.
 type pooled struct{ mem.Buffer }
 
 // Marshal returns an encoded message's bytes, or marshals any other.
