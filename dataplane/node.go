@@ -273,6 +273,10 @@ func (n *Node) ApplyEpoch(e *pb.RingEpoch) {
 // Ready is closed once every listener is bound.
 func (n *Node) Ready() <-chan struct{} { return n.ready }
 
+// MemoryBudget is the node's memory budget for cached objects (--memory,
+// its default applied).
+func (n *Node) MemoryBudget() int64 { return n.cfg.MemoryBytes }
+
 // ClientAddr, PeerAddr and OpsAddr are the bound addresses, nil before Ready.
 func (n *Node) ClientAddr() net.Addr { return n.addr(0) }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardcache/shardcache/cmd/internal/gcheadroom"
 	"github.com/shardcache/shardcache/cmd/internal/secret"
 	"github.com/shardcache/shardcache/cmd/internal/telemetry"
 	"github.com/shardcache/shardcache/cmd/internal/tlsfiles"
@@ -76,6 +77,11 @@ func newNodeCommand() *cobra.Command {
 			n, err := dataplane.New(o.cfg)
 			if err != nil {
 				return err
+			}
+			// The heap may grow to the memory budget before the
+			// collector runs (gcheadroom), unless GOGC says otherwise.
+			if _, set := os.LookupEnv("GOGC"); !set {
+				defer gcheadroom.Keep(uint64(n.MemoryBudget()), nil)()
 			}
 			return n.Run(cmd.Context())
 		},
