@@ -134,12 +134,13 @@ func exactLFU(stream []uint64, capacity, warm int) float64 {
 	return float64(hits) / float64(max(1, len(stream)-warm))
 }
 
-// lfuHeap is exactLFU's held keys, least requested first.
+// lfuItem is a key exactLFU holds: its count and its place in the heap.
 type lfuItem struct {
 	key        uint64
 	count, idx int
 }
 
+// lfuHeap is exactLFU's held keys, least requested first.
 type lfuHeap []*lfuItem
 
 func (h lfuHeap) Len() int           { return len(h) }

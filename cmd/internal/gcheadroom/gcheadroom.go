@@ -26,8 +26,7 @@ func Percent(live, budget uint64) int {
 	if live == 0 || budget <= 2*live {
 		return 100
 	}
-	room := budget - live
-	return int(min(room/live*100+room%live*100/live, 1<<20))
+	return int(min((budget-live)*100/live, 1<<20))
 }
 
 // liveHeap is the runtime's live heap metric.
