@@ -25,6 +25,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/clientconn"
 	"github.com/shardcache/shardcache/dataplane/internal/h1"
+	"github.com/shardcache/shardcache/dataplane/internal/rawio"
 	"github.com/shardcache/shardcache/dataplane/internal/sketch"
 	"github.com/shardcache/shardcache/dataplane/internal/tasks"
 	"github.com/shardcache/shardcache/dataplane/internal/tracing"
@@ -446,6 +447,9 @@ func (n *Node) listen() ([]net.Listener, error) {
 			return listeners, fmt.Errorf("%s listener: %w", a.name, err)
 		}
 		n.addrs[i].Store(l.Addr().(*net.TCPAddr))
+		if a.name != "ops" { // the data path's sockets
+			l = rawio.Listener{Listener: l}
+		}
 		if a.name == "client" {
 			l = clientconn.NewListener(l, clientconn.Config{
 				WriteTimeout: max(n.cfg.ClientSendTimeout, 0), MaxPerAddr: max(n.cfg.ClientMaxConnsPerAddr, 0),

@@ -19,6 +19,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/rawio"
 )
 
 // net/http's client takes a response's Transfer-Encoding only as one
@@ -66,8 +67,7 @@ func (c *Client) fetchCoded(req *http.Request) (*http.Response, error) {
 		}
 		host = net.JoinHostPort(req.URL.Hostname(), port)
 	}
-	d := net.Dialer{Timeout: 5 * time.Second}
-	conn, err := d.DialContext(req.Context(), "tcp", host)
+	conn, err := rawio.Dial(&net.Dialer{Timeout: 5 * time.Second})(req.Context(), "tcp", host)
 	if err != nil {
 		return nil, err
 	}

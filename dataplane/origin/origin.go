@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/internal/rawio"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -65,7 +66,7 @@ func New(cfg Config) *Client {
 func Transport(headerTimeout time.Duration, idlePerHost int) *http.Transport {
 	return &http.Transport{
 		Proxy:                  nil,
-		DialContext:            (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:            rawio.Dial(&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}),
 		MaxIdleConnsPerHost:    idlePerHost,
 		IdleConnTimeout:        90 * time.Second,
 		ResponseHeaderTimeout:  headerTimeout,

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/hop"
+	"github.com/shardcache/shardcache/dataplane/internal/rawio"
 )
 
 // Config tunes the peer transport. Zero values mean the defaults.
@@ -154,11 +155,12 @@ func New(cfg Config) *Client {
 		cfg.IdleTimeout = defaultIdleTimeout
 	}
 	dialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	dial := rawio.Dial(dialer)
 	c := &Client{scheme: "http", onConn: cfg.OnConn, now: time.Now, pingTimeout: cfg.PingTimeout, probeAfter: probeAfter}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.h2 = &http.Transport{
 		Protocols:   Protocols(false),
-		DialContext: dialer.DialContext,
+		DialContext: dial,
 		HTTP2: &http.HTTP2Config{
 			// Ping an idle-looking connection so a peer that vanished
 			// (SIGKILL, SIGSTOP, partition) is noticed within seconds, before
@@ -175,7 +177,7 @@ func New(cfg Config) *Client {
 		IdleConnTimeout:    5 * time.Minute,
 		DisableCompression: true, // bodies pass through as the origin sent them
 	}
-	dialH1 := dialer.DialContext
+	dialH1 := dial
 	if cfg.TLS != nil {
 		c.scheme = "https"
 		p := new(http.Protocols)
@@ -212,7 +214,7 @@ func tlsDialer(cfg Config, dialer *net.Dialer, proto string) func(ctx context.Co
 		conf.NextProtos = []string{proto}
 		ctx, cancel := context.WithTimeout(ctx, dialer.Timeout) // for the connection and its handshake, as tls.Dialer
 		defer cancel()
-		raw, err := dialer.DialContext(ctx, network, addr)
+		raw, err := rawio.Dial(dialer)(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}

@@ -207,7 +207,7 @@ func (c *Conn) CloseWrite() error {
 // sees the answer broke off. It does nothing on a connection that is not
 // TCP.
 func (c *Conn) Reset() {
-	if tc, ok := c.Conn.(*net.TCPConn); ok {
+	if tc, ok := c.Conn.(interface{ SetLinger(int) error }); ok {
 		tc.SetLinger(0)
 	}
 }

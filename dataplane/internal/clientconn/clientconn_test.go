@@ -15,16 +15,19 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardcache/shardcache/dataplane/internal/rawio"
 )
 
-// serve runs an HTTP server on a Listener with cfg; h gets every request.
+// serve runs an HTTP server on a Listener with cfg over raw connections, as
+// a node does; h gets every request.
 func serve(t *testing.T, cfg Config, h http.HandlerFunc) *Listener {
 	t.Helper()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := NewListener(raw, cfg)
+	l := NewListener(rawio.Listener{Listener: raw}, cfg)
 	srv := &http.Server{Handler: h, ConnContext: ConnContext, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
@@ -148,6 +151,8 @@ func TestReadFromSendsAStoredBodyBySendfile(t *testing.T) {
 	}
 }
 
+// tcpPair is a connected pair on loopback, the first side a raw
+// connection as a node's client listener accepts.
 func tcpPair(t *testing.T) (net.Conn, net.Conn) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -163,7 +168,7 @@ func tcpPair(t *testing.T) (net.Conn, net.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
+	return rawio.Wrap(a), b
 }
 
 // One address holds at most MaxPerAddr connections: the next is told 503
