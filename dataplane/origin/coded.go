@@ -67,10 +67,12 @@ func (c *Client) fetchCoded(req *http.Request) (*http.Response, error) {
 		}
 		host = net.JoinHostPort(req.URL.Hostname(), port)
 	}
-	conn, err := rawio.Dial(&net.Dialer{Timeout: 5 * time.Second})(req.Context(), "tcp", host)
+	d := net.Dialer{Timeout: 5 * time.Second}
+	conn, err := d.DialContext(req.Context(), "tcp", host)
 	if err != nil {
 		return nil, err
 	}
+	conn = rawio.Wrap(conn)
 	if req.URL.Scheme == "https" {
 		tc := tls.Client(conn, &tls.Config{ServerName: req.URL.Hostname(), NextProtos: []string{"http/1.1"}})
 		if err := tc.HandshakeContext(req.Context()); err != nil {

@@ -214,10 +214,11 @@ func tlsDialer(cfg Config, dialer *net.Dialer, proto string) func(ctx context.Co
 		conf.NextProtos = []string{proto}
 		ctx, cancel := context.WithTimeout(ctx, dialer.Timeout) // for the connection and its handshake, as tls.Dialer
 		defer cancel()
-		raw, err := rawio.Dial(dialer)(ctx, network, addr)
+		raw, err := dialer.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
+		raw = rawio.Wrap(raw)
 		tc := tls.Client(&readAhead{Conn: raw, r: bufio.NewReaderSize(raw, readAheadSize)}, conf)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()

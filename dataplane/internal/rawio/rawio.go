@@ -40,7 +40,7 @@ type Conn struct {
 // call is one direction: the system call in progress, mu holding it for
 // one Read or Write at a time, and the RawConn method that runs it.
 type call struct {
-	name  string // of the system call
+	name  string // of the system call, and of the operation in its errors
 	mu    sync.Mutex
 	p     []byte
 	n     int
@@ -73,7 +73,7 @@ func (c *Conn) NetConn() net.Conn { return c.TCPConn }
 func (c *Conn) Read(p []byte) (int, error) {
 	n, err := c.r.do(p)
 	if err != nil {
-		return 0, c.opError("read", err)
+		return 0, c.opError(c.r.name, err)
 	}
 	if n == 0 && len(p) > 0 {
 		return 0, io.EOF
@@ -85,7 +85,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 func (c *Conn) Write(p []byte) (int, error) {
 	n, err := c.w.do(p)
 	if err != nil {
-		return n, c.opError("write", err)
+		return n, c.opError(c.w.name, err)
 	}
 	return n, nil
 }
