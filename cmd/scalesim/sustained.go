@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -122,12 +125,12 @@ func (s *sim) sustained(ctx context.Context, b *strings.Builder, fig *figures, r
 	applied0 := s.applied()
 	w0 := writes.snapshot()
 	rss0, _ := s.memory()
-	// The control plane's memory, every 5 s while the callers run.
-	var rssMax int64
-	stopRSS := every(5*time.Second, func(time.Time) {
-		rss, _ := s.memory()
-		rssMax = max(rssMax, rss)
-	})
+	// The control plane's memory, every 5 s while the callers run: its
+	// resident set and its collector's heap goal, which follows the live
+	// heap, so that growth with the purges retained can be told from the
+	// runtime keeping freed memory.
+	var mem []memSample
+	stopRSS := every(5*time.Second, func(time.Time) { mem = append(mem, s.memSample()) })
 	c, err := s.callers(ctx, rate, d, got)
 	stopRSS()
 	if err != nil {
@@ -135,7 +138,10 @@ func (s *sim) sustained(ctx context.Context, b *strings.Builder, fig *figures, r
 	}
 	sent, late, elapsed, window := c.Sent, c.Late, c.Elapsed, c.Window
 	rss1, _ := s.memory()
-	rssMax = max(rssMax, rss1)
+	rssMax := rss1
+	for _, m := range mem {
+		rssMax = max(rssMax, m.rss)
+	}
 	// Every node applied every purge (the sessions push them all).
 	want := int64(sent)
 	actx, acancel := context.WithTimeout(ctx, time.Minute)
@@ -163,6 +169,11 @@ func (s *sim) sustained(ctx context.Context, b *strings.Builder, fig *figures, r
 	fmt.Fprintf(b, "| the same: etcd write transactions | %d for purges (%.3f a purge); %d node status and load reports, %d others, reported apart |\n",
 		w.purge, float64(w.purge)/float64(max(sent, 1)), w.status, w.other)
 	fmt.Fprintf(b, "| the same: control plane memory | RSS %d MiB before, %d MiB at most, %d MiB after (%d purges more retained) |\n", rss0>>20, rssMax>>20, rss1>>20, sent)
+	fmt.Fprintf(b, "| the same: control plane memory every 5 s, RSS / the collector's heap goal | %s |\n", memSeries(mem))
+	if first, second := halvesMax(mem); first > 0 {
+		fmt.Fprintf(b, "| the same: the largest RSS of the run's second half over its first half's | %d / %d MiB (%+.0f %%) |\n",
+			second>>20, first>>20, (float64(second)/float64(first)-1)*100)
+	}
 	fig.purgeP50, fig.purgeP99 = quantile(lat, 0.5), quantile(lat, 0.99)
 	// The rate held: the purges sent in the window and acknowledged by
 	// all (however long after it), a second of the window.
@@ -210,4 +221,59 @@ func (s *sim) applied() map[string]int64 {
 		out[nd.id] = nd.applied.Load()
 	}
 	return out
+}
+
+// memSample is the control plane's memory at one time.
+type memSample struct{ rss, heapGoal int64 }
+
+// memSample reads the control plane's resident set and, from its
+// /metrics, its collector's heap goal (-1 when unread).
+func (s *sim) memSample() memSample {
+	rss, _ := s.memory()
+	m := memSample{rss: rss, heapGoal: -1}
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + s.ops + "/metrics")
+	if err != nil {
+		return m
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_next_gc_bytes "); ok {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				m.heapGoal = int64(f)
+			}
+		}
+	}
+	return m
+}
+
+// memSeries prints samples as "RSS/goal" in MiB.
+func memSeries(mem []memSample) string {
+	if len(mem) == 0 {
+		return "none taken"
+	}
+	parts := make([]string, len(mem))
+	for i, m := range mem {
+		parts[i] = fmt.Sprintf("%d/%d", m.rss>>20, m.heapGoal>>20)
+	}
+	return strings.Join(parts, ", ") + " MiB"
+}
+
+// halvesMax is the largest RSS of the first and of the second half of
+// the samples; 0, 0 with fewer than four.
+func halvesMax(mem []memSample) (first, second int64) {
+	if len(mem) < 4 {
+		return 0, 0
+	}
+	h := len(mem) / 2
+	for i, m := range mem {
+		if i < h {
+			first = max(first, m.rss)
+		} else {
+			second = max(second, m.rss)
+		}
+	}
+	return first, second
 }
