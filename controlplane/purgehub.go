@@ -118,6 +118,7 @@ func (h *purgeHub) load(ps []*pb.Purge, floor *pb.Purge) {
 // apply folds one watch response into the view.
 func (h *purgeHub) apply(s *state, events []*clientv3.Event) {
 	h.mu.Lock()
+	var deleted map[string]bool // by purge id
 	for _, ev := range events {
 		key := string(ev.Kv.Key)
 		switch {
@@ -132,14 +133,46 @@ func (h *purgeHub) apply(s *state, events []*clientv3.Event) {
 				h.items = append(h.items, batchItem(p))
 			}
 		case ev.Type == clientv3.EventTypeDelete:
-			if i := slices.IndexFunc(h.purges, func(p *pb.Purge) bool { return s.purgeKey(p.GetId()) == key }); i >= 0 {
-				h.purges = slices.Delete(h.purges, i, i+1)
-				h.items = slices.Delete(h.items, i, i+1)
+			if deleted == nil {
+				deleted = make(map[string]bool)
 			}
+			deleted[strings.TrimPrefix(key, s.purgesPrefix())] = true
 		}
 	}
+	h.dropLocked(deleted)
 	h.mu.Unlock()
 	h.notify.wake()
+}
+
+// dropLocked removes the purges of the ids deleted, in one pass whatever
+// their number. The leader's compaction deletes the oldest purges, 32 a
+// transaction: those lead the view and are cut off its front without
+// moving the rest.
+func (h *purgeHub) dropLocked(deleted map[string]bool) {
+	if len(deleted) == 0 {
+		return
+	}
+	lead := 0
+	for lead < len(h.purges) && deleted[h.purges[lead].GetId()] {
+		delete(deleted, h.purges[lead].GetId())
+		lead++
+	}
+	clear(h.purges[:lead]) // let the dropped purges go
+	clear(h.items[:lead])
+	h.purges, h.items = h.purges[lead:], h.items[lead:]
+	if len(deleted) == 0 {
+		return
+	}
+	keep := 0
+	for i, p := range h.purges {
+		if !deleted[p.GetId()] {
+			h.purges[keep], h.items[keep] = p, h.items[i]
+			keep++
+		}
+	}
+	clear(h.purges[keep:])
+	clear(h.items[keep:])
+	h.purges, h.items = h.purges[:keep], h.items[:keep]
 }
 
 // watchPurges keeps the purge hub current until ctx ends. purges/ and
