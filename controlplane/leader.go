@@ -319,33 +319,37 @@ func (s *Server) compactPurges(ctx context.Context, guard clientv3.Cmp) {
 }
 
 func (s *Server) compactPurgesOnce(ctx context.Context, guard clientv3.Cmp) error {
-	ps, _, _, err := s.state.purges(ctx)
-	if err != nil {
-		return err
-	}
-	cut := time.Now().Add(-s.cfg.PurgeRetention)
-	n := 0
-	for n < len(ps) && (len(ps)-n > s.cfg.PurgeMaxRecords || ps[n].GetCreatedAt().AsTime().Before(cut)) {
-		n++
-	}
-	for len(ps[:n]) > 0 {
-		batch := ps[:min(n, 32)] // etcd caps the operations of one transaction
+	// The replica's view of the purges, current through its watch, names
+	// those to delete: the leader reads no retained purge from etcd. A
+	// batch is deleted only if every purge in it is still recorded at the
+	// revision the view has, so a view behind an earlier compaction
+	// deletes nothing twice and never lowers the floor (every purge still
+	// recorded is newer than the floor).
+	old := s.purgeHub.expired(s.cfg.PurgeMaxRecords, time.Now().Add(-s.cfg.PurgeRetention))
+	for len(old) > 0 {
+		batch := old[:min(len(old), 32)] // etcd caps the operations of one transaction
 		newest := batch[len(batch)-1]
 		floor, _ := proto.Marshal(&pb.Purge{Id: newest.GetId(), CreatedAt: newest.GetCreatedAt(), Revision: newest.GetRevision()})
 		ops := []clientv3.Op{clientv3.OpPut(s.state.purgeFloorKey(), string(floor))}
+		recorded := make([]clientv3.Cmp, 0, len(batch))
 		for _, p := range batch {
-			ops = append(ops, clientv3.OpDelete(s.state.purgeKey(p.GetId())),
-				clientv3.OpDelete(s.state.purgeAcksPrefix(p.GetId()), clientv3.WithPrefix()))
+			key := s.state.purgeKey(p.GetId())
+			recorded = append(recorded, clientv3.Compare(clientv3.ModRevision(key), "=", p.GetRevision()))
+			ops = append(ops, clientv3.OpDelete(key), clientv3.OpDelete(s.state.purgeAcksPrefix(p.GetId()), clientv3.WithPrefix()))
 		}
-		resp, err := s.etcd.Txn(ctx).If(guard).Then(ops...).Commit()
+		resp, err := s.etcd.Txn(ctx).If(guard).Then(clientv3.OpTxn(recorded, ops, nil)).Commit()
 		if err != nil {
 			return etcdErr(err, "deleting old purges")
 		}
 		if !resp.Succeeded {
 			return errLostLeadership
 		}
+		if !resp.Responses[0].GetResponseTxn().GetSucceeded() {
+			s.log.Info("the purge view is behind etcd; compacting at the next round")
+			return nil
+		}
 		s.log.Info("deleted old purges", "count", len(batch), "floor_revision", newest.GetRevision())
-		ps, n = ps[len(batch):], n-len(batch)
+		old = old[len(batch):]
 	}
 	return nil
 }

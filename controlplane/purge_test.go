@@ -246,6 +246,53 @@ func TestOldPurgesAreCompactedBehindAFloor(t *testing.T) {
 	}
 }
 
+// The leader's compaction takes the purges to delete from its replica's
+// view. A view still behind an earlier compaction names purges already
+// deleted: nothing is deleted again, the floor stays where it was, and
+// the purges kept stay.
+func TestACompactionFromAStaleViewDeletesNothing(t *testing.T) {
+	s, _, _ := startServer(t, nil, func(c *Config) {
+		c.PurgeMaxRecords = 2
+		c.PurgeCompactInterval = 50 * time.Millisecond
+	})
+	admin := pb.NewAdminServiceClient(dial(t, s))
+	ctx := adminCtx(context.Background(), testToken)
+	var all []*pb.Purge
+	for i := range 4 {
+		resp, err := admin.PurgeTag(ctx, &pb.PurgeTagRequest{RequestId: fmt.Sprint("s", i), Tag: fmt.Sprint("tag", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, resp.GetStatus().GetPurge())
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ps, floor, _, err := s.state.purges(context.Background())
+		if err == nil && len(ps) == 2 && floor.GetRevision() == all[1].GetRevision() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("purges %v, floor %v: want the two newest kept and the floor at %d", ps, floor, all[1].GetRevision())
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition
+	}
+	// A view that has seen the first three purges, not the fourth nor
+	// that compaction, and no floor: by it s0 is to go, and a floor at
+	// s0's revision would be lower than the one recorded.
+	s.purgeHub.load(all[:3], nil)
+	if got := s.purgeHub.expired(2, time.Time{}); len(got) != 1 || got[0].GetId() != "s0" {
+		t.Fatalf("a stale view's expired purges: %v, want s0", got)
+	}
+	always := clientv3.Compare(clientv3.CreateRevision(s.state.prefix+"no-such-key"), "=", 0)
+	if err := s.compactPurgesOnce(context.Background(), always); err != nil {
+		t.Fatalf("compacting from a stale view: %v", err)
+	}
+	ps, floor, _, err := s.state.purges(context.Background())
+	if err != nil || len(ps) != 2 || ps[0].GetId() != "s2" || ps[1].GetId() != "s3" || floor.GetRevision() != all[1].GetRevision() {
+		t.Fatalf("after a stale compaction: purges %v, floor %v, err %v; want s2 and s3 kept, the floor at %d", ps, floor, err, all[1].GetRevision())
+	}
+}
+
 // TestANodeJoinsWithMorePurgesThanOneMessageHolds: 150,000 retained
 // purges are about 13 MiB encoded, three times gRPC's default 4 MiB
 // receive limit (the node's). They reach a joining node whole and in

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -76,6 +77,19 @@ func (h *purgeHub) itemsSince(out [][]byte, r int64, limit int) ([][]byte, int64
 		last = h.purges[i].GetRevision()
 	}
 	return out, last
+}
+
+// expired returns the oldest purges past the most kept, or recorded
+// before cut: those the leader's compaction deletes. None before the
+// view has loaded.
+func (h *purgeHub) expired(most int, cut time.Time) []*pb.Purge {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for n < len(h.purges) && (len(h.purges)-n > most || h.purges[n].GetCreatedAt().AsTime().Before(cut)) {
+		n++
+	}
+	return slices.Clone(h.purges[:n])
 }
 
 // head is the newest revision a node can have applied: its last purge's,
