@@ -68,6 +68,11 @@ type Config struct {
 	ForgetAbsentAfter time.Duration
 	// PurgeMaxRecords caps the purges kept, oldest deleted first. Default 100000.
 	PurgeMaxRecords int
+	// PurgeViewWindow is how many of the newest purges a replica keeps
+	// whole in memory for its sessions; of older retained purges it
+	// keeps what compaction needs, and a node behind the window gets them
+	// from a read of etcd. Default 10000.
+	PurgeViewWindow int
 	// PurgeCompactInterval is how often the leader deletes purges past the
 	// retention. Default 1m.
 	PurgeCompactInterval time.Duration
@@ -225,6 +230,9 @@ func (c *Config) setDefaults() {
 	if c.PurgeMaxRecords == 0 {
 		c.PurgeMaxRecords = 100000
 	}
+	if c.PurgeViewWindow == 0 {
+		c.PurgeViewWindow = defaultPurgeWindow
+	}
 	if c.PurgeCompactInterval == 0 {
 		c.PurgeCompactInterval = time.Minute
 	}
@@ -274,6 +282,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PolicyHistory < 1 || c.PolicyHistory > 10000 {
 		return fmt.Errorf("policy history %d: keep 1 to 10000 changes", c.PolicyHistory)
+	}
+	if c.PurgeViewWindow < 1 {
+		return fmt.Errorf("purge view window %d: keep at least one purge whole", c.PurgeViewWindow)
 	}
 	if c.PurgeRetention < time.Minute || c.PurgeMaxRecords < 1 || c.PurgeCompactInterval < 0 {
 		return fmt.Errorf("purge retention %s and records %d: keep at least a minute and one record", c.PurgeRetention, c.PurgeMaxRecords)

@@ -329,13 +329,13 @@ func (s *Server) compactPurgesOnce(ctx context.Context, guard clientv3.Cmp) erro
 	for len(old) > 0 {
 		batch := old[:min(len(old), 32)] // etcd caps the operations of one transaction
 		newest := batch[len(batch)-1]
-		floor, _ := proto.Marshal(&pb.Purge{Id: newest.GetId(), CreatedAt: newest.GetCreatedAt(), Revision: newest.GetRevision()})
+		floor, _ := proto.Marshal(&pb.Purge{Id: newest.id, CreatedAt: timestamppb.New(time.Unix(0, newest.created)), Revision: newest.rev})
 		ops := []clientv3.Op{clientv3.OpPut(s.state.purgeFloorKey(), string(floor))}
 		recorded := make([]clientv3.Cmp, 0, len(batch))
 		for _, p := range batch {
-			key := s.state.purgeKey(p.GetId())
-			recorded = append(recorded, clientv3.Compare(clientv3.ModRevision(key), "=", p.GetRevision()))
-			ops = append(ops, clientv3.OpDelete(key), clientv3.OpDelete(s.state.purgeAcksPrefix(p.GetId()), clientv3.WithPrefix()))
+			key := s.state.purgeKey(p.id)
+			recorded = append(recorded, clientv3.Compare(clientv3.ModRevision(key), "=", p.rev))
+			ops = append(ops, clientv3.OpDelete(key), clientv3.OpDelete(s.state.purgeAcksPrefix(p.id), clientv3.WithPrefix()))
 		}
 		resp, err := s.etcd.Txn(ctx).If(guard).Then(clientv3.OpTxn(recorded, ops, nil)).Commit()
 		if err != nil {
@@ -348,7 +348,7 @@ func (s *Server) compactPurgesOnce(ctx context.Context, guard clientv3.Cmp) erro
 			s.log.Info("the purge view is behind etcd; compacting at the next round")
 			return nil
 		}
-		s.log.Info("deleted old purges", "count", len(batch), "floor_revision", newest.GetRevision())
+		s.log.Info("deleted old purges", "count", len(batch), "floor_revision", newest.rev)
 		old = old[len(batch):]
 	}
 	return nil

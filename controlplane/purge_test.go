@@ -9,6 +9,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -195,6 +196,31 @@ func TestBadPurgesAreRefusedAndNothingIsRecorded(t *testing.T) {
 	}
 }
 
+// purgeTags records n purges by tag through the admin API, with request
+// ids prefix0, prefix1..., and returns them as recorded.
+func purgeTags(t *testing.T, conn *grpc.ClientConn, prefix string, n int) []*pb.Purge {
+	t.Helper()
+	admin := pb.NewAdminServiceClient(conn)
+	ctx := adminCtx(context.Background(), testToken)
+	var out []*pb.Purge
+	for i := range n {
+		resp, err := admin.PurgeTag(ctx, &pb.PurgeTagRequest{RequestId: fmt.Sprint(prefix, i), Tag: fmt.Sprint("tag", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, resp.GetStatus().GetPurge())
+	}
+	return out
+}
+
+func revisions(ps []*pb.Purge) []int64 {
+	out := make([]int64, len(ps))
+	for i, p := range ps {
+		out[i] = p.GetRevision()
+	}
+	return out
+}
+
 func TestOldPurgesAreCompactedBehindAFloor(t *testing.T) {
 	s, _, _ := startServer(t, nil, func(c *Config) {
 		c.PurgeMaxRecords = 2
@@ -203,14 +229,7 @@ func TestOldPurgesAreCompactedBehindAFloor(t *testing.T) {
 	conn := dial(t, s)
 	admin := pb.NewAdminServiceClient(conn)
 	ctx := adminCtx(context.Background(), testToken)
-	var revs []int64
-	for i := range 4 {
-		resp, err := admin.PurgeTag(ctx, &pb.PurgeTagRequest{RequestId: fmt.Sprint("t", i), Tag: fmt.Sprint("tag", i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		revs = append(revs, resp.GetStatus().GetPurge().GetRevision())
-	}
+	revs := revisions(purgeTags(t, conn, "t", 4))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ps, floor, _, err := s.state.purges(context.Background())
@@ -255,16 +274,7 @@ func TestACompactionFromAStaleViewDeletesNothing(t *testing.T) {
 		c.PurgeMaxRecords = 2
 		c.PurgeCompactInterval = 50 * time.Millisecond
 	})
-	admin := pb.NewAdminServiceClient(dial(t, s))
-	ctx := adminCtx(context.Background(), testToken)
-	var all []*pb.Purge
-	for i := range 4 {
-		resp, err := admin.PurgeTag(ctx, &pb.PurgeTagRequest{RequestId: fmt.Sprint("s", i), Tag: fmt.Sprint("tag", i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, resp.GetStatus().GetPurge())
-	}
+	all := purgeTags(t, dial(t, s), "s", 4)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ps, floor, _, err := s.state.purges(context.Background())
@@ -280,7 +290,7 @@ func TestACompactionFromAStaleViewDeletesNothing(t *testing.T) {
 	// that compaction, and no floor: by it s0 is to go, and a floor at
 	// s0's revision would be lower than the one recorded.
 	s.purgeHub.load(all[:3], nil)
-	if got := s.purgeHub.expired(2, time.Time{}); len(got) != 1 || got[0].GetId() != "s0" {
+	if got := s.purgeHub.expired(2, time.Time{}); len(got) != 1 || got[0].id != "s0" {
 		t.Fatalf("a stale view's expired purges: %v, want s0", got)
 	}
 	always := clientv3.Compare(clientv3.CreateRevision(s.state.prefix+"no-such-key"), "=", 0)
@@ -290,6 +300,53 @@ func TestACompactionFromAStaleViewDeletesNothing(t *testing.T) {
 	ps, floor, _, err := s.state.purges(context.Background())
 	if err != nil || len(ps) != 2 || ps[0].GetId() != "s2" || ps[1].GetId() != "s3" || floor.GetRevision() != all[1].GetRevision() {
 		t.Fatalf("after a stale compaction: purges %v, floor %v, err %v; want s2 and s3 kept, the floor at %d", ps, floor, err, all[1].GetRevision())
+	}
+}
+
+// A replica keeps whole only the newest purges (its window); a node that
+// applied a purge older than those gets everything after it, in order,
+// from a read of etcd, in its snapshot and in its pushes alike; a node
+// within the window gets what follows from memory.
+func TestANodeBehindThePurgeWindowGetsEveryPurgeItMissed(t *testing.T) {
+	s, _, _ := startServer(t, nil, func(c *Config) { c.PurgeViewWindow = 3 })
+	conn := dial(t, s)
+	revs := revisions(purgeTags(t, conn, "w", 7))
+	deadline := time.Now().Add(30 * time.Second)
+	for s.purgeHub.head() < revs[6] {
+		if time.Now().After(deadline) {
+			t.Fatalf("the view's head %d, want %d", s.purgeHub.head(), revs[6])
+		}
+		time.Sleep(10 * time.Millisecond) // polling the replica's view: it signals no count
+	}
+	if all, whole := s.purgeHub.retained(); all != 7 || whole != 3 {
+		t.Fatalf("%d purges retained, %d whole: want 7 and 3", all, whole)
+	}
+	ids := func(ps []*pb.Purge) (out []string) {
+		for _, p := range ps {
+			out = append(out, p.GetId())
+		}
+		return out
+	}
+	for _, c := range []struct {
+		applied int64
+		want    string
+	}{{revs[0], "[w1 w2 w3 w4 w5 w6]"}, {revs[2], "[w3 w4 w5 w6]"}, {revs[3], "[w4 w5 w6]"}, {revs[5], "[w6]"}} {
+		_, snap := openSessionWith(t, conn, &pb.Hello{Member: &pb.Member{Id: fmt.Sprint("node-", c.applied), PeerAddress: "127.0.0.1:9999"}, PurgeRevision: c.applied})
+		if got := fmt.Sprint(ids(snap.GetPurges())); got != c.want {
+			t.Errorf("a node that applied revision %d got %s, want %s", c.applied, got, c.want)
+		}
+		items, last, err := s.purgeHub.itemsSince(t.Context(), nil, c.applied, 1<<20)
+		var pushed []*pb.Purge
+		for _, it := range items {
+			var b pb.PurgeBatch
+			if err := proto.Unmarshal(it, &b); err != nil {
+				t.Fatal(err)
+			}
+			pushed = append(pushed, b.GetPurges()...)
+		}
+		if got := fmt.Sprint(ids(pushed)); err != nil || got != c.want || last != revs[6] {
+			t.Errorf("pushes after revision %d: %s up to %d (%v), want %s up to %d", c.applied, got, last, err, c.want, revs[6])
+		}
 	}
 }
 
@@ -324,12 +381,12 @@ func TestANodeJoinsWithMorePurgesThanOneMessageHolds(t *testing.T) {
 	// before it has them all would be given fewer.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		ps, _ := s.purgeHub.since(0)
-		if len(ps) == n {
+		all, _ := s.purgeHub.retained()
+		if all == n {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the purge view holds %d of %d purges after a minute", len(ps), n)
+			t.Fatalf("the purge view holds %d of %d purges after a minute", all, n)
 		}
 		<-time.After(50 * time.Millisecond) // polling the replica's view: it signals no count
 	}
@@ -355,7 +412,10 @@ func TestANodeJoinsWithMorePurgesThanOneMessageHolds(t *testing.T) {
 }
 
 func mustSince(t *testing.T, s *Server) []*pb.Purge {
-	ps, _ := s.purgeHub.since(0)
+	ps, _, err := s.purgeHub.since(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return ps
 }
 

@@ -19,56 +19,190 @@ const floorPrefix = "floor-"
 
 // purgeHub is this replica's view of the recorded purges, kept current by
 // an etcd watch, so that a session sends a node the purges after the
-// revision it applied.
+// revision it applied. Of every purge retained it keeps what compaction
+// needs (a purgeRef); the newest, up to its window, it also keeps whole,
+// decoded and encoded for pushes. A node behind the window gets what it
+// missed from a read of etcd, one at a time for every session that needs
+// it then: so the view's memory does not grow with the purges retained.
 type purgeHub struct {
 	notify notifier
 	// ready is closed once the view was first loaded: sessions are
 	// refused until then.
 	ready     chan struct{}
 	readyOnce sync.Once
+	// window is how many of the newest purges are kept whole.
+	window int
+	// read reads every retained purge, by revision, the floor, and the
+	// revision read at.
+	read  func(ctx context.Context) ([]*pb.Purge, *pb.Purge, int64, error)
+	reads flight
 
 	mu     sync.Mutex
 	loaded bool
-	purges []*pb.Purge // by revision
+	refs   []purgeRef  // every retained purge, by revision
+	purges []*pb.Purge // the newest of refs, whole
 	items  [][]byte    // purges[i] as a PurgeBatch item (pushes.go)
 	floor  *pb.Purge
 }
 
-func newPurgeHub() *purgeHub { return &purgeHub{notify: newNotifier(), ready: make(chan struct{})} }
+// purgeRef is what the view keeps of a retained purge outside its window.
+type purgeRef struct {
+	id      string
+	rev     int64
+	created int64 // Unix nanoseconds
+}
+
+func refOf(p *pb.Purge) purgeRef {
+	return purgeRef{id: p.GetId(), rev: p.GetRevision(), created: p.GetCreatedAt().AsTime().UnixNano()}
+}
+
+// defaultPurgeWindow is how many of the newest purges a view keeps whole
+// unless told otherwise: ten seconds at a thousand purges a second.
+const defaultPurgeWindow = 10000
+
+func newPurgeHub() *purgeHub {
+	return &purgeHub{notify: newNotifier(), ready: make(chan struct{}), window: defaultPurgeWindow}
+}
 
 // since returns the purges a node that applied revision r needs, in order,
 // and whether the hub has loaded. A node behind the floor first gets a
-// purge of everything it stored before it applies it.
-func (h *purgeHub) since(r int64) ([]*pb.Purge, bool) {
+// purge of everything it stored before it applies it. A node behind the
+// window waits for a read of etcd.
+func (h *purgeHub) since(ctx context.Context, r int64) ([]*pb.Purge, bool, error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []*pb.Purge
-	if floor, ok := h.sinceFloorLocked(r); ok {
-		out = append(out, floor)
+	if h.wholeAfterLocked(r) {
+		defer h.mu.Unlock()
+		return purgesAfter(h.purges, h.floor, r), h.loaded, nil
 	}
-	return append(out, h.purges[h.afterLocked(r):]...), h.loaded
+	h.mu.Unlock()
+	ps, err := h.readSince(ctx, r)
+	return ps, true, err
 }
 
-// afterLocked is the index of the first purge after revision r.
-func (h *purgeHub) afterLocked(r int64) int {
-	i, _ := slices.BinarySearchFunc(h.purges, r+1, func(p *pb.Purge, rev int64) int { return cmp.Compare(p.GetRevision(), rev) })
+// purgesAfter is what a node that applied revision r needs of ps (by
+// revision) behind floor.
+func purgesAfter(ps []*pb.Purge, floor *pb.Purge, r int64) []*pb.Purge {
+	var out []*pb.Purge
+	if f, ok := floorPurge(floor, r); ok {
+		out = append(out, f)
+	}
+	return append(out, ps[after(ps, r):]...)
+}
+
+// after is the index of the first of ps (by revision) after revision r.
+func after(ps []*pb.Purge, r int64) int {
+	i, _ := slices.BinarySearchFunc(ps, r+1, func(p *pb.Purge, rev int64) int { return cmp.Compare(p.GetRevision(), rev) })
 	return i
+}
+
+// wholeAfterLocked reports whether every retained purge after revision r
+// is kept whole.
+func (h *purgeHub) wholeAfterLocked(r int64) bool {
+	out := len(h.refs) - len(h.purges) // retained, not whole
+	return out == 0 || r >= h.refs[out-1].rev
+}
+
+// readSince is since for a node behind the window: from a read of etcd
+// (one at a time, shared by the sessions that need one meanwhile, and
+// reused for a second), then the view's whole purges newer than that
+// read. If more than the window were recorded since the read, it stops at
+// the read's revision: the node's next push reads again from there.
+func (h *purgeHub) readSince(ctx context.Context, r int64) ([]*pb.Purge, error) {
+	got, err := h.reads.do(ctx, func() (etcdPurges, error) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second) // shared: no one caller's end ends it
+		defer cancel()
+		ps, floor, at, err := h.read(rctx)
+		return etcdPurges{ps, floor, at}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := purgesAfter(got.purges, got.floor, r)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.wholeAfterLocked(got.at) {
+		out = append(out, h.purges[after(h.purges, max(r, got.at)):]...)
+	}
+	return out, nil
+}
+
+// etcdPurges is one read of the retained purges: by revision, the floor,
+// and the revision read at.
+type etcdPurges struct {
+	purges []*pb.Purge
+	floor  *pb.Purge
+	at     int64
+}
+
+// flight runs one read at a time for every caller that asks meanwhile,
+// and hands its result to those that ask within a second of its end.
+type flight struct {
+	mu   sync.Mutex
+	call *flightCall
+}
+
+type flightCall struct {
+	done chan struct{}
+	end  time.Time
+	v    etcdPurges
+	err  error
+}
+
+func (f *flight) do(ctx context.Context, read func() (etcdPurges, error)) (etcdPurges, error) {
+	f.mu.Lock()
+	c := f.call
+	if c == nil || c.err != nil || !c.end.IsZero() && time.Since(c.end) > time.Second {
+		c = &flightCall{done: make(chan struct{})}
+		f.call = c
+		go func() {
+			v, err := read()
+			f.mu.Lock()
+			c.v, c.err, c.end = v, err, time.Now()
+			f.mu.Unlock()
+			close(c.done)
+		}()
+	}
+	f.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.v, c.err
+	case <-ctx.Done():
+		return etcdPurges{}, ctx.Err()
+	}
 }
 
 // itemsSince appends to out the purges after revision r as PurgeBatch
 // items, at most limit bytes of them (one at least), and returns it with
-// the revision of the last.
-func (h *purgeHub) itemsSince(out [][]byte, r int64, limit int) ([][]byte, int64) {
+// the revision of the last. A node behind the window waits for a read of
+// etcd.
+func (h *purgeHub) itemsSince(ctx context.Context, out [][]byte, r int64, limit int) ([][]byte, int64, error) {
 	h.mu.Lock()
+	if !h.wholeAfterLocked(r) {
+		h.mu.Unlock()
+		ps, err := h.readSince(ctx, r)
+		if err != nil {
+			return out, r, err
+		}
+		last, size := r, 0
+		for _, p := range ps {
+			it := batchItem(p)
+			if size+len(it) > limit && len(out) > 0 {
+				break
+			}
+			out = append(out, it)
+			size += len(it)
+			last = p.GetRevision()
+		}
+		return out, last, nil
+	}
 	defer h.mu.Unlock()
 	last := r
-	if f := h.floor; f != nil && r < f.GetRevision() {
-		floor, _ := h.sinceFloorLocked(r)
+	if floor, ok := floorPurge(h.floor, r); ok {
 		out = append(out, batchItem(floor))
-		last = f.GetRevision()
+		last = floor.GetRevision()
 	}
 	size := 0
-	for i := h.afterLocked(last); i < len(h.purges); i++ {
+	for i := after(h.purges, last); i < len(h.purges); i++ {
 		if size+len(h.items[i]) > limit && len(out) > 0 {
 			break
 		}
@@ -76,20 +210,29 @@ func (h *purgeHub) itemsSince(out [][]byte, r int64, limit int) ([][]byte, int64
 		size += len(h.items[i])
 		last = h.purges[i].GetRevision()
 	}
-	return out, last
+	return out, last, nil
 }
 
 // expired returns the oldest purges past the most kept, or recorded
 // before cut: those the leader's compaction deletes. None before the
 // view has loaded.
-func (h *purgeHub) expired(most int, cut time.Time) []*pb.Purge {
+func (h *purgeHub) expired(most int, cut time.Time) []purgeRef {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	c := cut.UnixNano()
 	n := 0
-	for n < len(h.purges) && (len(h.purges)-n > most || h.purges[n].GetCreatedAt().AsTime().Before(cut)) {
+	for n < len(h.refs) && (len(h.refs)-n > most || h.refs[n].created < c) {
 		n++
 	}
-	return slices.Clone(h.purges[:n])
+	return slices.Clone(h.refs[:n])
+}
+
+// retained is how many purges the view knows of, and how many of them it
+// keeps whole.
+func (h *purgeHub) retained() (all, whole int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.refs), len(h.purges)
 }
 
 // head is the newest revision a node can have applied: its last purge's,
@@ -101,15 +244,14 @@ func (h *purgeHub) head() int64 {
 	if h.floor != nil {
 		r = h.floor.GetRevision()
 	}
-	if n := len(h.purges); n > 0 {
-		r = max(r, h.purges[n-1].GetRevision())
+	if n := len(h.refs); n > 0 {
+		r = max(r, h.refs[n-1].rev)
 	}
 	return r
 }
 
-// sinceFloorLocked is the purge of everything a node behind the floor gets.
-func (h *purgeHub) sinceFloorLocked(r int64) (*pb.Purge, bool) {
-	f := h.floor
+// floorPurge is the purge of everything a node behind floor gets.
+func floorPurge(f *pb.Purge, r int64) (*pb.Purge, bool) {
 	if f == nil || r >= f.GetRevision() {
 		return nil, false
 	}
@@ -119,9 +261,15 @@ func (h *purgeHub) sinceFloorLocked(r int64) (*pb.Purge, bool) {
 
 func (h *purgeHub) load(ps []*pb.Purge, floor *pb.Purge) {
 	h.mu.Lock()
-	h.purges, h.floor, h.loaded = ps, floor, true
-	h.items = make([][]byte, len(ps))
+	h.floor, h.loaded = floor, true
+	h.refs = make([]purgeRef, len(ps))
 	for i, p := range ps {
+		h.refs[i] = refOf(p)
+	}
+	whole := ps[len(ps)-min(len(ps), h.window):]
+	h.purges = slices.Clone(whole)
+	h.items = make([][]byte, len(whole))
+	for i, p := range whole {
 		h.items[i] = batchItem(p)
 	}
 	h.mu.Unlock()
@@ -143,7 +291,8 @@ func (h *purgeHub) apply(s *state, events []*clientv3.Event) {
 		case !strings.HasPrefix(key, s.purgesPrefix()):
 		case ev.Type == clientv3.EventTypePut:
 			if p, err := decodePurge(ev.Kv.Value, ev.Kv.ModRevision); err == nil {
-				h.purges = append(h.purges, p) // watch events come in revision order
+				h.refs = append(h.refs, refOf(p)) // watch events come in revision order
+				h.purges = append(h.purges, p)
 				h.items = append(h.items, batchItem(p))
 			}
 		case ev.Type == clientv3.EventTypeDelete:
@@ -154,6 +303,11 @@ func (h *purgeHub) apply(s *state, events []*clientv3.Event) {
 		}
 	}
 	h.dropLocked(deleted)
+	if out := len(h.purges) - h.window; out > 0 { // past the window: kept as refs only
+		clear(h.purges[:out])
+		clear(h.items[:out])
+		h.purges, h.items = h.purges[out:], h.items[out:]
+	}
 	h.mu.Unlock()
 	h.notify.wake()
 }
@@ -166,16 +320,17 @@ func (h *purgeHub) dropLocked(deleted map[string]bool) {
 	if len(deleted) == 0 {
 		return
 	}
+	newest := int64(-1)
+	h.refs = dropIDs(h.refs, deleted, func(r purgeRef) string { return r.id }, func(r purgeRef) { newest = max(newest, r.rev) })
 	lead := 0
 	for lead < len(h.purges) && deleted[h.purges[lead].GetId()] {
-		delete(deleted, h.purges[lead].GetId())
 		lead++
 	}
-	clear(h.purges[:lead]) // let the dropped purges go
+	clear(h.purges[:lead])
 	clear(h.items[:lead])
 	h.purges, h.items = h.purges[lead:], h.items[lead:]
-	if len(deleted) == 0 {
-		return
+	if len(h.purges) == 0 || newest < h.purges[0].GetRevision() {
+		return // none of the rest is whole
 	}
 	keep := 0
 	for i, p := range h.purges {
@@ -187,6 +342,33 @@ func (h *purgeHub) dropLocked(deleted map[string]bool) {
 	clear(h.purges[keep:])
 	clear(h.items[keep:])
 	h.purges, h.items = h.purges[:keep], h.items[:keep]
+}
+
+// dropIDs removes from s the elements whose id is in ids, calling dropped
+// for each: those leading s by cutting them off its front, any others in
+// one pass.
+func dropIDs[T any](s []T, ids map[string]bool, id func(T) string, dropped func(T)) []T {
+	lead := 0
+	for lead < len(s) && ids[id(s[lead])] {
+		dropped(s[lead])
+		lead++
+	}
+	clear(s[:lead]) // let the dropped go
+	s = s[lead:]
+	if lead == len(ids) {
+		return s
+	}
+	keep := 0
+	for _, v := range s {
+		if ids[id(v)] {
+			dropped(v)
+			continue
+		}
+		s[keep] = v
+		keep++
+	}
+	clear(s[keep:])
+	return s[:keep]
 }
 
 // watchPurges keeps the purge hub current until ctx ends. purges/ and

@@ -3,10 +3,12 @@ package controlplane
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
@@ -19,7 +21,7 @@ func hubEvents(s *state, put bool, ids []string, rev int64) []*clientv3.Event {
 		kv := &mvccpb.KeyValue{Key: []byte(s.purgeKey(id)), ModRevision: rev + int64(i)}
 		typ := clientv3.EventTypeDelete
 		if put {
-			kv.Value, _ = proto.Marshal(&pb.Purge{Id: id, Kind: pb.PurgeKind_PURGE_KIND_URL, Url: "http://shop.example/" + id})
+			kv.Value, _ = proto.Marshal(&pb.Purge{Id: id, Kind: pb.PurgeKind_PURGE_KIND_URL, Url: "http://shop.example/" + id, CreatedAt: timestamppb.Now()})
 			typ = clientv3.EventTypePut
 		}
 		evs[i] = &clientv3.Event{Type: mvccpb.Event_EventType(typ), Kv: kv}
@@ -41,7 +43,10 @@ func TestPurgeHubDropsDeletedPurges(t *testing.T) {
 	h.apply(s, hubEvents(s, true, ids, 10))
 	h.apply(s, hubEvents(s, false, ids[:32], 200))                       // the oldest, as compaction deletes them
 	h.apply(s, hubEvents(s, false, []string{"p50", "p99", "gone"}, 300)) // out of order, and one unknown
-	got, _ := h.since(0)
+	got, _, err := h.since(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := append(append([]string{}, ids[32:50]...), ids[51:99]...)
 	if len(got) != len(want) || len(h.items) != len(want) {
 		t.Fatalf("%d purges and %d items left, want %d", len(got), len(h.items), len(want))
@@ -100,7 +105,44 @@ func BenchmarkPurgeHubCompaction(b *testing.B) {
 		b.StartTimer()
 		h.apply(s, del)
 	}
-	if len(h.purges) != kept {
-		b.Fatalf("%d purges kept, want %d", len(h.purges), kept)
+	if all, _ := h.retained(); all != kept {
+		b.Fatalf("%d purges kept, want %d", all, kept)
+	}
+}
+
+// A view keeps whole only the newest purges of its window, and of the
+// others what compaction needs; a deletion among either drops it.
+func TestPurgeHubKeepsTheNewestWhole(t *testing.T) {
+	s := &state{prefix: "/t/"}
+	h := newPurgeHub()
+	h.window = 3
+	h.load(nil, nil)
+	var ids []string
+	for i := range 8 {
+		ids = append(ids, fmt.Sprintf("p%d", i))
+	}
+	h.apply(s, hubEvents(s, true, ids, 10)) // revisions 10..17
+	if all, whole := h.retained(); all != 8 || whole != 3 || len(h.items) != 3 {
+		t.Fatalf("%d retained, %d whole, %d items: want 8, 3, 3", all, whole, len(h.items))
+	}
+	if h.head() != 17 || h.purges[0].GetId() != "p5" {
+		t.Fatalf("head %d, oldest whole %s: want 17 and p5", h.head(), h.purges[0].GetId())
+	}
+	if got := h.expired(5, time.Time{}); len(got) != 3 || got[0].id != "p0" || got[2].rev != 12 || got[2].created == 0 {
+		t.Fatalf("expired past 5: %+v, want p0..p2 with their revisions and times", got)
+	}
+	h.mu.Lock()
+	behind, within := h.wholeAfterLocked(13), h.wholeAfterLocked(14)
+	h.mu.Unlock()
+	if behind || !within {
+		t.Fatalf("whole after 13: %v, after 14: %v; want false, true", behind, within)
+	}
+	h.apply(s, hubEvents(s, false, []string{"p0", "p1", "p6"}, 100)) // two only referenced, one whole
+	if all, whole := h.retained(); all != 5 || whole != 2 || h.purges[0].GetId() != "p5" || h.purges[1].GetId() != "p7" {
+		t.Fatalf("after deleting p0, p1 and p6: %d retained, %d whole (%v)", all, whole, h.purges)
+	}
+	var item pb.PurgeBatch
+	if err := proto.Unmarshal(h.items[1], &item); err != nil || item.GetPurges()[0].GetId() != "p7" {
+		t.Fatalf("the items no longer follow the purges: %v %v", item.GetPurges(), err)
 	}
 }

@@ -271,7 +271,10 @@ var itemSlices = sync.Pool{New: func() any { return new([][]byte) }}
 func (r *sessionRun) pushPurges() error {
 	r.pushedAt = time.Now()
 	if !r.compact {
-		ps, _ := r.n.purges.since(r.sentPurges)
+		ps, _, err := r.n.purges.since(r.stream.Context(), r.sentPurges)
+		if err != nil {
+			return err
+		}
 		for _, p := range ps {
 			if err := r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Purge{Purge: p}}); err != nil {
 				return err
@@ -286,7 +289,10 @@ func (r *sessionRun) pushPurges() error {
 		itemSlices.Put(gathered)
 	}()
 	for {
-		items, last := r.n.purges.itemsSince((*gathered)[:0], r.sentPurges, missedPurgesBytes)
+		items, last, err := r.n.purges.itemsSince(r.stream.Context(), (*gathered)[:0], r.sentPurges, missedPurgesBytes)
+		if err != nil {
+			return err
+		}
 		*gathered = items
 		if len(items) == 0 {
 			return nil

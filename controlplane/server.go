@@ -158,6 +158,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.etcd = cli
 	s.state = &state{kv: cli, prefix: s.cfg.Prefix, forgetAbsent: s.cfg.ForgetAbsentAfter, historyMax: s.cfg.PolicyHistory}
 	s.marks.state = s.state
+	s.purgeHub.window, s.purgeHub.read = s.cfg.PurgeViewWindow, s.state.purges
 	s.members = newMemberWatch(s.state)
 	if s.cfg.CA.Enabled {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.EtcdDialTimeout)

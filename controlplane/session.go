@@ -308,7 +308,10 @@ func (r *sessionRun) snapshot(hello *pb.Hello) error {
 	// A node must not serve what it missed being purged: the snapshot
 	// carries every purge after the revision it applied, so the purges
 	// must be known before it is sent.
-	purges, loaded := n.purges.since(hello.GetPurgeRevision())
+	purges, loaded, err := n.purges.since(r.stream.Context(), hello.GetPurgeRevision())
+	if err != nil {
+		return err
+	}
 	if !loaded {
 		return status.Error(codes.Unavailable, "this control plane replica has not read the purges from etcd yet; retry")
 	}
