@@ -197,14 +197,15 @@ func TestBadPurgesAreRefusedAndNothingIsRecorded(t *testing.T) {
 }
 
 // purgeTags records n purges by tag through the admin API, with request
-// ids prefix0, prefix1..., and returns them as recorded.
+// ids prefix0, prefix1..., and returns them as recorded, waiting for no
+// node's acknowledgement.
 func purgeTags(t *testing.T, conn *grpc.ClientConn, prefix string, n int) []*pb.Purge {
 	t.Helper()
 	admin := pb.NewAdminServiceClient(conn)
 	ctx := adminCtx(context.Background(), testToken)
 	var out []*pb.Purge
 	for i := range n {
-		resp, err := admin.PurgeTag(ctx, &pb.PurgeTagRequest{RequestId: fmt.Sprint(prefix, i), Tag: fmt.Sprint("tag", i)})
+		resp, err := admin.PurgeTag(ctx, &pb.PurgeTagRequest{RequestId: fmt.Sprint(prefix, i), Tag: fmt.Sprint("tag", i), Wait: durationpb.New(time.Millisecond)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -347,6 +348,24 @@ func TestANodeBehindThePurgeWindowGetsEveryPurgeItMissed(t *testing.T) {
 		if got := fmt.Sprint(ids(pushed)); err != nil || got != c.want || last != revs[6] {
 			t.Errorf("pushes after revision %d: %s up to %d (%v), want %s up to %d", c.applied, got, last, err, c.want, revs[6])
 		}
+	}
+	// A read of etcd is reused for a second, but not for a node whose
+	// revision is newer than the read: it lacks what came between that
+	// revision and the window. x0 is newer than the last read and older
+	// than the window (x2, x3, x4 whole).
+	if _, _, err := s.purgeHub.since(t.Context(), revs[0]); err != nil {
+		t.Fatal(err)
+	}
+	more := revisions(purgeTags(t, conn, "x", 5))
+	for s.purgeHub.head() < more[4] {
+		if time.Now().After(deadline) {
+			t.Fatalf("the view's head %d, want %d", s.purgeHub.head(), more[4])
+		}
+		time.Sleep(10 * time.Millisecond) // polling the replica's view: it signals no count
+	}
+	ps, _, err := s.purgeHub.since(t.Context(), more[0])
+	if got := fmt.Sprint(ids(ps)); err != nil || got != "[x1 x2 x3 x4]" {
+		t.Errorf("a node at x0 after a read from before it: %s (%v), want [x1 x2 x3 x4]", got, err)
 	}
 }
 

@@ -104,15 +104,20 @@ func (h *purgeHub) wholeAfterLocked(r int64) bool {
 
 // readSince is since for a node behind the window: from a read of etcd
 // (one at a time, shared by the sessions that need one meanwhile, and
-// reused for a second), then the view's whole purges newer than that
-// read. If more than the window were recorded since the read, it stops at
-// the read's revision: the node's next push reads again from there.
+// reused for a second by those it answers for), then the view's whole
+// purges newer than that read. If more than the window were recorded
+// since the read, it stops at the read's revision: the node's next push
+// reads again from there.
 func (h *purgeHub) readSince(ctx context.Context, r int64) ([]*pb.Purge, error) {
 	got, err := h.reads.do(ctx, func() (etcdPurges, error) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second) // shared: no one caller's end ends it
 		defer cancel()
 		ps, floor, at, err := h.read(rctx)
 		return etcdPurges{ps, floor, at}, err
+	}, func(v etcdPurges) bool {
+		// A read from before the node's revision does not hold what
+		// came between its revision and the window.
+		return v.at >= r
 	})
 	if err != nil {
 		return nil, err
@@ -121,7 +126,7 @@ func (h *purgeHub) readSince(ctx context.Context, r int64) ([]*pb.Purge, error) 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.wholeAfterLocked(got.at) {
-		out = append(out, h.purges[after(h.purges, max(r, got.at)):]...)
+		out = append(out, h.purges[after(h.purges, got.at):]...)
 	}
 	return out, nil
 }
@@ -135,7 +140,8 @@ type etcdPurges struct {
 }
 
 // flight runs one read at a time for every caller that asks meanwhile,
-// and hands its result to those that ask within a second of its end.
+// and hands its result to those that ask within a second of its end and
+// for whom it is usable.
 type flight struct {
 	mu   sync.Mutex
 	call *flightCall
@@ -148,26 +154,32 @@ type flightCall struct {
 	err  error
 }
 
-func (f *flight) do(ctx context.Context, read func() (etcdPurges, error)) (etcdPurges, error) {
-	f.mu.Lock()
-	c := f.call
-	if c == nil || c.err != nil || !c.end.IsZero() && time.Since(c.end) > time.Second {
-		c = &flightCall{done: make(chan struct{})}
-		f.call = c
-		go func() {
-			v, err := read()
-			f.mu.Lock()
-			c.v, c.err, c.end = v, err, time.Now()
-			f.mu.Unlock()
-			close(c.done)
-		}()
-	}
-	f.mu.Unlock()
-	select {
-	case <-c.done:
-		return c.v, c.err
-	case <-ctx.Done():
-		return etcdPurges{}, ctx.Err()
+func (f *flight) do(ctx context.Context, read func() (etcdPurges, error), usable func(etcdPurges) bool) (etcdPurges, error) {
+	for {
+		f.mu.Lock()
+		c := f.call
+		if c == nil || c.err != nil || !c.end.IsZero() && (time.Since(c.end) > time.Second || !usable(c.v)) {
+			c = &flightCall{done: make(chan struct{})}
+			f.call = c
+			go func() {
+				v, err := read()
+				f.mu.Lock()
+				c.v, c.err, c.end = v, err, time.Now()
+				f.mu.Unlock()
+				close(c.done)
+			}()
+		}
+		f.mu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return etcdPurges{}, ctx.Err()
+		}
+		if c.err != nil || usable(c.v) {
+			return c.v, c.err
+		}
+		// A read that began before the caller's revision was recorded:
+		// the next one will hold it.
 	}
 }
 
