@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/internal/rawio"
+	"github.com/shardcache/shardcache/dataplane/internal/rawio/rawiotest"
 )
 
 // serve runs an HTTP server on a Listener with cfg over raw connections, as
@@ -102,7 +103,7 @@ func TestReadFromSendsAFileInChunks(t *testing.T) {
 	if err := os.WriteFile(p, make([]byte, 3*sendChunk+5), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a, b := tcpPair(t)
+	a, b := rawiotest.Pair(t)
 	c := &Conn{Conn: a, l: &Listener{cfg: Config{WriteTimeout: time.Minute}}}
 	f, _ := os.Open(p)
 	defer f.Close()
@@ -134,7 +135,7 @@ func TestReadFromSendsAStoredBodyBySendfile(t *testing.T) {
 	if err := os.WriteFile(p, want, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a, b := tcpPair(t)
+	a, b := rawiotest.Pair(t)
 	c := &Conn{Conn: a, l: &Listener{cfg: Config{WriteTimeout: time.Minute}}}
 	f, _ := os.Open(p)
 	defer f.Close()
@@ -149,26 +150,6 @@ func TestReadFromSendsAStoredBodyBySendfile(t *testing.T) {
 	if body.reads != 0 {
 		t.Fatalf("the body was read %d times through Read, not sent by sendfile", body.reads)
 	}
-}
-
-// tcpPair is a connected pair on loopback, the first side a raw
-// connection as a node's client listener accepts.
-func tcpPair(t *testing.T) (net.Conn, net.Conn) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	a, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return rawio.Wrap(a), b
 }
 
 // One address holds at most MaxPerAddr connections: the next is told 503
@@ -228,7 +209,7 @@ func TestConnectionsPerAddressAreBounded(t *testing.T) {
 }
 
 func TestResetEndsWithARST(t *testing.T) {
-	a, b := tcpPair(t)
+	a, b := rawiotest.Pair(t)
 	c := &Conn{Conn: a, l: &Listener{}}
 	io.WriteString(c, "partial")
 	c.Reset()

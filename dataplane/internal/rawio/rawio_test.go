@@ -1,4 +1,4 @@
-package rawio
+package rawio_test
 
 import (
 	"bytes"
@@ -9,37 +9,16 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// pair is a connected TCP pair on loopback: a wrapped, b package net's.
-func pair(t *testing.T) (*Conn, net.Conn) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	a, err := Dial(&net.Dialer{})(t.Context(), "tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	c, ok := a.(*Conn)
-	if !ok {
-		t.Fatalf("Dial returned a %T, not a *Conn", a)
-	}
-	return c, b
-}
+	"github.com/shardcache/shardcache/dataplane/internal/rawio"
+	"github.com/shardcache/shardcache/dataplane/internal/rawio/rawiotest"
+)
 
 // A body far larger than the socket buffers crosses whole both ways: the
 // writer waits for room (EAGAIN) and goes on where it stopped, the reader
 // waits for bytes.
 func TestLargeWritesAndReadsCrossWhole(t *testing.T) {
-	a, b := pair(t)
+	a, b := rawiotest.Pair(t)
 	want := make([]byte, 32<<20)
 	for i := range want {
 		want[i] = byte(rand.Uint32())
@@ -76,7 +55,7 @@ func TestLargeWritesAndReadsCrossWhole(t *testing.T) {
 // peer that reads nothing end with a timeout, the write saying how much
 // went out: exactly what the peer then reads.
 func TestDeadlinesEndWaits(t *testing.T) {
-	a, b := pair(t)
+	a, b := rawiotest.Pair(t)
 	a.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 	n, err := a.Read(make([]byte, 10))
 	var ne net.Error
@@ -97,7 +76,7 @@ func TestDeadlinesEndWaits(t *testing.T) {
 // The peer's close reads as io.EOF, its reset as ECONNRESET, and a close of
 // the connection itself ends a read waiting on it with net.ErrClosed.
 func TestEndsReadAsPackageNetsDo(t *testing.T) {
-	a, b := pair(t)
+	a, b := rawiotest.Pair(t)
 	b.Write([]byte("last"))
 	b.Close()
 	got, err := io.ReadAll(a)
@@ -105,7 +84,7 @@ func TestEndsReadAsPackageNetsDo(t *testing.T) {
 		t.Fatalf("read %q, %v to the peer's close; want \"last\" then io.EOF", got, err)
 	}
 
-	a, b = pair(t)
+	a, b = rawiotest.Pair(t)
 	b.(*net.TCPConn).SetLinger(0)
 	b.Close()
 	a.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -113,7 +92,7 @@ func TestEndsReadAsPackageNetsDo(t *testing.T) {
 		t.Fatalf("a read after the peer's reset returned %v; want ECONNRESET", err)
 	}
 
-	a, _ = pair(t)
+	a, _ = rawiotest.Pair(t)
 	done := make(chan error)
 	go func() { _, err := a.Read(make([]byte, 10)); done <- err }()
 	a.Close() // whether the read waits already or starts after, it ends
@@ -130,7 +109,7 @@ func TestEndsReadAsPackageNetsDo(t *testing.T) {
 
 // Writes from many goroutines at once each go out whole.
 func TestConcurrentWritesDoNotInterleave(t *testing.T) {
-	a, b := pair(t)
+	a, b := rawiotest.Pair(t)
 	const writers, size = 8, 1 << 20 // each larger than the socket buffers
 	for i := range writers {
 		go a.Write(bytes.Repeat([]byte{byte('a' + i)}, size))
@@ -148,7 +127,7 @@ func TestConcurrentWritesDoNotInterleave(t *testing.T) {
 
 // A read and a write allocate nothing.
 func TestReadAndWriteDoNotAllocate(t *testing.T) {
-	a, b := pair(t)
+	a, b := rawiotest.Pair(t)
 	p, q := make([]byte, 512), make([]byte, 512)
 	if n := testing.AllocsPerRun(100, func() {
 		a.Write(p)
@@ -165,7 +144,7 @@ func TestWrapLeavesOtherConnections(t *testing.T) {
 	p, q := net.Pipe()
 	defer p.Close()
 	defer q.Close()
-	if Wrap(p) != p {
+	if rawio.Wrap(p) != p {
 		t.Fatal("a pipe was wrapped")
 	}
 }
