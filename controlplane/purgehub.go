@@ -39,11 +39,19 @@ type purgeHub struct {
 
 	mu     sync.Mutex
 	loaded bool
-	refs   []purgeRef  // every retained purge, by revision
-	purges []*pb.Purge // the newest of refs, whole
-	items  [][]byte    // purges[i] as a PurgeBatch item (pushes.go)
+	refs   []purgeRef   // every retained purge, by revision
+	purges []wholePurge // the newest of refs, whole
 	floor  *pb.Purge
 }
+
+// wholePurge is a purge in the view's window, with its encoding as a
+// PurgeBatch item (pushes.go).
+type wholePurge struct {
+	p    *pb.Purge
+	item []byte
+}
+
+func wholeOf(p *pb.Purge) wholePurge { return wholePurge{p, batchItem(p)} }
 
 // purgeRef is what the view keeps of a retained purge outside its window.
 type purgeRef struct {
@@ -72,11 +80,23 @@ func (h *purgeHub) since(ctx context.Context, r int64) ([]*pb.Purge, bool, error
 	h.mu.Lock()
 	if h.wholeAfterLocked(r) {
 		defer h.mu.Unlock()
-		return purgesAfter(h.purges, h.floor, r), h.loaded, nil
+		var out []*pb.Purge
+		if f, ok := floorPurge(h.floor, r); ok {
+			out = append(out, f)
+		}
+		for _, w := range h.wholeAfterRevLocked(r) {
+			out = append(out, w.p)
+		}
+		return out, h.loaded, nil
 	}
 	h.mu.Unlock()
 	ps, err := h.readSince(ctx, r)
 	return ps, true, err
+}
+
+// wholeAfterRevLocked is the view's whole purges after revision r.
+func (h *purgeHub) wholeAfterRevLocked(r int64) []wholePurge {
+	return h.purges[after(h.purges, func(w wholePurge) int64 { return w.p.GetRevision() }, r):]
 }
 
 // purgesAfter is what a node that applied revision r needs of ps (by
@@ -86,12 +106,12 @@ func purgesAfter(ps []*pb.Purge, floor *pb.Purge, r int64) []*pb.Purge {
 	if f, ok := floorPurge(floor, r); ok {
 		out = append(out, f)
 	}
-	return append(out, ps[after(ps, r):]...)
+	return append(out, ps[after(ps, (*pb.Purge).GetRevision, r):]...)
 }
 
-// after is the index of the first of ps (by revision) after revision r.
-func after(ps []*pb.Purge, r int64) int {
-	i, _ := slices.BinarySearchFunc(ps, r+1, func(p *pb.Purge, rev int64) int { return cmp.Compare(p.GetRevision(), rev) })
+// after is the index of the first of s (by revision) after revision r.
+func after[T any](s []T, revision func(T) int64, r int64) int {
+	i, _ := slices.BinarySearchFunc(s, r+1, func(v T, rev int64) int { return cmp.Compare(revision(v), rev) })
 	return i
 }
 
@@ -126,7 +146,9 @@ func (h *purgeHub) readSince(ctx context.Context, r int64) ([]*pb.Purge, error) 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.wholeAfterLocked(got.at) {
-		out = append(out, h.purges[after(h.purges, got.at):]...)
+		for _, w := range h.wholeAfterRevLocked(got.at) {
+			out = append(out, w.p)
+		}
 	}
 	return out, nil
 }
@@ -188,39 +210,32 @@ func (f *flight) do(ctx context.Context, read func() (etcdPurges, error), usable
 // the revision of the last. A node behind the window waits for a read of
 // etcd.
 func (h *purgeHub) itemsSince(ctx context.Context, out [][]byte, r int64, limit int) ([][]byte, int64, error) {
+	var ws []wholePurge
 	h.mu.Lock()
-	if !h.wholeAfterLocked(r) {
+	if h.wholeAfterLocked(r) {
+		if f, ok := floorPurge(h.floor, r); ok {
+			ws = append(ws, wholeOf(f))
+		}
+		ws = append(ws, h.wholeAfterRevLocked(r)...) // the encodings kept
+		h.mu.Unlock()
+	} else {
 		h.mu.Unlock()
 		ps, err := h.readSince(ctx, r)
 		if err != nil {
 			return out, r, err
 		}
-		last, size := r, 0
 		for _, p := range ps {
-			it := batchItem(p)
-			if size+len(it) > limit && len(out) > 0 {
-				break
-			}
-			out = append(out, it)
-			size += len(it)
-			last = p.GetRevision()
+			ws = append(ws, wholeOf(p))
 		}
-		return out, last, nil
 	}
-	defer h.mu.Unlock()
-	last := r
-	if floor, ok := floorPurge(h.floor, r); ok {
-		out = append(out, batchItem(floor))
-		last = floor.GetRevision()
-	}
-	size := 0
-	for i := after(h.purges, last); i < len(h.purges); i++ {
-		if size+len(h.items[i]) > limit && len(out) > 0 {
+	last, size := r, 0
+	for _, w := range ws {
+		if size+len(w.item) > limit && len(out) > 0 {
 			break
 		}
-		out = append(out, h.items[i])
-		size += len(h.items[i])
-		last = h.purges[i].GetRevision()
+		out = append(out, w.item)
+		size += len(w.item)
+		last = w.p.GetRevision()
 	}
 	return out, last, nil
 }
@@ -279,10 +294,9 @@ func (h *purgeHub) load(ps []*pb.Purge, floor *pb.Purge) {
 		h.refs[i] = refOf(p)
 	}
 	whole := ps[len(ps)-min(len(ps), h.window):]
-	h.purges = slices.Clone(whole)
-	h.items = make([][]byte, len(whole))
+	h.purges = make([]wholePurge, len(whole))
 	for i, p := range whole {
-		h.items[i] = batchItem(p)
+		h.purges[i] = wholeOf(p)
 	}
 	h.mu.Unlock()
 	h.readyOnce.Do(func() { close(h.ready) })
@@ -304,8 +318,7 @@ func (h *purgeHub) apply(s *state, events []*clientv3.Event) {
 		case ev.Type == clientv3.EventTypePut:
 			if p, err := decodePurge(ev.Kv.Value, ev.Kv.ModRevision); err == nil {
 				h.refs = append(h.refs, refOf(p)) // watch events come in revision order
-				h.purges = append(h.purges, p)
-				h.items = append(h.items, batchItem(p))
+				h.purges = append(h.purges, wholeOf(p))
 			}
 		case ev.Type == clientv3.EventTypeDelete:
 			if deleted == nil {
@@ -317,8 +330,7 @@ func (h *purgeHub) apply(s *state, events []*clientv3.Event) {
 	h.dropLocked(deleted)
 	if out := len(h.purges) - h.window; out > 0 { // past the window: kept as refs only
 		clear(h.purges[:out])
-		clear(h.items[:out])
-		h.purges, h.items = h.purges[out:], h.items[out:]
+		h.purges = h.purges[out:]
 	}
 	h.mu.Unlock()
 	h.notify.wake()
@@ -334,26 +346,9 @@ func (h *purgeHub) dropLocked(deleted map[string]bool) {
 	}
 	newest := int64(-1)
 	h.refs = dropIDs(h.refs, deleted, func(r purgeRef) string { return r.id }, func(r purgeRef) { newest = max(newest, r.rev) })
-	lead := 0
-	for lead < len(h.purges) && deleted[h.purges[lead].GetId()] {
-		lead++
+	if len(h.purges) > 0 && newest >= h.purges[0].p.GetRevision() { // some were whole
+		h.purges = dropIDs(h.purges, deleted, func(w wholePurge) string { return w.p.GetId() }, func(wholePurge) {})
 	}
-	clear(h.purges[:lead])
-	clear(h.items[:lead])
-	h.purges, h.items = h.purges[lead:], h.items[lead:]
-	if len(h.purges) == 0 || newest < h.purges[0].GetRevision() {
-		return // none of the rest is whole
-	}
-	keep := 0
-	for i, p := range h.purges {
-		if !deleted[p.GetId()] {
-			h.purges[keep], h.items[keep] = p, h.items[i]
-			keep++
-		}
-	}
-	clear(h.purges[keep:])
-	clear(h.items[keep:])
-	h.purges, h.items = h.purges[:keep], h.items[:keep]
 }
 
 // dropIDs removes from s the elements whose id is in ids, calling dropped

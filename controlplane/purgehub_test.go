@@ -48,15 +48,15 @@ func TestPurgeHubDropsDeletedPurges(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := append(append([]string{}, ids[32:50]...), ids[51:99]...)
-	if len(got) != len(want) || len(h.items) != len(want) {
-		t.Fatalf("%d purges and %d items left, want %d", len(got), len(h.items), len(want))
+	if len(got) != len(want) || len(h.purges) != len(want) {
+		t.Fatalf("%d purges and %d items left, want %d", len(got), len(h.purges), len(want))
 	}
 	for i, p := range got {
 		if p.GetId() != want[i] || p.GetRevision() != int64(10+32+i+boolInt(i >= 18)) {
 			t.Fatalf("purge %d: %s at %d, want %s", i, p.GetId(), p.GetRevision(), want[i])
 		}
 		var item pb.PurgeBatch
-		if err := proto.Unmarshal(h.items[i], &item); err != nil || len(item.GetPurges()) != 1 || item.GetPurges()[0].GetId() != want[i] {
+		if err := proto.Unmarshal(h.purges[i].item, &item); err != nil || len(item.GetPurges()) != 1 || item.GetPurges()[0].GetId() != want[i] {
 			t.Fatalf("item %d does not carry %s: %v %v", i, want[i], err, item.GetPurges())
 		}
 	}
@@ -122,11 +122,11 @@ func TestPurgeHubKeepsTheNewestWhole(t *testing.T) {
 		ids = append(ids, fmt.Sprintf("p%d", i))
 	}
 	h.apply(s, hubEvents(s, true, ids, 10)) // revisions 10..17
-	if all, whole := h.retained(); all != 8 || whole != 3 || len(h.items) != 3 {
-		t.Fatalf("%d retained, %d whole, %d items: want 8, 3, 3", all, whole, len(h.items))
+	if all, whole := h.retained(); all != 8 || whole != 3 || len(h.purges) != 3 {
+		t.Fatalf("%d retained, %d whole, %d items: want 8, 3, 3", all, whole, len(h.purges))
 	}
-	if h.head() != 17 || h.purges[0].GetId() != "p5" {
-		t.Fatalf("head %d, oldest whole %s: want 17 and p5", h.head(), h.purges[0].GetId())
+	if h.head() != 17 || h.purges[0].p.GetId() != "p5" {
+		t.Fatalf("head %d, oldest whole %s: want 17 and p5", h.head(), h.purges[0].p.GetId())
 	}
 	if got := h.expired(5, time.Time{}); len(got) != 3 || got[0].id != "p0" || got[2].rev != 12 || got[2].created == 0 {
 		t.Fatalf("expired past 5: %+v, want p0..p2 with their revisions and times", got)
@@ -138,11 +138,11 @@ func TestPurgeHubKeepsTheNewestWhole(t *testing.T) {
 		t.Fatalf("whole after 13: %v, after 14: %v; want false, true", behind, within)
 	}
 	h.apply(s, hubEvents(s, false, []string{"p0", "p1", "p6"}, 100)) // two only referenced, one whole
-	if all, whole := h.retained(); all != 5 || whole != 2 || h.purges[0].GetId() != "p5" || h.purges[1].GetId() != "p7" {
+	if all, whole := h.retained(); all != 5 || whole != 2 || h.purges[0].p.GetId() != "p5" || h.purges[1].p.GetId() != "p7" {
 		t.Fatalf("after deleting p0, p1 and p6: %d retained, %d whole (%v)", all, whole, h.purges)
 	}
 	var item pb.PurgeBatch
-	if err := proto.Unmarshal(h.items[1], &item); err != nil || item.GetPurges()[0].GetId() != "p7" {
+	if err := proto.Unmarshal(h.purges[1].item, &item); err != nil || item.GetPurges()[0].GetId() != "p7" {
 		t.Fatalf("the items no longer follow the purges: %v %v", item.GetPurges(), err)
 	}
 }
