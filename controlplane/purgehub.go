@@ -36,6 +36,10 @@ type purgeHub struct {
 	// revision read at.
 	read  func(ctx context.Context) ([]*pb.Purge, *pb.Purge, int64, error)
 	reads flight
+	// onHead learns the view's head after every change, before the
+	// sessions are told of it: the watermarks must know a purge is in
+	// flight before the first node acknowledges it.
+	onHead func(rev int64)
 
 	mu     sync.Mutex
 	loaded bool
@@ -300,6 +304,14 @@ func (h *purgeHub) load(ps []*pb.Purge, floor *pb.Purge) {
 	}
 	h.mu.Unlock()
 	h.readyOnce.Do(func() { close(h.ready) })
+	h.changed()
+}
+
+// changed tells onHead, then the sessions, that the view changed.
+func (h *purgeHub) changed() {
+	if h.onHead != nil {
+		h.onHead(h.head())
+	}
 	h.notify.wake()
 }
 
@@ -333,7 +345,7 @@ func (h *purgeHub) apply(s *state, events []*clientv3.Event) {
 		h.purges = h.purges[out:]
 	}
 	h.mu.Unlock()
-	h.notify.wake()
+	h.changed()
 }
 
 // dropLocked removes the purges of the ids deleted, in one pass whatever
@@ -385,11 +397,9 @@ func (s *Server) watchPurges(ctx context.Context) error {
 		ps, floor, at, err := s.state.purges(ctx)
 		if err == nil {
 			s.purgeHub.load(ps, floor)
-			s.marks.setHead(s.purgeHub.head())
 		}
 		return at, err
 	}, func(evs []*clientv3.Event) {
 		s.purgeHub.apply(s.state, evs)
-		s.marks.setHead(s.purgeHub.head())
 	})
 }

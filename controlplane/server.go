@@ -101,6 +101,7 @@ func New(cfg Config) (*Server, error) {
 	for _, c := range []string{credJoin, credAdmin, credPurge} {
 		s.limits[c] = authlimit.New(cfg.AuthRetryEvery, authLimitBurst, authLimitCallers)
 	}
+	s.purgeHub.onHead = s.marks.setHead
 	s.metrics = newMetrics(s)
 	return s, nil
 }
@@ -209,10 +210,13 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { s.marks.run(gctx); return nil })
 	g.Go(func() error {
 		s.statuses.run(gctx, func(r *sessionRun, st *pb.Node) {
+			// A rewrite by the session that registered the node needs no
+			// newer watermark record: views that watched it keep the
+			// registration's revision (ackview.go), and the record is
+			// written again within recordRefresh for views read anew.
 			if err := s.state.putStatus(gctx, st, r.lease, r.rev); err != nil && gctx.Err() == nil {
 				r.log.Warn("recording node status", "err", err)
 			}
-			s.marks.touch() // only a record newer than the status answers for the node
 		})
 		return nil
 	})

@@ -70,13 +70,19 @@ type watermarks struct {
 	dirty    bool
 	flushing bool
 	wake     chan struct{}
-	// head is the newest purge revision this replica knows; behind counts
-	// the nodes with a session here that have not applied it. When the last
-	// of them does, caught lets the batch go at once: a purge is then
-	// acknowledged by all without waiting out the interval.
+	// head is the newest purge revision this replica knows; revs counts
+	// the revisions of the nodes with a session here. When the lowest of
+	// them rises, the purges up to it are acknowledged by all once the
+	// record is written, so caught lets the batch go at once rather than
+	// waiting out the interval.
 	head   int64
-	behind int
+	revs   revCounts
 	caught chan struct{}
+	// heads are the purge revisions above the lowest applied one, with when
+	// this replica learnt of each; lag is how long the last one the lowest
+	// passed took to be applied by every node (batchDelay).
+	heads []headAt
+	lag   time.Duration
 
 	// writes counts the records written; dropped the exceptions dropped at
 	// the bound.
@@ -95,27 +101,54 @@ func newWatermarks(s *state, replica string, interval, keepEnded time.Duration, 
 		nodes: map[string]*tracked{}, wake: make(chan struct{}, 1), caught: make(chan struct{}, 1)}
 }
 
-// lagsLocked reports whether t counts among the nodes behind the head.
-func (w *watermarks) lagsLocked(t *tracked) bool { return t.sessions > 0 && t.rev < w.head }
-
-// updateLocked applies change to t, keeping behind its count, and tells the
-// batch when the last node behind caught up.
+// updateLocked applies change to t, keeping the counts of applied revisions,
+// and tells the batch when the lowest of them rose past a purge: every node
+// here has then applied it.
 func (w *watermarks) updateLocked(t *tracked, change func()) {
-	was := w.lagsLocked(t)
+	low, had := w.revs.lowest()
+	if t.sessions > 0 {
+		w.revs.remove(t.rev)
+	}
 	change()
-	switch now := w.lagsLocked(t); {
-	case now && !was:
-		w.behind++
-	case was && !now:
-		w.behind--
-		if w.behind == 0 {
-			select {
-			case w.caught <- struct{}{}:
-			default:
-			}
-		}
+	if t.sessions > 0 {
+		w.revs.add(t.rev)
+	}
+	if !had {
+		return
+	}
+	switch now, has := w.revs.lowest(); {
+	case !has: // the last session here ended
+		w.heads = w.heads[:0]
+	case now <= low:
+		return
+	case !w.passedLocked(now) && now < w.head:
+		return // no purge is newly applied by every node
+	}
+	select {
+	case w.caught <- struct{}{}:
+	default:
 	}
 }
+
+// passedLocked forgets the heads at or below low, every node having applied
+// them, learns from the newest of them how long that took, and reports
+// whether there were any.
+func (w *watermarks) passedLocked(low int64) bool {
+	n := 0
+	for n < len(w.heads) && w.heads[n].rev <= low {
+		n++
+	}
+	if n == 0 {
+		return false
+	}
+	w.lag = time.Since(w.heads[n-1].at)
+	w.heads = w.heads[n:]
+	return true
+}
+
+// maxHeads bounds the purge heads kept for timing convergence; past it the
+// oldest are forgotten, and only the convergence's timing is lost.
+const maxHeads = 1024
 
 // setHead records rev as the newest purge revision, if it is newer.
 func (w *watermarks) setHead(rev int64) {
@@ -124,12 +157,64 @@ func (w *watermarks) setHead(rev int64) {
 	if rev <= w.head {
 		return
 	}
-	w.head, w.behind = rev, 0
-	for _, t := range w.nodes {
-		if w.lagsLocked(t) {
-			w.behind++
+	w.head = rev
+	if low, ok := w.revs.lowest(); ok && rev > low {
+		if len(w.heads) == maxHeads {
+			w.heads = w.heads[1:]
 		}
+		w.heads = append(w.heads, headAt{rev, time.Now()})
 	}
+}
+
+// headAt is a purge revision and when the replica learnt of it.
+type headAt struct {
+	rev int64
+	at  time.Time
+}
+
+// revCounts counts nodes by the revision they applied, in revision order:
+// few distinct revisions at once (the purges in flight), the lowest removed
+// and the highest added most often.
+type revCounts []revCount
+
+type revCount struct {
+	rev int64
+	n   int
+}
+
+func (c *revCounts) find(rev int64) (int, bool) {
+	return slices.BinarySearchFunc(*c, rev, func(e revCount, r int64) int { return cmp.Compare(e.rev, r) })
+}
+
+func (c *revCounts) add(rev int64) {
+	if i, ok := c.find(rev); ok {
+		(*c)[i].n++
+	} else {
+		*c = slices.Insert(*c, i, revCount{rev, 1})
+	}
+}
+
+func (c *revCounts) remove(rev int64) {
+	i, ok := c.find(rev)
+	if !ok {
+		return
+	}
+	if (*c)[i].n--; (*c)[i].n > 0 {
+		return
+	}
+	if i == 0 {
+		*c = (*c)[1:] // the common case, without moving the rest
+	} else {
+		*c = slices.Delete(*c, i, i+1)
+	}
+}
+
+// lowest is the lowest revision counted, if any.
+func (c revCounts) lowest() (int64, bool) {
+	if len(c) == 0 {
+		return 0, false
+	}
+	return c[0].rev, true
 }
 
 // changedLocked marks the record as to be written.
@@ -181,15 +266,6 @@ func (w *watermarks) revision(id string) int64 {
 	return 0
 }
 
-// touch makes the next batch write the record though no revision changed:
-// after a node's status record is rewritten, only a newer record answers
-// for the node.
-func (w *watermarks) touch() {
-	w.mu.Lock()
-	w.changedLocked()
-	w.mu.Unlock()
-}
-
 // writesPending reports whether a change waits for a batch, or a batch is
 // being written.
 func (w *watermarks) writesPending() bool {
@@ -230,9 +306,10 @@ func (w *watermarks) result(r *pb.PurgeResult) {
 
 // run writes a batch an interval after the first change in it (longer
 // while nodes converge on the newest purge: batchDelay), or at once when
-// the last node behind it applied it (once an interval at most), until ctx
-// ends; then it writes what is left, for a few seconds at most. So a
-// replica writes at most two batches an interval.
+// the lowest revision its nodes applied rose past a purge (once an
+// interval at most), until ctx ends; then it writes what is left, for a
+// few seconds at most. So a replica writes at most two batches an
+// interval.
 func (w *watermarks) run(ctx context.Context) {
 	var early time.Time // the last batch written at a catch-up
 	t := time.NewTimer(time.Hour)
@@ -262,22 +339,32 @@ func (w *watermarks) run(ctx context.Context) {
 			w.mu.Unlock()
 		}
 		t.Reset(w.batchDelay())
-		caught := w.caught
-		if time.Since(early) < w.interval {
-			caught = nil
-		}
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
-		case <-caught:
+		case <-w.caught:
 			t.Stop()
+			// One batch an interval at most goes early.
+			if wait := w.interval - time.Since(early); wait > 0 {
+				t.Reset(wait)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
 			early = time.Now()
 		}
-		// A catch-up before this batch is written by it.
+		// A catch-up or a change before this batch is written by it.
 		select {
 		case <-w.caught:
+		default:
+		}
+		select {
+		case <-w.wake:
 		default:
 		}
 		if err := w.flush(ctx); err != nil && ctx.Err() == nil {
@@ -289,19 +376,29 @@ func (w *watermarks) run(ctx context.Context) {
 	}
 }
 
-// convergeWait is how many intervals a batch waits while nodes are still
-// applying the newest purge and only their revisions wait to be written:
-// the last one to catch up writes it at once, so a lone purge costs its
-// record and one batch.
+// convergeWait is how many intervals a batch waits at least while nodes are
+// still applying the newest purge and only their revisions wait to be
+// written: the lowest revision rising writes it at once, so a lone purge
+// costs its record and one batch.
 const convergeWait = 4
 
+// maxConvergeWait bounds that wait: how old the progress of a purge that
+// some nodes have not applied may be in its status.
+const maxConvergeWait = 3 * time.Second
+
 // batchDelay is how long after its first change a batch is written,
-// unless a catch-up writes it first.
+// unless the lowest revision rising writes it first. While nodes converge
+// on the newest purge it waits half as long again as the last purge took
+// to reach every node, so that a batch seldom goes before the catch-up
+// that writes it anyway: with 10,000 nodes a purge takes seconds to reach
+// them all, and a batch every few intervals meanwhile would cost several
+// writes a purge.
 func (w *watermarks) batchDelay() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.behind > 0 && len(w.results) == 0 {
-		return convergeWait * w.interval
+	if low, ok := w.revs.lowest(); ok && low < w.head && len(w.results) == 0 {
+		wait := min(max(convergeWait*w.interval, w.lag*3/2), maxConvergeWait)
+		return max(wait, w.interval)
 	}
 	return w.interval
 }

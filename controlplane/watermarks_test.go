@@ -346,6 +346,55 @@ func TestALonePurgeCostsItsRecordAndOneBatch(t *testing.T) {
 	}
 }
 
+// When the last node applies purges long after the batch's convergeWait
+// (as with thousands of nodes, where the fan-out takes seconds), the batch
+// learns how long a purge takes to reach every node and waits for that,
+// so a purge again costs its record and one batch, not one batch every few
+// intervals while the nodes converge. Yet that wait is bounded: the status
+// of a purge that a node has not applied shows the others' progress within
+// maxConvergeWait.
+func TestBatchesWaitAsLongAsThePurgesTakeToReachEveryNode(t *testing.T) {
+	const interval = 20 * time.Millisecond
+	const late = 50 * interval // 1 s: more than twelve times convergeWait
+	s, conn, admin, ctx := ackingReplica(t, interval, 3)
+	startAckingNodeAfter(t, conn, "late", 0, true, late)
+	waitFor(t, func() bool { e := s.hub.epoch(); return e != nil && len(e.GetMembers()) == 4 })
+	waitFor(t, func() bool { return s.marks.writes.Load() > 0 && !s.marks.writesPending() })
+	var marks []uint64
+	for i := range 4 {
+		writes0 := s.marks.writes.Load()
+		id := fmt.Sprintf("slow-%d", i)
+		resp, err := admin.Purge(ctx, &pb.PurgeRequest{RequestId: id, Url: "http://example.com/" + id, Wait: durationpb.New(30 * time.Second)})
+		if err != nil || !resp.GetStatus().GetComplete() {
+			t.Fatalf("purge %s: %v %v, want complete", id, resp.GetStatus(), err)
+		}
+		waitFor(t, func() bool { return !s.marks.writesPending() })
+		marks = append(marks, s.marks.writes.Load()-writes0)
+	}
+	// The first purge teaches the batch: it waits convergeWait intervals,
+	// so the three quick nodes' acknowledgements go in a batch of their
+	// own before the late node's catch-up writes another.
+	if marks[0] < 2 {
+		t.Errorf("watermark batches of the first purge: %d, want the quick nodes' and the catch-up's", marks[0])
+	}
+	// The purges after it cost the catch-up's batch alone: three in all,
+	// six if the wait were not learnt (one more is let pass, for a purge
+	// slower than the one before by half its time).
+	if later := marks[1] + marks[2] + marks[3]; later > 4 {
+		t.Errorf("watermark batches of the purges after it: %v, want one each (the catch-up's)", marks[1:])
+	}
+
+	// The wait is bounded: with the lag learnt at an hour, a batch still
+	// goes within maxConvergeWait.
+	s.marks.mu.Lock()
+	s.marks.lag = time.Hour
+	s.marks.mu.Unlock()
+	s.marks.setHead(s.marks.head + 1) // a purge no node has applied yet
+	if d := s.marks.batchDelay(); d != maxConvergeWait {
+		t.Errorf("batch delay with a lag of an hour: %s, want %s", d, maxConvergeWait)
+	}
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
