@@ -48,6 +48,7 @@ func main() {
 	joinRate := flag.Int("join-rate", 0, "sessions started a second, as in a rolling start; 0: all at once")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile (the simulated nodes') to the file")
 	nodeGC := flag.Int("nodes-gogc", 400, "the simulated nodes' GOGC (their process's collector; the control plane keeps its own)")
+	etcdBin := flag.String("etcd", "", "run this etcd binary in a process of its own for the control plane, as production does (e.g. /usr/bin/etcd); empty: the control plane's embedded etcd")
 	callersOf := flag.String("purge-callers", "", "run only the sustained run's purge callers against this control plane address (the simulator starts itself so)")
 	flag.Parse()
 	if *callersOf != "" {
@@ -78,7 +79,7 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	r, err := run(ctx, config{bin: *bin, nodes: *nodes, rounds: *rounds, rate: *rate, sustain: *sustain, joinRate: *joinRate, window: *window, joinWait: *joinWait})
+	r, err := run(ctx, config{bin: *bin, nodes: *nodes, rounds: *rounds, rate: *rate, sustain: *sustain, joinRate: *joinRate, window: *window, joinWait: *joinWait, etcd: *etcdBin})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "scalesim:", err)
 		os.Exit(1)
@@ -95,6 +96,8 @@ func main() {
 // sim is the simulated nodes and the control plane they talk to.
 type sim struct {
 	bin, dir              string
+	etcdBin               string // run apart when set
+	etcdProc              *exec.Cmd
 	window                time.Duration
 	control, ops, etcdURL string
 	peerURL               string
@@ -117,28 +120,53 @@ func freePort() string {
 // startControl starts the control plane on the sim's addresses and etcd
 // directory and waits until it serves.
 func (s *sim) startControl(ctx context.Context) error {
-	cmd := exec.CommandContext(ctx, s.bin, "control", "--listen", s.control, "--ops", s.ops,
-		"--etcd-dir", filepath.Join(s.dir, "etcd"), "--etcd-client-url", s.etcdURL, "--etcd-peer-url", s.peerURL,
-		"--admin-token", "scale-token", "--lease-ttl", "10s", "--epoch-batch-window", s.window.String(), "--log-level", "warn")
-	logf, err := os.OpenFile(filepath.Join(s.dir, "control.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	args := []string{"control", "--listen", s.control, "--ops", s.ops,
+		"--admin-token", "scale-token", "--lease-ttl", "10s", "--epoch-batch-window", s.window.String(), "--log-level", "warn"}
+	if s.etcdBin != "" {
+		args = append(args, "--etcd-endpoints", s.etcdURL)
+	} else {
+		args = append(args, "--etcd-dir", filepath.Join(s.dir, "etcd"), "--etcd-client-url", s.etcdURL, "--etcd-peer-url", s.peerURL)
+	}
+	cmd, err := s.start(ctx, "control", s.control, s.bin, args...)
+	s.proc = cmd
+	return err
+}
+
+// startEtcd starts etcd apart, compacting as the embedded one does, and
+// waits until it listens.
+func (s *sim) startEtcd(ctx context.Context) error {
+	cmd, err := s.start(ctx, "etcd", strings.TrimPrefix(s.etcdURL, "http://"), s.etcdBin,
+		"--name", "scalesim", "--data-dir", filepath.Join(s.dir, "etcd-apart"),
+		"--listen-client-urls", s.etcdURL, "--advertise-client-urls", s.etcdURL,
+		"--listen-peer-urls", s.peerURL, "--initial-advertise-peer-urls", s.peerURL,
+		"--initial-cluster", "scalesim="+s.peerURL, "--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1h",
+		"--log-level", "warn")
+	s.etcdProc = cmd
+	return err
+}
+
+// start runs bin with args, its output in <name>.log, and waits until addr
+// accepts connections.
+func (s *sim) start(ctx context.Context, name, addr, bin string, args ...string) (*exec.Cmd, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	logf, err := os.OpenFile(filepath.Join(s.dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer logf.Close() // the child has its own descriptor
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		return err
+		return nil, err
 	}
-	s.proc = cmd
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if c, err := net.Dial("tcp", s.control); err == nil {
+		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
-			return nil
+			return cmd, nil
 		}
 		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(s.dir, "control.log"))
-			return fmt.Errorf("the control plane did not listen within a minute:\n%s", b)
+			b, _ := os.ReadFile(filepath.Join(s.dir, name+".log"))
+			return cmd, fmt.Errorf("%s did not listen within a minute:\n%s", name, b)
 		}
 		time.Sleep(50 * time.Millisecond) // polling the listener: the process signals nothing else
 	}
@@ -146,12 +174,17 @@ func (s *sim) startControl(ctx context.Context) error {
 
 // stopControl stops the control plane by its PID and waits for it.
 func (s *sim) stopControl() {
-	if s.proc == nil {
+	stopProc(s.proc)
+	s.proc = nil
+}
+
+// stopProc stops a process the sim started, by its PID, and waits for it.
+func stopProc(cmd *exec.Cmd) {
+	if cmd == nil {
 		return
 	}
-	s.proc.Process.Signal(syscall.SIGTERM)
-	s.proc.Wait()
-	s.proc = nil
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
 }
 
 // memory returns the control plane's resident and peak resident memory.
@@ -198,6 +231,8 @@ type config struct {
 	sustain time.Duration
 	// joinWait bounds the wait for every session.
 	joinWait time.Duration
+	// etcd is an etcd binary to run apart; empty: the embedded etcd.
+	etcd string
 }
 
 // figures are the run's machine-readable results.
@@ -230,11 +265,19 @@ func run(ctx context.Context, cfg config) (string, error) {
 		fmt.Fprintln(os.Stderr, "scalesim: keeping", dir)
 		defer func() { fmt.Fprintln(os.Stderr, "scalesim: kept", dir) }()
 	}
-	s := &sim{bin: cfg.bin, window: cfg.window, dir: dir, control: freePort(), ops: freePort(), etcdURL: "http://" + freePort(), peerURL: "http://" + freePort(), rings: &session.EpochCache{}}
-	if err := s.startControl(ctx); err != nil {
+	s := &sim{bin: cfg.bin, etcdBin: cfg.etcd, window: cfg.window, dir: dir, control: freePort(), ops: freePort(), etcdURL: "http://" + freePort(), peerURL: "http://" + freePort(), rings: &session.EpochCache{}}
+	if s.etcdBin != "" {
+		err := s.startEtcd(ctx)
+		defer stopProc(s.etcdProc)
+		if err != nil {
+			return "", err
+		}
+	}
+	err = s.startControl(ctx)
+	defer s.stopControl()
+	if err != nil {
 		return "", err
 	}
-	defer s.stopControl()
 	fmt.Fprintln(os.Stderr, "scalesim: control plane ops listener", s.ops)
 	if s.admin, err = admin.New(admin.Config{Address: s.control, Token: "scale-token", Timeout: time.Minute}); err != nil {
 		return "", err
@@ -255,9 +298,13 @@ func run(ctx context.Context, cfg config) (string, error) {
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Control plane at %d nodes, %s\n\n", n, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "One control-plane process (embedded etcd, lease TTL 10 s, epoch batch window %s, purge acknowledgement batch 50 ms) "+
+	etcdWhere := "embedded etcd"
+	if s.etcdBin != "" {
+		etcdWhere = "etcd in a process of its own, " + s.etcdBin + ", not measured"
+	}
+	fmt.Fprintf(&b, "One control-plane process (%s, lease TTL 10 s, epoch batch window %s, purge acknowledgement batch 50 ms) "+
 		"and %d node sessions (the nodes' session client, one gRPC connection each, load reports every 5 s) in one other process, "+
-		"on this machine (%d cores; load average %s at the start). Reproduce with `make scale SCALE=%d`.\n\n", cfg.window, n, runtime.NumCPU(), loadAverage(), n)
+		"on this machine (%d cores; load average %s at the start). Reproduce with `make scale SCALE=%d`.\n\n", etcdWhere, cfg.window, n, runtime.NumCPU(), loadAverage(), n)
 	fmt.Fprintln(&b, "| measure | figure |")
 	fmt.Fprintln(&b, "|---|---|")
 
