@@ -59,7 +59,7 @@ SHARDCACHE_TOKEN and SHARDCACHE_JOIN_TOKEN.`,
 	f.StringVar(&o.cfg.OpsAddr, "ops", "127.0.0.1:9190", "ops listen address: /metrics (Prometheus) and /healthz, open; pprof with the admin token; empty: none")
 	f.Float64Var(&o.cfg.PurgeRate, "purge-rate", 0, "purges a second each caller (by address) may make past its burst (default 2000)")
 	f.IntVar(&o.cfg.PurgeBurst, "purge-burst", 0, "purges each caller may make at once (default 2000)")
-	f.DurationVar(&o.cfg.PurgeAckInterval, "purge-ack-interval", 0, "the batch of purge acknowledgements: the revisions this replica's nodes applied are written to etcd this long after the first change, or at once when every node has applied the newest purge (default 50ms)")
+	f.DurationVar(&o.cfg.PurgeAckInterval, "purge-ack-interval", 0, "the batch of purge acknowledgements: the revisions this replica's nodes applied are written to etcd this long after the first change (longer while nodes converge on a purge), or at once when every node has applied a purge (default 50ms)")
 	f.DurationVar(&o.cfg.ForgetAbsentAfter, "forget-absent-after", time.Hour, "how long purges report a node with no session (cut off, or dead without leaving) as unreachable and wait for it; negative: always")
 	f.IntVar(&o.cfg.PolicyHistory, "policy-history", 0, "changes of the policy set kept for cachectl policy history and rollback (default 100)")
 	f.DurationVar(&o.cfg.PurgeRetention, "purge-retention", 24*time.Hour, "how long purges stay recorded for nodes that are away; a node away longer drops everything it stored")
