@@ -79,8 +79,8 @@ type watermarks struct {
 	revs   revCounts
 	caught chan struct{}
 	// heads are the purge revisions above the lowest applied one, with when
-	// this replica learnt of each; lag is how long the last one the lowest
-	// passed took to be applied by every node (batchDelay).
+	// this replica learnt of each; lag is how long the purges the lowest
+	// passed lately took to be applied by every node (batchDelay).
 	heads []headAt
 	lag   time.Duration
 
@@ -131,8 +131,8 @@ func (w *watermarks) updateLocked(t *tracked, change func()) {
 }
 
 // passedLocked forgets the heads at or below low, every node having applied
-// them, learns from the newest of them how long that took, and reports
-// whether there were any.
+// them, learns from the newest of them how long that took (lag), and
+// reports whether there were any.
 func (w *watermarks) passedLocked(low int64) bool {
 	n := 0
 	for n < len(w.heads) && w.heads[n].rev <= low {
@@ -141,7 +141,10 @@ func (w *watermarks) passedLocked(low int64) bool {
 	if n == 0 {
 		return false
 	}
-	w.lag = time.Since(w.heads[n-1].at)
+	// A purge slower than the last raises the lag at once; a faster one
+	// lowers it by an eighth at most, so that one quick purge does not
+	// cut the wait short for the next slow one.
+	w.lag = max(time.Since(w.heads[n-1].at), w.lag-w.lag/8)
 	w.heads = w.heads[n:]
 	return true
 }

@@ -395,6 +395,32 @@ func TestBatchesWaitAsLongAsThePurgesTakeToReachEveryNode(t *testing.T) {
 	}
 }
 
+// The lag the batch learns rises at once with a slow purge and falls by an
+// eighth at most with a quick one: one quick purge does not cut the wait
+// short for the next slow one.
+func TestTheLearntLagFallsSlowly(t *testing.T) {
+	w := newWatermarks(nil, "r", 50*time.Millisecond, time.Minute, nil)
+	w.open("a", 1)
+	took := func(rev int64, d time.Duration) time.Duration {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.heads = append(w.heads, headAt{rev, time.Now().Add(-d)})
+		if !w.passedLocked(rev) {
+			t.Fatalf("purge %d not passed", rev)
+		}
+		return w.lag
+	}
+	if lag := took(2, time.Second); lag < time.Second || lag > 1100*time.Millisecond {
+		t.Fatalf("after a purge of 1 s: lag %s", lag)
+	}
+	if lag := took(3, 10*time.Millisecond); lag < 875*time.Millisecond || lag > 1000*time.Millisecond {
+		t.Fatalf("after a purge of 10 ms: lag %s, want 7/8 of the last", lag)
+	}
+	if lag := took(4, 2*time.Second); lag < 2*time.Second {
+		t.Fatalf("after a purge of 2 s: lag %s, want 2 s at once", lag)
+	}
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
