@@ -77,25 +77,45 @@ func newPurgeHub() *purgeHub {
 }
 
 // since returns the purges a node that applied revision r needs, in order,
-// and whether the hub has loaded. A node behind the floor first gets a
-// purge of everything it stored before it applies it. A node behind the
-// window waits for a read of etcd.
+// and whether the hub has loaded (sinceParts).
 func (h *purgeHub) since(ctx context.Context, r int64) ([]*pb.Purge, bool, error) {
+	out, whole, loaded, err := h.sinceParts(ctx, r)
+	for _, w := range whole {
+		out = append(out, w.p)
+	}
+	return out, loaded, err
+}
+
+// sinceParts is what a node that applied revision r needs, in order: first
+// the purge of everything it stored before the floor, if it is behind it,
+// and, if it is behind the window, the purges read from etcd after r;
+// then the view's whole purges after those (a copy). A read of etcd is one
+// at a time, shared by the sessions that need one meanwhile and reused for
+// a second by those it answers for. If more than the window were recorded
+// since the read, the whole purges are left out: the node's next push
+// reads again from the read's revision.
+func (h *purgeHub) sinceParts(ctx context.Context, r int64) (read []*pb.Purge, whole []wholePurge, loaded bool, err error) {
+	from := r
 	h.mu.Lock()
 	if h.wholeAfterLocked(r) {
-		defer h.mu.Unlock()
-		var out []*pb.Purge
 		if f, ok := floorPurge(h.floor, r); ok {
-			out = append(out, f)
+			read = []*pb.Purge{f}
 		}
-		for _, w := range h.wholeAfterRevLocked(r) {
-			out = append(out, w.p)
+	} else {
+		h.mu.Unlock()
+		got, err := h.readAfter(ctx, r)
+		if err != nil {
+			return nil, nil, true, err
 		}
-		return out, h.loaded, nil
+		read, from = purgesAfter(got.purges, got.floor, r), got.at
+		h.mu.Lock()
+		if !h.wholeAfterLocked(from) {
+			h.mu.Unlock()
+			return read, nil, true, nil
+		}
 	}
-	h.mu.Unlock()
-	ps, err := h.readSince(ctx, r)
-	return ps, true, err
+	defer h.mu.Unlock()
+	return read, slices.Clone(h.wholeAfterRevLocked(from)), h.loaded, nil
 }
 
 // wholeAfterRevLocked is the view's whole purges after revision r.
@@ -126,14 +146,10 @@ func (h *purgeHub) wholeAfterLocked(r int64) bool {
 	return out == 0 || r >= h.refs[out-1].rev
 }
 
-// readSince is since for a node behind the window: from a read of etcd
-// (one at a time, shared by the sessions that need one meanwhile, and
-// reused for a second by those it answers for), then the view's whole
-// purges newer than that read. If more than the window were recorded
-// since the read, it stops at the read's revision: the node's next push
-// reads again from there.
-func (h *purgeHub) readSince(ctx context.Context, r int64) ([]*pb.Purge, error) {
-	got, err := h.reads.do(ctx, func() (etcdPurges, error) {
+// readAfter reads the retained purges from etcd through the hub's
+// flight, for a node that applied revision r.
+func (h *purgeHub) readAfter(ctx context.Context, r int64) (etcdPurges, error) {
+	return h.reads.do(ctx, func() (etcdPurges, error) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second) // shared: no one caller's end ends it
 		defer cancel()
 		ps, floor, at, err := h.read(rctx)
@@ -143,18 +159,6 @@ func (h *purgeHub) readSince(ctx context.Context, r int64) ([]*pb.Purge, error) 
 		// came between its revision and the window.
 		return v.at >= r
 	})
-	if err != nil {
-		return nil, err
-	}
-	out := purgesAfter(got.purges, got.floor, r)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.wholeAfterLocked(got.at) {
-		for _, w := range h.wholeAfterRevLocked(got.at) {
-			out = append(out, w.p)
-		}
-	}
-	return out, nil
 }
 
 // etcdPurges is one read of the retained purges: by revision, the floor,
@@ -214,32 +218,29 @@ func (f *flight) do(ctx context.Context, read func() (etcdPurges, error), usable
 // the revision of the last. A node behind the window waits for a read of
 // etcd.
 func (h *purgeHub) itemsSince(ctx context.Context, out [][]byte, r int64, limit int) ([][]byte, int64, error) {
-	var ws []wholePurge
-	h.mu.Lock()
-	if h.wholeAfterLocked(r) {
-		if f, ok := floorPurge(h.floor, r); ok {
-			ws = append(ws, wholeOf(f))
-		}
-		ws = append(ws, h.wholeAfterRevLocked(r)...) // the encodings kept
-		h.mu.Unlock()
-	} else {
-		h.mu.Unlock()
-		ps, err := h.readSince(ctx, r)
-		if err != nil {
-			return out, r, err
-		}
-		for _, p := range ps {
-			ws = append(ws, wholeOf(p))
-		}
+	read, whole, _, err := h.sinceParts(ctx, r)
+	if err != nil {
+		return out, r, err
 	}
 	last, size := r, 0
-	for _, w := range ws {
+	take := func(w wholePurge) bool {
 		if size+len(w.item) > limit && len(out) > 0 {
-			break
+			return false
 		}
 		out = append(out, w.item)
 		size += len(w.item)
 		last = w.p.GetRevision()
+		return true
+	}
+	for _, p := range read { // encoded here, only as far as the limit
+		if !take(wholeOf(p)) {
+			return out, last, nil
+		}
+	}
+	for _, w := range whole { // the encodings kept
+		if !take(w) {
+			break
+		}
 	}
 	return out, last, nil
 }

@@ -350,14 +350,8 @@ func (w *watermarks) run(ctx context.Context) {
 		case <-w.caught:
 			t.Stop()
 			// One batch an interval at most goes early.
-			if wait := w.interval - time.Since(early); wait > 0 {
-				t.Reset(wait)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return
-				case <-t.C:
-				}
+			if wait := w.interval - time.Since(early); wait > 0 && !sleepCtx(ctx, wait) {
+				return
 			}
 			early = time.Now()
 		}
