@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
@@ -90,6 +91,27 @@ type epochMessages struct {
 	// bare is the epoch without its members, for the snapshot that
 	// follows members.
 	bare *pb.RingEpoch
+	// baseCreatedAt is when the epoch before (base) was written.
+	baseCreatedAt *timestamppb.Timestamp
+}
+
+// held is the epoch, without members, that a node's hello says it holds
+// (number and created_at), when that is this epoch or the one before it
+// (whose change then follows the snapshot); nil when the node must be sent
+// the members. The created_at tells an epoch apart from one of the same
+// number in another etcd's history.
+func (m *epochMessages) held(hello *pb.Hello) *pb.RingEpoch {
+	at := hello.GetLastEpochCreatedAt()
+	if m == nil || at == nil || hello.GetLastEpoch() == 0 {
+		return nil
+	}
+	switch {
+	case hello.GetLastEpoch() == m.epoch.GetEpoch() && proto.Equal(at, m.epoch.GetCreatedAt()):
+		return m.bare
+	case m.change != nil && hello.GetLastEpoch() == m.base && proto.Equal(at, m.baseCreatedAt):
+		return &pb.RingEpoch{Epoch: m.base, CreatedAt: m.baseCreatedAt}
+	}
+	return nil
 }
 
 // epochOrNil is the epoch of m, nil before the first.
@@ -110,7 +132,7 @@ func newEpochMessages(prev, e *pb.RingEpoch) *epochMessages {
 		bare: &pb.RingEpoch{Epoch: e.GetEpoch(), CreatedAt: e.GetCreatedAt(), PreviousEpoch: e.GetPreviousEpoch(), Reason: e.GetReason()}}
 	if prev != nil {
 		c := epochChange(prev, e)
-		out.base = prev.GetEpoch()
+		out.base, out.baseCreatedAt = prev.GetEpoch(), prev.GetCreatedAt()
 		out.change = mustEncode(&pb.SessionResponse{Msg: &pb.SessionResponse_EpochChange{EpochChange: c}})
 	}
 	var chunk []*pb.Member

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
@@ -140,4 +141,84 @@ func TestAWakeWithNoPurgePacesNothing(t *testing.T) {
 		t.Fatalf("a purge within the pace: err %v, paced %v, muted %v", err, r.paced, r.purgesMuted.Load())
 	}
 	r.paced.Stop()
+}
+
+// firstOfSnapshot reads a compact session up to its snapshot and returns
+// it with how many SnapshotMembers messages came ahead of it.
+func firstOfSnapshot(t *testing.T, n *nodeSession) (*pb.Snapshot, int) {
+	t.Helper()
+	parts := 0
+	for {
+		resp := recvCompact(t, n)
+		switch {
+		case resp.GetSnapshotMembers() != nil:
+			parts++
+		case resp.GetSnapshot() != nil:
+			return resp.GetSnapshot(), parts
+		default:
+			t.Fatalf("before the snapshot: %v", resp)
+		}
+	}
+}
+
+// A node whose hello names the epoch the replica has, number and
+// created_at, or the one before it, gets the snapshot without the members
+// (after a replica's restart every node says hello at once); one whose
+// epoch is another etcd history's of the same number gets them.
+func TestASnapshotLeavesOutTheMembersTheNodeHolds(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	conn := dial(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := openSession(t, conn, "a")
+	e1 := first.waitEpoch(t, "a")
+	hello := func(id string, e uint64, at *timestamppb.Timestamp) *nodeSession {
+		return &nodeSession{stream: sayHello(t, ctx, conn, &pb.Hello{Member: &pb.Member{Id: id, PeerAddress: "127.0.0.1:9999"},
+			CompactPushes: true, LastEpoch: e, LastEpochCreatedAt: at}), cancel: cancel}
+	}
+
+	// b holds epoch 1: no members, and the snapshot names epoch 1 as held.
+	b := hello("b", e1.GetEpoch(), e1.GetCreatedAt())
+	snap, parts := firstOfSnapshot(t, b)
+	if !snap.GetMembersHeld() || parts != 0 || len(snap.GetEpoch().GetMembers()) != 0 ||
+		snap.GetEpoch().GetEpoch() != e1.GetEpoch() || !proto.Equal(snap.GetEpoch().GetCreatedAt(), e1.GetCreatedAt()) {
+		t.Fatalf("snapshot to a node holding epoch %d: %v after %d member messages; want it held, without members", e1.GetEpoch(), snap, parts)
+	}
+	e2 := first.waitEpoch(t, "a", "b")
+
+	// c holds epoch 1, the one before the current: the snapshot names it
+	// held, and the change to epoch 2 comes next.
+	c := hello("c", e1.GetEpoch(), e1.GetCreatedAt())
+	snap, parts = firstOfSnapshot(t, c)
+	if !snap.GetMembersHeld() || parts != 0 || snap.GetEpoch().GetEpoch() != e1.GetEpoch() {
+		t.Fatalf("snapshot to a node holding the epoch before the current: %v after %d member messages; want epoch %d held", snap, parts, e1.GetEpoch())
+	}
+	var ch *pb.RingEpochChange
+	for ch == nil {
+		resp := recvCompact(t, c)
+		if resp.GetEpoch() != nil {
+			t.Fatalf("a whole epoch %d after a snapshot of a held epoch", resp.GetEpoch().GetEpoch())
+		}
+		ch = resp.GetEpochChange()
+	}
+	if ch.GetBaseEpoch() != e1.GetEpoch() || ch.GetEpoch() != e2.GetEpoch() || len(ch.GetUpserted()) != 1 || ch.GetUpserted()[0].GetId() != "b" {
+		t.Fatalf("after the held snapshot: change %v, want epoch %d from %d with b added", ch, e2.GetEpoch(), e1.GetEpoch())
+	}
+	e3 := first.waitEpoch(t, "a", "b", "c")
+
+	// d names epoch 3 with another created_at (another etcd's epoch 3):
+	// the members come ahead of the snapshot.
+	other := timestamppb.New(e3.GetCreatedAt().AsTime().Add(time.Second))
+	d := hello("d", e3.GetEpoch(), other)
+	snap, parts = firstOfSnapshot(t, d)
+	if snap.GetMembersHeld() || parts == 0 {
+		t.Fatalf("snapshot to a node naming epoch %d of another history: held %v after %d member messages; want the members", e3.GetEpoch(), snap.GetMembersHeld(), parts)
+	}
+	// So do they to a node naming no created_at (a node of an earlier
+	// release), and to one whose epoch is older than the one before.
+	for _, h := range []*nodeSession{hello("e", e3.GetEpoch(), nil), hello("f", e1.GetEpoch(), e1.GetCreatedAt())} {
+		if snap, parts := firstOfSnapshot(t, h); snap.GetMembersHeld() || parts == 0 {
+			t.Fatalf("held %v after %d member messages; want the members", snap.GetMembersHeld(), parts)
+		}
+	}
 }

@@ -323,7 +323,18 @@ func (r *sessionRun) snapshot(hello *pb.Hello) error {
 			return err
 		}
 	}
-	if r.compact && msgs != nil {
+	// A node that holds the epoch, or the one before it, is not sent
+	// the members again: after a replica's restart every node says hello
+	// at once, and at 10,000 members each would otherwise take a
+	// megabyte.
+	var held *pb.RingEpoch
+	if r.compact {
+		held = msgs.held(hello)
+	}
+	switch {
+	case held != nil:
+		cur = held
+	case r.compact && msgs != nil:
 		for _, part := range msgs.members {
 			if err := r.stream.SendMsg(part); err != nil {
 				return err
@@ -332,7 +343,7 @@ func (r *sessionRun) snapshot(hello *pb.Hello) error {
 		cur = msgs.bare
 	}
 	snap := &pb.Snapshot{Epoch: cur, Member: r.m, Policies: policies, Purges: batches[len(batches)-1],
-		HeartbeatInterval: durationpb.New(n.leaseTTL / 4)}
+		HeartbeatInterval: durationpb.New(n.leaseTTL / 4), MembersHeld: held != nil}
 	if csr := hello.GetCsr(); len(csr) > 0 {
 		snap.Certificate = n.certificate(csr, r.m.GetId())
 	}
@@ -347,6 +358,9 @@ func (r *sessionRun) snapshot(hello *pb.Hello) error {
 	r.sentPolicies = hello.GetPolicyRevision()
 	if policies != nil {
 		r.sentPolicies = policies.GetRevision()
+	}
+	if held != nil {
+		return r.pushEpoch() // the change, when the node holds the epoch before
 	}
 	return nil
 }

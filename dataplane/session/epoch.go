@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
@@ -24,6 +25,34 @@ func (c *Client) applyEpoch(e *pb.RingEpoch) {
 	c.current = e
 	c.epochMu.Unlock()
 	c.applied.Store(e.GetEpoch())
+}
+
+// heldEpoch is the epoch the node holds, its number and created_at, for
+// the hello: a control plane that has that epoch then leaves its members
+// out of the snapshot.
+func (c *Client) heldEpoch() (uint64, *timestamppb.Timestamp) {
+	c.epochMu.Lock()
+	cur := c.current
+	c.epochMu.Unlock()
+	if cur == nil || c.membersUnheld.Load() {
+		return c.Epoch(), nil
+	}
+	return cur.GetEpoch(), cur.GetCreatedAt()
+}
+
+// holds checks that the node holds e, named by its number and created_at,
+// whose members a snapshot left out. If not, the stream ends and the next
+// hello asks for the members.
+func (c *Client) holds(e *pb.RingEpoch) error {
+	c.epochMu.Lock()
+	cur := c.current
+	c.epochMu.Unlock()
+	if cur == nil || cur.GetEpoch() != e.GetEpoch() || !proto.Equal(cur.GetCreatedAt(), e.GetCreatedAt()) {
+		c.membersUnheld.Store(true)
+		return fmt.Errorf("session: the snapshot left out the members of epoch %d as held, but this node holds epoch %d", e.GetEpoch(), cur.GetEpoch())
+	}
+	c.dropIncoming()
+	return nil
 }
 
 // maxRingMembers bounds the members a snapshot may send ahead of itself.

@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
@@ -219,5 +221,63 @@ func TestMembersOfABrokenSnapshotAreDropped(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("no epoch applied within a minute")
+	}
+}
+
+// A node says in its hello which epoch it holds, number and created_at. A
+// snapshot that leaves that epoch's members out is taken with the ring the
+// node has, and a change from it follows; a snapshot that says the node
+// holds an epoch it does not ends the stream, and the next hello asks for
+// the members.
+func TestASnapshotOfAHeldEpochKeepsTheNodesRing(t *testing.T) {
+	m := func(id string) *pb.Member { return &pb.Member{Id: id, PeerAddress: id + ":1"} }
+	t5, t6 := timestamppb.New(time.Unix(5, 0)), timestamppb.New(time.Unix(6, 0))
+	send := func(stream pb.NodeService_SessionServer, msgs ...*pb.SessionResponse) error {
+		for _, msg := range msgs {
+			if err := stream.Send(msg); err != nil {
+				return err
+			}
+		}
+		return status.Error(codes.Unavailable, "replica restarting")
+	}
+	snapshot := func(s *pb.Snapshot) *pb.SessionResponse {
+		return &pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: s}}
+	}
+	c := startControl(t, func(n int, stream pb.NodeService_SessionServer) error {
+		switch n {
+		case 1:
+			return send(stream, snapshot(&pb.Snapshot{Epoch: &pb.RingEpoch{Epoch: 5, CreatedAt: t5, Members: []*pb.Member{m("a"), m("b")}}}))
+		case 2:
+			return send(stream, snapshot(&pb.Snapshot{Epoch: &pb.RingEpoch{Epoch: 5, CreatedAt: t5}, MembersHeld: true}),
+				&pb.SessionResponse{Msg: &pb.SessionResponse_EpochChange{EpochChange: &pb.RingEpochChange{
+					Epoch: 6, BaseEpoch: 5, PreviousEpoch: 5, CreatedAt: t6, Upserted: []*pb.Member{m("c")}}}})
+		case 3:
+			// Epoch 6 of another history.
+			return send(stream, snapshot(&pb.Snapshot{Epoch: &pb.RingEpoch{Epoch: 6, CreatedAt: t5}, MembersHeld: true}))
+		case 4:
+			return send(stream, snapshot(&pb.Snapshot{Epoch: &pb.RingEpoch{Epoch: 7, Members: []*pb.Member{m("d")}}}))
+		}
+		<-stream.Context().Done()
+		return nil
+	})
+	log := runEpochLog(t, c, "node-1", nil)
+	for _, want := range []string{"a@a:1,b@b:1", "a@a:1,b@b:1,c@c:1", "d@d:1"} {
+		select {
+		case e := <-log.epochs:
+			if got := members(e); got != want {
+				t.Fatalf("epoch %d applied with %s, want %s", e.GetEpoch(), got, want)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("no epoch with %s applied within a minute", want)
+		}
+	}
+	for i, want := range []struct {
+		epoch uint64
+		at    *timestamppb.Timestamp
+	}{{0, nil}, {5, t5}, {6, t6}, {6, nil}} {
+		h := <-c.hellos
+		if h.GetLastEpoch() != want.epoch || !proto.Equal(h.GetLastEpochCreatedAt(), want.at) {
+			t.Fatalf("hello %d named epoch %d created %v, want %d created %v", i+1, h.GetLastEpoch(), h.GetLastEpochCreatedAt(), want.epoch, want.at)
+		}
 	}
 }

@@ -132,6 +132,10 @@ type Client struct {
 	// incomingShared is the shared copy of the epoch whose members are
 	// coming ahead of the snapshot, when the Epochs cache had it.
 	incomingShared *pb.RingEpoch
+	// membersUnheld is set when a snapshot said the node held an epoch
+	// it did not: the next hello does not name the epoch's created_at,
+	// so that the members come with the snapshot.
+	membersUnheld atomic.Bool
 }
 
 // RequestCertificate asks the control plane for a new certificate on the
@@ -353,8 +357,9 @@ func (c *Client) session(ctx context.Context, rpc pb.NodeServiceClient, addr str
 			err = fmt.Errorf("no message from the control plane for %s; the stream is taken for dead: %w", d, err)
 		}
 	}()
-	hello := &pb.Hello{Member: c.cfg.Member, LastEpoch: c.Epoch(), PolicyRevision: c.apply.PolicyRevision(),
+	hello := &pb.Hello{Member: c.cfg.Member, PolicyRevision: c.apply.PolicyRevision(),
 		PurgeRevision: c.apply.PurgeRevision(), JoinToken: c.cfg.JoinToken, Csr: c.cfg.CSR, Instance: c.instance, CompactPushes: true}
+	hello.LastEpoch, hello.LastEpochCreatedAt = c.heldEpoch()
 	if err := stream.send(&pb.SessionRequest{Msg: &pb.SessionRequest_Hello{Hello: hello}}); err != nil {
 		return false, err
 	}
@@ -516,11 +521,20 @@ func (c *Client) snapshot(s *sessionState, snap *pb.Snapshot) error {
 	if err := c.sendResults(s.stream); err != nil {
 		return err
 	}
-	e, err := c.withIncoming(snap.GetEpoch())
-	if err != nil {
-		return err
+	if snap.GetMembersHeld() {
+		// The epoch the hello named, or the one before the current
+		// (whose change follows): nothing to apply.
+		if err := c.holds(snap.GetEpoch()); err != nil {
+			return err
+		}
+	} else {
+		e, err := c.withIncoming(snap.GetEpoch())
+		if err != nil {
+			return err
+		}
+		c.applyEpoch(e)
 	}
-	c.applyEpoch(e)
+	c.membersUnheld.Store(false)
 	if ps := snap.GetPolicies(); ps != nil {
 		return c.applyPolicies(s.stream, ps)
 	}

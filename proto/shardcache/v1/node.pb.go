@@ -736,8 +736,12 @@ type Hello struct {
 	// control plane then sends purges several to a message, epochs as changes, and a large ring
 	// in several messages; to a node without it, one purge and one whole epoch a message.
 	CompactPushes bool `protobuf:"varint,8,opt,name=compact_pushes,json=compactPushes,proto3" json:"compact_pushes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// When last_epoch was written (its created_at). With last_epoch it names the epoch the node
+	// holds apart from one of the same number in another etcd's history; a control plane whose
+	// epoch is that one sends the snapshot without its members (Snapshot.members_held).
+	LastEpochCreatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_epoch_created_at,json=lastEpochCreatedAt,proto3" json:"last_epoch_created_at,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -824,6 +828,13 @@ func (x *Hello) GetCompactPushes() bool {
 		return x.CompactPushes
 	}
 	return false
+}
+
+func (x *Hello) GetLastEpochCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastEpochCreatedAt
+	}
+	return nil
 }
 
 // CertificateRequest asks the control plane, as the cluster's certificate authority, for a
@@ -1273,8 +1284,13 @@ type Snapshot struct {
 	// that hears nothing for three times as long ends the stream and connects again. Zero: none
 	// sent.
 	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,6,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The epoch is the one the hello named (last_epoch and last_epoch_created_at), sent without
+	// its members: the node keeps the members it holds. A change to the current epoch follows at
+	// once when that epoch is not the current one. A node that does not hold the epoch named
+	// ends the stream and says hello again without it.
+	MembersHeld   bool `protobuf:"varint,7,opt,name=members_held,json=membersHeld,proto3" json:"members_held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
@@ -1349,6 +1365,13 @@ func (x *Snapshot) GetHeartbeatInterval() *durationpb.Duration {
 	return nil
 }
 
+func (x *Snapshot) GetMembersHeld() bool {
+	if x != nil {
+		return x.MembersHeld
+	}
+	return false
+}
+
 var File_shardcache_v1_node_proto protoreflect.FileDescriptor
 
 const file_shardcache_v1_node_proto_rawDesc = "" +
@@ -1385,7 +1408,7 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\x0fSnapshotMembers\x12/\n" +
 	"\amembers\x18\x01 \x03(\v2\x15.shardcache.v1.MemberR\amembers\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\v\n" +
-	"\tHeartbeat\"\x99\x02\n" +
+	"\tHeartbeat\"\xe8\x02\n" +
 	"\x05Hello\x12-\n" +
 	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12\x1d\n" +
 	"\n" +
@@ -1396,7 +1419,8 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"join_token\x18\x05 \x01(\tR\tjoinToken\x12\x10\n" +
 	"\x03csr\x18\x06 \x01(\fR\x03csr\x12\x1a\n" +
 	"\binstance\x18\a \x01(\tR\binstance\x12%\n" +
-	"\x0ecompact_pushes\x18\b \x01(\bR\rcompactPushes\"&\n" +
+	"\x0ecompact_pushes\x18\b \x01(\bR\rcompactPushes\x12M\n" +
+	"\x15last_epoch_created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x12lastEpochCreatedAt\"&\n" +
 	"\x12CertificateRequest\x12\x10\n" +
 	"\x03csr\x18\x01 \x01(\fR\x03csr\"\x8e\x01\n" +
 	"\vCertificate\x12 \n" +
@@ -1436,14 +1460,15 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\tPolicyAck\x12)\n" +
 	"\x10applied_revision\x18\x01 \x01(\x03R\x0fappliedRevision\x12)\n" +
 	"\x10refused_revision\x18\x02 \x01(\x03R\x0frefusedRevision\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"\xd5\x02\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\xf8\x02\n" +
 	"\bSnapshot\x12.\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.shardcache.v1.RingEpochR\x05epoch\x124\n" +
 	"\bpolicies\x18\x02 \x01(\v2\x18.shardcache.v1.PolicySetR\bpolicies\x12,\n" +
 	"\x06purges\x18\x03 \x03(\v2\x14.shardcache.v1.PurgeR\x06purges\x12-\n" +
 	"\x06member\x18\x04 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12<\n" +
 	"\vcertificate\x18\x05 \x01(\v2\x1a.shardcache.v1.CertificateR\vcertificate\x12H\n" +
-	"\x12heartbeat_interval\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval*\xc0\x01\n" +
+	"\x12heartbeat_interval\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\x12!\n" +
+	"\fmembers_held\x18\a \x01(\bR\vmembersHeld*\xc0\x01\n" +
 	"\n" +
 	"SessionEnd\x12\x1b\n" +
 	"\x17SESSION_END_UNSPECIFIED\x10\x00\x12\x1c\n" +
@@ -1517,22 +1542,23 @@ var file_shardcache_v1_node_proto_depIdxs = []int32{
 	18, // 17: shardcache.v1.MissedPurges.purges:type_name -> shardcache.v1.Purge
 	21, // 18: shardcache.v1.SnapshotMembers.members:type_name -> shardcache.v1.Member
 	21, // 19: shardcache.v1.Hello.member:type_name -> shardcache.v1.Member
-	22, // 20: shardcache.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	15, // 21: shardcache.v1.LoadReport.response_bytes_by_route:type_name -> shardcache.v1.LoadReport.ResponseBytesByRouteEntry
-	23, // 22: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
-	17, // 23: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
-	12, // 24: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
-	18, // 25: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
-	21, // 26: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
-	10, // 27: shardcache.v1.Snapshot.certificate:type_name -> shardcache.v1.Certificate
-	24, // 28: shardcache.v1.Snapshot.heartbeat_interval:type_name -> google.protobuf.Duration
-	1,  // 29: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
-	4,  // 30: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
-	30, // [30:31] is the sub-list for method output_type
-	29, // [29:30] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	22, // 20: shardcache.v1.Hello.last_epoch_created_at:type_name -> google.protobuf.Timestamp
+	22, // 21: shardcache.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	15, // 22: shardcache.v1.LoadReport.response_bytes_by_route:type_name -> shardcache.v1.LoadReport.ResponseBytesByRouteEntry
+	23, // 23: shardcache.v1.PolicySet.policies:type_name -> shardcache.v1.CachePolicy
+	17, // 24: shardcache.v1.Snapshot.epoch:type_name -> shardcache.v1.RingEpoch
+	12, // 25: shardcache.v1.Snapshot.policies:type_name -> shardcache.v1.PolicySet
+	18, // 26: shardcache.v1.Snapshot.purges:type_name -> shardcache.v1.Purge
+	21, // 27: shardcache.v1.Snapshot.member:type_name -> shardcache.v1.Member
+	10, // 28: shardcache.v1.Snapshot.certificate:type_name -> shardcache.v1.Certificate
+	24, // 29: shardcache.v1.Snapshot.heartbeat_interval:type_name -> google.protobuf.Duration
+	1,  // 30: shardcache.v1.NodeService.Session:input_type -> shardcache.v1.SessionRequest
+	4,  // 31: shardcache.v1.NodeService.Session:output_type -> shardcache.v1.SessionResponse
+	31, // [31:32] is the sub-list for method output_type
+	30, // [30:31] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_shardcache_v1_node_proto_init() }
