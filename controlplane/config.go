@@ -57,6 +57,13 @@ type Config struct {
 	Rampup time.Duration
 	// EpochsKept is how many past epochs stay readable. Default 20.
 	EpochsKept int
+	// MaxRegistering is how many node sessions the replica registers at
+	// once, from the hello to the snapshot sent (each costs etcd a few
+	// requests). Hellos beyond it wait their turn up to 15 s, at most 32
+	// times as many; the others are refused with a delay to retry after,
+	// so that every node's hello at once, as after a restart, does not
+	// overload etcd. Default 32.
+	MaxRegistering int
 
 	// PurgeRetention is how long purges stay recorded for nodes that are
 	// away to apply when they reconnect; a node away longer drops
@@ -212,6 +219,9 @@ func (c *Config) setDefaults() {
 	if c.EpochsKept == 0 {
 		c.EpochsKept = 20
 	}
+	if c.MaxRegistering == 0 {
+		c.MaxRegistering = defaultMaxRegistering
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -276,6 +286,9 @@ func (c *Config) Validate() error {
 	}
 	if c.EpochBatchWindow < 0 {
 		return fmt.Errorf("epoch batch window %s is negative", c.EpochBatchWindow)
+	}
+	if c.MaxRegistering < 0 {
+		return fmt.Errorf("max registering is %d; it must be at least 1", c.MaxRegistering)
 	}
 	if c.EpochsKept < 1 {
 		return fmt.Errorf("epochs kept is %d; keep at least 1", c.EpochsKept)

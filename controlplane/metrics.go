@@ -35,7 +35,9 @@ type metrics struct {
 	etcd     *grpcprom.ClientMetrics
 	sessions prometheus.Gauge
 	refused  prometheus.Counter
-	purges   *prometheus.CounterVec
+	// busy counts hellos refused for the bound on registrations at once.
+	busy   prometheus.Counter
+	purges *prometheus.CounterVec
 	// purgesThrottled counts purges refused for their caller's rate.
 	purgesThrottled prometheus.Counter
 	// authFailures counts failed authentications (admin token, join
@@ -55,6 +57,10 @@ func newMetrics(s *Server) *metrics {
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shardcache_control_sessions_refused_total",
 			Help: "Node hellos refused because another process held an open session for the id.",
+		}),
+		busy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardcache_control_sessions_busy_total",
+			Help: "Node hellos refused, with a delay to retry after, because the replica was registering as many sessions as it takes at once and too many waited or the wait ran out.",
 		}),
 		purges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardcache_control_purges_total", Help: "Purges recorded through this replica, by kind (url, prefix, tag).",
@@ -93,7 +99,7 @@ func newMetrics(s *Server) *metrics {
 		ConstLabels: prometheus.Labels{"component": "control", "version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
 	})
 	build.Set(1)
-	m.reg.MustRegister(m.grpc, m.etcd, m.sessions, m.refused, m.purges, m.purgesThrottled, m.authFailures, m.authThrottled, epochs, leader, epoch, build, marks,
+	m.reg.MustRegister(m.grpc, m.etcd, m.sessions, m.refused, m.busy, m.purges, m.purgesThrottled, m.authFailures, m.authThrottled, epochs, leader, epoch, build, marks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

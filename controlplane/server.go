@@ -392,6 +392,8 @@ func (s *Server) grpcServer(stopped context.Context, creds []grpc.ServerOption) 
 		caWanted: s.cfg.CA.Enabled,
 		sessions: s.metrics.sessions,
 		refused:  s.metrics.refused,
+		admit:    newRegistrations(s.cfg.MaxRegistering, registerWait),
+		busy:     s.metrics.busy,
 	})
 	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub, policies: s.policies, replica: s.cfg.ReplicaID,
 		acks: s.acks, loads: s.loads, purgeLimit: newPurgeLimiter(s.cfg.PurgeRate, s.cfg.PurgeBurst, authLimitCallers),

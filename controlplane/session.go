@@ -68,6 +68,10 @@ type nodeService struct {
 	sessions prometheus.Gauge
 	// refused counts hellos refused for an id with an open session.
 	refused prometheus.Counter
+	// admit bounds the sessions registered at once; busy counts the
+	// hellos it refused.
+	admit *registrations
+	busy  prometheus.Counter
 }
 
 var _ pb.NodeServiceServer = (*nodeService)(nil)
@@ -86,11 +90,21 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 	if err != nil {
 		return err
 	}
+	// From here to the snapshot the session costs etcd several requests:
+	// only so many at once.
+	admitted, err := n.admit.enter(ctx)
+	if err != nil {
+		if status.Code(err) == codes.Unavailable {
+			n.busy.Inc()
+		}
+		return err
+	}
+	defer admitted()
 	m := proto.Clone(hello.GetMember()).(*pb.Member)
 	m.State = pb.MemberState_MEMBER_STATE_ACTIVE
 	m.JoinedAt = timestamppb.Now()
 	r := &sessionRun{n: n, stream: stream, m: m, log: n.log.With("node", m.GetId()), compact: hello.GetCompactPushes(), instance: hello.GetInstance(),
-		sweeping: map[string]bool{}}
+		sweeping: map[string]bool{}, admitted: admitted}
 	// Tracked before it is registered: every watermark record written
 	// after its registration speaks for it (watermarks.go).
 	n.marks.open(m.GetId(), hello.GetPurgeRevision())
@@ -157,6 +171,9 @@ type sessionRun struct {
 	// every write it makes.
 	rev int64
 	log *slog.Logger
+	// admitted ends the session's turn among the registrations at once,
+	// once its snapshot is sent.
+	admitted func()
 	// instance is the node process's (Hello.instance).
 	instance string
 	// compact: the node applies purge batches, epoch changes and
@@ -212,6 +229,7 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, lease context.C
 	if err := r.snapshot(hello); err != nil {
 		return err
 	}
+	r.admitted()
 	beat := time.NewTicker(n.leaseTTL / 4)
 	defer beat.Stop()
 

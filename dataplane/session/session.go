@@ -275,11 +275,16 @@ func (c *Client) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		refused := c.ended(err, addr)
+		refused, retryAfter := c.ended(err, addr)
 		if established {
 			backoff = c.cfg.MinBackoff
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
+		if retryAfter > 0 {
+			// As the control plane said, spread ±20 % so that the nodes
+			// it refused together do not come back together.
+			wait = max(wait, jitter(retryAfter))
+		}
 		if !refused { // a refusal was logged as what it is
 			c.cfg.Logger.Warn("control plane unreachable; serving with the last epoch and retrying",
 				"control_plane", addr, "err", err, "retry_in", wait.Round(time.Millisecond), "epoch", c.Epoch())

@@ -420,3 +420,51 @@ func (l *syncLog) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// A control plane that is registering as many nodes as it takes at once
+// refuses a hello as busy and says when to retry: the node says hello
+// again no sooner than that (less the 20 % spread), and stays a member
+// meanwhile, serving with the ring it has.
+func TestABusyControlPlaneIsAskedAgainWhenItSaid(t *testing.T) {
+	const delay = 400 * time.Millisecond
+	var refusedAt, askedAt atomic.Int64 // UnixNano
+	c := startControl(t, func(n int, stream pb.NodeService_SessionServer) error {
+		switch n {
+		case 1:
+			if err := stream.Send(snapshot(1, 0)); err != nil {
+				return err
+			}
+			return status.Error(codes.Unavailable, "replica restarting")
+		case 2:
+			refusedAt.Store(time.Now().UnixNano())
+			st, _ := status.New(codes.Unavailable, "busy").WithDetails(
+				&errdetails.ErrorInfo{Reason: pb.SessionEnd_SESSION_END_BUSY.String(), Domain: pb.SessionEndDomain},
+				&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
+			return st.Err()
+		}
+		if n == 3 {
+			askedAt.Store(time.Now().UnixNano())
+		}
+		if err := stream.Send(snapshot(1, 0)); err != nil {
+			return err
+		}
+		<-stream.Context().Done()
+		return nil
+	})
+	var lost atomic.Int32
+	cl := runClient(t, c, func(cfg *Config) {
+		cfg.OnMembership = func(member bool, _, _ string) {
+			if !member {
+				lost.Add(1)
+			}
+		}
+	})
+	c.waitHellos(t, 3)
+	waitFor(t, cl.Connected)
+	if waited := time.Duration(askedAt.Load() - refusedAt.Load()); waited < delay*4/5 {
+		t.Fatalf("hello again %s after the busy refusal, want at least %s", waited, delay*4/5)
+	}
+	if ok, why := cl.Member(); !ok || lost.Load() != 0 {
+		t.Fatalf("member %t (%q), %d losses of membership; a busy refusal is none", ok, why, lost.Load())
+	}
+}
