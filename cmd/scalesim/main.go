@@ -48,6 +48,7 @@ func main() {
 	joinRate := flag.Int("join-rate", 0, "sessions started a second, as in a rolling start; 0: all at once")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile (the simulated nodes') to the file")
 	nodeGC := flag.Int("nodes-gogc", 400, "the simulated nodes' GOGC (their process's collector; the control plane keeps its own)")
+	maxRegistering := flag.Int("max-registering", 0, "the control plane's --max-registering (sessions registered at once); 0: its default")
 	etcdBin := flag.String("etcd", "", "run this etcd binary in a process of its own for the control plane, as production does (e.g. /usr/bin/etcd); empty: the control plane's embedded etcd")
 	callersOf := flag.String("purge-callers", "", "run only the sustained run's purge callers against this control plane address (the simulator starts itself so)")
 	flag.Parse()
@@ -79,7 +80,7 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	r, err := run(ctx, config{bin: *bin, nodes: *nodes, rounds: *rounds, rate: *rate, sustain: *sustain, joinRate: *joinRate, window: *window, joinWait: *joinWait, etcd: *etcdBin})
+	r, err := run(ctx, config{bin: *bin, nodes: *nodes, rounds: *rounds, rate: *rate, sustain: *sustain, joinRate: *joinRate, window: *window, joinWait: *joinWait, etcd: *etcdBin, maxRegistering: *maxRegistering})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "scalesim:", err)
 		os.Exit(1)
@@ -97,6 +98,7 @@ func main() {
 type sim struct {
 	bin, dir              string
 	etcdBin               string // run apart when set
+	maxRegistering        int
 	etcdProc              *exec.Cmd
 	window                time.Duration
 	control, ops, etcdURL string
@@ -122,6 +124,9 @@ func freePort() string {
 func (s *sim) startControl(ctx context.Context) error {
 	args := []string{"control", "--listen", s.control, "--ops", s.ops,
 		"--admin-token", "scale-token", "--lease-ttl", "10s", "--epoch-batch-window", s.window.String(), "--log-level", "warn"}
+	if s.maxRegistering != 0 {
+		args = append(args, "--max-registering", fmt.Sprint(s.maxRegistering))
+	}
 	if s.etcdBin != "" {
 		args = append(args, "--etcd-endpoints", s.etcdURL)
 	} else {
@@ -233,6 +238,8 @@ type config struct {
 	joinWait time.Duration
 	// etcd is an etcd binary to run apart; empty: the embedded etcd.
 	etcd string
+	// maxRegistering is the control plane's --max-registering; 0: its default.
+	maxRegistering int
 }
 
 // figures are the run's machine-readable results.
@@ -265,7 +272,7 @@ func run(ctx context.Context, cfg config) (string, error) {
 		fmt.Fprintln(os.Stderr, "scalesim: keeping", dir)
 		defer func() { fmt.Fprintln(os.Stderr, "scalesim: kept", dir) }()
 	}
-	s := &sim{bin: cfg.bin, etcdBin: cfg.etcd, window: cfg.window, dir: dir, control: freePort(), ops: freePort(), etcdURL: "http://" + freePort(), peerURL: "http://" + freePort(), rings: &session.EpochCache{}}
+	s := &sim{bin: cfg.bin, etcdBin: cfg.etcd, maxRegistering: cfg.maxRegistering, window: cfg.window, dir: dir, control: freePort(), ops: freePort(), etcdURL: "http://" + freePort(), peerURL: "http://" + freePort(), rings: &session.EpochCache{}}
 	if s.etcdBin != "" {
 		err := s.startEtcd(ctx)
 		defer stopProc(s.etcdProc)
@@ -301,6 +308,9 @@ func run(ctx context.Context, cfg config) (string, error) {
 	etcdWhere := "embedded etcd"
 	if s.etcdBin != "" {
 		etcdWhere = "etcd in a process of its own, " + s.etcdBin + ", not measured"
+	}
+	if s.maxRegistering != 0 {
+		etcdWhere += fmt.Sprintf(", --max-registering %d", s.maxRegistering)
 	}
 	fmt.Fprintf(&b, "One control-plane process (%s, lease TTL 10 s, epoch batch window %s, purge acknowledgement batch 50 ms) "+
 		"and %d node sessions (the nodes' session client, one gRPC connection each, load reports every 5 s) in one other process, "+
