@@ -16,7 +16,10 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
-require go.opentelemetry.io/otel/log v1.47.0 // indirect
+require (
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
