@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,11 @@ const (
 	// registerWait bounds how long a hello waits for its turn: well
 	// within the 30 s a node waits for its snapshot.
 	registerWait = 15 * time.Second
+	// registerHold bounds a turn: a node that stops reading while its
+	// snapshot is sent (its connection alive, its process wedged) gives
+	// the turn up after this long, so that a few such nodes cannot stop
+	// every registration.
+	registerHold = 10 * time.Second
 	// Bounds of the delay a refused node is told to wait.
 	minRetryDelay, maxRetryDelay = time.Second, time.Minute
 	// assumedRegistration is what a registration is taken to cost before
@@ -43,7 +49,7 @@ const (
 type registrations struct {
 	slots      chan struct{}
 	maxWaiting int64
-	wait       time.Duration
+	wait, hold time.Duration
 	waiting    atomic.Int64
 
 	mu sync.Mutex
@@ -54,7 +60,7 @@ type registrations struct {
 }
 
 func newRegistrations(max int, wait time.Duration) *registrations {
-	return &registrations{slots: make(chan struct{}, max), maxWaiting: int64(32 * max), wait: wait}
+	return &registrations{slots: make(chan struct{}, max), maxWaiting: int64(32 * max), wait: wait, hold: registerHold}
 }
 
 // enter waits for a registration's turn and returns the function that ends
@@ -82,10 +88,11 @@ func (r *registrations) enter(ctx context.Context) (func(), error) {
 	}
 }
 
-// leave returns the function that ends a registration begun at start.
+// leave returns the function that ends a registration begun at start; it
+// ends by itself after registerHold.
 func (r *registrations) leave(start time.Time) func() {
 	var once sync.Once
-	return func() {
+	end := func() {
 		once.Do(func() {
 			d := time.Since(start)
 			r.mu.Lock()
@@ -96,6 +103,11 @@ func (r *registrations) leave(start time.Time) func() {
 			r.mu.Unlock()
 			<-r.slots
 		})
+	}
+	hold := time.AfterFunc(r.hold, end)
+	return func() {
+		hold.Stop()
+		end()
 	}
 }
 
@@ -118,8 +130,14 @@ func (r *registrations) retryDelay() time.Duration {
 	if r.booked.After(turn) {
 		turn = r.booked
 	}
+	d := turn.Sub(now)
+	if d > maxRetryDelay {
+		// Past what a node is told to wait: spread over the second half
+		// of it, rather than all told the same, and book no further.
+		return maxRetryDelay/2 + rand.N(maxRetryDelay/2)
+	}
 	r.booked = turn.Add(per)
-	return min(max(turn.Sub(now), minRetryDelay), maxRetryDelay)
+	return max(d, minRetryDelay)
 }
 
 // busy is the refusal of a hello that found no turn: UNAVAILABLE, with

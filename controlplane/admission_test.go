@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -46,9 +47,7 @@ func TestRegistrationsAtOnceAreBounded(t *testing.T) {
 		_, err := r.enter(ctx)
 		third <- err
 	}()
-	for r.waiting.Load() != 1 { // the third waits
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, func() bool { return r.waiting.Load() == 1 }) // the third waits
 	// The waiting bound is reached: a fourth is refused at once.
 	_, err = r.enter(ctx)
 	if code, end, delay := busyOf(t, err); code != codes.Unavailable || end != pb.SessionEnd_SESSION_END_BUSY || delay < minRetryDelay {
@@ -90,6 +89,42 @@ func TestRegistrationsAtOnceAreBounded(t *testing.T) {
 			t.Fatalf("retry delays %v: want each %s after the one before", delays, per)
 		}
 	}
+	// Turns past the longest delay a node is told are spread over its
+	// second half, not all told the same.
+	r.mu.Lock()
+	r.took, r.booked = time.Hour, time.Time{}
+	r.mu.Unlock()
+	seen := map[time.Duration]bool{}
+	for range 5 {
+		_, err := r.enter(ctx)
+		_, _, d := busyOf(t, err)
+		if d < maxRetryDelay/2 || d >= maxRetryDelay {
+			t.Fatalf("a turn past %s: retry in %s, want within its second half", maxRetryDelay, d)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 2 {
+		t.Fatalf("five refusals past the longest delay were all told %v", seen)
+	}
+}
+
+// A turn not ended (a node that stopped reading its snapshot) ends by
+// itself after the hold, and the next hello gets it.
+func TestARegistrationTurnEndsByItself(t *testing.T) {
+	r := newRegistrations(1, time.Minute)
+	r.hold = 10 * time.Millisecond
+	ctx := context.Background()
+	if _, err := r.enter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	end, err := r.enter(ctx) // waits for the first turn's hold to pass
+	if err != nil {
+		t.Fatalf("the hello after a turn never ended: %v", err)
+	}
+	end()
+	if len(r.slots) != 0 {
+		t.Fatalf("%d turns held after both ended", len(r.slots))
+	}
 }
 
 // Many nodes saying hello at once to a replica that registers one at a
@@ -103,17 +138,7 @@ func TestAStormOfHellosIsRegisteredInTurn(t *testing.T) {
 	errs := make(chan error, 20)
 	for i := range 20 {
 		go func() {
-			stream, err := pb.NewNodeServiceClient(conn).Session(ctx)
-			if err == nil {
-				err = stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Hello{Hello: &pb.Hello{
-					Member: &pb.Member{Id: fmt.Sprint("node-", i), PeerAddress: "127.0.0.1:9999"}}}})
-			}
-			for err == nil {
-				var resp *pb.SessionResponse
-				if resp, err = stream.Recv(); resp.GetSnapshot() != nil {
-					break
-				}
-			}
+			_, err := helloUntilSnapshot(ctx, conn, fmt.Sprint("node-", i))
 			errs <- err
 		}()
 	}
@@ -124,5 +149,48 @@ func TestAStormOfHellosIsRegisteredInTurn(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(s.metrics.busy); got != 0 {
 		t.Fatalf("%v hellos refused as busy, want none", got)
+	}
+
+	// A hello while the only turn is taken waits for it.
+	end, err := s.admit.enter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *pb.Snapshot, 1)
+	go func() {
+		snap, _ := helloUntilSnapshot(ctx, conn, "late")
+		got <- snap
+	}()
+	waitFor(t, func() bool { return s.admit.waiting.Load() == 1 })
+	select {
+	case <-got:
+		t.Fatal("a hello was registered while the only turn was taken")
+	default:
+	}
+	end()
+	if snap := <-got; snap.GetMember().GetId() != "late" {
+		t.Fatalf("snapshot %v, want late's", snap)
+	}
+}
+
+// helloUntilSnapshot says hello as node id and reads the session until its
+// snapshot; it may run off the test's goroutine.
+func helloUntilSnapshot(ctx context.Context, conn *grpc.ClientConn, id string) (*pb.Snapshot, error) {
+	stream, err := pb.NewNodeServiceClient(conn).Session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Hello{Hello: &pb.Hello{
+		Member: &pb.Member{Id: id, PeerAddress: "127.0.0.1:9999"}}}}); err != nil {
+		return nil, err
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		if snap := resp.GetSnapshot(); snap != nil {
+			return snap, nil
+		}
 	}
 }

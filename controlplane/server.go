@@ -43,8 +43,10 @@ const shutdownGrace = 5 * time.Second
 
 // Server is one control-plane replica.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// admit bounds the node sessions registered at once.
+	admit    *registrations
 	hub      *hub
 	policies *policyHub
 	purgeHub *purgeHub
@@ -369,6 +371,7 @@ func (s *Server) grpcServer(stopped context.Context, creds []grpc.ServerOption) 
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), adminOnly),
 		),
 	)...)
+	s.admit = newRegistrations(s.cfg.MaxRegistering, registerWait)
 	pb.RegisterNodeServiceServer(gs, &nodeService{
 		state:     s.state,
 		hub:       s.hub,
@@ -392,7 +395,7 @@ func (s *Server) grpcServer(stopped context.Context, creds []grpc.ServerOption) 
 		caWanted: s.cfg.CA.Enabled,
 		sessions: s.metrics.sessions,
 		refused:  s.metrics.refused,
-		admit:    newRegistrations(s.cfg.MaxRegistering, registerWait),
+		admit:    s.admit,
 		busy:     s.metrics.busy,
 	})
 	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub, policies: s.policies, replica: s.cfg.ReplicaID,
