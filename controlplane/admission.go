@@ -144,10 +144,10 @@ func (r *registrations) retryDelay() time.Duration {
 // SESSION_END_BUSY and the delay to retry after.
 func (r *registrations) busy(format string, args ...any) error {
 	delay := r.retryDelay()
-	st := status.Newf(codes.Unavailable, "this control plane replica registers %d sessions at once and has no turn for this one (%s); retry in %s",
-		cap(r.slots), fmt.Sprintf(format, args...), delay.Round(time.Millisecond))
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: pb.SessionEnd_SESSION_END_BUSY.String(), Domain: pb.SessionEndDomain},
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
+	st := sessionEndStatus(codes.Unavailable, pb.SessionEnd_SESSION_END_BUSY, fmt.Sprintf(
+		"this control plane replica registers %d sessions at once and has no turn for this one (%s); retry in %s",
+		cap(r.slots), fmt.Sprintf(format, args...), delay.Round(time.Millisecond)))
+	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
 		st = d
 	}
 	return st.Err()

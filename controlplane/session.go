@@ -2,13 +2,10 @@ package controlplane
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,24 +13,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
-	"github.com/shardcache/shardcache/sdk/authlimit"
 )
-
-// helloTimeout bounds how long a new stream may stay silent before its hello.
-const helloTimeout = 10 * time.Second
-
-// validNodeID keeps node ids usable as etcd key segments, metric labels and
-// DNS labels (a StatefulSet pod name fits).
-var validNodeID = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$`)
 
 // nodeService implements NodeService: one Session stream per cache node.
 type nodeService struct {
@@ -490,27 +477,6 @@ func purgeBatches(purges []*pb.Purge, limit int) [][]*pb.Purge {
 	return append(out, purges[start:])
 }
 
-// refuse answers a hello for an id whose session another process holds,
-// and records the attempt for ListNodes.
-func (n *nodeService) refuse(ctx context.Context, m *pb.Member, held error) error {
-	n.refused.Inc()
-	var remote string
-	if p, ok := peer.FromContext(ctx); ok {
-		remote = p.Addr.String()
-	}
-	reason := held.Error()
-	n.log.Warn("refused a session: the node id has an open session from another process", "node", m.GetId(),
-		"peer", m.GetPeerAddress(), "remote", remote, "reason", reason)
-	rctx, cancel := cleanupContext(ctx)
-	defer cancel()
-	r := &pb.RefusedSession{PeerAddress: m.GetPeerAddress(), RemoteAddress: remote, At: timestamppb.Now(), Reason: reason, Replica: n.replica}
-	if err := n.state.recordRefusal(rctx, m.GetId(), r); err != nil {
-		n.log.Warn("recording a refused session", "node", m.GetId(), "err", err)
-	}
-	return sessionEnd(codes.AlreadyExists, pb.SessionEnd_SESSION_END_DUPLICATE_ID,
-		"node id %s: %v; is a second process running with this id? it is admitted once that session ends", m.GetId(), held)
-}
-
 // recordChanged says what a change of the session's member record means:
 // nil for none of its business, else the status to end the session with.
 func (n *nodeService) recordChanged(ctx context.Context, ev *clientv3.Event, m *pb.Member, rev int64) error {
@@ -534,68 +500,4 @@ func (n *nodeService) recordChanged(ctx context.Context, ev *clientv3.Event, m *
 // whether or not its stream's context has ended, for 5 s at most.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-}
-
-// sessionEnd is a status that says why a session was refused or ended, with
-// the reason in a google.rpc.ErrorInfo the node reads.
-func sessionEnd(code codes.Code, end pb.SessionEnd, format string, args ...any) error {
-	st := status.Newf(code, format, args...)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: end.String(), Domain: pb.SessionEndDomain}); err == nil {
-		st = d
-	}
-	return st.Err()
-}
-
-// recvHello reads and checks the first message of a session.
-func (n *nodeService) recvHello(stream pb.NodeService_SessionServer) (*pb.Hello, error) {
-	type result struct {
-		req *pb.SessionRequest
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		req, err := stream.Recv()
-		ch <- result{req, err}
-	}()
-	var r result
-	select {
-	case r = <-ch:
-	case <-time.After(helloTimeout):
-		return nil, status.Errorf(codes.DeadlineExceeded, "no hello within %s", helloTimeout)
-	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	hello := r.req.GetHello()
-	if hello == nil {
-		return nil, status.Error(codes.InvalidArgument, "the first session message must be a hello")
-	}
-	if n.joinToken != "" {
-		err := n.checkJoin(stream.Context(), func() bool {
-			return subtle.ConstantTimeCompare([]byte(hello.GetJoinToken()), []byte(n.joinToken)) == 1
-		})
-		if errors.Is(err, authlimit.ErrWrong) {
-			return nil, status.Error(codes.Unauthenticated, "node session: missing or wrong join token")
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	if err := validateMember(hello.GetMember()); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	return hello, nil
-}
-
-func validateMember(m *pb.Member) error {
-	if m == nil {
-		return errors.New("hello carries no member")
-	}
-	if !validNodeID.MatchString(m.GetId()) {
-		return fmt.Errorf("node id %q: use 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit", m.GetId())
-	}
-	if _, _, err := net.SplitHostPort(m.GetPeerAddress()); err != nil {
-		return fmt.Errorf("peer address %q of %s: %v", m.GetPeerAddress(), m.GetId(), err)
-	}
-	return nil
 }
