@@ -49,6 +49,7 @@ type measurement struct {
 	HitRatio     float64
 	OriginReqs   int64
 	CPUPerReqUs  float64
+	WaitPerReqUs float64 // the serving processes' time waiting for a core (-1: not read)
 	MBPerSec     float64
 	RSSGrowthMiB float64
 	ObjsPerNode  float64 // objects stored per instance at the end (-1: not read)

@@ -135,6 +135,50 @@ func cpuSeconds(procs []*proc) float64 {
 	return float64(ticks) / clockTicks
 }
 
+// waitSeconds sums the time the processes' threads spent runnable but not
+// running, waiting for a core (the second field of each thread's
+// /proc/<pid>/task/<tid>/schedstat); ok is false where the kernel keeps no
+// such figure. A thread that has exited is no longer counted.
+func waitSeconds(procs []*proc) (secs float64, ok bool) {
+	var ns uint64
+	for _, p := range procs {
+		for _, pid := range tree(p.cmd.Process.Pid) {
+			tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+			for _, t := range tasks {
+				data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+				if f := strings.Fields(string(data)); err == nil && len(f) >= 2 {
+					v, err := strconv.ParseUint(f[1], 10, 64)
+					ns, ok = ns+v, ok || err == nil
+				}
+			}
+		}
+	}
+	return float64(ns) / 1e9, ok
+}
+
+// usage is the CPU and core-wait seconds of a system's serving processes
+// at one moment; per request between two of them, see perRequest.
+type usage struct{ cpu, wait float64 }
+
+func usageOf(procs []*proc) usage {
+	w, ok := waitSeconds(procs)
+	if !ok {
+		w = -1
+	}
+	return usage{cpu: cpuSeconds(procs), wait: w}
+}
+
+// perRequest returns the CPU and core-wait µs per request between u0 and
+// u (wait -1 where the kernel keeps no wait figure).
+func (u usage) perRequest(u0 usage, requests int64) (cpuUs, waitUs float64) {
+	n := float64(max(requests, 1))
+	cpuUs, waitUs = (u.cpu-u0.cpu)/n*1e6, -1
+	if u.wait >= 0 && u0.wait >= 0 {
+		waitUs = (u.wait - u0.wait) / n * 1e6
+	}
+	return cpuUs, waitUs
+}
+
 // rssBytes sums VmRSS (or VmHWM, the peak) over the processes' trees.
 func rssBytes(procs []*proc, field string) int64 {
 	var total int64

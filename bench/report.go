@@ -40,6 +40,7 @@ var columns = map[string]struct {
 	"p50 ms":                      {func(m measurement) float64 { return m.P50 }, "%.2f"},
 	"p99 ms":                      {func(m measurement) float64 { return m.P99 }, "%.2f"},
 	"CPU µs/req":                  {func(m measurement) float64 { return m.CPUPerReqUs }, "%.0f"},
+	"core wait µs/req":            {func(m measurement) float64 { return m.WaitPerReqUs }, "%.0f"},
 	"hit ratio":                   {func(m measurement) float64 { return m.HitRatio }, "%.3f"},
 	"origin requests":             {func(m measurement) float64 { return float64(m.OriginReqs) }, "%.0f"},
 	"origin requests caused":      {func(m measurement) float64 { return float64(m.OriginReqs) }, "%.0f"},
@@ -93,7 +94,8 @@ func (r *report) write(out string) error {
 	fmt.Fprintf(&b, "One machine (%s), everything on 127.0.0.1; %s. "+
 		"Each system is started, measured and stopped in turn against the same demo origin. "+
 		"A ratio is the system's figure over shardcache's in the same run. CPU µs/req is the user+system time of the serving processes "+
-		"(nodes; nginx master and workers; varnishd and its child) over the requests served. "+
+		"(nodes; nginx master and workers; varnishd and its child) over the requests served; core wait µs/req is the time their threads "+
+		"were runnable but not running, waiting for a core (each thread's schedstat), over the same requests. "+
 		"Every nginx instance runs one worker process, and every shardcache node and the net/http ceiling one P (GOMAXPROCS=1); "+
 		"varnishd keeps its default thread pools. %s\n\n", host, gen, hopNote(r.PeerTLS))
 	b.WriteString("Reproduce with `make bench` (about 10 minutes; installs nginx, varnish and wrk from Debian's packages when missing).\n\n")

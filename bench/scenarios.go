@@ -28,7 +28,7 @@ var scenarios = []scenario{
 		workload: func(r *runner) string {
 			return fmt.Sprintf("One instance, one 4 KiB object, warmed; 32 connections (%s), %s per run, median of 3 runs: the cost of a hit with no hop", r.hitsGenerator(), s1Duration(r))
 		},
-		metrics: []string{"req/s", "p50 ms", "p99 ms", "CPU µs/req"},
+		metrics: []string{"req/s", "p50 ms", "p99 ms", "CPU µs/req", "core wait µs/req"},
 		run:     runS0,
 	},
 	{
@@ -36,7 +36,7 @@ var scenarios = []scenario{
 		workload: func(r *runner) string {
 			return fmt.Sprintf("1,000 keys × 4 KiB, warmed through every front; uniform keys, 32 connections (%s), %s per run, median of 3 runs; memory 64 MiB per instance", r.hitsGenerator(), s1Duration(r))
 		},
-		metrics: []string{"req/s", "p50 ms", "p99 ms", "CPU µs/req", "hit ratio"},
+		metrics: []string{"req/s", "p50 ms", "p99 ms", "CPU µs/req", "core wait µs/req", "hit ratio"},
 		run:     runS1,
 	},
 	{
@@ -44,7 +44,7 @@ var scenarios = []scenario{
 		workload: func(r *runner) string {
 			return fmt.Sprintf("Zipf s=1.0 over 100,000 keys × 16 KiB, %d requests from cold, 16 clients; total cache memory ≈ 20 %% of the key space (%s per instance)", s2Requests(r), mib(s2Memory))
 		},
-		metrics: []string{"origin requests", "hit ratio", "objects/node", "p99 ms", "req/s", "CPU µs/req"},
+		metrics: []string{"origin requests", "hit ratio", "objects/node", "p99 ms", "req/s", "CPU µs/req", "core wait µs/req"},
 		run:     runS2,
 	},
 	steadyScenario,
@@ -162,14 +162,14 @@ func timedHits(ctx context.Context, r *runner, sys system, in *instance, keys in
 	}
 	var runs []measurement
 	for range 3 {
-		cpu0 := cpuSeconds(in.serving)
+		u0 := usageOf(in.serving)
 		res, err := r.loadHits(ctx, in.targets, keys)
 		if err != nil {
 			return measurement{}, err
 		}
-		cpu := cpuSeconds(in.serving) - cpu0
+		cpu, wait := usageOf(in.serving).perRequest(u0, res.Requests)
 		runs = append(runs, measurement{System: sys.name, ReqPerSec: res.PerSecond, P50: res.LatencyMs.P50, P99: res.LatencyMs.P99,
-			HitRatio: res.HitRatio, CPUPerReqUs: cpu / float64(res.Requests) * 1e6, Errors: sumErrors(res)})
+			HitRatio: res.HitRatio, CPUPerReqUs: cpu, WaitPerReqUs: wait, Errors: sumErrors(res)})
 	}
 	return median(runs), nil
 }
@@ -221,19 +221,19 @@ func runS2(ctx context.Context, r *runner) ([]measurement, error) {
 			if err != nil {
 				return err
 			}
-			cpu0 := cpuSeconds(in.serving)
+			u0 := usageOf(in.serving)
 			res, err := r.load(ctx, in.targets, "--dist", "zipf:1.0", "--keys", "100000", "--size", "16KiB", "-c", "16",
 				"-n", strconv.Itoa(s2Requests(r)), "-d", "0", "--seed", "42")
 			if err != nil {
 				return err
 			}
-			cpu := cpuSeconds(in.serving) - cpu0
+			cpu, wait := usageOf(in.serving).perRequest(u0, res.Requests)
 			o1, err := r.originRequests()
 			if err != nil {
 				return err
 			}
 			out = append(out, measurement{System: sys.name, OriginReqs: o1 - o0, HitRatio: res.HitRatio, P50: res.LatencyMs.P50, P99: res.LatencyMs.P99,
-				ReqPerSec: res.PerSecond, CPUPerReqUs: cpu / float64(res.Requests) * 1e6, Errors: sumErrors(res), Runs: 1,
+				ReqPerSec: res.PerSecond, CPUPerReqUs: cpu, WaitPerReqUs: wait, Errors: sumErrors(res), Runs: 1,
 				ObjsPerNode: objectsPerNode(ctx, sys, in), Note: errorKinds(res)})
 			return nil
 		})
