@@ -31,8 +31,11 @@ type conn struct {
 	scan    int
 	served  int  // requests served
 	closing bool // close after the current answer
-	werr    error
-	resp    response
+	// linger: the client may still be sending what was not read (a
+	// refused head, a body left unread), so the close lingers.
+	linger bool
+	werr   error
+	resp   response
 	// arrived is when the current request's head was read.
 	arrived time.Time
 	// tls is the connection's TLS state, nil in plain text; read from
@@ -44,6 +47,9 @@ type conn struct {
 // serve serves requests until the connection closes or must.
 func (c *conn) serve() {
 	defer func() {
+		if c.linger && c.werr == nil {
+			c.lingerClose()
+		}
 		c.nc.Close()
 		c.srv.forget(c)
 	}()
@@ -250,6 +256,7 @@ func (c *conn) serveOne(h *head) {
 	}
 	if bd != nil && !bd.finish() {
 		c.closing = true // the body is left unread; what follows is no request
+		c.linger = true
 	}
 	w.finish()
 }
@@ -284,7 +291,33 @@ func (c *conn) refuse(es *errStatus) {
 	b = strconv.AppendInt(b, int64(len(msg)), 10)
 	b = append(b, "\r\n\r\n"...)
 	b = append(b, msg...)
-	c.nc.Write(b)
+	if _, err := c.nc.Write(b); err == nil {
+		c.linger = true
+	}
+}
+
+// A lingering close reads and drops at most lingerBytes, for at most
+// lingerTime.
+const (
+	lingerBytes = 1 << 20
+	lingerTime  = 2 * time.Second
+)
+
+// lingerClose readies the close of a connection whose client may still be
+// sending what the server did not read. Closed at once with unread bytes,
+// the connection would be reset, and a client still writing could see the
+// reset before the answer it was sent. So the sending side is shut first
+// (the client reads the answer to its end), then what arrives is read and
+// dropped until the client closes, lingerBytes have come or lingerTime has
+// passed, as nginx's lingering close does.
+// A lingering connection counts as idle: a shutdown closes it at once.
+func (c *conn) lingerClose() {
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || !c.srv.setIdle(c, true) || cw.CloseWrite() != nil {
+		return
+	}
+	c.nc.SetReadDeadline(time.Now().Add(lingerTime))
+	io.CopyN(io.Discard, c.nc, lingerBytes)
 }
 
 // write sends b, remembering the connection's first write error.
