@@ -135,7 +135,7 @@ func TestTheCAKeyInEtcdIsSealed(t *testing.T) {
 	_, pool := parseIssued(t, snap.GetCertificate())
 
 	other := cfg
-	other.ListenAddr, other.OpsAddr = "127.0.0.1:0", ""
+	other.ListenAddr, other.OpsAddr = freeAddr(t), ""
 	other.CA.SealKeyFile = sealKeyFile(t, "another seal key, also thirty-two bytes long")
 	s2, err := New(other)
 	if err != nil {

@@ -24,13 +24,20 @@ import (
 const testToken = "test-token"
 
 // freeURL returns a free loopback URL for an etcd to be started.
-func freeURL(t *testing.T) string {
+func freeURL(t *testing.T) string { return "http://" + freeAddr(t) }
+
+// freeAddr returns a free loopback address from loopback's range, for a
+// replica's listener. Not a port of the kernel's choosing: a node of
+// another package's tests, running at the same time, may still be dialling
+// the port its own fake control plane had from the kernel, and would
+// register with a replica that got it next.
+func freeAddr(t *testing.T) string {
 	t.Helper()
 	addr, ok := loopback.Addr()
 	if !ok {
 		t.Fatal("no free port in 20000-31999")
 	}
-	return "http://" + addr
+	return addr
 }
 
 // startServer runs a replica until the test ends. With no endpoints it
@@ -38,7 +45,7 @@ func freeURL(t *testing.T) string {
 func startServer(t *testing.T, endpoints []string, opts ...func(*Config)) (*Server, Config, func()) {
 	t.Helper()
 	cfg := Config{
-		ListenAddr:       "127.0.0.1:0",
+		ListenAddr:       freeAddr(t),
 		EtcdEndpoints:    endpoints,
 		EmbeddedEtcd:     EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: freeURL(t), PeerURL: freeURL(t)},
 		AdminToken:       testToken,
