@@ -20,7 +20,11 @@ func TestPercent(t *testing.T) {
 		{200 * mib, 64 * mib, 100}, // nor past the budget's end
 		{16 * mib, 64 * mib, 300},  // up to the budget
 		{3 * mib, 10 * mib, 233},
-		{1, 1 << 40, 1 << 20}, // bounded
+		{1, 1 << 40, 1 << 20},       // bounded
+		{16 * mib, 1 << 30, 1600},   // a budget far above the live heap: MaxGrowth past it
+		{100 * mib, 4 << 30, 256},   // likewise
+		{300 * mib, 4 << 30, 100},   // MaxGrowth is less than the live heap again: the default
+		{16 * mib, 200 * mib, 1150}, // a budget within MaxGrowth: the budget
 	} {
 		if got := Percent(c.live, c.budget); got != c.want {
 			t.Errorf("Percent(%d, %d) = %d, want %d", c.live, c.budget, got, c.want)
