@@ -41,8 +41,20 @@ func (s *Server) term(ctx context.Context) error {
 	}
 	defer sess.Close()
 	el := concurrency.NewElection(sess, s.state.electionPrefix())
-	if err := el.Campaign(ctx, s.cfg.ReplicaID); err != nil {
-		return fmt.Errorf("campaign: %w", err)
+	// A campaign cancelled while it waits resigns with the etcd client's
+	// own context, which nothing bounds: with etcd unreachable it would
+	// hold the replica's stop until the client closes, which comes after.
+	// So the wait for it ends with ctx; the campaign itself ends when the
+	// client closes, and the session's lease expires with its TTL.
+	won := make(chan error, 1)
+	go func() { won <- el.Campaign(ctx, s.cfg.ReplicaID) }()
+	select {
+	case err := <-won:
+		if err != nil {
+			return fmt.Errorf("campaign: %w", err)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	s.log.Info("elected leader; writing ring epochs")
 	s.isLeader.Store(true)

@@ -3,8 +3,6 @@ package controlplane
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -15,7 +13,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
-	"github.com/shardcache/shardcache/sdk/loopback"
 )
 
 // ackingNode is a test node that says compact_pushes and acknowledges
@@ -429,65 +426,6 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached within 30 s")
 		}
 		time.Sleep(10 * time.Millisecond) // polling state that signals nothing
-	}
-}
-
-// tcpProxy forwards connections to an address until cut.
-type tcpProxy struct {
-	lis   net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	dead  bool
-}
-
-func startTCPProxy(t *testing.T, target string) *tcpProxy {
-	t.Helper()
-	addr, ok := loopback.Addr()
-	if !ok {
-		t.Fatal("no free port")
-	}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	to := target[len("http://"):]
-	p := &tcpProxy{lis: lis}
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", to)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			if p.dead {
-				c.Close()
-				up.Close()
-			}
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
-		}
-	}()
-	t.Cleanup(p.cut)
-	return p
-}
-
-func (p *tcpProxy) url() string { return "http://" + p.lis.Addr().String() }
-
-// cut closes the listener and every connection through it.
-func (p *tcpProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.dead = true
-	p.lis.Close()
-	for _, c := range p.conns {
-		c.Close()
 	}
 }
 
