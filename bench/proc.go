@@ -122,34 +122,39 @@ func readStat(pid int) (stat, error) {
 // clockTicks is USER_HZ, 100 on every Linux this runs on.
 const clockTicks = 100
 
-// cpuSeconds is the CPU time used so far by the processes and their children.
-func cpuSeconds(procs []*proc) float64 {
-	var ticks uint64
+// pidsOf lists the processes and their children (one walk of /proc).
+func pidsOf(procs []*proc) []int {
+	var pids []int
 	for _, p := range procs {
-		for _, pid := range tree(p.cmd.Process.Pid) {
-			if st, err := readStat(pid); err == nil {
-				ticks += st.cpuTicks
-			}
+		pids = append(pids, tree(p.cmd.Process.Pid)...)
+	}
+	return pids
+}
+
+// cpuOf is the CPU time used so far by the processes pids.
+func cpuOf(pids []int) float64 {
+	var ticks uint64
+	for _, pid := range pids {
+		if st, err := readStat(pid); err == nil {
+			ticks += st.cpuTicks
 		}
 	}
 	return float64(ticks) / clockTicks
 }
 
-// waitSeconds sums the time the processes' threads spent runnable but not
+// waitOf sums the time the processes' threads spent runnable but not
 // running, waiting for a core (the second field of each thread's
 // /proc/<pid>/task/<tid>/schedstat); ok is false where the kernel keeps no
 // such figure. A thread that has exited is no longer counted.
-func waitSeconds(procs []*proc) (secs float64, ok bool) {
+func waitOf(pids []int) (secs float64, ok bool) {
 	var ns uint64
-	for _, p := range procs {
-		for _, pid := range tree(p.cmd.Process.Pid) {
-			tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-			for _, t := range tasks {
-				data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
-				if f := strings.Fields(string(data)); err == nil && len(f) >= 2 {
-					v, err := strconv.ParseUint(f[1], 10, 64)
-					ns, ok = ns+v, ok || err == nil
-				}
+	for _, pid := range pids {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, t := range tasks {
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+			if f := strings.Fields(string(data)); err == nil && len(f) >= 2 {
+				v, err := strconv.ParseUint(f[1], 10, 64)
+				ns, ok = ns+v, ok || err == nil
 			}
 		}
 	}
@@ -161,11 +166,12 @@ func waitSeconds(procs []*proc) (secs float64, ok bool) {
 type usage struct{ cpu, wait float64 }
 
 func usageOf(procs []*proc) usage {
-	w, ok := waitSeconds(procs)
+	pids := pidsOf(procs)
+	w, ok := waitOf(pids)
 	if !ok {
 		w = -1
 	}
-	return usage{cpu: cpuSeconds(procs), wait: w}
+	return usage{cpu: cpuOf(pids), wait: w}
 }
 
 // perRequest returns the CPU and core-wait µs per request between u0 and

@@ -73,12 +73,13 @@ func runS5(ctx context.Context, r *runner) ([]measurement, error) {
 				if err != nil {
 					return err
 				}
-				cpu0 := cpuSeconds(in.serving)
+				u0 := usageOf(in.serving)
 				res, err := r.loadHits(ctx, in.targets, 1000)
 				if err != nil {
 					return err
 				}
-				m.ReqPerSec, m.CPUPerReqUs = res.PerSecond, (cpuSeconds(in.serving)-cpu0)/float64(max(res.Requests, 1))*1e6
+				m.ReqPerSec = res.PerSecond
+				m.CPUPerReqUs, _ = usageOf(in.serving).perRequest(u0, res.Requests)
 				after, err := scrape(in)
 				if err != nil {
 					return err

@@ -58,14 +58,14 @@ func runSteady(ctx context.Context, r *runner) ([]measurement, error) {
 			if err != nil {
 				return err
 			}
-			cpu0 := cpuSeconds(in.serving)
+			u0 := usageOf(in.serving)
 			held := sampleObjects(ctx, sys, in)
 			res, err := zipf(measure, 42)
 			perNode := held()
 			if err != nil {
 				return err
 			}
-			cpu := cpuSeconds(in.serving) - cpu0
+			cpu, _ := usageOf(in.serving).perRequest(u0, res.Requests)
 			o1, err := r.originRequests()
 			if err != nil {
 				return err
@@ -75,7 +75,7 @@ func runSteady(ctx context.Context, r *runner) ([]measurement, error) {
 				bound = zipfBound(steadyKeys, int(perNode*float64(len(in.targets))), warm, measure)
 			}
 			out = append(out, measurement{System: sys.name, OriginReqs: o1 - o0, HitRatio: res.HitRatio, IdealBound: bound,
-				P50: res.LatencyMs.P50, P99: res.LatencyMs.P99, ReqPerSec: res.PerSecond, CPUPerReqUs: cpu / float64(res.Requests) * 1e6,
+				P50: res.LatencyMs.P50, P99: res.LatencyMs.P99, ReqPerSec: res.PerSecond, CPUPerReqUs: cpu,
 				Errors: sumErrors(res), Runs: 1, ObjsPerNode: perNode,
 				Note: fmt.Sprintf("bound %.3f for %.0f objects held in all; %s", bound, perNode*float64(len(in.targets)), errorKinds(res))})
 			return nil
