@@ -79,6 +79,10 @@ func purgeBatchMessage(items [][]byte, pool mem.BufferPool) pooled {
 // snapshotMembersBytes bounds a SnapshotMembers message.
 const snapshotMembersBytes = 256 << 10
 
+// sessionWindow is the fixed flow-control window of a stream and of a
+// connection (server.go).
+const sessionWindow = 1 << 20
+
 // epochMessages are an epoch's pushes, encoded once: the whole epoch, its
 // change from the epoch this replica had before it (nil for the first),
 // and its members cut into SnapshotMembers messages for joining nodes.

@@ -351,6 +351,14 @@ func (s *Server) grpcServer(stopped context.Context, creds []grpc.ServerOption) 
 		// Thousands of node connections are mostly idle: small read
 		// buffers, and write buffers given back after each flush.
 		grpc.ReadBufferSize(8<<10), grpc.WriteBufferSize(8<<10), grpc.SharedWriteBuffer(true),
+		// Fixed flow-control windows, as the nodes' sessions use: with
+		// gRPC's dynamic windows every message that arrives after a
+		// quiet spell starts a bandwidth probe (a window update and a
+		// ping, and the ping's answer), so each push and each
+		// acknowledgement cost three writes and three reads a side
+		// instead of one. 1 MiB a stream and a connection is more than a
+		// session's largest message (snapshotMembersBytes).
+		grpc.StaticStreamWindowSize(sessionWindow), grpc.StaticConnWindowSize(sessionWindow),
 		// Nodes ping every 10s to notice a vanished control plane.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		// And the control plane pings a node silent for half a lease: one

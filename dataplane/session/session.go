@@ -253,6 +253,10 @@ func (c *Client) Run(ctx context.Context) error {
 		grpc.WithTransportCredentials(creds),
 		// Notice a control plane that vanished without closing the stream.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		// Fixed flow-control windows, as the control plane's: dynamic
+		// ones make every push after a quiet spell start a bandwidth
+		// probe, two more writes and reads a side per message.
+		grpc.WithStaticStreamWindowSize(window), grpc.WithStaticConnWindowSize(window),
 	}
 	if tp := c.cfg.TracerProvider; tp != nil {
 		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp),
@@ -309,6 +313,10 @@ type inbound struct {
 
 // snapshotWait bounds how long a new stream may wait for its snapshot.
 const snapshotWait = 30 * time.Second
+
+// window is the session's fixed flow-control window, a stream's and the
+// connection's: larger than the largest message the control plane sends.
+const window = 1 << 20
 
 // stream is one Session stream. Only its reader goroutine calls Recv: the
 // loop learns how a stream ended from msgs, never by receiving itself.

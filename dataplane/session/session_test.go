@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/h2frames"
 )
 
 func TestMain(m *testing.M) {
@@ -42,12 +43,20 @@ type connList struct {
 	net.Listener
 	mu    sync.Mutex
 	conns []net.Conn
+	// counts, when not nil, gets the frame counts of every connection
+	// accepted (window_test.go).
+	counts *[]*h2frames.Counts
 }
 
 func (l *connList) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err == nil {
 		l.mu.Lock()
+		if l.counts != nil {
+			var n *h2frames.Counts
+			c, n = h2frames.Watch(c, true)
+			*l.counts = append(*l.counts, n)
+		}
 		l.conns = append(l.conns, c)
 		l.mu.Unlock()
 	}
@@ -78,12 +87,20 @@ func (c *control) Session(stream pb.NodeService_SessionServer) error {
 
 func startControl(t *testing.T, session func(n int, stream pb.NodeService_SessionServer) error) *control {
 	t.Helper()
+	return startControlCounting(t, session, nil)
+}
+
+// startControlCounting is startControl, the frames of every connection
+// accepted counted into counts when it is not nil.
+func startControlCounting(t *testing.T, session func(n int, stream pb.NodeService_SessionServer) error, counts *[]*h2frames.Counts) *control {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &control{hellos: make(chan *pb.Hello, 64), session: session}
 	c.conns.Listener = l
+	c.conns.counts = counts
 	srv := grpc.NewServer()
 	pb.RegisterNodeServiceServer(srv, c)
 	go srv.Serve(&c.conns)
