@@ -50,6 +50,8 @@ func main() {
 	nodeGC := flag.Int("nodes-gogc", 400, "the simulated nodes' GOGC (their process's collector; the control plane keeps its own)")
 	maxRegistering := flag.Int("max-registering", 0, "the control plane's --max-registering (sessions registered at once); 0: its default")
 	etcdBin := flag.String("etcd", "", "run this etcd binary in a process of its own for the control plane, as production does (e.g. /usr/bin/etcd); empty: the control plane's embedded etcd")
+	purgeProfile := flag.String("purge-profile", "", "profile the control plane and the simulated nodes for -purge-profile-for at the start of the purges one at a time, into this directory")
+	purgeProfileFor := flag.Duration("purge-profile-for", 15*time.Second, "how long -purge-profile profiles")
 	callersOf := flag.String("purge-callers", "", "run only the sustained run's purge callers against this control plane address (the simulator starts itself so)")
 	flag.Parse()
 	if *callersOf != "" {
@@ -80,7 +82,8 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	r, err := run(ctx, config{bin: *bin, nodes: *nodes, rounds: *rounds, rate: *rate, sustain: *sustain, joinRate: *joinRate, window: *window, joinWait: *joinWait, etcd: *etcdBin, maxRegistering: *maxRegistering})
+	r, err := run(ctx, config{bin: *bin, nodes: *nodes, rounds: *rounds, rate: *rate, sustain: *sustain, joinRate: *joinRate, window: *window, joinWait: *joinWait, etcd: *etcdBin, maxRegistering: *maxRegistering,
+		profileDir: *purgeProfile, profileFor: *purgeProfileFor})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "scalesim:", err)
 		os.Exit(1)
@@ -240,6 +243,10 @@ type config struct {
 	etcd string
 	// maxRegistering is the control plane's --max-registering; 0: its default.
 	maxRegistering int
+	// profileDir, when set, receives CPU profiles of the purges one at a
+	// time (profile.go), profileFor long.
+	profileDir string
+	profileFor time.Duration
 }
 
 // figures are the run's machine-readable results.
@@ -382,7 +389,14 @@ func run(ctx context.Context, cfg config) (string, error) {
 	if err := s.epochs(ctx, &b, &fig, rounds, writes); err != nil {
 		return "", err
 	}
+	profiled := func() error { return nil }
+	if cfg.profileDir != "" {
+		profiled = s.profilePhase(ctx, cfg.profileDir, cfg.profileFor)
+	}
 	if err := s.isolatedPurges(ctx, &b, &fig, rounds, writes); err != nil {
+		return "", err
+	}
+	if err := profiled(); err != nil {
 		return "", err
 	}
 	if cfg.rate > 0 {
