@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -70,5 +72,59 @@ func TestAPurgeCostsNoProbe(t *testing.T) {
 	if counts.Pings() > purges/10 || counts.WindowUpdates() > purges/10 {
 		t.Errorf("the control plane sent %d pings and %d window updates for %d purges acknowledged; want almost none",
 			counts.Pings(), counts.WindowUpdates(), purges)
+	}
+}
+
+// A session the replica keeps busy gets no heartbeats: any message says the
+// session is alive, so one goes out only after an interval with nothing
+// else sent. An idle session still gets them at the interval.
+func TestHeartbeatsOnlyWhenNothingElseWasSent(t *testing.T) {
+	s, _, _ := startServer(t, nil, func(c *Config) { c.LeaseTTL = 8 * time.Second }) // heartbeats every 2 s
+	conn := dial(t, s)
+	n := openSession(t, conn, "n1")
+	var beats atomic.Int32
+	beat := make(chan struct{}, 1)
+	go func() {
+		for {
+			resp, err := n.stream.Recv()
+			if err != nil {
+				return
+			}
+			switch {
+			case resp.GetHeartbeat() != nil:
+				beats.Add(1)
+				select {
+				case beat <- struct{}{}:
+				default:
+				}
+			case resp.GetPurge() != nil:
+				n.ack(t, resp.GetPurge(), 0)
+			}
+		}
+	}()
+
+	// Busy: purges one after another for more than two intervals, which
+	// would have brought two heartbeats.
+	admin := pb.NewAdminServiceClient(conn)
+	ctx := adminCtx(context.Background(), testToken)
+	purges := 0
+	for start := time.Now(); time.Since(start) < 5*time.Second; purges++ {
+		resp, err := admin.Purge(ctx, &pb.PurgeRequest{RequestId: fmt.Sprint("busy-", purges), Url: fmt.Sprint("http://example.com/", purges)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !resp.GetStatus().GetComplete() {
+			t.Fatalf("purge %d: %v, want it complete", purges, resp.GetStatus())
+		}
+	}
+	if got := beats.Load(); got != 0 {
+		t.Errorf("%d heartbeats while %d purges were pushed, want none", got, purges)
+	}
+
+	// Idle: a heartbeat comes within the interval.
+	select {
+	case <-beat:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no heartbeat to an idle session")
 	}
 }
