@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,15 +24,7 @@ func (s *sim) profilePhase(ctx context.Context, dir string, d time.Duration) (wa
 	go func() {
 		errs <- ownProfile(ctx, filepath.Join(dir, "sim.pprof"), d)
 	}()
-	return func() error {
-		var first error
-		for range 2 {
-			if err := <-errs; err != nil && first == nil {
-				first = err
-			}
-		}
-		return first
-	}
+	return func() error { return errors.Join(<-errs, <-errs) }
 }
 
 func (s *sim) controlProfile(ctx context.Context, path string, d time.Duration) error {

@@ -43,19 +43,20 @@ type connList struct {
 	net.Listener
 	mu    sync.Mutex
 	conns []net.Conn
-	// counts, when not nil, gets the frame counts of every connection
-	// accepted (window_test.go).
-	counts *[]*h2frames.Counts
+	// counting: the frames of every connection accepted are counted,
+	// into counts (window_test.go).
+	counting bool
+	counts   []*h2frames.Counts
 }
 
 func (l *connList) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err == nil {
 		l.mu.Lock()
-		if l.counts != nil {
+		if l.counting {
 			var n *h2frames.Counts
 			c, n = h2frames.Watch(c, true)
-			*l.counts = append(*l.counts, n)
+			l.counts = append(l.counts, n)
 		}
 		l.conns = append(l.conns, c)
 		l.mu.Unlock()
@@ -87,12 +88,12 @@ func (c *control) Session(stream pb.NodeService_SessionServer) error {
 
 func startControl(t *testing.T, session func(n int, stream pb.NodeService_SessionServer) error) *control {
 	t.Helper()
-	return startControlCounting(t, session, nil)
+	return startControlCounting(t, session, false)
 }
 
 // startControlCounting is startControl, the frames of every connection
-// accepted counted into counts when it is not nil.
-func startControlCounting(t *testing.T, session func(n int, stream pb.NodeService_SessionServer) error, counts *[]*h2frames.Counts) *control {
+// accepted counted (into conns.counts) when counting.
+func startControlCounting(t *testing.T, session func(n int, stream pb.NodeService_SessionServer) error, counting bool) *control {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -100,7 +101,7 @@ func startControlCounting(t *testing.T, session func(n int, stream pb.NodeServic
 	}
 	c := &control{hellos: make(chan *pb.Hello, 64), session: session}
 	c.conns.Listener = l
-	c.conns.counts = counts
+	c.conns.counting = counting
 	srv := grpc.NewServer()
 	pb.RegisterNodeServiceServer(srv, c)
 	go srv.Serve(&c.conns)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
-	"github.com/shardcache/shardcache/sdk/h2frames"
 )
 
 // reporter acknowledges every purge it is pushed, as a node does.
@@ -28,7 +27,6 @@ func (r *reporter) ApplyPurges(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 func TestAPushCostsNoProbe(t *testing.T) {
 	const purges = 40
 	acked := make(chan int64, purges)
-	var counts []*h2frames.Counts
 	c := startControlCounting(t, func(n int, stream pb.NodeService_SessionServer) error {
 		if err := stream.Send(snapshot(1, 0)); err != nil {
 			return err
@@ -51,7 +49,7 @@ func TestAPushCostsNoProbe(t *testing.T) {
 		}
 		<-stream.Context().Done()
 		return nil
-	}, &counts)
+	}, true)
 	runClientWith(t, c, &reporter{}, Config{Addresses: []string{c.addr}, Member: &pb.Member{Id: "node-1", PeerAddress: "127.0.0.1:9001"},
 		MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(testLog{t}, nil))})
 	for range purges {
@@ -63,10 +61,10 @@ func TestAPushCostsNoProbe(t *testing.T) {
 	}
 	c.conns.mu.Lock()
 	defer c.conns.mu.Unlock()
-	if len(counts) != 1 {
-		t.Fatalf("%d connections, want 1", len(counts))
+	if len(c.conns.counts) != 1 {
+		t.Fatalf("%d connections, want 1", len(c.conns.counts))
 	}
-	got := counts[0]
+	got := c.conns.counts[0]
 	// Keepalive pings come after 10 s of silence, not in this exchange.
 	if got.Pings() > purges/10 || got.WindowUpdates() > purges/10 {
 		t.Errorf("the client sent %d pings and %d window updates for %d purges acknowledged (%d data frames); want almost none",
