@@ -35,6 +35,7 @@ var forbiddenImports = map[string][]string{
 	"internal/wait":     {"*"},
 	"internal/coalesce": {"*"},
 	"internal/notes":    {"*"},
+	"internal/h1client": {"*"},
 	"hop":               {"*except httpcache"},
 }
 

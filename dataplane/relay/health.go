@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/shardcache/shardcache/dataplane/hop"
+	"github.com/shardcache/shardcache/dataplane/internal/h1client"
 )
 
 // A keep-alive connection has no pings (HTTP/2 has, and the HTTP/2 class
@@ -53,7 +54,7 @@ func (c *Client) answers(addr string) bool {
 		return false
 	}
 	defer nc.Close()
-	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(aLongTimeAgo) })
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(h1client.ALongTimeAgo) })
 	defer stop()
 	bw := bufio.NewWriter(nc)
 	bw.WriteString("GET / HTTP/1.1\r\nHost: " + addr + "\r\n" + hop.Marker + ": health-probe\r\n" +

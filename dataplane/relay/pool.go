@@ -7,6 +7,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/shardcache/shardcache/dataplane/internal/h1client"
 )
 
 // The keep-alive class: HTTP/1.1 connections to each peer, each carrying
@@ -36,6 +38,9 @@ type pools struct {
 	// silent is called when an exchange on a connection to pc has
 	// waited probeAfter for the answer's first byte.
 	silent func(pc *peerConns)
+	// probeAfter is how long an answer's header is waited for before
+	// silent is called (the client's).
+	probeAfter *time.Duration
 
 	mu    sync.Mutex
 	peers map[string]*peerConns
@@ -55,17 +60,15 @@ type peerConns struct {
 
 // conn is one keep-alive connection.
 type conn struct {
-	nc     net.Conn
-	br     *bufio.Reader
-	bw     *bufio.Writer
+	h1client.Conn
+	pools  *pools
 	peer   *peerConns
 	idleAt time.Time   // when it was last returned to the pool
-	reused bool        // it carried an exchange before this one
 	probe  *time.Timer // runs silent while an answer is awaited too long
 }
 
-func newPools(max int, idleFor time.Duration, dial func(context.Context, string) (net.Conn, error), silent func(*peerConns)) *pools {
-	return &pools{max: max, idleFor: idleFor, dial: dial, silent: silent, now: time.Now, peers: map[string]*peerConns{}}
+func newPools(max int, idleFor time.Duration, dial func(context.Context, string) (net.Conn, error), silent func(*peerConns), probeAfter *time.Duration) *pools {
+	return &pools{max: max, idleFor: idleFor, dial: dial, silent: silent, probeAfter: probeAfter, now: time.Now, peers: map[string]*peerConns{}}
 }
 
 // peerLocked returns addr's connections, made on first use.
@@ -84,7 +87,7 @@ func (p *pools) get(ctx context.Context, addr string) (*conn, error) {
 	var stale []*conn
 	defer func() {
 		for _, c := range stale {
-			c.nc.Close()
+			c.NC.Close()
 		}
 	}()
 	p.mu.Lock()
@@ -100,14 +103,14 @@ func (p *pools) get(ctx context.Context, addr string) (*conn, error) {
 			continue
 		}
 		p.mu.Unlock()
-		c.reused = true
+		c.Reused = true
 		return c, nil
 	}
 	if len(pc.conns) >= p.max {
 		p.mu.Unlock()
 		return nil, errAtBound
 	}
-	c := &conn{peer: pc}
+	c := &conn{pools: p, peer: pc}
 	pc.conns[c] = struct{}{} // holds the place while it dials
 	p.mu.Unlock()
 	nc, err := p.dial(ctx, addr)
@@ -117,9 +120,9 @@ func (p *pools) get(ctx context.Context, addr string) (*conn, error) {
 		p.mu.Unlock()
 		return nil, err
 	}
-	c.nc = nc
-	c.br = bufio.NewReaderSize(nc, readBuffer)
-	c.bw = bufio.NewWriterSize(nc, writeBuffer)
+	c.NC = nc
+	c.BR = bufio.NewReaderSize(nc, readBuffer)
+	c.BW = bufio.NewWriterSize(nc, writeBuffer)
 	c.probe = time.AfterFunc(time.Hour, func() { p.silent(pc) })
 	c.probe.Stop()
 	return c, nil // if the peer left the ring meanwhile, put closes it
@@ -135,7 +138,7 @@ func (p *pools) put(c *conn) {
 	}
 	if _, open := c.peer.conns[c]; !open { // closed by a failed health probe
 		p.mu.Unlock()
-		c.nc.Close()
+		c.NC.Close()
 		return
 	}
 	c.idleAt = p.now()
@@ -148,8 +151,8 @@ func (p *pools) discard(c *conn) {
 	p.mu.Lock()
 	delete(c.peer.conns, c)
 	p.mu.Unlock()
-	if c.nc != nil {
-		c.nc.Close()
+	if c.NC != nil {
+		c.NC.Close()
 	}
 }
 
@@ -159,7 +162,7 @@ func (p *pools) closeAll(pc *peerConns) {
 	p.mu.Lock()
 	var all []*conn
 	for c := range pc.conns {
-		if c.nc != nil {
+		if c.NC != nil {
 			all = append(all, c)
 		}
 		delete(pc.conns, c)
@@ -167,7 +170,7 @@ func (p *pools) closeAll(pc *peerConns) {
 	pc.idle = nil
 	p.mu.Unlock()
 	for _, c := range all {
-		c.nc.Close()
+		c.NC.Close()
 	}
 }
 
@@ -180,7 +183,7 @@ func (p *pools) closeIdle() {
 	}
 	p.mu.Unlock()
 	for _, c := range idle {
-		c.nc.Close()
+		c.NC.Close()
 	}
 }
 
@@ -200,7 +203,7 @@ func (p *pools) keep(keep func(addr string) bool) {
 	}
 	p.mu.Unlock()
 	for _, c := range idle {
-		c.nc.Close()
+		c.NC.Close()
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/shardcache/shardcache/dataplane/hop"
+	"github.com/shardcache/shardcache/dataplane/internal/h1client"
 )
 
 // At the bound (MaxConnsPerPeer keep-alive connections, all busy) a
@@ -293,7 +294,7 @@ func TestAnAnswerClosedEarly(t *testing.T) {
 	resp = forward("GET", "/big")
 	resp.Body.Read(make([]byte, 1))
 	resp.Body.Close()
-	if _, err := resp.Body.Read(make([]byte, 1)); !errors.Is(err, errBodyClosed) {
+	if _, err := resp.Body.Read(make([]byte, 1)); !errors.Is(err, h1client.ErrBodyClosed) {
 		t.Fatalf("a Read after Close: %v, want errBodyClosed", err)
 	}
 	if open, idle := c.pools.open(addr); open != 0 || idle != 0 {

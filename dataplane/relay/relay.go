@@ -188,7 +188,7 @@ func New(cfg Config) *Client {
 	}
 	c.dialH1 = func(ctx context.Context, addr string) (net.Conn, error) { return dialH1(ctx, "tcp", addr) }
 	if cfg.MaxConnsPerPeer > 0 {
-		c.pools = newPools(cfg.MaxConnsPerPeer, cfg.IdleTimeout, c.dialH1, c.silent)
+		c.pools = newPools(cfg.MaxConnsPerPeer, cfg.IdleTimeout, c.dialH1, c.silent, &c.probeAfter)
 	}
 	c.rt = classes{c}
 	if cfg.Wrap != nil {
