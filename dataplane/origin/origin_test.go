@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -19,7 +20,7 @@ import (
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
-func mustURL(t *testing.T, s string) *url.URL {
+func mustURL(t testing.TB, s string) *url.URL {
 	t.Helper()
 	u, err := url.Parse(s)
 	if err != nil {
@@ -71,10 +72,13 @@ func TestRequestRewritesForTheOrigin(t *testing.T) {
 
 func TestFetchFailsOverToTheNextOrigin(t *testing.T) {
 	down := httptest.NewServer(http.NotFoundHandler())
-	down.Close() // refuses connections
+	down.Close()      // refuses connections
+	var mu sync.Mutex // the handler runs on the server's goroutines
 	var got []string
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
 		got = append(got, r.Method)
+		mu.Unlock()
 		b, _ := io.ReadAll(r.Body)
 		io.WriteString(w, "up:"+string(b))
 	}))
@@ -106,6 +110,8 @@ func TestFetchFailsOverToTheNextOrigin(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(got) != 2 {
 		t.Fatalf("the origin saw %v, want two GETs", got)
 	}
@@ -150,9 +156,17 @@ func TestTransferCodings(t *testing.T) {
 // client resolves against the node it asked (nginx's proxy_redirect
 // default); one pointing elsewhere is left alone.
 func TestOriginHostAndLocations(t *testing.T) {
+	var mu sync.Mutex // the handler runs on the server's goroutines
 	var hosts []string
+	lastHost := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return hosts[len(hosts)-1]
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
 		hosts = append(hosts, r.Host)
+		mu.Unlock()
 		switch r.URL.Query().Get("to") {
 		case "origin":
 			w.Header().Set("Location", "http://"+r.Host+"/base/v2/app/blobs/uploads/u1?_state=x")
@@ -190,11 +204,11 @@ func TestOriginHostAndLocations(t *testing.T) {
 	if got := fetch(policy.Default, "other").Get("Location"); got != "https://cdn.example/x" {
 		t.Errorf("a Location on another host became %q", got)
 	}
-	if hosts[0] != base.Host {
-		t.Errorf("origin got Host %q by default, want its own %q", hosts[0], base.Host)
+	if got := lastHost(); got != base.Host {
+		t.Errorf("origin got Host %q by default, want its own %q", got, base.Host)
 	}
 	fetch(&policy.Policy{ClientHost: true}, "origin")
-	if got := hosts[len(hosts)-1]; got != "node.example:8080" {
+	if got := lastHost(); got != "node.example:8080" {
 		t.Errorf("origin got Host %q under origin_host client, want the client's", got)
 	}
 }
