@@ -43,12 +43,13 @@ type Client struct {
 }
 
 // New returns a client with pooled connections: 256 idle per origin, a
-// 5 s dial timeout, and redirects passed back rather than followed.
+// 5 s dial timeout, and redirects passed back rather than followed. Fills
+// from plaintext origins take keep-alive connections of its own (h1.go).
 func New(cfg Config) *Client {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	var rt http.RoundTripper = Transport(cfg.HeaderTimeout, 256)
+	var rt http.RoundTripper = newH1Transport(Transport(cfg.HeaderTimeout, 256))
 	if cfg.Wrap != nil {
 		rt = cfg.Wrap(rt)
 	}
