@@ -76,7 +76,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench/results", "folder of the results")
 	flag.StringVar(&o.shardcache, "shardcache", ".bin/shardcache", "shardcache binary")
 	flag.StringVar(&o.cachectl, "cachectl", ".bin/cachectl", "cachectl binary")
-	flag.StringVar(&o.scenarios, "scenarios", "S0,S1,S2,S2s,S3,S4,S5,S6", "scenarios to run")
+	flag.StringVar(&o.scenarios, "scenarios", "S0,S1,S2,S2s,S3,S4,S5,S6", "scenarios to run (S2w and S2m, S2 warmed and misses into full caches, only when named)")
 	flag.StringVar(&o.systems, "systems", "", "comma-separated systems to run (default: all; shardcache first)")
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs (for trying the harness, not for figures)")
 	flag.BoolVar(&o.relayLatency, "relay-latency", false, "S5 measures only the relay's latency under S1's load, not the relay fractions")

@@ -48,6 +48,8 @@ var scenarios = []scenario{
 		run:     runS2,
 	},
 	steadyScenario,
+	s2WarmedScenario,
+	s2MissesScenario,
 	{
 		id: "S3", title: "one 1 GiB object through a non-owner",
 		workload: func(*runner) string {

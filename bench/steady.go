@@ -22,36 +22,79 @@ const (
 	steadyMemory = steadyKeys * 16 << 10 / 5 / instances
 )
 
+// warmed is a scenario measured after a warm-up with the same workload:
+// what a system costs once its caches are full and evicting, rather than
+// while it fills them from cold as in S2.
+type warmed struct {
+	keys, warm, measure int
+	dist                string
+	memory              int64
+	bound               bool // the ideal bound of a Zipf s=1.0 cache (S2s)
+}
+
+func (w warmed) counts(r *runner) (warm, measure int) {
+	if r.quick {
+		return w.warm / 10, w.measure / 10
+	}
+	return w.warm, w.measure
+}
+
+var steady = warmed{keys: steadyKeys, warm: steadyWarm, measure: steadyMeasure, dist: "zipf:1.0", memory: steadyMemory, bound: true}
+
 var steadyScenario = scenario{
 	id: "S2s", title: "S2 in steady state",
 	workload: func(r *runner) string {
-		w, m := steadyCounts(r)
+		w, m := steady.counts(r)
 		return fmt.Sprintf("Zipf s=1.0 over %d keys × 16 KiB, %d warm-up requests, then %d measured, 16 clients; total cache memory ≈ 20 %% of the key space (%s per instance); "+
 			"objects/node sampled every second of the measured requests; ideal bound: the popularity share of the N most popular keys (N the objects held), less their first-time requests in the measured window",
 			steadyKeys, w, m, mib(steadyMemory))
 	},
 	metrics: []string{"hit ratio", "ideal bound", "objects/node", "p99 ms", "req/s", "CPU µs/req"},
-	run:     runSteady,
+	run:     steady.run,
 }
 
-func steadyCounts(r *runner) (warm, measure int) {
-	if r.quick {
-		return steadyWarm / 10, steadyMeasure / 10
+// S2's workload and budget, warmed with as many requests as S2 measures;
+// and a workload of misses only (uniform over more keys than it asks
+// for) once the caches are full. Neither is in the default list: they say
+// where S2's cost from cold comes from (-scenarios S2w,S2m).
+var (
+	s2Warmed = warmed{keys: 100000, warm: 150000, measure: 150000, dist: "zipf:1.0", memory: s2Memory}
+	s2Misses = warmed{keys: 5000000, warm: 30000, measure: 60000, dist: "uniform", memory: s2Memory}
+)
+
+var (
+	s2WarmedScenario = s2Warmed.scenario("S2w", "S2 warmed",
+		"S2's workload (Zipf s=1.0 over %d keys × 16 KiB, 16 clients, %s per instance): %d warm-up requests, then %d measured; objects/node sampled every second of the measured requests")
+	s2MissesScenario = s2Misses.scenario("S2m", "misses once the caches are full",
+		"Uniform over %d keys × 16 KiB, 16 clients, %s per instance: %d warm-up requests (more than the caches hold), then %d measured, nearly all misses: the cost of a fill that evicts")
+)
+
+// scenario is the warmed workload as a scenario; workload is its
+// description, given the keys, the memory per instance and the request
+// counts.
+func (spec warmed) scenario(id, title, workload string) scenario {
+	return scenario{
+		id: id, title: title,
+		workload: func(r *runner) string {
+			w, m := spec.counts(r)
+			return fmt.Sprintf(workload, spec.keys, mib(spec.memory), w, m)
+		},
+		metrics: []string{"hit ratio", "objects/node", "p99 ms", "req/s", "CPU µs/req"},
+		run:     spec.run,
 	}
-	return steadyWarm, steadyMeasure
 }
 
-func runSteady(ctx context.Context, r *runner) ([]measurement, error) {
+func (spec warmed) run(ctx context.Context, r *runner) ([]measurement, error) {
 	var out []measurement
-	warm, measure := steadyCounts(r)
+	warm, measure := spec.counts(r)
 	for _, sys := range systems {
 		fmt.Fprintf(r.log, "   %s\n", sys.name)
-		err := withSystem(ctx, r, sys, steadyMemory, func(in *instance) error {
-			zipf := func(n, seed int) (*loadResult, error) {
-				return r.load(ctx, in.targets, "--dist", "zipf:1.0", "--keys", strconv.Itoa(steadyKeys), "--size", "16KiB", "-c", "16",
+		err := withSystem(ctx, r, sys, spec.memory, func(in *instance) error {
+			load := func(n, seed int) (*loadResult, error) {
+				return r.load(ctx, in.targets, "--dist", spec.dist, "--keys", strconv.Itoa(spec.keys), "--size", "16KiB", "-c", "16",
 					"-n", strconv.Itoa(n), "-d", "0", "--seed", strconv.Itoa(seed))
 			}
-			if _, err := zipf(warm, 41); err != nil {
+			if _, err := load(warm, 41); err != nil {
 				return err
 			}
 			o0, err := r.originRequests()
@@ -60,7 +103,7 @@ func runSteady(ctx context.Context, r *runner) ([]measurement, error) {
 			}
 			u0 := usageOf(in.serving)
 			held := sampleObjects(ctx, sys, in)
-			res, err := zipf(measure, 42)
+			res, err := load(measure, 42)
 			perNode := held()
 			if err != nil {
 				return err
@@ -70,14 +113,14 @@ func runSteady(ctx context.Context, r *runner) ([]measurement, error) {
 			if err != nil {
 				return err
 			}
-			bound := math.NaN()
-			if perNode > 0 {
-				bound = zipfBound(steadyKeys, int(perNode*float64(len(in.targets))), warm, measure)
-			}
-			out = append(out, measurement{System: sys.name, OriginReqs: o1 - o0, HitRatio: res.HitRatio, IdealBound: bound,
+			m := measurement{System: sys.name, OriginReqs: o1 - o0, HitRatio: res.HitRatio, IdealBound: math.NaN(),
 				P50: res.LatencyMs.P50, P99: res.LatencyMs.P99, ReqPerSec: res.PerSecond, CPUPerReqUs: cpu,
-				Errors: sumErrors(res), Runs: 1, ObjsPerNode: perNode,
-				Note: fmt.Sprintf("bound %.3f for %.0f objects held in all; %s", bound, perNode*float64(len(in.targets)), errorKinds(res))})
+				Errors: sumErrors(res), Runs: 1, ObjsPerNode: perNode, Note: errorKinds(res)}
+			if spec.bound && perNode > 0 {
+				m.IdealBound = zipfBound(spec.keys, int(perNode*float64(len(in.targets))), warm, measure)
+				m.Note = fmt.Sprintf("bound %.3f for %.0f objects held in all; %s", m.IdealBound, perNode*float64(len(in.targets)), m.Note)
+			}
+			out = append(out, m)
 			return nil
 		})
 		if err != nil {
