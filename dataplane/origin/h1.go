@@ -84,10 +84,13 @@ type h1Conn struct {
 	idleAt time.Time
 
 	// The header timeout: timer sets the connection's read deadline in
-	// the past while awaiting is set, and records that it did.
+	// the past while awaiting is set and due has passed (a callback of an
+	// earlier wait that runs late finds its due not yet come), and
+	// records that it did.
 	timer    *time.Timer
 	mu       sync.Mutex
 	awaiting bool
+	due      time.Time
 	timedOut bool
 }
 
@@ -261,11 +264,15 @@ func (cn *h1Conn) Awaiting() {
 	cn.head.left = maxResponseHead
 	if cn.t.headerTimeout > 0 {
 		cn.mu.Lock()
-		cn.awaiting = true
+		cn.awaiting, cn.due = true, time.Now().Add(cn.t.headerTimeout)
 		cn.mu.Unlock()
 		cn.timer.Reset(cn.t.headerTimeout)
 	}
 }
+
+// Arrived is nothing to an origin connection: the header timeout bounds
+// the whole head.
+func (cn *h1Conn) Arrived() {}
 
 // Awaited lifts the bounds of the head. The exchange fails if the header
 // timeout fired, even once the head was read; a head that failed as the
@@ -293,7 +300,7 @@ func (cn *h1Conn) Awaited(err error) error {
 func (cn *h1Conn) headerTimedOut() {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	if cn.awaiting {
+	if cn.awaiting && !time.Now().Before(cn.due) {
 		cn.timedOut = true
 		cn.NC.SetReadDeadline(h1client.ALongTimeAgo)
 	}

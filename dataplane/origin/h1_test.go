@@ -135,6 +135,50 @@ func TestAConnectionTheOriginClosedWhileIdleIsNotAFailure(t *testing.T) {
 	}
 }
 
+// An origin that sends more than its answer's framing says (a body to a
+// HEAD, bytes past the Content-Length) is not trusted with another fill:
+// what it sent too much would be read as the next answer.
+func TestBytesPastAnAnswerRetireItsConnection(t *testing.T) {
+	addr, conns := rawOrigin(t, func(nc net.Conn) {
+		br := bufio.NewReader(nc)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			switch {
+			case req.Method == http.MethodHead:
+				io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+			case req.URL.Path == "/extra":
+				io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged")
+			default:
+				io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			}
+		}
+	})
+	c := New(Config{Default: mustURL(t, "http://"+addr)})
+	defer c.CloseIdle()
+	head := httptest.NewRequest(http.MethodHead, "http://shop.example/h", nil)
+	resp, err := c.Fetch(context.Background(), head, policy.Default, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, path := range []string{"/a", "/extra", "/b"} {
+		resp, err := fill(t, c, path)
+		if err != nil {
+			t.Fatalf("fill %s after an answer with bytes past it: %v", path, err)
+		}
+		if got := readAll(t, resp); got != "ok" {
+			t.Fatalf("fill %s: %q, want ok", path, got)
+		}
+	}
+	// The HEAD's and /extra's connections were retired; /a's carried /extra.
+	if n := conns.Load(); n != 3 {
+		t.Fatalf("%d connections, want 3", n)
+	}
+}
+
 // An answer's head over 64 KiB is refused, as net/http's transport
 // refuses it: a node holds no more of it than the bound.
 func TestAHeadOverTheBoundIsRefused(t *testing.T) {

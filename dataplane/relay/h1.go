@@ -42,7 +42,10 @@ func (c *Client) roundTripH1(req *http.Request) (*http.Response, error) {
 // timeout.
 func (cn *conn) Awaiting() { cn.probe.Reset(*cn.pools.probeAfter) }
 
-// Awaited stops the probe.
+// Arrived stops the probe: the peer answers.
+func (cn *conn) Arrived() { cn.probe.Stop() }
+
+// Awaited stops the probe, if the answer's first byte never came.
 func (cn *conn) Awaited(err error) error {
 	cn.probe.Stop()
 	return err

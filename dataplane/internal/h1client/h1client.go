@@ -47,16 +47,20 @@ type Keeper interface {
 	// WriteRequest writes the request's head to bw and flushes it.
 	WriteRequest(bw *bufio.Writer, req *http.Request) error
 	// Awaiting is called once the request is written, before the answer's
-	// header is read; Awaited as soon as the header is read or its read
-	// failed (a timer started, then stopped), with the read's error. What
-	// Awaited returns is the exchange's error: nil, it goes on.
+	// header is read; Arrived when its first byte came; Awaited as soon as
+	// the header is read or its read failed (a timer started, then
+	// stopped), with the read's error. What Awaited returns is the
+	// exchange's error: nil, it goes on.
 	Awaiting()
+	Arrived()
 	Awaited(err error) error
 	// End is called once as the exchange ends cleanly (an answer read
 	// whole, or whose body was already buffered when closed): reuse says
-	// the connection may carry another exchange. A body whose Read fails
-	// closes the connection and calls End(false). When Do fails, the
-	// connection is the caller's to close.
+	// the connection may carry another exchange (nothing follows the
+	// answer: a server that sent more than the answer's framing says is
+	// not trusted with another). A body whose Read fails, or that is
+	// closed before its end, closes the connection and calls End(false).
+	// When Do fails, the connection is the caller's to close.
 	End(reuse bool)
 }
 
@@ -78,14 +82,14 @@ func Do(ctx context.Context, cn *Conn, req *http.Request, k Keeper) (*http.Respo
 		trace.WroteHeaders()
 	}
 	k.Awaiting()
-	resp, err := readHeader(cn, req, trace)
+	resp, err := readHeader(cn, req, trace, k)
 	if err = k.Awaited(err); err != nil {
 		stop()
 		return nil, err
 	}
 	closeAfter := resp.Close || req.Close
 	if resp.Body == http.NoBody {
-		k.End(stop() && !closeAfter)
+		k.End(stop() && !closeAfter && cn.BR.Buffered() == 0)
 		return resp, nil
 	}
 	resp.Body = &body{rc: resp.Body, ctx: ctx, cn: cn, stop: stop, k: k, left: resp.ContentLength, closeAfter: closeAfter}
@@ -94,10 +98,11 @@ func Do(ctx context.Context, cn *Conn, req *http.Request, k Keeper) (*http.Respo
 
 // readHeader reads the answer's header, passing 1xx interim answers to
 // trace.
-func readHeader(cn *Conn, req *http.Request, trace *httptrace.ClientTrace) (*http.Response, error) {
+func readHeader(cn *Conn, req *http.Request, trace *httptrace.ClientTrace, k Keeper) (*http.Response, error) {
 	if _, err := cn.BR.Peek(1); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNothingBack, err)
 	}
+	k.Arrived()
 	if trace != nil && trace.GotFirstResponseByte != nil {
 		trace.GotFirstResponseByte()
 	}
@@ -125,7 +130,13 @@ func readHeader(cn *Conn, req *http.Request, trace *httptrace.ClientTrace) (*htt
 // connection back; closed before, it closes the connection, unless what
 // is left of it is already buffered.
 type body struct {
-	mu         sync.Mutex // held by Read; Close does not wait for it
+	mu sync.Mutex // held by Read; Close does not wait for it
+	// emu orders the end of the exchange against a Close that could not
+	// take mu: whichever comes first decides what becomes of the
+	// connection.
+	emu        sync.Mutex
+	closing    bool // Close is closing the connection under a Read
+	handedBack bool // the exchange ended: the connection is no longer the body's
 	rc         io.ReadCloser
 	ctx        context.Context
 	cn         *Conn
@@ -159,11 +170,16 @@ func (b *body) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// endLocked ends the exchange: clean, the connection may carry another.
+// endLocked ends the exchange: clean, the connection may carry another,
+// unless a Close is closing it meanwhile.
 func (b *body) endLocked(clean bool, err error) {
 	b.ended, b.err = true, err
+	b.emu.Lock()
+	clean = clean && !b.closing
+	b.handedBack = true
+	b.emu.Unlock()
 	if clean {
-		b.k.End(b.stop() && !b.closeAfter)
+		b.k.End(b.stop() && !b.closeAfter && b.cn.BR.Buffered() == 0)
 		return
 	}
 	b.stop()
@@ -172,9 +188,17 @@ func (b *body) endLocked(clean bool, err error) {
 }
 
 // Close ends the exchange. A Read running in another goroutine is ended
-// by closing the connection under it.
+// by closing the connection under it, unless that Read has just ended the
+// exchange (the connection may carry another already).
 func (b *body) Close() error {
 	if !b.mu.TryLock() {
+		b.emu.Lock()
+		if b.handedBack {
+			b.emu.Unlock()
+			return nil
+		}
+		b.closing = true
+		b.emu.Unlock()
 		b.cn.NC.Close() // the Read fails, and ends the exchange
 		return nil
 	}
