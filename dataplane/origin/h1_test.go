@@ -107,6 +107,21 @@ func rawOrigin(t testing.TB, serve func(net.Conn)) (addr string, conns *atomic.I
 	return l.Addr().String(), conns
 }
 
+// keepAliveOrigin is a rawOrigin that gives answer each request read on a
+// connection, in turn.
+func keepAliveOrigin(t testing.TB, answer func(nc net.Conn, req *http.Request)) (addr string, conns *atomic.Int64) {
+	return rawOrigin(t, func(nc net.Conn) {
+		br := bufio.NewReader(nc)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			answer(nc, req)
+		}
+	})
+}
+
 // An origin that closed an idle connection (a restart, its own idle
 // timeout) without saying so costs no failed fill: the request goes
 // again on a new connection.
@@ -139,21 +154,14 @@ func TestAConnectionTheOriginClosedWhileIdleIsNotAFailure(t *testing.T) {
 // HEAD, bytes past the Content-Length) is not trusted with another fill:
 // what it sent too much would be read as the next answer.
 func TestBytesPastAnAnswerRetireItsConnection(t *testing.T) {
-	addr, conns := rawOrigin(t, func(nc net.Conn) {
-		br := bufio.NewReader(nc)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			switch {
-			case req.Method == http.MethodHead:
-				io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
-			case req.URL.Path == "/extra":
-				io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged")
-			default:
-				io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			}
+	addr, conns := keepAliveOrigin(t, func(nc net.Conn, req *http.Request) {
+		switch {
+		case req.Method == http.MethodHead:
+			io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+		case req.URL.Path == "/extra":
+			io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged")
+		default:
+			io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		}
 	})
 	c := New(Config{Default: mustURL(t, "http://"+addr)})
@@ -176,6 +184,53 @@ func TestBytesPastAnAnswerRetireItsConnection(t *testing.T) {
 	// The HEAD's and /extra's connections were retired; /a's carried /extra.
 	if n := conns.Load(); n != 3 {
 		t.Fatalf("%d connections, want 3", n)
+	}
+}
+
+// Bytes an origin sends after an answer, once its connection is idle, are
+// nobody's answer: the connection is not used again, and no fill reads
+// them as its own.
+func TestBytesAfterAnAnswerNeverAnswerTheNextFill(t *testing.T) {
+	strayed, done := make(chan struct{}), make(chan struct{})
+	addr, conns := keepAliveOrigin(t, func(nc net.Conn, req *http.Request) {
+		io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		if req.URL.Path != "/then-stray" {
+			return
+		}
+		// Once the test has read the answer whole (its connection is
+		// idle in the pool), an answer nobody asked for.
+		select {
+		case <-strayed:
+		case <-done:
+			return
+		}
+		io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged")
+		select {
+		case strayed <- struct{}{}:
+		case <-done:
+		}
+	})
+	t.Cleanup(func() { close(done) }) // before the origin's own cleanup waits for it
+	c := New(Config{Default: mustURL(t, "http://"+addr)})
+	defer c.CloseIdle()
+	resp, err := fill(t, c, "/then-stray")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, resp); got != "ok" {
+		t.Fatalf("%q", got)
+	}
+	strayed <- struct{}{} // the connection is idle: now the stray answer
+	<-strayed
+	resp, err = fill(t, c, "/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, resp); got != "ok" {
+		t.Fatalf("the fill after a stray answer got %q, want its own ok", got)
+	}
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
 	}
 }
 
