@@ -92,12 +92,11 @@ type h1Conn struct {
 	peekBuf [1]byte
 
 	// The header timeout: timer sets the connection's read deadline in
-	// the past while awaiting is set and due has passed (a callback of an
-	// earlier wait that runs late finds its due not yet come), and
-	// records that it did.
+	// the past once due has passed while a head is awaited (due is zero
+	// otherwise; a callback of an earlier wait that runs late finds its
+	// due not yet come), and records that it did.
 	timer    *time.Timer
 	mu       sync.Mutex
-	awaiting bool
 	due      time.Time
 	timedOut bool
 }
@@ -307,7 +306,7 @@ func (cn *h1Conn) Awaiting() {
 	cn.head.left = maxResponseHead
 	if cn.t.headerTimeout > 0 {
 		cn.mu.Lock()
-		cn.awaiting, cn.due = true, time.Now().Add(cn.t.headerTimeout)
+		cn.due = time.Now().Add(cn.t.headerTimeout)
 		cn.mu.Unlock()
 		cn.timer.Reset(cn.t.headerTimeout)
 	}
@@ -331,7 +330,7 @@ func (cn *h1Conn) Awaited(err error) error {
 	cn.timer.Stop()
 	cn.mu.Lock()
 	timedOut := cn.timedOut
-	cn.awaiting = false
+	cn.due = time.Time{}
 	cn.mu.Unlock()
 	if timedOut {
 		return headerTimeoutError{}
@@ -343,7 +342,7 @@ func (cn *h1Conn) Awaited(err error) error {
 func (cn *h1Conn) headerTimedOut() {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	if cn.awaiting && !time.Now().Before(cn.due) {
+	if !cn.due.IsZero() && !time.Now().Before(cn.due) {
 		cn.timedOut = true
 		cn.NC.SetReadDeadline(h1client.ALongTimeAgo)
 	}

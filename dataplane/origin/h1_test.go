@@ -41,6 +41,16 @@ func fill(t *testing.T, c *Client, path string) (*http.Response, error) {
 	return c.Fetch(context.Background(), r, &policy.Policy{}, true, nil)
 }
 
+// fillBody fills path and returns the answer's body, read whole.
+func fillBody(t *testing.T, c *Client, path string) string {
+	t.Helper()
+	resp, err := fill(t, c, path)
+	if err != nil {
+		t.Fatalf("fill %s: %v", path, err)
+	}
+	return readAll(t, resp)
+}
+
 func readAll(t *testing.T, resp *http.Response) string {
 	t.Helper()
 	defer resp.Body.Close()
@@ -137,11 +147,7 @@ func TestAConnectionTheOriginClosedWhileIdleIsNotAFailure(t *testing.T) {
 	c := New(Config{Default: mustURL(t, "http://"+addr)})
 	defer c.CloseIdle()
 	for i := range 3 {
-		resp, err := fill(t, c, "/x")
-		if err != nil {
-			t.Fatalf("fill %d: %v", i, err)
-		}
-		if got := readAll(t, resp); got != "ok" {
+		if got := fillBody(t, c, "/x"); got != "ok" {
 			t.Fatalf("fill %d: %q", i, got)
 		}
 	}
@@ -173,12 +179,8 @@ func TestBytesPastAnAnswerRetireItsConnection(t *testing.T) {
 	}
 	resp.Body.Close()
 	for _, path := range []string{"/a", "/extra", "/b"} {
-		resp, err := fill(t, c, path)
-		if err != nil {
-			t.Fatalf("fill %s after an answer with bytes past it: %v", path, err)
-		}
-		if got := readAll(t, resp); got != "ok" {
-			t.Fatalf("fill %s: %q, want ok", path, got)
+		if got := fillBody(t, c, path); got != "ok" {
+			t.Fatalf("fill %s after an answer with bytes past it: %q, want ok", path, got)
 		}
 	}
 	// The HEAD's and /extra's connections were retired; /a's carried /extra.
@@ -213,20 +215,12 @@ func TestBytesAfterAnAnswerNeverAnswerTheNextFill(t *testing.T) {
 	t.Cleanup(func() { close(done) }) // before the origin's own cleanup waits for it
 	c := New(Config{Default: mustURL(t, "http://"+addr)})
 	defer c.CloseIdle()
-	resp, err := fill(t, c, "/then-stray")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := readAll(t, resp); got != "ok" {
+	if got := fillBody(t, c, "/then-stray"); got != "ok" {
 		t.Fatalf("%q", got)
 	}
 	strayed <- struct{}{} // the connection is idle: now the stray answer
 	<-strayed
-	resp, err = fill(t, c, "/b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := readAll(t, resp); got != "ok" {
+	if got := fillBody(t, c, "/b"); got != "ok" {
 		t.Fatalf("the fill after a stray answer got %q, want its own ok", got)
 	}
 	if n := conns.Load(); n != 2 {
@@ -318,11 +312,7 @@ func TestABodyClosedEarlyIsNotReadAsTheNextAnswer(t *testing.T) {
 	if n := conns.Load(); n != 2 {
 		t.Fatalf("%d connections, want 2", n)
 	}
-	resp, err := fill(t, c, "/small")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := readAll(t, resp); got != strings.Repeat("b", 10) {
+	if got := fillBody(t, c, "/small"); got != strings.Repeat("b", 10) {
 		t.Fatalf("after early closes: %q", got)
 	}
 }

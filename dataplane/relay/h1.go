@@ -40,7 +40,7 @@ func (c *Client) roundTripH1(req *http.Request) (*http.Response, error) {
 // asked whether it answers at all (health.go), so that a paused or
 // partitioned peer is noticed within seconds, not after the relay
 // timeout.
-func (cn *conn) Awaiting() { cn.probe.Reset(*cn.pools.probeAfter) }
+func (cn *conn) Awaiting() { cn.probe.Reset(cn.pools.probeAfter) }
 
 // Arrived stops the probe: the peer answers.
 func (cn *conn) Arrived() { cn.probe.Stop() }

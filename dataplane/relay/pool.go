@@ -37,10 +37,8 @@ type pools struct {
 	now     func() time.Time
 	// silent is called when an exchange on a connection to pc has
 	// waited probeAfter for the answer's first byte.
-	silent func(pc *peerConns)
-	// probeAfter is how long an answer's header is waited for before
-	// silent is called (the client's).
-	probeAfter *time.Duration
+	silent     func(pc *peerConns)
+	probeAfter time.Duration
 
 	mu    sync.Mutex
 	peers map[string]*peerConns
@@ -67,7 +65,7 @@ type conn struct {
 	probe  *time.Timer // runs silent while an answer is awaited too long
 }
 
-func newPools(max int, idleFor time.Duration, dial func(context.Context, string) (net.Conn, error), silent func(*peerConns), probeAfter *time.Duration) *pools {
+func newPools(max int, idleFor time.Duration, dial func(context.Context, string) (net.Conn, error), silent func(*peerConns)) *pools {
 	return &pools{max: max, idleFor: idleFor, dial: dial, silent: silent, probeAfter: probeAfter, now: time.Now, peers: map[string]*peerConns{}}
 }
 

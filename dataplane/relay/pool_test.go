@@ -187,7 +187,7 @@ func silentPeer(t *testing.T) string {
 func TestAPeerThatAnswersNothingIsProbedAndCutOff(t *testing.T) {
 	addr := silentPeer(t)
 	c := New(Config{PingTimeout: 50e6})
-	c.probeAfter = 20e6
+	c.pools.probeAfter = 20e6
 	defer c.Close()
 	ctx, cancel := context.WithCancel(context.Background()) // never ends by itself
 	defer cancel()
@@ -217,7 +217,7 @@ func TestASlowAnswerOfALivePeerIsWaitedFor(t *testing.T) {
 		io.WriteString(w, "slow")
 	}))
 	c := New(Config{PingTimeout: 10e9})
-	c.probeAfter = 20e6
+	c.pools.probeAfter = 20e6
 	if b, err := relayOnce(c, addr, "/slow"); err != nil || b != "slow" {
 		t.Fatalf("a slow answer: %q, %v", b, err)
 	}

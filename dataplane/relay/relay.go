@@ -132,8 +132,8 @@ type Client struct {
 	h2Only sync.Map // peer address -> struct{}
 	now    func() time.Time
 
-	pingTimeout, probeAfter time.Duration
-	probeFailed             atomic.Int64 // health probes a peer left unanswered
+	pingTimeout time.Duration
+	probeFailed atomic.Int64 // health probes a peer left unanswered
 
 	ctx    context.Context // ended by Close: health probes stop
 	cancel context.CancelFunc
@@ -156,7 +156,7 @@ func New(cfg Config) *Client {
 	}
 	dialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
 	dial := rawio.Dial(dialer)
-	c := &Client{scheme: "http", onConn: cfg.OnConn, now: time.Now, pingTimeout: cfg.PingTimeout, probeAfter: probeAfter}
+	c := &Client{scheme: "http", onConn: cfg.OnConn, now: time.Now, pingTimeout: cfg.PingTimeout}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.h2 = &http.Transport{
 		Protocols:   Protocols(false),
@@ -188,7 +188,7 @@ func New(cfg Config) *Client {
 	}
 	c.dialH1 = func(ctx context.Context, addr string) (net.Conn, error) { return dialH1(ctx, "tcp", addr) }
 	if cfg.MaxConnsPerPeer > 0 {
-		c.pools = newPools(cfg.MaxConnsPerPeer, cfg.IdleTimeout, c.dialH1, c.silent, &c.probeAfter)
+		c.pools = newPools(cfg.MaxConnsPerPeer, cfg.IdleTimeout, c.dialH1, c.silent)
 	}
 	c.rt = classes{c}
 	if cfg.Wrap != nil {

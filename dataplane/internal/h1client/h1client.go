@@ -18,6 +18,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -131,12 +132,10 @@ func readHeader(cn *Conn, req *http.Request, trace *httptrace.ClientTrace, k Kee
 // is left of it is already buffered.
 type body struct {
 	mu sync.Mutex // held by Read; Close does not wait for it
-	// emu orders the end of the exchange against a Close that could not
-	// take mu: whichever comes first decides what becomes of the
-	// connection.
-	emu        sync.Mutex
-	closing    bool // Close is closing the connection under a Read
-	handedBack bool // the exchange ended: the connection is no longer the body's
+	// state orders the end of the exchange against a Close that could not
+	// take mu: whichever moves it from open first decides what becomes of
+	// the connection.
+	state      atomic.Int32
 	rc         io.ReadCloser
 	ctx        context.Context
 	cn         *Conn
@@ -144,14 +143,20 @@ type body struct {
 	k          Keeper
 	left       int64 // bytes of a known length still to come; -1: unknown
 	closeAfter bool
-	ended      bool
-	err        error // what Read returns once ended
+	err        error // what Read returns once ended; set under mu
 }
+
+// A body's states.
+const (
+	bodyOpen    = iota
+	bodyClosing // Close is closing the connection under a Read
+	bodyEnded   // the exchange ended: the connection is no longer the body's
+)
 
 func (b *body) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.ended {
+	if b.state.Load() == bodyEnded {
 		return 0, b.err
 	}
 	n, err := b.rc.Read(p)
@@ -173,11 +178,10 @@ func (b *body) Read(p []byte) (int, error) {
 // endLocked ends the exchange: clean, the connection may carry another,
 // unless a Close is closing it meanwhile.
 func (b *body) endLocked(clean bool, err error) {
-	b.ended, b.err = true, err
-	b.emu.Lock()
-	clean = clean && !b.closing
-	b.handedBack = true
-	b.emu.Unlock()
+	b.err = err
+	if b.state.Swap(bodyEnded) == bodyClosing {
+		clean = false
+	}
 	if clean {
 		b.k.End(b.stop() && !b.closeAfter && b.cn.BR.Buffered() == 0)
 		return
@@ -192,18 +196,13 @@ func (b *body) endLocked(clean bool, err error) {
 // exchange (the connection may carry another already).
 func (b *body) Close() error {
 	if !b.mu.TryLock() {
-		b.emu.Lock()
-		if b.handedBack {
-			b.emu.Unlock()
-			return nil
+		if b.state.CompareAndSwap(bodyOpen, bodyClosing) {
+			b.cn.NC.Close() // the Read fails, and ends the exchange
 		}
-		b.closing = true
-		b.emu.Unlock()
-		b.cn.NC.Close() // the Read fails, and ends the exchange
 		return nil
 	}
 	defer b.mu.Unlock()
-	if b.ended {
+	if b.state.Load() == bodyEnded {
 		return nil
 	}
 	if b.left >= 0 && b.left <= int64(b.cn.BR.Buffered()) {
