@@ -48,6 +48,7 @@ type measurement struct {
 	P50, P99     float64 // ms
 	HitRatio     float64
 	OriginReqs   int64
+	Offload      float64 // S2s, S2w, S2m: the requests answered without the origin (-1: not read)
 	CPUPerReqUs  float64
 	WaitPerReqUs float64 // the serving processes' time waiting for a core (-1: not read)
 	MBPerSec     float64

@@ -42,6 +42,7 @@ var columns = map[string]struct {
 	"CPU µs/req":                  {func(m measurement) float64 { return m.CPUPerReqUs }, "%.0f"},
 	"core wait µs/req":            {func(m measurement) float64 { return m.WaitPerReqUs }, "%.0f"},
 	"hit ratio":                   {func(m measurement) float64 { return m.HitRatio }, "%.3f"},
+	"origin offload":              {func(m measurement) float64 { return m.Offload }, "%.3f"},
 	"origin requests":             {func(m measurement) float64 { return float64(m.OriginReqs) }, "%.0f"},
 	"origin requests caused":      {func(m measurement) float64 { return float64(m.OriginReqs) }, "%.0f"},
 	"MB/s":                        {func(m measurement) float64 { return m.MBPerSec }, "%.0f"},

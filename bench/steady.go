@@ -46,10 +46,11 @@ var steadyScenario = scenario{
 	workload: func(r *runner) string {
 		w, m := steady.counts(r)
 		return fmt.Sprintf("Zipf s=1.0 over %d keys × 16 KiB, %d warm-up requests, then %d measured, 16 clients; total cache memory ≈ 20 %% of the key space (%s per instance); "+
-			"objects/node sampled every second of the measured requests; ideal bound: the popularity share of the N most popular keys (N the objects held), less their first-time requests in the measured window",
+			"objects/node sampled every second of the measured requests; hit ratio read from the answers (X-Cache), origin offload from the origin's count (1 − origin requests ÷ requests); "+
+			"ideal bound: the popularity share of the N most popular keys (N the objects held), less their first-time requests in the measured window: the origin offload of a cache that holds exactly those",
 			steadyKeys, w, m, mib(steadyMemory))
 	},
-	metrics: []string{"hit ratio", "ideal bound", "objects/node", "p99 ms", "req/s", "CPU µs/req"},
+	metrics: []string{"hit ratio", "origin offload", "ideal bound", "objects/node", "p99 ms", "req/s", "CPU µs/req"},
 	run:     steady.run,
 }
 
@@ -79,7 +80,7 @@ func (spec warmed) scenario(id, title, workload string) scenario {
 			w, m := spec.counts(r)
 			return fmt.Sprintf(workload, spec.keys, mib(spec.memory), w, m)
 		},
-		metrics: []string{"hit ratio", "objects/node", "p99 ms", "req/s", "CPU µs/req"},
+		metrics: []string{"hit ratio", "origin offload", "objects/node", "p99 ms", "req/s", "CPU µs/req"},
 		run:     spec.run,
 	}
 }
@@ -113,7 +114,11 @@ func (spec warmed) run(ctx context.Context, r *runner) ([]measurement, error) {
 			if err != nil {
 				return err
 			}
-			m := measurement{System: sys.name, OriginReqs: o1 - o0, HitRatio: res.HitRatio, IdealBound: math.NaN(),
+			offload := -1.0
+			if res.Requests > 0 {
+				offload = 1 - float64(o1-o0)/float64(res.Requests)
+			}
+			m := measurement{System: sys.name, OriginReqs: o1 - o0, Offload: offload, HitRatio: res.HitRatio, IdealBound: math.NaN(),
 				P50: res.LatencyMs.P50, P99: res.LatencyMs.P99, ReqPerSec: res.PerSecond, CPUPerReqUs: cpu,
 				Errors: sumErrors(res), Runs: 1, ObjsPerNode: perNode, Note: errorKinds(res)}
 			if spec.bound && perNode > 0 {
