@@ -166,18 +166,23 @@ func mix(x uint64) uint64 {
 }
 
 // admitLocked applies TinyLFU's admission (Einziger et al.) once the tier
-// is full: a new object is stored only if it is asked for at least as often
-// as the objects the next reclaim of its stripe would evict: those of the
+// is full: a new object is stored only if it is asked for more often than
+// the objects the next reclaim of its stripe would evict: those of the
 // stripe's oldest segment that it would not rewrite forward (not read since
 // written), the most asked for of all of them or of a sample of 8, counted
 // again every second. So a scan of objects asked for once passes through
-// a full tier without evicting what its clients keep asking for. st.mu is
-// held.
+// a full tier without evicting what its clients keep asking for. A tie
+// is refused, as in TinyLFU: admitted, it would trade one object for
+// another asked for as often at the cost of a write, and shorten the
+// time every object has to be read before its segment is reclaimed (on
+// S2s's workload, 14 % more disk writes and a third more rewrites for
+// the same hit ratio). Counts halve every period, so a tie does not hold
+// an object out for long. st.mu is held.
 func (s *Store) admitLocked(st *stripe, h uint64) bool {
 	if s.freq == nil || s.disk.growing() {
 		return true
 	}
-	return s.freq.EstimateHash(freqKey(h)) >= st.victimFreqLocked(s.freq.EstimateHash)
+	return s.freq.EstimateHash(freqKey(h)) > st.victimFreqLocked(s.freq.EstimateHash)
 }
 
 // victimSet is what a stripe's next reclaim would evict, found again when

@@ -30,9 +30,11 @@ func TestMain(m *testing.M) {
 }
 
 // crashConfig is the store the crash test's writer and reader open: small
-// segments, so that reclaims and runs happen within a few fills.
+// segments, so that reclaims and runs happen within a few fills, and no
+// admission, so that every fill is written (the writer asks for no key
+// more often than another).
 func crashConfig(dir string, sync bool) Config {
-	return Config{Dir: dir, DiskBytes: 8 << 20, MemoryBytes: 4 << 20, MemoryMaxObject: 32 << 10, ProbationBytes: -1,
+	return Config{Dir: dir, DiskBytes: 8 << 20, MemoryBytes: 4 << 20, MemoryMaxObject: 32 << 10, ProbationBytes: -1, AdmissionPeriod: -1,
 		Sync: sync, CheckpointPeriod: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
 }
 

@@ -105,8 +105,8 @@ func (d *disk) hasFree() bool {
 // stripe would evict. When every object of the oldest segment was read
 // since it was written, the reclaim still evicts those past its rewrite
 // budget (three quarters of a segment), the least asked for of them: a
-// new object asked for less often than they are is refused, one asked for
-// more often is stored. (The admission once looked only at the unread
+// new object asked for less often than they are, or as often, is refused;
+// one asked for more often is stored. (The admission once looked only at the unread
 // objects, found none, and stored anything, for the reclaim to evict an
 // object asked for more often in its place.)
 func TestAdmissionWeighsTheReadObjectsAReclaimWouldEvict(t *testing.T) {
@@ -145,7 +145,7 @@ func TestAdmissionWeighsTheReadObjectsAReclaimWouldEvict(t *testing.T) {
 		key  string
 		uses int
 		want bool
-	}{{"new", 2, false}, {"newer", 12, true}} {
+	}{{"new", 2, false}, {"tied", 5, false}, {"newer", 12, true}} {
 		st := d.stripeOf(keyHash(c.key))
 		st.mu.Lock()
 		st.victimCache = victimSet{}
