@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -451,5 +452,24 @@ func BenchmarkFill(b *testing.B) {
 			// The origin's CPU is in it too, the same in both.
 			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
+	}
+}
+
+// A status under 100 is no interim answer: taken for one, its body would
+// be read as the answer. The fill fails instead (net/http would return it
+// as a final answer of that status, body and all).
+func TestAStatusUnder100IsNoInterimAnswer(t *testing.T) {
+	forged := "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
+	addr, _ := keepAliveOrigin(t, func(nc net.Conn, req *http.Request) {
+		io.WriteString(nc, "HTTP/1.1 099 Odd\r\nContent-Length: "+strconv.Itoa(len(forged))+"\r\n\r\n"+forged)
+	})
+	c := New(Config{Default: mustURL(t, "http://"+addr)})
+	defer c.CloseIdle()
+	resp, err := fill(t, c, "/x")
+	if err == nil {
+		t.Fatalf("a 099 answer: status %d, body %q; want the fill to fail", resp.StatusCode, readAll(t, resp))
+	}
+	if !strings.Contains(err.Error(), "status 099") {
+		t.Fatalf("a 099 answer: %v; want an error naming the status", err)
 	}
 }

@@ -116,6 +116,12 @@ func readHeader(cn *Conn, req *http.Request, trace *httptrace.ClientTrace, k Kee
 		if code >= 200 {
 			return resp, nil
 		}
+		if code < 100 {
+			// No such status. Taken for an interim answer, its body would
+			// be read as the answer (net/http returns it as final, body
+			// included): refused instead.
+			return nil, fmt.Errorf("malformed answer: status %03d", code)
+		}
 		if code == http.StatusSwitchingProtocols {
 			return nil, errors.New("the server switched protocols unasked")
 		}
