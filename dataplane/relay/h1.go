@@ -30,7 +30,11 @@ func (c *Client) roundTripH1(req *http.Request) (*http.Response, error) {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, fmt.Errorf("%w (%w)", cerr, err)
 		}
-		if !errors.Is(err, h1client.ErrNothingBack) || !cn.Reused || attempt > 0 {
+		// Nothing back on a reused connection is a peer that closed it
+		// while idle: sent again once, on a new one. Not when the health
+		// probe cut it: the peer is silent, and a new connection would
+		// only wait for a second probe.
+		if !errors.Is(err, h1client.ErrNothingBack) || !cn.Reused || cn.cut.Load() || attempt > 0 {
 			return nil, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/internal/h1client"
@@ -63,6 +64,9 @@ type conn struct {
 	peer   *peerConns
 	idleAt time.Time   // when it was last returned to the pool
 	probe  *time.Timer // runs silent while an answer is awaited too long
+	// cut says closeAll closed it: the peer was found silent, so an
+	// exchange that failed on it is not sent again (roundTripH1).
+	cut atomic.Bool
 }
 
 func newPools(max int, idleFor time.Duration, dial func(context.Context, string) (net.Conn, error), silent func(*peerConns)) *pools {
@@ -168,6 +172,7 @@ func (p *pools) closeAll(pc *peerConns) {
 	pc.idle = nil
 	p.mu.Unlock()
 	for _, c := range all {
+		c.cut.Store(true)
 		c.NC.Close()
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -154,10 +155,17 @@ func TestANewConnectionClosedUnansweredIsAFailure(t *testing.T) {
 // silentPeer accepts connections (as a paused process's kernel does) and
 // reads what comes, answering nothing.
 func silentPeer(t *testing.T) string {
+	return rawPeer(t, func(nc net.Conn) { io.Copy(io.Discard, nc) })
+}
+
+// rawPeer is a listener that gives each connection it accepts to serve,
+// in a goroutine of its own, and closes them all at the test's end.
+func rawPeer(t *testing.T, serve func(nc net.Conn)) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var mu sync.Mutex
 	var conns []net.Conn
 	done := make(chan struct{})
 	go func() {
@@ -167,13 +175,17 @@ func silentPeer(t *testing.T) string {
 			if err != nil {
 				return
 			}
+			mu.Lock()
 			conns = append(conns, nc)
-			go io.Copy(io.Discard, nc)
+			mu.Unlock()
+			go serve(nc)
 		}
 	}()
 	t.Cleanup(func() {
 		l.Close()
 		<-done
+		mu.Lock()
+		defer mu.Unlock()
 		for _, nc := range conns {
 			nc.Close()
 		}
@@ -200,6 +212,43 @@ func TestAPeerThatAnswersNothingIsProbedAndCutOff(t *testing.T) {
 	}
 	if f := c.breaker(addr).failures.Load(); f != 1 {
 		t.Fatalf("%d failures counted against the peer, want 1", f)
+	}
+}
+
+// The same on a reused connection: the exchange the probe cut off is not
+// sent again on a new connection, which would only wait for a second
+// probe (a reused connection's exchange that got nothing back is sent
+// again once, as one the peer closed while idle would be).
+func TestAnExchangeTheProbeCutOffIsNotSentAgain(t *testing.T) {
+	var silent atomic.Bool
+	addr := rawPeer(t, func(nc net.Conn) {
+		br := bufio.NewReader(nc)
+		for {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			if silent.Load() { // reads on, answers nothing
+				io.Copy(io.Discard, br)
+				return
+			}
+			io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	c := New(Config{PingTimeout: 50e6})
+	c.pools.probeAfter = 20e6
+	defer c.Close()
+	if b, err := relayOnce(c, addr, "/x"); err != nil || b != "ok" {
+		t.Fatalf("the first exchange: %q, %v", b, err)
+	}
+	silent.Store(true)
+	ctx, cancel := context.WithCancel(context.Background()) // never ends by itself
+	defer cancel()
+	_, err := c.Forward(ctx, addr, httptest.NewRequest("GET", "/y", nil), http.Header{hop.Marker: {"a"}})
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("relay on a reused connection to a peer gone silent: %v (context: %v); want a failure the probe caused", err, ctx.Err())
+	}
+	if n := c.probeFailed.Load(); n != 1 {
+		t.Fatalf("%d failed probes, want 1: the exchange was sent again after the probe cut it off", n)
 	}
 }
 
