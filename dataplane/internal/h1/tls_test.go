@@ -56,17 +56,21 @@ func TestFilesAndTLSState(t *testing.T) {
 	if err := os.WriteFile(path, content, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var reads int
-	var state *tls.ConnectionState
+	// What the handler saw, sent once it returns: the client may have
+	// read the whole answer before then.
+	type seen struct {
+		reads int
+		state *tls.ConnectionState
+	}
+	handled := make(chan seen, 1)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		state = r.TLS
 		f, err := os.Open(path)
 		if err != nil {
 			panic(err)
 		}
 		defer f.Close()
 		body := &storedBody{f: f}
-		defer func() { reads = body.reads }()
+		defer func() { handled <- seen{body.reads, r.TLS} }()
 		w.Header().Set("Content-Length", fmt.Sprint(len(content)))
 		io.Copy(w, &io.LimitedReader{R: body, N: int64(len(content))})
 	})
@@ -96,6 +100,8 @@ func TestFilesAndTLSState(t *testing.T) {
 		if err != nil || !bytes.Equal(b, content) {
 			t.Fatalf("over TLS %v: read %d of %d bytes (%v)", overTLS, len(b), len(content), err)
 		}
+		got := <-handled
+		reads, state := got.reads, got.state
 		switch {
 		case !overTLS && (state != nil || reads != 0):
 			t.Errorf("plain: TLS state %v, %d reads of the file; want none (sendfile)", state, reads)
