@@ -343,8 +343,12 @@ func (c *conn) read(p []byte) (int, error) {
 	return c.nc.Read(p)
 }
 
-// readLine returns the next line of at most limit bytes (CRLF or LF ended,
-// without it) from the buffer, reading more as needed.
+// readLine returns the next line of at most limit bytes of a chunked
+// body's framing (CRLF ended, without it) from the buffer, reading more as
+// needed. A line ended by a bare LF, or holding a control byte other than
+// a tab (a CR, a NUL), is errBadChunk: a server or proxy before this one
+// may end the line elsewhere, and read another body (RFC 9112 7.1; net/http
+// refuses the same).
 func (c *conn) readLine(limit int) ([]byte, error) {
 	for {
 		for i := c.r; i < c.w; i++ {
@@ -352,8 +356,15 @@ func (c *conn) readLine(limit int) ([]byte, error) {
 				line := c.buf[c.r:i]
 				c.r = i + 1
 				c.scan = max(c.scan, c.r)
-				if n := len(line); n > 0 && line[n-1] == '\r' {
-					line = line[:n-1]
+				n := len(line)
+				if n == 0 || line[n-1] != '\r' {
+					return nil, errBadChunk
+				}
+				line = line[:n-1]
+				for _, b := range line {
+					if b < ' ' && b != '\t' || b == 0x7f {
+						return nil, errBadChunk
+					}
 				}
 				return line, nil
 			}

@@ -323,6 +323,28 @@ func TestBodies(t *testing.T) {
 	if !strings.HasPrefix(got, "HTTP/1.1 400") || strings.Count(got, "HTTP/1.1") != 1 {
 		t.Errorf("malformed chunk: %q", got)
 	}
+	// Chunk framing lines end with CRLF and hold no control byte but a
+	// tab: a server or proxy before this one could end them elsewhere and
+	// frame another body (net/http refuses these too).
+	for name, chunks := range map[string]string{
+		"bare LF after the size":          "3\nabc\r\n0\r\n\r\n",
+		"bare LF after the data":          "3\r\nabc\n0\r\n\r\n",
+		"bare LF ending the trailer":      "3\r\nabc\r\n0\r\n\n",
+		"CR in an extension":              "3;a\rb\r\nabc\r\n0\r\n\r\n",
+		"NUL in an extension":             "3;\x00\r\nabc\r\n0\r\n\r\n",
+		"control byte in a trailer":       "3\r\nabc\r\n0\r\nX: \x01\r\n\r\n",
+		"bare CR at the end of a trailer": "3\r\nabc\r\n0\r\nX: y\r\r\n\r\n",
+	} {
+		got = exchange(t, addr, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"+chunks+"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+		if !strings.HasPrefix(got, "HTTP/1.1 400") || strings.Count(got, "HTTP/1.1") != 1 {
+			t.Errorf("%s: %q, want one 400", name, got)
+		}
+	}
+	// A tab in an extension is whitespace, allowed.
+	got = exchange(t, addr, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\t;a=b\r\nabc\r\n0\r\n\r\n")
+	if !strings.HasPrefix(got, "HTTP/1.1 200") || !strings.HasSuffix(got, "abc") {
+		t.Errorf("a chunk extension after a tab: %q", got)
+	}
 	// A body the client stops sending: the connection ends with it.
 	got = exchange(t, addr, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
 	if got != "" && !strings.HasPrefix(got, "HTTP/1.1 400") {
