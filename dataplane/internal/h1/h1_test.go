@@ -230,6 +230,10 @@ func TestFraming(t *testing.T) {
 		case "/short":
 			w.Header().Set("Content-Length", "10")
 			io.WriteString(w, "abc")
+		case "/switched": // as an origin that switched protocols unasked
+			w.Header().Set("Upgrade", "h2c")
+			w.WriteHeader(101)
+			io.WriteString(w, "tunnelled")
 		case "/early-hints":
 			w.Header().Set("Link", "</s.css>; rel=preload")
 			w.WriteHeader(103)
@@ -260,6 +264,13 @@ func TestFraming(t *testing.T) {
 	}
 	if got := exchange(t, addr, "GET /204 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); strings.Contains(got, "Content-Length") || strings.HasSuffix(got, "x") {
 		t.Errorf("204: %q", got)
+	}
+	// A 101: this server switches to no protocol, and a proxy before it
+	// would tunnel what follows. A 502, and the connection closes: the
+	// pipelined request after it is not served.
+	got := exchange(t, addr, "GET /switched HTTP/1.1\r\nHost: x\r\n\r\nGET /small HTTP/1.1\r\nHost: x\r\n\r\n")
+	if !strings.HasPrefix(got, "HTTP/1.1 502 ") || !strings.Contains(got, "Connection: close\r\n") || strings.Count(got, "HTTP/1.1 ") != 1 {
+		t.Errorf("a 101: %q, want one 502 and the connection closed", got)
 	}
 	// A body shorter than its length: the connection closes after it,
 	// though the request asked to keep it.

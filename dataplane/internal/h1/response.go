@@ -77,7 +77,8 @@ func (w *response) Header() http.Header { return w.header }
 func (w *response) Arrived() time.Time { return w.c.arrived }
 
 // WriteHeader sets the answer's status (a 1xx other than 101 is sent at
-// once, as an interim answer, with the header fields set so far).
+// once, as an interim answer, with the header fields set so far; a 101 is
+// a 502).
 func (w *response) WriteHeader(code int) {
 	if code < 100 || code > 999 {
 		panic("h1: invalid WriteHeader code " + strconv.Itoa(code))
@@ -85,7 +86,17 @@ func (w *response) WriteHeader(code int) {
 	if w.committed || w.status != 0 {
 		return
 	}
-	if code < 200 && code != http.StatusSwitchingProtocols {
+	if code == http.StatusSwitchingProtocols {
+		// This server switches to no other protocol (there is no
+		// Hijack): a 101 sent on, from an origin that switched unasked,
+		// would have a proxy before the node pass later bytes through as
+		// a tunnel, unchecked, while this server reads them as requests.
+		// It is answered as a bad gateway, and the connection closed.
+		code = http.StatusBadGateway
+		w.c.closing = true
+		delete(w.header, "Upgrade")
+	}
+	if code < 200 {
 		w.interim(code)
 		return
 	}
