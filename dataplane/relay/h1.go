@@ -26,15 +26,15 @@ func (c *Client) roundTripH1(req *http.Request) (*http.Response, error) {
 		if err == nil {
 			return resp, nil
 		}
-		c.pools.discard(cn)
+		held := c.pools.discard(cn)
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, fmt.Errorf("%w (%w)", cerr, err)
 		}
 		// Nothing back on a reused connection is a peer that closed it
 		// while idle: sent again once, on a new one. Not when the health
-		// probe cut it: the peer is silent, and a new connection would
-		// only wait for a second probe.
-		if !errors.Is(err, h1client.ErrNothingBack) || !cn.Reused || cn.cut.Load() || attempt > 0 {
+		// probe cut it off (the pool no longer held it): the peer is
+		// silent, and a new connection would only wait for a second probe.
+		if !errors.Is(err, h1client.ErrNothingBack) || !cn.Reused || !held || attempt > 0 {
 			return nil, err
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/shardcache/shardcache/dataplane/internal/h1client"
@@ -64,9 +63,6 @@ type conn struct {
 	peer   *peerConns
 	idleAt time.Time   // when it was last returned to the pool
 	probe  *time.Timer // runs silent while an answer is awaited too long
-	// cut says closeAll closed it: the peer was found silent, so an
-	// exchange that failed on it is not sent again (roundTripH1).
-	cut atomic.Bool
 }
 
 func newPools(max int, idleFor time.Duration, dial func(context.Context, string) (net.Conn, error), silent func(*peerConns)) *pools {
@@ -148,14 +144,18 @@ func (p *pools) put(c *conn) {
 	p.mu.Unlock()
 }
 
-// discard closes a connection that cannot carry another exchange.
-func (p *pools) discard(c *conn) {
+// discard closes a connection that cannot carry another exchange. It
+// reports whether the pool still held it: false when closeAll cut it off
+// first (its peer found silent).
+func (p *pools) discard(c *conn) (held bool) {
 	p.mu.Lock()
+	_, held = c.peer.conns[c]
 	delete(c.peer.conns, c)
 	p.mu.Unlock()
 	if c.NC != nil {
 		c.NC.Close()
 	}
+	return held
 }
 
 // closeAll closes every connection to pc, busy ones included: their
@@ -172,7 +172,6 @@ func (p *pools) closeAll(pc *peerConns) {
 	pc.idle = nil
 	p.mu.Unlock()
 	for _, c := range all {
-		c.cut.Store(true)
 		c.NC.Close()
 	}
 }
