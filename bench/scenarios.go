@@ -200,9 +200,15 @@ func (r *runner) loadHits(ctx context.Context, targets []string, keys int) (*loa
 		return nil, err
 	}
 	if res.Requests > 0 {
-		res.HitRatio = 1 - float64(o1-o0)/float64(res.Requests)
+		res.HitRatio = offload(o1-o0, res.Requests)
 	}
 	return res, nil
+}
+
+// offload is the share of requests answered without the origin, from the
+// origin's count of what it served meanwhile; requests is not zero.
+func offload(origin, requests int64) float64 {
+	return 1 - float64(origin)/float64(requests)
 }
 
 // syncedShardcache is shardcache with every disk record fsynced before it

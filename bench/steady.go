@@ -114,11 +114,11 @@ func (spec warmed) run(ctx context.Context, r *runner) ([]measurement, error) {
 			if err != nil {
 				return err
 			}
-			offload := -1.0
+			off := -1.0
 			if res.Requests > 0 {
-				offload = 1 - float64(o1-o0)/float64(res.Requests)
+				off = offload(o1-o0, res.Requests)
 			}
-			m := measurement{System: sys.name, OriginReqs: o1 - o0, Offload: offload, HitRatio: res.HitRatio, IdealBound: math.NaN(),
+			m := measurement{System: sys.name, OriginReqs: o1 - o0, Offload: off, HitRatio: res.HitRatio, IdealBound: math.NaN(),
 				P50: res.LatencyMs.P50, P99: res.LatencyMs.P99, ReqPerSec: res.PerSecond, CPUPerReqUs: cpu,
 				Errors: sumErrors(res), Runs: 1, ObjsPerNode: perNode, Note: errorKinds(res)}
 			if spec.bound && perNode > 0 {
