@@ -117,6 +117,34 @@ func TestHostileRequests(t *testing.T) {
 			}
 		}
 	})
+	t.Run("targets that name no resource of the origin", func(t *testing.T) {
+		// Go's URL parser reads GET victim:80 as the opaque URL
+		// "victim:80": it was keyed apart from the "/" the origin was
+		// sent. CONNECT was passed to the origin, whose 2xx would have
+		// made a proxy in front tunnel what followed, unchecked.
+		before := len(o.requests())
+		for _, tc := range []struct{ line, status string }{
+			{"GET victim:80", "400"}, {"GET http:x", "400"}, {"GET mailto:a@b", "400"},
+			{"GET *", "400"}, {"OPTIONS *", "400"}, {"GET ftp://x/f", "400"},
+			{"GET http://user:secret@x/u", "400"}, {"CONNECT victim:443", "501"},
+		} {
+			got := raw(t, addr, tc.line+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+			if !strings.HasPrefix(got, "HTTP/1.1 "+tc.status+" ") || strings.Contains(got, "secret") {
+				t.Errorf("%s: answer %q, want %s naming the problem", tc.line, got, tc.status)
+			}
+		}
+		if seen := o.requests()[before:]; len(seen) != 0 {
+			t.Errorf("the origin saw %v", seen)
+		}
+		// An absolute URL with no path is "/", keyed as "/" is.
+		got := raw(t, addr, "GET http://x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		if !strings.HasPrefix(got, "HTTP/1.1 200 ") || !strings.Contains(got, "link=https://x/ ") {
+			t.Fatalf("GET http://x: %q", got)
+		}
+		if got := raw(t, addr, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); !strings.Contains(got, "\r\nX-Cache: HIT\r\n") {
+			t.Errorf("GET / after GET http://x: %q, want the same object, a hit", got)
+		}
+	})
 	t.Run("dot segments share the resource's key", func(t *testing.T) {
 		before := len(o.requests())
 		for _, p := range []string{"/dots/x", "/dots/y/../x", "/dots/./x", "/dots/%2e/x"} {

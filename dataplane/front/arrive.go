@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -41,9 +42,15 @@ func (f *Front) arrive(r *http.Request) (*policy.Policy, string, string, *refusa
 	return p, client, id, refused
 }
 
-// check is the part of arrive that may refuse the request: its host, its
-// path, its Connection, its Via.
+// check is the part of arrive that may refuse the request: its method and
+// target, its host, its path, its Connection, its Via.
 func (f *Front) check(r *http.Request) (*policy.Policy, *refusal) {
+	if r.Method == http.MethodConnect {
+		return nil, &refusal{http.StatusNotImplemented, "shardcache: CONNECT is not served: the node is a gateway to its origins, not a forward proxy"}
+	}
+	if msg := targetError(r.URL, r.RequestURI); msg != "" {
+		return nil, &refusal{http.StatusBadRequest, "shardcache: " + msg}
+	}
 	host, err := keyedHost(r.Host)
 	if err != nil {
 		return nil, &refusal{http.StatusBadRequest, "shardcache: " + err.Error()}
@@ -65,6 +72,30 @@ func (f *Front) check(r *http.Request) (*policy.Policy, *refusal) {
 		return nil, &refusal{http.StatusLoopDetected, "shardcache: " + loop}
 	}
 	return p, nil
+}
+
+// targetError names what keeps u, the URL of request target target, from
+// naming a resource of the node's origins, or is empty when nothing does.
+// The node serves origin-form targets and absolute-form http and https
+// URLs (RFC 9112 3.2); an absolute URL with an empty path is made "/". A
+// target a parser reads as something else (GET victim:80 is the opaque
+// URL "victim:80" to Go's parser) would be keyed apart from the path the
+// origin is sent, and the asterisk-form asks about the server, not a
+// resource, so nginx refuses both; so does the node.
+func targetError(u *url.URL, target string) string {
+	switch {
+	case u.Opaque != "" || u.Path == "" && u.Scheme == "" || u.Path != "" && u.Path[0] != '/' && u.Path != "*":
+		return "the request target " + quote(target) + " is neither a path nor an http URL"
+	case u.Path == "*":
+		return "the request target * (asterisk-form) asks about the server as a whole; the node answers for its origins' resources only: ask OPTIONS of a path"
+	case u.Scheme != "" && u.Scheme != "http" && u.Scheme != "https":
+		return "the request target's scheme " + quote(u.Scheme) + " is not http or https"
+	case u.User != nil:
+		return "the request target names a user (userinfo); an http URL carries none (RFC 9110 4.2.4)"
+	case u.Path == "":
+		u.Path = "/"
+	}
+	return ""
 }
 
 // keyedHost is a Host field as the cache keys it and sends it on: lower
