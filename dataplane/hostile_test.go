@@ -145,6 +145,37 @@ func TestHostileRequests(t *testing.T) {
 			t.Errorf("GET / after GET http://x: %q, want the same object, a hit", got)
 		}
 	})
+	t.Run("a port in Host is neither keyed nor sent on", func(t *testing.T) {
+		// The key leaves the port out; the origin was sent it (in
+		// X-Forwarded-Host, Forwarded, and Host under origin_host
+		// client), so links an origin built from it were served from the
+		// cache to every client of the host.
+		got := raw(t, addr, "GET /port/page HTTP/1.1\r\nHost: victim.example:1337\r\nConnection: close\r\n\r\n")
+		if !strings.HasPrefix(got, "HTTP/1.1 200 ") || strings.Contains(got, "1337") {
+			t.Fatalf("the origin was sent the port: %q", got)
+		}
+		got = raw(t, addr, "GET /port/page HTTP/1.1\r\nHost: victim.example\r\nConnection: close\r\n\r\n")
+		if !strings.Contains(got, "\r\nX-Cache: HIT\r\n") || !strings.Contains(got, "link=https://victim.example/port/page ") {
+			t.Errorf("another client of the host: %q, want the same object, a hit", got)
+		}
+	})
+	t.Run("a dot segment with a parameter", func(t *testing.T) {
+		// Tomcat, Jetty and Spring read /static/..;/account as /account:
+		// keyed under /static/, a signed-in client's page would be stored
+		// where an attacker reads it.
+		before := len(o.requests())
+		for _, p := range []string{"/static/..;/account", "/static/.;x/a", "/a/%2e%2e;/b"} {
+			if got := raw(t, addr, "GET "+p+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 400 ") {
+				t.Errorf("GET %s: answer %q, want 400", p, firstLine(got))
+			}
+		}
+		if seen := o.requests()[before:]; len(seen) != 0 {
+			t.Errorf("the origin saw %v", seen)
+		}
+		if resp, _ := do(t, "GET", base+"/a/b;v=1/..x;y"); resp.StatusCode != 200 {
+			t.Errorf("parameters on other segments: %d, want 200", resp.StatusCode)
+		}
+	})
 	t.Run("dot segments share the resource's key", func(t *testing.T) {
 		before := len(o.requests())
 		for _, p := range []string{"/dots/x", "/dots/y/../x", "/dots/./x", "/dots/%2e/x"} {

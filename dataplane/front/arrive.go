@@ -57,13 +57,16 @@ func (f *Front) check(r *http.Request) (*policy.Policy, *refusal) {
 	}
 	r.Host = host
 	if strings.Contains(r.URL.Path, "/.") {
+		if paramDotSegment(r.URL.Path) {
+			return nil, &refusal{http.StatusBadRequest, "shardcache: a path segment is a dot segment with a parameter (\"..;\" or \".;\"), which some origins (Tomcat, Jetty, Spring) resolve as \"..\" and \".\": the key would name another resource than the origin serves"}
+		}
 		p, ok := removeDotSegments(r.URL.Path)
 		if !ok {
 			return nil, &refusal{http.StatusBadRequest, "shardcache: the path climbs above the root"}
 		}
 		r.URL.Path, r.URL.RawPath = p, ""
 	}
-	p := f.cfg.Policies.Load().Match(host, r.URL.Path)
+	p := f.cfg.Policies.Load().Match(policy.Host(r), r.URL.Path) // by name: a policy's hosts carry no port, nor does the key
 	if named := removeHopByHop(r.Header, p); named != "" {
 		return nil, &refusal{http.StatusBadRequest, "shardcache: Connection names " + named +
 			", a field the cache reads: a hop-by-hop field must not be one the request is keyed or forwarded by"}
@@ -98,17 +101,14 @@ func targetError(u *url.URL, target string) string {
 	return ""
 }
 
-// keyedHost is a Host field as the cache keys it and sends it on: lower
-// case, without a trailing dot, its port (which the key leaves out) kept
-// when it is a number, so that an origin building links for the node the
-// client reached builds them right. A port that is not a number is
-// refused: it is no port, and an origin building links from the Host
-// would put it in them for every client sharing the key.
+// keyedHost is a Host field as the node keeps it: lower case, without a
+// trailing dot, its port kept when it is a number (for logs and a PURGE's
+// URL); one that is not a number is refused. The key leaves the port out,
+// so the origin is never sent it either (hop.SentHost): an origin building
+// links from the Host would otherwise put a port a client chose in the
+// answer every client sharing the key is served.
 func keyedHost(h string) (string, error) {
-	host, port := h, ""
-	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.HasSuffix(h, "]") {
-		host, port = h[:i], h[i+1:]
-	}
+	host, port := hop.SplitPort(h)
 	if len(port) > 5 {
 		return "", errBadPort(h)
 	}
@@ -338,9 +338,10 @@ func (f *Front) forwardedFor(r *http.Request) (string, string) {
 		f.ids.put(&idBuf)
 		newID = idBuf[:]
 	}
+	fwdHost := hop.SentHost(r.Host)
 	elem := "for=" + node + ";proto=" + scheme + string(newID)
-	if r.Host != "" {
-		elem = "for=" + node + ";host=" + forwardedValue(r.Host) + ";proto=" + scheme + string(newID)
+	if fwdHost != "" {
+		elem = "for=" + node + ";host=" + forwardedValue(fwdHost) + ";proto=" + scheme + string(newID)
 	}
 	cut := len(elem) - len(newID)
 	elem, id := elem[:cut], elem[cut:]
@@ -351,7 +352,7 @@ func (f *Front) forwardedFor(r *http.Request) (string, string) {
 	}
 	h["Forwarded"] = vals[1:2:2]
 	if len(h["X-Forwarded-Host"]) == 0 { // kept from a trusted proxy, else dropped above
-		vals[3] = r.Host
+		vals[3] = fwdHost
 		h["X-Forwarded-Host"] = vals[3:4:4]
 	}
 	if len(h["X-Forwarded-Proto"]) == 0 {
@@ -400,6 +401,18 @@ func rewriteField(k string) bool {
 		k = textproto.CanonicalMIMEHeaderKey(strings.ReplaceAll(k, "_", "-"))
 	}
 	return rewriteFields[k] || strings.HasPrefix(k, "X-Forwarded-")
+}
+
+// paramDotSegment reports whether a segment of path p is "." or ".."
+// followed by a parameter (";..."): /static/..;/account is /account to
+// Tomcat, /static/..;/account to the key and the policy.
+func paramDotSegment(p string) bool {
+	for seg := range strings.SplitSeq(p, "/") {
+		if before, _, found := strings.Cut(seg, ";"); found && (before == "." || before == "..") {
+			return true
+		}
+	}
+	return false
 }
 
 // removeDotSegments resolves "." and ".." segments in an absolute path
