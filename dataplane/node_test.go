@@ -413,10 +413,16 @@ func metricValue(t *testing.T, n *Node, name string, labels ...string) float64 {
 // pathOwnedBy finds a path under prefix whose key the ring gives to owner.
 func pathOwnedBy(t *testing.T, e *pb.RingEpoch, prefix, owner string) string {
 	t.Helper()
+	return hostPathOwnedBy(t, e, "127.0.0.1", prefix, owner)
+}
+
+// hostPathOwnedBy is pathOwnedBy for requests naming host.
+func hostPathOwnedBy(t *testing.T, e *pb.RingEpoch, host, prefix, owner string) string {
+	t.Helper()
 	r := mustRing(t, e)
 	for i := range 10000 {
 		p := fmt.Sprintf("%sk%d", prefix, i)
-		if r.Owner("http127.0.0.1"+p).ID == owner {
+		if r.Owner("http"+host+p).ID == owner {
 			return p
 		}
 	}

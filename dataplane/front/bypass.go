@@ -6,6 +6,7 @@ import (
 	"net/http/httptrace"
 	"time"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/internal/wait"
@@ -62,6 +63,7 @@ func (f *Front) bypass(w http.ResponseWriter, req *owner.Request, reason string)
 	f.cfg.Metrics.OriginReqs.WithLabelValues("bypass", metrics.StatusClass(resp.StatusCode)).Inc()
 	f.cfg.Metrics.Totals.OriginRequests.Add(1) // origin traffic, for the offload figure
 	httpcache.RemoveHopByHop(resp.Header)
+	hop.Strip(resp.Header, nil) // the node's internal fields are its own, never an origin's
 	reply.CopyHeader(w.Header(), resp.Header)
 	w.Header().Set("X-Cache", httpcache.CacheBypass)
 	m.Status = resp.StatusCode

@@ -38,9 +38,13 @@ func (f *fill) admit() {
 		return
 	}
 	if resp.StatusCode == http.StatusNotModified && f.stale != nil {
-		e := f.refreshed()
-		f.settle(&fillShare{e: e, status: httpcache.CacheRevalidated})
-		f.then = leadAnswer{kind: answerEntry, e: e, status: httpcache.CacheRevalidated}
+		answer, kept := f.refreshed()
+		if kept != nil {
+			f.settle(&fillShare{e: kept, status: httpcache.CacheRevalidated, req: f.r.Header})
+		} else {
+			f.settle(nil) // nothing stored: each waiting request asks on its own
+		}
+		f.then = leadAnswer{kind: answerEntry, e: answer, status: httpcache.CacheRevalidated}
 		return
 	}
 	status := httpcache.CacheMiss
@@ -218,9 +222,16 @@ func (f *fill) settle(sh *fillShare) {
 
 // refreshed is the stale response updated by a 304 (RFC 9111 3.2 and
 // 4.3.4): the 304's header fields replace the stored ones, except those
-// describing the body, and freshness is computed anew. It is stored again;
-// when that fails the refreshed entry still answers this request.
-func (f *fill) refreshed() *store.Entry {
+// describing the body, and freshness is computed anew. answer is what this
+// request is answered with; kept is what is stored again and shared with
+// the requests waiting on this one, nil when nothing may be.
+//
+// The updated response is judged as a new one would be: a Set-Cookie the
+// 304 brings (an origin renewing this client's session) goes to this
+// client alone, never into what is stored; a 304 that makes the response
+// unstorable (no-store, private, Vary: *) removes what was stored. When
+// storing fails the refreshed entry still answers this request.
+func (f *fill) refreshed() (answer, kept *store.Entry) {
 	stale := f.stale
 	h := stale.Header.Clone()
 	for k, v := range f.resp.Header {
@@ -230,20 +241,36 @@ func (f *fill) refreshed() *store.Entry {
 		}
 		h[k] = v
 	}
-	lifetime, _ := StoreLifetime(f.p, f.r, stale.Status, h, f.received, 1<<62)
+	stored, cookie := h, false
+	lifetime, ok := StoreLifetime(f.p, f.r, stale.Status, h, f.received, 1<<62)
+	if !ok && len(f.resp.Header["Set-Cookie"]) > 0 {
+		stored, cookie = h.Clone(), true
+		delete(stored, "Set-Cookie")
+		lifetime, ok = StoreLifetime(f.p, f.r, stale.Status, stored, f.received, 1<<62)
+	}
 	if ref := f.req.Registry; ref != nil {
 		lifetime = ref.Lifetime(f.p)
 	}
-	meta := &store.Entry{Key: stale.Key, URL: stale.URL, Status: stale.Status, Header: h, Received: f.received,
+	meta := &store.Entry{Key: stale.Key, URL: stale.URL, Status: stale.Status, Header: stored, Received: f.received,
 		InitialAge: httpcache.InitialAge(h, f.requested, f.received), Lifetime: lifetime}
+	with := func(e *store.Entry, h http.Header) *store.Entry {
+		m := *e
+		m.Header, m.Received, m.InitialAge, m.Lifetime = h, meta.Received, meta.InitialAge, meta.Lifetime
+		return &m
+	}
+	if !ok {
+		f.cfg.Store.Delete(stale.Key)
+		return with(stale, h), nil
+	}
 	e, err := f.cfg.Store.Update(stale, meta)
 	if err != nil {
 		f.cfg.Logger.Warn("storing a revalidated response failed", "key", stale.Key, "err", err)
-		m := *stale
-		m.Header, m.Received, m.InitialAge, m.Lifetime = meta.Header, meta.Received, meta.InitialAge, meta.Lifetime
-		return &m
+		e = with(stale, stored)
 	}
-	return e
+	if cookie {
+		return with(e, h), e // this client's Set-Cookie, on what is stored
+	}
+	return e, e
 }
 
 // maxObject is the largest object stored under the request's policy.

@@ -78,6 +78,11 @@ func (s *serving) serveShare(sh *fillShare) bool {
 		s.originError(sh.code, sh.err, "origin unreachable")
 		return true
 	case sh.e != nil:
+		// The leader's variant, revalidated or served stale: only to a
+		// request its Vary fields select as well.
+		if !httpcache.SameVariant(httpcache.VaryFields(sh.e.Header), sh.req, s.r.Header) {
+			return false
+		}
 		s.reason = cmp.Or(sh.reason, s.reason)
 		return s.Answer(sh.e, nil, sh.status) == nil
 	}

@@ -145,6 +145,10 @@ func (f *fill) fetch() bool {
 		f.cfg.Metrics.OriginReqs.WithLabelValues("fill", metrics.StatusClass(f.resp.StatusCode)).Inc()
 	}
 	httpcache.RemoveHopByHop(f.resp.Header)
+	// The node's internal fields are its own: an origin's (or, after
+	// fromPeer read them, a peer's) are never stored, where they would
+	// speak for this owner on the hop (a purge revision, a refusal).
+	hop.Strip(f.resp.Header, nil)
 	if sl := f.req.Slice; sl != nil {
 		if err := sl.FromOrigin(f.resp); err != nil {
 			code := http.StatusBadGateway
@@ -205,7 +209,7 @@ func (f *fill) failed(err error) bool {
 			f.resp.Body.Close()
 		}
 		f.cfg.Metrics.OriginReqs.WithLabelValues("fill", result).Inc()
-		f.settle(&fillShare{e: st, status: httpcache.CacheStale, reason: why})
+		f.settle(&fillShare{e: st, status: httpcache.CacheStale, reason: why, req: f.r.Header})
 		f.reason = why
 		f.then = leadAnswer{kind: answerEntry, e: st, status: httpcache.CacheStale}
 		return false

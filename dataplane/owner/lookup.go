@@ -39,6 +39,9 @@ func (s *serving) lookup() *store.Entry {
 	return e
 }
 
+// languageOnly is the Vary of a response negotiated by language alone.
+var languageOnly = []string{"accept-language"}
+
 // find is key's stored response for the request, its Vary followed; nil
 // saying why (s.reason).
 func (s *serving) find(key string) *store.Entry {
@@ -62,7 +65,7 @@ func (s *serving) find(key string) *store.Entry {
 	vk := httpcache.VariantKey(key, fields, s.r.Header)
 	v, ok := s.cfg.Store.Get(vk)
 	if !ok || !s.usable(v) {
-		if slices.Equal(fields, []string{"accept-language"}) {
+		if slices.Equal(fields, languageOnly) {
 			if v := s.languageVariant(key); v != nil {
 				return v
 			}
@@ -80,7 +83,9 @@ func (s *serving) find(key string) *store.Entry {
 // languageVariant returns a stored variant of key, varying on
 // Accept-Language alone, whose Content-Language is exactly the language
 // the request prefers: the answer the origin negotiated for another
-// client's list is the one it gives for that language.
+// client's list is the one it gives for that language. A variant stored
+// while the URL varied on more (Accept-Language and Cookie: a signed-in
+// page) is never one: its own Vary says whose it is.
 func (s *serving) languageVariant(key string) *store.Entry {
 	want, ok := httpcache.PreferredLanguage(s.r.Header)
 	if !ok {
@@ -88,7 +93,8 @@ func (s *serving) languageVariant(key string) *store.Entry {
 	}
 	for _, k := range s.cfg.Store.Members(key) {
 		v, ok := s.cfg.Store.Peek(k)
-		if ok && s.usable(v) && v.Status != http.StatusPartialContent && strings.EqualFold(strings.TrimSpace(v.Header.Get("Content-Language")), want) {
+		if ok && s.usable(v) && v.Status != http.StatusPartialContent && slices.Equal(httpcache.VaryFields(v.Header), languageOnly) &&
+			strings.EqualFold(strings.TrimSpace(v.Header.Get("Content-Language")), want) {
 			if v, ok := s.cfg.Store.Get(k); ok {
 				return v
 			}

@@ -148,6 +148,11 @@ func (f *fill) storePart() (handed bool) {
 	got, want, body, closePart := pc.got, pc.want, pc.body, pc.close
 	total := got.total
 	maxObject := f.maxObject(p)
+	// The fields the policy says the origin varies on count as its Vary
+	// (storable): a part varying on any is not stored, as none is.
+	if f.req.Slice == nil {
+		httpcache.AddImplicitVary(r, resp.Header, p.VaryBy, p.RegistryAware)
+	}
 	lifetime, storable := StoreLifetime(p, r, http.StatusOK, resp.Header, now, maxObject)
 	storable = storable && got.last-got.first+1 <= maxObject &&
 		len(httpcache.VaryFields(resp.Header)) == 0 && resp.Header.Get("Content-Encoding") == ""
