@@ -66,7 +66,8 @@ func (a *adminService) Purge(ctx context.Context, req *pb.PurgeRequest) (*pb.Pur
 
 // PurgePrefix records a purge of a host and path prefix.
 func (a *adminService) PurgePrefix(ctx context.Context, req *pb.PurgePrefixRequest) (*pb.PurgePrefixResponse, error) {
-	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_PREFIX, Host: strings.ToLower(req.GetHost()), PathPrefix: req.GetPathPrefix(), Soft: req.GetSoft()}
+	// The host as entries record it (policy.Host): lower case, no trailing dot.
+	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_PREFIX, Host: strings.ToLower(strings.TrimRight(req.GetHost(), ".")), PathPrefix: req.GetPathPrefix(), Soft: req.GetSoft()}
 	var bad []string
 	switch pp := req.GetPathPrefix(); {
 	case pp == "":

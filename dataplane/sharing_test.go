@@ -19,20 +19,31 @@ import (
 // fetch is do for a goroutine other than the test's: the body, or the
 // error.
 func fetch(url string, hdr ...string) (string, error) {
+	_, body, err := fetchAnswer(url, hdr...)
+	return body, err
+}
+
+// fetchAnswer is fetch with the answer's X-Cache; a "Host" in hdr is the
+// request's Host.
+func fetchAnswer(url string, hdr ...string) (xcache, body string, err error) {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+		} else {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return string(b), err
+	return resp.Header.Get("X-Cache"), string(b), err
 }
 
 // A request waiting on another's revalidation of its variant takes the

@@ -158,7 +158,9 @@ func (f *Front) purgeCalls(r *http.Request) ([]PurgeCall, error) {
 		}
 		return calls, nil
 	}
-	if prefix, ok := strings.CutSuffix(r.URL.Path, "*"); ok {
+	// The prefix as entries record their URL (purge.EntryURL): escaped as
+	// the client sent it, so PURGE /caf%C3%A9/* matches GET /caf%C3%A9/menu.
+	if prefix, ok := strings.CutSuffix(r.URL.EscapedPath(), "*"); ok {
 		if r.URL.RawQuery != "" {
 			return nil, fmt.Errorf("PURGE %s: a prefix purge takes no query", r.URL.RequestURI())
 		}

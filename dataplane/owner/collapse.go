@@ -79,15 +79,19 @@ func (s *serving) serveShare(sh *fillShare) bool {
 		return true
 	case sh.e != nil:
 		// The leader's variant, revalidated or served stale: only to a
-		// request its Vary fields select as well.
-		if !httpcache.SameVariant(httpcache.VaryFields(sh.e.Header), sh.req, s.r.Header) {
+		// request its Vary fields select as well, and none a purge applied
+		// since has removed.
+		if !httpcache.SameVariant(httpcache.VaryFields(sh.e.Header), sh.req, s.r.Header) || s.cfg.Bans.Match(sh.e) != nil {
 			return false
 		}
 		s.reason = cmp.Or(sh.reason, s.reason)
 		return s.Answer(sh.e, nil, sh.status) == nil
 	}
 	e := sh.wr.Entry()
-	if !httpcache.SameVariant(httpcache.VaryFields(e.Header), sh.req, s.r.Header) {
+	// A fill begun before a purge that matches it (a prefix or tag purge,
+	// which its sweep applies once the fill ends) is no answer for a
+	// request after the purge.
+	if !httpcache.SameVariant(httpcache.VaryFields(e.Header), sh.req, s.r.Header) || s.cfg.Bans.Match(e) != nil {
 		return false
 	}
 	rd, err := sh.wr.NewReader()

@@ -201,7 +201,9 @@ func (f *fill) upstreamFailed() bool {
 // forbids it; else with an error that every collapsed request shares. It
 // reports whether the fill goes on (a 5xx that must be passed on).
 func (f *fill) failed(err error) bool {
-	if why := f.staleReason(err); why != "" {
+	// What a purge applied since the fill began has removed is not served
+	// stale either.
+	if why := f.staleReason(err); why != "" && f.cfg.Bans.Match(f.stale) == nil {
 		st := f.stale
 		result := "error"
 		if err == nil {

@@ -67,9 +67,7 @@ func (a *Applier) Apply(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 			continue
 		}
 		a.Bans.Add(b, p.GetRevision())
-		if !p.GetSoft() {
-			a.purgeNow(b)
-		}
+		a.purgeNow(b)
 		added = append(added, b)
 		if at := p.GetCreatedAt(); at != nil {
 			a.Metrics.PurgeApply.Observe(max(0, time.Since(at.AsTime()).Seconds()))
@@ -116,8 +114,9 @@ func (a *Applier) Apply(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 	}
 }
 
-// purgeNow removes at once what a ban names exactly, and the hot copies it
-// may cover.
+// purgeNow removes at once what a hard ban names exactly, and the hot
+// copies any ban may cover: a soft one too, as the sweep walks the store
+// and never a copy, which would be served as fresh until it expired.
 func (a *Applier) purgeNow(b *Ban) {
 	var keys []string
 	switch {
@@ -137,10 +136,12 @@ func (a *Applier) purgeNow(b *Ban) {
 		a.Target.DropCopies(nil)
 		return
 	}
-	idx := a.Target.Index()
-	for _, k := range keys {
-		if idx.Delete(k) {
-			b.Removed().Add(1)
+	if !b.Soft() {
+		idx := a.Target.Index()
+		for _, k := range keys {
+			if idx.Delete(k) {
+				b.Removed().Add(1)
+			}
 		}
 	}
 	a.Target.DropCopies(keys)

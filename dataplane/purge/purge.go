@@ -36,6 +36,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/shardcache/shardcache/dataplane/httpcache"
+	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
@@ -74,7 +75,7 @@ func NewBan(p *pb.Purge, at int64) (*Ban, error) {
 		if !strings.HasPrefix(p.GetPathPrefix(), "/") {
 			return nil, fmt.Errorf("path prefix %q does not start with /", p.GetPathPrefix())
 		}
-		b.host, b.prefix = strings.ToLower(p.GetHost()), p.GetPathPrefix()
+		b.host, b.prefix = strings.ToLower(strings.TrimRight(p.GetHost(), ".")), p.GetPathPrefix() // the host as EntryURL has it
 	case pb.PurgeKind_PURGE_KIND_TAG:
 		if p.GetTag() == "" {
 			return nil, errors.New("empty tag")
@@ -248,6 +249,9 @@ func (x *index) match(e *store.Entry, g int64) *Ban {
 	}
 	if len(x.keys) > 0 {
 		k := httpcache.URLKey(e.Key)
+		if i := strings.Index(k, slice.Sep); i >= 0 {
+			k = k[:i] // a slice of the object the key names
+		}
 		if b := x.keys[k]; newer(b) {
 			return b
 		}
