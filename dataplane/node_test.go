@@ -372,7 +372,11 @@ func do(t *testing.T, method, url string, hdr ...string) (*http.Response, string
 		t.Fatal(err)
 	}
 	for i := 0; i < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+		} else {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -74,7 +74,7 @@ func TestMirrorFigures(t *testing.T) {
 	rg := rj.ring(t)
 	owned := map[string]int{}
 	for _, d := range blobs[:4] {
-		owned[rg.Owner("oci-blob:"+d).ID] += quarter
+		owned[rg.Owner("oci-blob:mirror/"+d).ID] += quarter
 	}
 	via := m.c.nodes[0]
 	for _, nd := range m.c.nodes {

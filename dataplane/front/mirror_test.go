@@ -35,10 +35,10 @@ func TestMirrorChecksThePullTokenAndKeysByDigest(t *testing.T) {
 	}
 	digest, tag := "", ""
 	for i := 0; digest == "" || tag == ""; i++ {
-		if d := fmt.Sprintf("sha256:%064x", i); digest == "" && owned("oci-blob:"+d) {
+		if d := fmt.Sprintf("sha256:%064x", i); digest == "" && owned("oci-blob:m/"+d) {
 			digest = d
 		}
-		if v := fmt.Sprintf("v%d", i); tag == "" && owned("oci-tag:a.io/app:"+v, "oci-tag:b.io/app:"+v) {
+		if v := fmt.Sprintf("v%d", i); tag == "" && owned("oci-tag:m/a.io/app:"+v, "oci-tag:m/b.io/app:"+v) {
 			tag = v
 		}
 	}
@@ -77,14 +77,14 @@ func TestMirrorChecksThePullTokenAndKeysByDigest(t *testing.T) {
 		tf.get("GET", p, auth...)
 	}
 	reqs := tf.owner.requests()[before:]
-	if len(reqs) != 3 || reqs[0].Key != reqs[1].Key || reqs[1].Key != reqs[2].Key || reqs[0].Key != "oci-blob:"+digest {
+	if len(reqs) != 3 || reqs[0].Key != reqs[1].Key || reqs[1].Key != reqs[2].Key || reqs[0].Key != "oci-blob:m/"+digest {
 		t.Fatalf("keys of one blob by three forms: %v", reqs)
 	}
 	// Tags are keyed by their upstream.
 	tf.get("GET", "/v2/app/manifests/"+tag+"?ns=b.io", auth...)
 	tf.get("GET", "/v2/app/manifests/"+tag, auth...)
 	reqs = tf.owner.requests()
-	if b, a := reqs[len(reqs)-2].Key, reqs[len(reqs)-1].Key; a != "oci-tag:a.io/app:"+tag || b != "oci-tag:b.io/app:"+tag {
+	if b, a := reqs[len(reqs)-2].Key, reqs[len(reqs)-1].Key; a != "oci-tag:m/a.io/app:"+tag || b != "oci-tag:m/b.io/app:"+tag {
 		t.Fatalf("a tag of two upstreams keyed %q and %q, want each under its upstream", b, a)
 	}
 }

@@ -179,7 +179,7 @@ func TestMirrorRefusesWhatDoesNotMatchItsDigest(t *testing.T) {
 	if small.Code != http.StatusBadGateway || !strings.Contains(small.Body.String(), `"code":"DIGEST_INVALID"`) {
 		t.Fatalf("poisoned small blob: %d %s", small.Code, small.Body)
 	}
-	if _, ok := to.store.Get("oci-blob:" + d); ok {
+	if _, ok := to.store.Get("oci-blob:m/" + d); ok {
 		t.Fatal("a blob that does not match its digest was stored")
 	}
 	// A larger blob streams: the mismatch shows at its end, and the
@@ -196,7 +196,7 @@ func TestMirrorRefusesWhatDoesNotMatchItsDigest(t *testing.T) {
 		t.Fatalf("poisoned large blob: %d and %d bytes went out before the cut, want 200 and fewer than %d", sw.Code, sw.Body.Len(), len(bigLayer))
 	}
 	to.settled()
-	if _, ok := to.store.Get("oci-blob:" + bd); ok {
+	if _, ok := to.store.Get("oci-blob:m/" + bd); ok {
 		t.Fatal("a large blob that does not match its digest was stored")
 	}
 	// A manifest is read whole first: a 502 with an OCI error body.
@@ -204,7 +204,7 @@ func TestMirrorRefusesWhatDoesNotMatchItsDigest(t *testing.T) {
 	if mw.Code != http.StatusBadGateway || !strings.Contains(mw.Body.String(), `"code":"DIGEST_INVALID"`) {
 		t.Fatalf("poisoned manifest: %d %s", mw.Code, mw.Body)
 	}
-	if _, ok := to.store.Get("oci-manifest:" + md); ok {
+	if _, ok := to.store.Get("oci-manifest:m/" + md); ok {
 		t.Fatal("a manifest that does not match its digest was stored")
 	}
 	if n := testutil.ToFloat64(to.cfg.Metrics.DigestMismatches); n != 3 {
@@ -214,7 +214,7 @@ func TestMirrorRefusesWhatDoesNotMatchItsDigest(t *testing.T) {
 	if bw.Code != http.StatusBadGateway || !strings.Contains(bw.Body.String(), `"code":"SIZE_INVALID"`) {
 		t.Fatalf("a manifest over the bound: %d %s", bw.Code, bw.Body)
 	}
-	if _, ok := to.store.Get("oci-tag:a.io/app:big"); ok {
+	if _, ok := to.store.Get("oci-tag:m/a.io/app:big"); ok {
 		t.Fatal("a manifest over the bound was stored")
 	}
 }

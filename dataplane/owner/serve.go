@@ -150,6 +150,7 @@ func (s *serving) serveStored(e *store.Entry, use httpcache.Use) bool {
 // slice and no stored response being revalidated.
 func (s *serving) rangeOfPart() bool {
 	p := s.p
-	return p.PartialContent && !p.AuthorizeEach && s.stale == nil && s.req.Slice == nil &&
+	// Never a mirror's: a registry's 206 is no content its digest checks.
+	return p.PartialContent && !p.AuthorizeEach && s.stale == nil && s.req.Slice == nil && s.req.Registry == nil &&
 		s.r.Method == http.MethodGet && s.r.Header.Get("Range") != ""
 }

@@ -197,7 +197,10 @@ func (c *Client) send(ctx context.Context, u *upstream, ref *Ref, method string,
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	resp, err := c.do(req)
-	if err != nil || resp.StatusCode != http.StatusUnauthorized {
+	// Only the registry's own challenge is answered: a 401 from where it
+	// redirected (blob storage) would have its realm sent the registry's
+	// credentials, and its token kept for the repository's scope.
+	if err != nil || resp.StatusCode != http.StatusUnauthorized || resp.Request.URL.Host != target.Host {
 		return resp, err
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))

@@ -51,6 +51,9 @@ type Ref struct {
 	// referrers filter (artifactType), the tags list's n and last; never
 	// ns.
 	Query string
+	// Policy names the mirror policy the request came under: every key
+	// is the policy's own (Key).
+	Policy string
 }
 
 // Forever is the lifetime of content addressed by digest: it never
@@ -91,7 +94,7 @@ func Parse(r *http.Request, p *policy.Policy) (*Ref, error) {
 	if err != nil {
 		return nil, errf(http.StatusBadRequest, CodeUnsupported, "the query is malformed: %v", err)
 	}
-	ref := &Ref{}
+	ref := &Ref{Policy: p.Name}
 	name, kind, reference, err := split(rest)
 	if err != nil {
 		return nil, err
@@ -121,10 +124,22 @@ func Parse(r *http.Request, p *policy.Policy) (*Ref, error) {
 			return nil, errf(http.StatusBadRequest, CodeDigestInvalid, "digest %s: the mirror verifies sha256 and sha512 digests only", quote(reference))
 		}
 	}
-	q.Del("ns")
-	ref.Query = q.Encode()
+	// The upstream is sent what the spec gives the request kind, and
+	// nothing else: the key holds no more (a blob's or a manifest's holds
+	// no query), so nothing else may change what it is answered.
+	sent := url.Values{}
+	for _, k := range queryOf[kind] {
+		if v, ok := q[k]; ok {
+			sent[k] = v
+		}
+	}
+	ref.Query = sent.Encode()
 	return ref, nil
 }
+
+// queryOf is the query each kind of request takes (OCI distribution
+// spec): the referrers' filter, the tags list's page.
+var queryOf = map[Kind][]string{KindReferrers: {"artifactType"}, KindTags: {"n", "last"}}
 
 // split cuts "<name>/<kind>/<reference>" at its last kind segment.
 func split(rest string) (name string, kind Kind, reference string, err error) {
@@ -181,20 +196,25 @@ func (r *Ref) ByDigest() bool {
 	return r.Kind == KindBlob || r.Kind == KindManifest && validDigest.MatchString(r.Reference)
 }
 
-// Key is the request's cache key: a digest alone for content by digest;
-// the upstream, name and reference for what a registry may change.
+// Key is the request's cache key, within its mirror policy's own (a
+// policy's name holds no "/"): the digest alone for content by digest, one
+// copy for every upstream the policy lists; the upstream, name and
+// reference for what a registry may change. Two mirror policies share
+// nothing: a private mirror's content (its pull token, its credentials) is
+// never served through a public one, whatever a client knows of it.
 func (r *Ref) Key() string {
+	p := r.Policy + "/"
 	switch {
 	case r.Kind == KindBlob:
-		return "oci-blob:" + r.Reference
+		return "oci-blob:" + p + r.Reference
 	case r.ByDigest():
-		return "oci-manifest:" + r.Reference
+		return "oci-manifest:" + p + r.Reference
 	case r.Kind == KindManifest:
-		return "oci-tag:" + r.Registry.Host + "/" + r.Name + ":" + r.Reference
+		return "oci-tag:" + p + r.Registry.Host + "/" + r.Name + ":" + r.Reference
 	case r.Kind == KindReferrers:
-		return "oci-referrers:" + r.Registry.Host + "/" + r.Name + "@" + r.Reference + "?" + r.Query
+		return "oci-referrers:" + p + r.Registry.Host + "/" + r.Name + "@" + r.Reference + "?" + r.Query
 	}
-	return "oci-tags:" + r.Registry.Host + "/" + r.Name + "?" + r.Query
+	return "oci-tags:" + p + r.Registry.Host + "/" + r.Name + "?" + r.Query
 }
 
 // Path is the request's path at the upstream, its base path left out.

@@ -27,18 +27,18 @@ func TestParseRoutesByNsPathOrDefault(t *testing.T) {
 		url, host, name, key string
 		kind                 Kind
 	}{
-		{"/v2/library/alpine/manifests/3.20?ns=docker.io", "docker.io", "library/alpine", "oci-tag:docker.io/library/alpine:3.20", KindManifest},
-		{"/v2/library/alpine/manifests/3.20?ns=ghcr.io", "ghcr.io", "library/alpine", "oci-tag:ghcr.io/library/alpine:3.20", KindManifest},
-		{"/v2/library/alpine/manifests/3.20?ns=reg.local%3A5000", "reg.local:5000", "library/alpine", "oci-tag:reg.local:5000/library/alpine:3.20", KindManifest},
-		{"/v2/ghcr.io/org/app/manifests/v1", "ghcr.io", "org/app", "oci-tag:ghcr.io/org/app:v1", KindManifest},
-		{"/v2/library/alpine/manifests/3.20", "docker.io", "library/alpine", "oci-tag:docker.io/library/alpine:3.20", KindManifest},
+		{"/v2/library/alpine/manifests/3.20?ns=docker.io", "docker.io", "library/alpine", "oci-tag:m/docker.io/library/alpine:3.20", KindManifest},
+		{"/v2/library/alpine/manifests/3.20?ns=ghcr.io", "ghcr.io", "library/alpine", "oci-tag:m/ghcr.io/library/alpine:3.20", KindManifest},
+		{"/v2/library/alpine/manifests/3.20?ns=reg.local%3A5000", "reg.local:5000", "library/alpine", "oci-tag:m/reg.local:5000/library/alpine:3.20", KindManifest},
+		{"/v2/ghcr.io/org/app/manifests/v1", "ghcr.io", "org/app", "oci-tag:m/ghcr.io/org/app:v1", KindManifest},
+		{"/v2/library/alpine/manifests/3.20", "docker.io", "library/alpine", "oci-tag:m/docker.io/library/alpine:3.20", KindManifest},
 		// Content by digest: one key whatever the upstream, name or query.
-		{"/v2/library/alpine/blobs/" + dg + "?ns=docker.io", "docker.io", "library/alpine", "oci-blob:" + dg, KindBlob},
-		{"/v2/ghcr.io/x/y/blobs/" + dg, "ghcr.io", "x/y", "oci-blob:" + dg, KindBlob},
-		{"/v2/a/blobs/" + dg + "?x=1", "docker.io", "a", "oci-blob:" + dg, KindBlob},
-		{"/v2/a/manifests/" + dg + "?ns=ghcr.io", "ghcr.io", "a", "oci-manifest:" + dg, KindManifest},
-		{"/v2/a/referrers/" + dg + "?artifactType=x&ns=ghcr.io", "ghcr.io", "a", "oci-referrers:ghcr.io/a@" + dg + "?artifactType=x", KindReferrers},
-		{"/v2/a/tags/list?n=10", "docker.io", "a", "oci-tags:docker.io/a?n=10", KindTags},
+		{"/v2/library/alpine/blobs/" + dg + "?ns=docker.io", "docker.io", "library/alpine", "oci-blob:m/" + dg, KindBlob},
+		{"/v2/ghcr.io/x/y/blobs/" + dg, "ghcr.io", "x/y", "oci-blob:m/" + dg, KindBlob},
+		{"/v2/a/blobs/" + dg + "?x=1", "docker.io", "a", "oci-blob:m/" + dg, KindBlob},
+		{"/v2/a/manifests/" + dg + "?ns=ghcr.io", "ghcr.io", "a", "oci-manifest:m/" + dg, KindManifest},
+		{"/v2/a/referrers/" + dg + "?artifactType=x&ns=ghcr.io", "ghcr.io", "a", "oci-referrers:m/ghcr.io/a@" + dg + "?artifactType=x", KindReferrers},
+		{"/v2/a/tags/list?n=10", "docker.io", "a", "oci-tags:m/docker.io/a?n=10", KindTags},
 	} {
 		ref, err := Parse(httptest.NewRequest("GET", tc.url, nil), p)
 		if err != nil {

@@ -75,12 +75,23 @@ const MaxCheckedBlobBytes = 1 << 20
 // wrapped to be checked at its end, failing the copy into the store.
 // failed is called on a mismatch. The error is an *Error (502).
 func Ingest(resp *http.Response, ref *Ref, failed func()) error {
+	// What a registry says of its session and its caching is the
+	// mirror's, never a client's: a cookie set on the mirror's
+	// credentialed fetch would be replayed to every client, and the
+	// policy's tag_ttl, not the registry's directives, says how long a
+	// tag is served (a stale-while-revalidate of a week kept a moved tag).
+	for _, k := range []string{"Set-Cookie", "Cache-Control", "Expires", "Pragma"} {
+		delete(resp.Header, k)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil
 	}
 	want := ""
 	if ref.ByDigest() {
 		want = ref.Reference
+		// The digest its body is checked against: what one registry
+		// claimed is never stored for every registry's clients.
+		resp.Header.Set("Docker-Content-Digest", want)
 	} else if d := resp.Header.Get("Docker-Content-Digest"); ref.Kind == KindManifest && CheckDigest(d) {
 		want = d
 	}

@@ -73,6 +73,12 @@ func checkRegistries(p *pb.CachePolicy, v *violations) {
 	if p.GetAuthorizeEveryRequest() {
 		v.bad("authorize_every_request", "not with registries: a mirror answers the registries' challenges itself")
 	}
+	if p.GetPartialContent() {
+		v.bad("partial_content", "not with registries: a mirror stores blobs whole, their digests checked; ranges are served from them")
+	}
+	if p.RegistryAware != nil && !p.GetRegistryAware() {
+		v.bad("registry_aware", "false, with registries: a mirror's manifests vary on Accept, or one client's media type is served to another")
+	}
 	if pp := p.GetPathPrefix(); !strings.HasPrefix("/v2/", pp) {
 		v.bad("path_prefix", "%q: a mirror serves the registry API, /v2/ (want /v2/ or a prefix of it)", pp)
 	}

@@ -32,6 +32,8 @@ func TestRegistriesCompileAndRefuse(t *testing.T) {
 		{&pb.CachePolicy{Name: "m", Registries: []*pb.Registry{hub}, OriginUrls: []string{"http://o"}}, "origin_urls"},
 		{&pb.CachePolicy{Name: "m", Registries: []*pb.Registry{hub}, SliceSize: MinSliceSize}, "slice_size"},
 		{&pb.CachePolicy{Name: "m", Registries: []*pb.Registry{hub}, AuthorizeEveryRequest: true}, "authorize_every_request"},
+		{&pb.CachePolicy{Name: "m", Registries: []*pb.Registry{hub}, PartialContent: true}, "partial_content"},
+		{&pb.CachePolicy{Name: "m", Registries: []*pb.Registry{hub}, RegistryAware: new(bool)}, "registry_aware"},
 		{&pb.CachePolicy{Name: "m", Registries: []*pb.Registry{hub}, Mode: pb.CacheMode_CACHE_MODE_BYPASS}, "a mirror serves through its cache"},
 		{&pb.CachePolicy{Name: "m", Registries: []*pb.Registry{hub}, PathPrefix: "/static/"}, "path_prefix"},
 		{&pb.CachePolicy{Name: "m", Registries: []*pb.Registry{hub}, PullTokenFile: "token"}, "absolute path"},
