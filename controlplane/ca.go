@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -306,7 +307,9 @@ func (n *nodeService) certificate(csr []byte, id string) *pb.Certificate {
 		}
 		return &pb.Certificate{Error: "this control plane issues no certificates (start it with the certificate authority on)"}
 	}
-	if slices.Contains(n.tlsNames, id) {
+	if slices.ContainsFunc(n.tlsNames, func(name string) bool {
+		return strings.EqualFold(strings.TrimRight(name, "."), strings.TrimRight(id, "."))
+	}) {
 		// A peer certificate for a name the control plane serves TLS as
 		// would let its holder pose as the control plane.
 		n.log.Warn("refused a certificate request for one of the control plane's own TLS names", "node", id)

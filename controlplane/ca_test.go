@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
@@ -94,6 +97,32 @@ func TestCertificateAuthority(t *testing.T) {
 	_, snap3 := openSessionWith(t, dial(t, s1), &pb.Hello{Member: &pb.Member{Id: "n3", PeerAddress: "127.0.0.1:9997"}, Csr: csrFor(t, "n1")})
 	if c := snap3.GetCertificate(); len(c.GetCertificate()) != 0 || !strings.Contains(c.GetError(), `may only ask for its own member id "n3"`) {
 		t.Fatalf("a CSR for n1 on n3's session got %q / error %q; want a refusal", c.GetCertificate(), c.GetError())
+	}
+}
+
+// A member id is the DNS name its peer certificate is issued for, and a
+// DNS name compares without case and without a trailing dot: an id that
+// differs from a live member's, or from a name the control plane serves
+// TLS as, only so is refused at hello. "CONTROL.TEST" was issued a
+// certificate that verified as the control plane's control.test, and "N1"
+// one that verified as n1's.
+func TestAnIDNamingAnotherOnlyInCaseIsRefused(t *testing.T) {
+	seal := sealKeyFile(t, "a seal key of at least thirty-two bytes")
+	s, _, _ := startServer(t, []string{testEtcd(t)}, func(c *Config) { c.CA = CAConfig{Enabled: true, CertTTL: time.Minute, SealKeyFile: seal} })
+	openSessionWith(t, dial(t, s), &pb.Hello{Member: &pb.Member{Id: "n1", PeerAddress: "127.0.0.1:9999"}, Csr: csrFor(t, "n1")})
+	for _, id := range []string{"N1", "CONTROL.TEST", "control.test.", "n1."} {
+		stream := sayHello(t, t.Context(), dial(t, s), &pb.Hello{Member: &pb.Member{Id: id, PeerAddress: "127.0.0.1:9998"}, Csr: csrFor(t, id)})
+		resp, err := stream.Recv()
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "lower-case") {
+			t.Errorf("hello as %q: %v %v, want InvalidArgument naming the rule", id, resp, err)
+		}
+	}
+
+	// The control plane's own TLS names are compared without case.
+	_, conn := startTLSServer(t, "Control.Test", "127.0.0.1")
+	_, snap := openSessionWith(t, conn, &pb.Hello{Member: &pb.Member{Id: "control.test", PeerAddress: "127.0.0.1:9997"}, Csr: csrFor(t, "control.test")})
+	if c := snap.GetCertificate(); len(c.GetCertificate()) != 0 || !strings.Contains(c.GetError(), "TLS names") {
+		t.Fatalf("member control.test beside TLS name Control.Test: certificate %d bytes, error %q; want a refusal", len(c.GetCertificate()), c.GetError())
 	}
 }
 

@@ -23,8 +23,12 @@ import (
 const helloTimeout = 10 * time.Second
 
 // validNodeID keeps node ids usable as etcd key segments, metric labels and
-// DNS labels (a StatefulSet pod name fits).
-var validNodeID = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$`)
+// DNS names (a StatefulSet pod name fits): lower case, as a DNS name
+// compares without case, ending in a letter or digit, as one compares
+// without its trailing dot. An id is the name a member's peer
+// certificate is issued for: "N1" beside "n1", or "CONTROL.TEST" beside
+// the control plane's control.test, would verify as the other.
+var validNodeID = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
 
 // refuse answers a hello for an id whose session another process holds,
 // and records the attempt for ListNodes.
@@ -108,7 +112,7 @@ func validateMember(m *pb.Member) error {
 		return errors.New("hello carries no member")
 	}
 	if !validNodeID.MatchString(m.GetId()) {
-		return fmt.Errorf("node id %q: use 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit", m.GetId())
+		return fmt.Errorf("node id %q: use 1 to 63 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit", m.GetId())
 	}
 	if _, _, err := net.SplitHostPort(m.GetPeerAddress()); err != nil {
 		return fmt.Errorf("peer address %q of %s: %v", m.GetPeerAddress(), m.GetId(), err)

@@ -103,24 +103,7 @@ func TestAPolicyFetchingFromTheClusterIsRefused(t *testing.T) {
 // verified for the name; a plaintext client is refused; no node gets a
 // peer certificate for one of those names.
 func TestTLSIssuedByTheControlPlanesOwnCA(t *testing.T) {
-	dir := t.TempDir()
-	caPEM, caKeyPEM, err := generateCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(dir, "ca.crt"), caPEM, 0o600)
-	os.WriteFile(filepath.Join(dir, "ca.key"), caKeyPEM, 0o600)
-	s, _, _ := startServer(t, nil, func(c *Config) {
-		c.CA = CAConfig{Enabled: true, CertFile: filepath.Join(dir, "ca.crt"), KeyFile: filepath.Join(dir, "ca.key")}
-		c.TLS.Names = []string{"control.test", "127.0.0.1"}
-	})
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
-	conn, err := grpc.NewClient(s.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: "control.test"})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	s, conn := startTLSServer(t, "control.test", "127.0.0.1")
 	ctx, cancel := context.WithTimeout(adminCtx(context.Background(), testToken), 10*time.Second)
 	defer cancel()
 	if _, err := pb.NewAdminServiceClient(conn).ListNodes(ctx, &pb.ListNodesRequest{}); err != nil {
@@ -159,4 +142,30 @@ func TestGenerateTLS(t *testing.T) {
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "other"}); err == nil {
 		t.Fatal("the certificate verifies for a name it was not made for")
 	}
+}
+
+// startTLSServer starts a replica serving TLS as names, with a CA of its
+// own, and a client connection that trusts the CA and verifies
+// control.test.
+func startTLSServer(t *testing.T, names ...string) (*Server, *grpc.ClientConn) {
+	t.Helper()
+	dir := t.TempDir()
+	caPEM, caKeyPEM, err := generateCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "ca.crt"), caPEM, 0o600)
+	os.WriteFile(filepath.Join(dir, "ca.key"), caKeyPEM, 0o600)
+	s, _, _ := startServer(t, nil, func(c *Config) {
+		c.CA = CAConfig{Enabled: true, CertFile: filepath.Join(dir, "ca.crt"), KeyFile: filepath.Join(dir, "ca.key")}
+		c.TLS.Names = names
+	})
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	conn, err := grpc.NewClient(s.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: "control.test"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return s, conn
 }

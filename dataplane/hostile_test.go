@@ -137,8 +137,9 @@ func TestHostileRequests(t *testing.T) {
 			t.Errorf("the origin saw %v", seen)
 		}
 		// An absolute URL with no path is "/", keyed as "/" is.
+		_, port, _ := net.SplitHostPort(addr)
 		got := raw(t, addr, "GET http://x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-		if !strings.HasPrefix(got, "HTTP/1.1 200 ") || !strings.Contains(got, "link=https://x/ ") {
+		if !strings.HasPrefix(got, "HTTP/1.1 200 ") || !strings.Contains(got, "link=https://x:"+port+"/ ") {
 			t.Fatalf("GET http://x: %q", got)
 		}
 		if got := raw(t, addr, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); !strings.Contains(got, "\r\nX-Cache: HIT\r\n") {
@@ -146,16 +147,18 @@ func TestHostileRequests(t *testing.T) {
 		}
 	})
 	t.Run("a port in Host is neither keyed nor sent on", func(t *testing.T) {
-		// The key leaves the port out; the origin was sent it (in
-		// X-Forwarded-Host, Forwarded, and Host under origin_host
-		// client), so links an origin built from it were served from the
-		// cache to every client of the host.
+		// The key leaves the port out; the origin was sent the client's (in
+		// X-Forwarded-Host, Forwarded, and Host under origin_host client),
+		// so links an origin built from it were served from the cache to
+		// every client of the host. It is sent the node's public port.
+		_, port, _ := net.SplitHostPort(addr)
+		want := "link=https://victim.example:" + port + "/port/page "
 		got := raw(t, addr, "GET /port/page HTTP/1.1\r\nHost: victim.example:1337\r\nConnection: close\r\n\r\n")
-		if !strings.HasPrefix(got, "HTTP/1.1 200 ") || strings.Contains(got, "1337") {
-			t.Fatalf("the origin was sent the port: %q", got)
+		if !strings.HasPrefix(got, "HTTP/1.1 200 ") || strings.Contains(got, "1337") || !strings.Contains(got, want) {
+			t.Fatalf("the origin was not sent the node's port alone: %q", got)
 		}
 		got = raw(t, addr, "GET /port/page HTTP/1.1\r\nHost: victim.example\r\nConnection: close\r\n\r\n")
-		if !strings.Contains(got, "\r\nX-Cache: HIT\r\n") || !strings.Contains(got, "link=https://victim.example/port/page ") {
+		if !strings.Contains(got, "\r\nX-Cache: HIT\r\n") || !strings.Contains(got, want) {
 			t.Errorf("another client of the host: %q, want the same object, a hit", got)
 		}
 	})

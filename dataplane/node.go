@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -99,6 +100,9 @@ type Node struct {
 
 	ready chan struct{}
 	addrs [3]atomic.Pointer[net.TCPAddr] // client, peer, ops
+	// publicPort is ":<port>" of the public URL, or "" for its scheme's
+	// default; set once the client listener is bound (publicPortOf).
+	publicPort atomic.Pointer[string]
 
 	// tasks owns the goroutines of work no client waits on; Run stops
 	// them and waits for them before the store closes.
@@ -447,6 +451,10 @@ func (n *Node) listen() ([]net.Listener, error) {
 			return listeners, fmt.Errorf("%s listener: %w", a.name, err)
 		}
 		n.addrs[i].Store(l.Addr().(*net.TCPAddr))
+		if a.name == "client" {
+			pp := publicPortOf(n.cfg.PublicURL, l.Addr().(*net.TCPAddr).Port)
+			n.publicPort.Store(&pp)
+		}
 		if a.name != "ops" { // the data path's sockets
 			l = rawio.Listener{Listener: l}
 		}
@@ -462,6 +470,24 @@ func (n *Node) listen() ([]net.Listener, error) {
 		listeners = append(listeners, l)
 	}
 	return listeners, nil
+}
+
+// publicPortOf is the port clients reach the node on, as a Host carries
+// it: ":<port>" from the public URL, the bound client port when that says
+// port 0, "" when it is the scheme's default.
+func publicPortOf(publicURL string, bound int) string {
+	u, err := url.Parse(publicURL)
+	if err != nil {
+		return ""
+	}
+	switch port := u.Port(); {
+	case port == "0":
+		return ":" + strconv.Itoa(bound)
+	case port == "", u.Scheme == "http" && port == "80", u.Scheme == "https" && port == "443":
+		return ""
+	default:
+		return ":" + port
+	}
 }
 
 // servers are the client, peer and ops servers, in listen's order. The
@@ -514,6 +540,12 @@ func (n *Node) build() {
 		ID: c.ID, Via: routes.Via(c.ID, c.AdvertisePeerAddr), RelayTimeout: c.RelayTimeout, OriginTimeout: c.OriginTimeout,
 		BodyTimeout: max(c.ClientBodyTimeout, 0),
 		PeerMTLS:    n.serverTLS != nil, HotThreshold: c.HotThreshold, Hot: n.hot, HotKeys: &n.hotKeys, Logs: &n.logs,
+		PublicPort: func() string {
+			if p := n.publicPort.Load(); p != nil {
+				return *p
+			}
+			return ""
+		},
 		TrustedProxies: c.TrustedProxies, PurgeAllow: c.PurgeAllow, AdminToken: c.AdminToken, JoinToken: c.JoinToken,
 		Purger: n.admin, ControlPlane: c.ControlPlane, AccessLog: n.access, AccessLogSample: c.AccessLogSample,
 		RequestEpoch: n.session.RequestEpoch,

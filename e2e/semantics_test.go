@@ -98,8 +98,8 @@ func TestAccessLogAndForwardedChain(t *testing.T) {
 		t.Fatalf("served by %q, want the owner %s", resp.Header.Get("X-Cache-Node"), owner)
 	}
 	h := <-seen
-	// The host the client asked, without the port the key leaves out.
-	if h.Get("X-Forwarded-For") != "127.0.0.1" || h.Get("X-Real-Ip") != "127.0.0.1" || h.Get("Forwarded") != `for=127.0.0.1;host=127.0.0.1;proto=http` {
+	host := devNode(off, receiver).client
+	if h.Get("X-Forwarded-For") != "127.0.0.1" || h.Get("X-Real-Ip") != "127.0.0.1" || h.Get("Forwarded") != `for=127.0.0.1;host="`+host+`";proto=http` {
 		t.Fatalf("origin saw X-Forwarded-For %q, X-Real-IP %q, Forwarded %q; want the client's address only, and the host it asked",
 			h.Get("X-Forwarded-For"), h.Get("X-Real-Ip"), h.Get("Forwarded"))
 	}

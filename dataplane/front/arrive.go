@@ -55,7 +55,16 @@ func (f *Front) check(r *http.Request) (*policy.Policy, *refusal) {
 	if err != nil {
 		return nil, &refusal{http.StatusBadRequest, "shardcache: " + err.Error()}
 	}
-	r.Host = host
+	// The key leaves the port out, so the port the origin is sent (Host
+	// under origin_host client, X-Forwarded-Host, Forwarded) is never the
+	// client's: links an origin built from one client's :1337 would be
+	// served, from the cache, to every client of the host. It is the port
+	// clients reach the node on, the same for every client.
+	name, _ := hop.SplitPort(host)
+	if f.cfg.PublicPort != nil {
+		name += f.cfg.PublicPort()
+	}
+	r.Host = name
 	if strings.Contains(r.URL.Path, "/.") {
 		if paramDotSegment(r.URL.Path) {
 			return nil, &refusal{http.StatusBadRequest, "shardcache: a path segment is a dot segment with a parameter (\"..;\" or \".;\"), which some origins (Tomcat, Jetty, Spring) resolve as \"..\" and \".\": the key would name another resource than the origin serves"}
@@ -101,12 +110,9 @@ func targetError(u *url.URL, target string) string {
 	return ""
 }
 
-// keyedHost is a Host field as the node keeps it: lower case, without a
-// trailing dot, its port kept when it is a number (for logs and a PURGE's
-// URL); one that is not a number is refused. The key leaves the port out,
-// so the origin is never sent it either (hop.SentHost): an origin building
-// links from the Host would otherwise put a port a client chose in the
-// answer every client sharing the key is served.
+// keyedHost is a Host field as the cache keys it: lower case, without a
+// trailing dot, its port kept when it is a number (check then puts the
+// node's public port in its place); one that is not a number is refused.
 func keyedHost(h string) (string, error) {
 	host, port := hop.SplitPort(h)
 	if len(port) > 5 {
@@ -338,10 +344,9 @@ func (f *Front) forwardedFor(r *http.Request) (string, string) {
 		f.ids.put(&idBuf)
 		newID = idBuf[:]
 	}
-	fwdHost := hop.SentHost(r.Host)
 	elem := "for=" + node + ";proto=" + scheme + string(newID)
-	if fwdHost != "" {
-		elem = "for=" + node + ";host=" + forwardedValue(fwdHost) + ";proto=" + scheme + string(newID)
+	if r.Host != "" {
+		elem = "for=" + node + ";host=" + forwardedValue(r.Host) + ";proto=" + scheme + string(newID)
 	}
 	cut := len(elem) - len(newID)
 	elem, id := elem[:cut], elem[cut:]
@@ -352,7 +357,7 @@ func (f *Front) forwardedFor(r *http.Request) (string, string) {
 	}
 	h["Forwarded"] = vals[1:2:2]
 	if len(h["X-Forwarded-Host"]) == 0 { // kept from a trusted proxy, else dropped above
-		vals[3] = fwdHost
+		vals[3] = r.Host
 		h["X-Forwarded-Host"] = vals[3:4:4]
 	}
 	if len(h["X-Forwarded-Proto"]) == 0 {

@@ -15,24 +15,24 @@ func TestForwardedChain(t *testing.T) {
 		xff, fwd     string
 		client       string
 	}{
-		{"direct client", "192.0.2.7:5000", http.Header{}, "192.0.2.7", `for=192.0.2.7;host=shop.example;proto=http`, "192.0.2.7"},
+		{"direct client", "192.0.2.7:5000", http.Header{}, "192.0.2.7", `for=192.0.2.7;host="shop.example:8080";proto=http`, "192.0.2.7"},
 		{"untrusted client's chain is dropped", "192.0.2.7:5000",
 			http.Header{"X-Forwarded-For": {"6.6.6.6"}, "Forwarded": {"for=6.6.6.6"}, "X-Real-Ip": {"6.6.6.6"}},
-			"192.0.2.7", `for=192.0.2.7;host=shop.example;proto=http`, "192.0.2.7"},
+			"192.0.2.7", `for=192.0.2.7;host="shop.example:8080";proto=http`, "192.0.2.7"},
 		{"trusted proxy's chain is kept and extended", "10.1.2.3:5000",
 			http.Header{"X-Forwarded-For": {"198.51.100.9"}, "Forwarded": {"for=198.51.100.9"}},
-			"198.51.100.9, 10.1.2.3", `for=198.51.100.9, for=10.1.2.3;host=shop.example;proto=http`, "198.51.100.9"},
+			"198.51.100.9, 10.1.2.3", `for=198.51.100.9, for=10.1.2.3;host="shop.example:8080";proto=http`, "198.51.100.9"},
 		{"the client is the nearest untrusted address", "10.1.2.3:5000",
 			http.Header{"X-Forwarded-For": {"6.6.6.6, 198.51.100.9, 10.9.9.9"}},
-			"6.6.6.6, 198.51.100.9, 10.9.9.9, 10.1.2.3", `for=10.1.2.3;host=shop.example;proto=http`, "198.51.100.9"},
-		{"IPv6 is quoted in Forwarded", "[2001:db8::1]:5000", http.Header{}, "2001:db8::1", `for="[2001:db8::1]";host=shop.example;proto=http`, "2001:db8::1"},
+			"6.6.6.6, 198.51.100.9, 10.9.9.9, 10.1.2.3", `for=10.1.2.3;host="shop.example:8080";proto=http`, "198.51.100.9"},
+		{"IPv6 is quoted in Forwarded", "[2001:db8::1]:5000", http.Header{}, "2001:db8::1", `for="[2001:db8::1]";host="shop.example:8080";proto=http`, "2001:db8::1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &http.Request{RemoteAddr: tt.remote, Header: tt.in, Host: "shop.example:8080"}
 			client, _ := f.forwardedFor(r)
-			if r.Header.Get("X-Forwarded-Host") != "shop.example" || r.Header.Get("X-Forwarded-Proto") != "http" {
-				t.Fatalf("X-Forwarded-Host %q, X-Forwarded-Proto %q; want the client's host, without the port the key leaves out, and scheme",
+			if r.Header.Get("X-Forwarded-Host") != "shop.example:8080" || r.Header.Get("X-Forwarded-Proto") != "http" {
+				t.Fatalf("X-Forwarded-Host %q, X-Forwarded-Proto %q; want the client's host and scheme",
 					r.Header.Get("X-Forwarded-Host"), r.Header.Get("X-Forwarded-Proto"))
 			}
 			if client != tt.client || r.Header.Get("X-Forwarded-For") != tt.xff || r.Header.Get("Forwarded") != tt.fwd || r.Header.Get("X-Real-Ip") != tt.client {

@@ -80,6 +80,10 @@ type Config struct {
 	// PeerMTLS says the peer listener is mutual TLS: a peer request is
 	// served only when its certificate names a member of the ring.
 	PeerMTLS bool
+	// PublicPort is ":<port>" clients reach the node on ("" for the
+	// scheme's default): the port a client's Host is given on arrival,
+	// whatever it named (arrive.go). Nil: none.
+	PublicPort func() string
 	// HotThreshold is the node's hot-key rate (per minute); Hot and
 	// HotKeys are nil when hot-key handling is off.
 	HotThreshold int

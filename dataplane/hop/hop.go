@@ -140,13 +140,3 @@ func SplitPort(h string) (host, port string) {
 	}
 	return h, ""
 }
-
-// SentHost is a client's Host as the origin is sent it (in Host under
-// origin_host client, X-Forwarded-Host and Forwarded): without its port,
-// as nginx's $host. The cache key leaves the port out; an origin that
-// built links from a port a client chose would have them served, from
-// the cache, to every client sharing the key.
-func SentHost(h string) string {
-	host, _ := SplitPort(h)
-	return host
-}

@@ -98,7 +98,7 @@ func (c *Client) Fetch(ctx context.Context, r *http.Request, p *policy.Policy, f
 			return nil, err
 		}
 		if p.ClientHost {
-			req.Host = hop.SentHost(r.Host)
+			req.Host = r.Host
 		}
 		for k, v := range extra {
 			req.Header[k] = v

@@ -208,8 +208,8 @@ func TestOriginHostAndLocations(t *testing.T) {
 		t.Errorf("origin got Host %q by default, want its own %q", got, base.Host)
 	}
 	fetch(&policy.Policy{ClientHost: true}, "origin")
-	if got := lastHost(); got != "node.example" {
-		t.Errorf("origin got Host %q under origin_host client, want the client's without the port the key leaves out", got)
+	if got := lastHost(); got != "node.example:8080" {
+		t.Errorf("origin got Host %q under origin_host client, want the client's", got)
 	}
 }
 

@@ -46,9 +46,15 @@ func (o *Owner) Invalidate(req Request, h http.Header) {
 		}
 	}
 	rt := req.Routes
-	for _, u := range targets {
+	for i, u := range targets {
 		tr := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: u.Path, RawQuery: u.RawQuery}, Host: u.Host, Header: http.Header{}}
 		p := o.cfg.Policies.Load().Match(policy.Host(tr), tr.URL.Path)
+		if i > 0 && req.Policy != nil && p.Name != req.Policy.Name {
+			// A Location the origin answered (one it may reflect from the
+			// request: a login's ?next=) names another policy's content,
+			// whose own origin answered nothing: not this origin's to drop.
+			continue
+		}
 		o.dropURL(tr, p)
 		if rt == nil {
 			continue
