@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -49,6 +50,8 @@ func newNodeCommand() *cobra.Command {
 				if o.cfg.ID, err = os.Hostname(); err != nil {
 					return fmt.Errorf("no --id and no host name: %w", err)
 				}
+				// A host name compares without case; an id is lower case.
+				o.cfg.ID = strings.ToLower(strings.TrimRight(o.cfg.ID, "."))
 			}
 			if o.cfg.ControlPlaneTLS, err = tlsfiles.Client(o.controlCA, "", ""); err != nil {
 				return fmt.Errorf("--control-plane-ca: %w", err)
