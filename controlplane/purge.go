@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/policy"
 )
 
 // Limits of purge requests.
@@ -67,7 +68,8 @@ func (a *adminService) Purge(ctx context.Context, req *pb.PurgeRequest) (*pb.Pur
 // PurgePrefix records a purge of a host and path prefix.
 func (a *adminService) PurgePrefix(ctx context.Context, req *pb.PurgePrefixRequest) (*pb.PurgePrefixResponse, error) {
 	// The host as entries record it (policy.Host): lower case, no trailing dot.
-	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_PREFIX, Host: strings.ToLower(strings.TrimRight(req.GetHost(), ".")), PathPrefix: req.GetPathPrefix(), Soft: req.GetSoft()}
+	p := &pb.Purge{Kind: pb.PurgeKind_PURGE_KIND_PREFIX, Host: strings.ToLower(strings.TrimRight(req.GetHost(), ".")),
+		PathPrefix: policy.NormalEscapes(req.GetPathPrefix()), Soft: req.GetSoft()} // as entries spell their URLs
 	var bad []string
 	switch pp := req.GetPathPrefix(); {
 	case pp == "":
@@ -209,6 +211,11 @@ func normalizePurgeURL(u string) (string, error) {
 	if pu.Path == "" {
 		pu.Path = "/"
 	}
+	// The escapes spelled as a node spells a request's (policy.NormalEscapes).
+	if n := policy.NormalEscapes(pu.EscapedPath()); n != pu.EscapedPath() {
+		pu.RawPath = n
+	}
+	pu.RawQuery = policy.NormalEscapes(pu.RawQuery)
 	return pu.String(), nil
 }
 

@@ -376,3 +376,34 @@ func TestHardPurgesDropCopies(t *testing.T) {
 		}
 	}
 }
+
+// The escapes of a path and a query have one spelling (RFC 3986 6.2.2):
+// /%7Euser and /~user, /caf%c3%a9 and /caf%C3%A9 are one key, which a URL
+// purge of either spelling reaches. They were two, and a purge of one left
+// the other served.
+func TestEscapesHaveOneSpelling(t *testing.T) {
+	origin, ourl := newGenOrigin(t)
+	fc, n := startOne(t, ourl, noHotKeys)
+	base := "http://" + n.ClientAddr().String()
+	cases := []struct{ purged, other string }{
+		{"/caf%C3%A9/menu", "/caf%c3%a9/menu"},
+		{"/~user/page", "/%7Euser/page"},
+		{"/q?a=%7e&b=%2f", "/q?a=~&b=%2F"},
+	}
+	for _, c := range cases {
+		do(t, "GET", base+c.other)
+		if resp, body := do(t, "GET", base+c.purged); resp.Header.Get("X-Cache") != "HIT" {
+			t.Fatalf("GET %s after GET %s: %s %q, want the same object, a hit", c.purged, c.other, resp.Header.Get("X-Cache"), body)
+		}
+	}
+	origin.gen.Store(2)
+	for i, c := range cases {
+		fc.pushPurge(&pb.Purge{Id: fmt.Sprint("u", i), Kind: pb.PurgeKind_PURGE_KIND_URL, Url: "http://127.0.0.1" + c.purged, Revision: int64(i + 1)})
+	}
+	waitFor(t, "the purges applied", func() bool { return n.PurgeRevision() == int64(len(cases)) })
+	for _, c := range cases {
+		if resp, body := do(t, "GET", base+c.other); strings.HasPrefix(body, "v1 ") {
+			t.Errorf("GET %s after the URL purge of http://127.0.0.1%s: %s %q", c.other, c.purged, resp.Header.Get("X-Cache"), body)
+		}
+	}
+}

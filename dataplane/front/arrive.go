@@ -75,6 +75,19 @@ func (f *Front) check(r *http.Request) (*policy.Policy, *refusal) {
 		}
 		r.URL.Path, r.URL.RawPath = p, ""
 	}
+	// One spelling of the escapes (policy.NormalEscapes): the key, the
+	// origin and a purge see the same URL for /%7Eu and /~u.
+	if raw := r.URL.RawPath; raw != "" {
+		if n := policy.NormalEscapes(raw); n != raw {
+			r.URL.RawPath = n
+			if n == (&url.URL{Path: r.URL.Path}).EscapedPath() {
+				r.URL.RawPath = ""
+			}
+		}
+	}
+	if q := r.URL.RawQuery; strings.IndexByte(q, '%') >= 0 {
+		r.URL.RawQuery = policy.NormalEscapes(q)
+	}
 	p := f.cfg.Policies.Load().Match(policy.Host(r), r.URL.Path) // by name: a policy's hosts carry no port, nor does the key
 	if named := removeHopByHop(r.Header, p); named != "" {
 		return nil, &refusal{http.StatusBadRequest, "shardcache: Connection names " + named +

@@ -75,7 +75,8 @@ func NewBan(p *pb.Purge, at int64) (*Ban, error) {
 		if !strings.HasPrefix(p.GetPathPrefix(), "/") {
 			return nil, fmt.Errorf("path prefix %q does not start with /", p.GetPathPrefix())
 		}
-		b.host, b.prefix = strings.ToLower(strings.TrimRight(p.GetHost(), ".")), p.GetPathPrefix() // the host as EntryURL has it
+		// The host and the prefix as EntryURL has them.
+		b.host, b.prefix = strings.ToLower(strings.TrimRight(p.GetHost(), ".")), policy.NormalEscapes(p.GetPathPrefix())
 	case pb.PurgeKind_PURGE_KIND_TAG:
 		if p.GetTag() == "" {
 			return nil, errors.New("empty tag")
@@ -88,13 +89,14 @@ func NewBan(p *pb.Purge, at int64) (*Ban, error) {
 }
 
 // splitPurgeURL returns an absolute URL's host as requests name it (lower
-// case, no port) and its request URI.
+// case, no port) and its request URI, its escapes spelled as a request's
+// are on arrival (policy.NormalEscapes).
 func splitPurgeURL(raw string) (host, uri string, err error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return "", "", fmt.Errorf("purge URL %q is not an absolute http or https URL", raw)
 	}
-	return policy.Host(&http.Request{Host: u.Host}), u.RequestURI(), nil
+	return policy.Host(&http.Request{Host: u.Host}), policy.NormalEscapes(u.RequestURI()), nil
 }
 
 // EntryURL is what an entry stored for r records as its URL.

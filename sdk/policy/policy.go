@@ -287,6 +287,50 @@ func Host(r *http.Request) string {
 	return strings.ToLower(strings.TrimRight(host, ".")) // "example.com." is example.com
 }
 
+// NormalEscapes is s (a path or a query as sent) in the one spelling of
+// its escapes RFC 3986 6.2.2 makes equal: the hex of a %XX in upper case,
+// and an unreserved character (letters, digits, "-._~") never escaped.
+// /%7Euser and /~user, /caf%c3%a9 and /caf%C3%A9 are then one key, which
+// a purge of either spelling reaches. s is returned as it is when it
+// holds no escape.
+func NormalEscapes(s string) string {
+	i := strings.IndexByte(s, '%')
+	if i < 0 {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	b = append(b, s[:i]...)
+	for ; i < len(s); i++ {
+		c := s[i]
+		if c != '%' || i+2 >= len(s) || unhex(s[i+1]) < 0 || unhex(s[i+2]) < 0 {
+			b = append(b, c)
+			continue
+		}
+		v := byte(unhex(s[i+1])<<4 | unhex(s[i+2]))
+		if 'a' <= v && v <= 'z' || 'A' <= v && v <= 'Z' || '0' <= v && v <= '9' || v == '-' || v == '.' || v == '_' || v == '~' {
+			b = append(b, v)
+		} else {
+			b = append(b, '%', upperHex[v>>4], upperHex[v&15])
+		}
+		i += 2
+	}
+	return string(b)
+}
+
+const upperHex = "0123456789ABCDEF"
+
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	case 'A' <= c && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
 // URLKeys are the keys r's URL is stored under, one for each scheme a
 // client may have used: what a purge or an invalidation of the URL drops.
 func (p *Policy) URLKeys(r *http.Request) [2]string {

@@ -198,3 +198,20 @@ func TestCompileRefusesWhatCheckRefuses(t *testing.T) {
 		t.Errorf("a valid policy: %v", v)
 	}
 }
+
+func TestNormalEscapes(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"/plain", "/plain"},
+		{"/%7Euser", "/~user"},
+		{"/caf%c3%a9", "/caf%C3%A9"},
+		{"/a%2fb", "/a%2Fb"},
+		{"/%41%2D%5f", "/A-_"},
+		{"a=%20&b=%2b", "a=%20&b=%2B"},
+		{"/bad%zz%4", "/bad%zz%4"},
+		{"/end%", "/end%"},
+	} {
+		if got := NormalEscapes(tc.in); got != tc.want {
+			t.Errorf("NormalEscapes(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
