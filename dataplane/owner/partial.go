@@ -264,6 +264,14 @@ func (f *fill) partPiece() (pc piece, ok bool) {
 		}
 		closePart = done
 		sp := plan.sp
+		// The piece must reach the part: an origin that answers a shorter
+		// range than asked (it caps its ranges) would otherwise have the
+		// part's bytes joined at the wrong offset.
+		if first < sp.first && last < sp.first-1 || first >= sp.first && first > sp.last+1 {
+			closePart()
+			http.Error(w, "shardcache: origin's range does not reach the stored part", http.StatusBadGateway)
+			return pc, false
+		}
 		partBody := io.NewSectionReader(rd, 0, plan.part.Length)
 		if first < sp.first { // the piece goes before the part
 			body = io.MultiReader(io.LimitReader(resp.Body, sp.first-first), partBody)

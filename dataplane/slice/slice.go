@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
@@ -181,13 +182,24 @@ func Storable(h http.Header) bool {
 	return true
 }
 
-// Version is the validator that ties an object's slices together:
-// its strong ETag, else its Last-Modified; "" when it has neither.
+// Version is the validator that ties an object's slices together: its
+// strong ETag, else its Last-Modified when that is strong (a second or more
+// before the answer's Date, RFC 9110 8.8.2.2); "" when it has neither. A
+// Last-Modified of the answer's own second may name two versions written
+// in that second: slices asked If-Range it would be mixed from both.
 func Version(h http.Header) string {
 	if et := h.Get("Etag"); et != "" && !strings.HasPrefix(et, "W/") {
 		return et
 	}
-	return h.Get("Last-Modified")
+	lm := h.Get("Last-Modified")
+	modified, err := http.ParseTime(lm)
+	if err != nil {
+		return ""
+	}
+	if date, err := http.ParseTime(h.Get("Date")); err != nil || date.Sub(modified) < time.Second {
+		return ""
+	}
+	return lm
 }
 
 // Check verifies that an owner's answer is slice s of the object
