@@ -39,8 +39,11 @@ type adminService struct {
 	// purgesRecorded counts purges by kind; tracer spans their fan-out.
 	purgesRecorded *prometheus.CounterVec
 	// purgeLimit bounds each caller's purges; purgesThrottled counts those
-	// refused by it.
+	// refused by it. caller names who a purge is held against: the client
+	// a node relays a PURGE for and proves with its join token, else the
+	// caller's address (its /64 for IPv6).
 	purgeLimit      *purgeLimiter
+	caller          func(context.Context) string
 	purgesThrottled prometheus.Counter
 	tracer          trace.Tracer
 	// warmOps reaches nodes' ops listeners for Warm (warm.go), with warm
@@ -168,7 +171,7 @@ func (a *adminService) setDrained(ctx context.Context, id string, drained bool) 
 	}
 	i := slices.IndexFunc(members, func(m *pb.Member) bool { return m.GetId() == id })
 	if i < 0 {
-		return nil, toStatus(fmt.Errorf("%w: %q is not registered", ErrNodeNotFound, id))
+		return nil, toStatus(fmt.Errorf("%w: %s is not registered", ErrNodeNotFound, quoteCut(id)))
 	}
 	if err := a.state.setDrained(ctx, id, drained); err != nil {
 		return nil, toStatus(err)
@@ -277,7 +280,7 @@ func (a *adminService) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) 
 			return &pb.GetPolicyResponse{Policy: p}, nil
 		}
 	}
-	return nil, toStatus(fmt.Errorf("%w: %q", ErrPolicyNotFound, req.GetName()))
+	return nil, toStatus(fmt.Errorf("%w: %s", ErrPolicyNotFound, quoteCut(req.GetName())))
 }
 
 // ListPolicies returns every policy and the set's revision.

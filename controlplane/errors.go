@@ -3,6 +3,8 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -92,4 +94,14 @@ func toStatus(err error) error {
 	// Anything else comes from etcd being unreachable or failing; the caller
 	// can retry against another replica or later.
 	return status.Error(codes.Unavailable, err.Error())
+}
+
+// quoteCut is a caller's value quoted for an error message, cut at 128
+// bytes: a message never echoes a megabyte a caller sent (nor does the
+// log line that records the failed call).
+func quoteCut(s string) string {
+	if len(s) > 128 {
+		return strconv.Quote(s[:128]) + fmt.Sprintf("... (%d bytes)", len(s))
+	}
+	return strconv.Quote(s)
 }

@@ -83,7 +83,7 @@ func (s *state) changePolicies(ctx context.Context, ch policyChange) (int64, map
 		for _, name := range ch.deletes {
 			before := stored[name]
 			if before == nil {
-				return 0, nil, fmt.Errorf("%w: %q", ErrPolicyNotFound, name)
+				return 0, nil, fmt.Errorf("%w: %s", ErrPolicyNotFound, quoteCut(name))
 			}
 			before = proto.Clone(before).(*pb.CachePolicy)
 			before.Revision = 0

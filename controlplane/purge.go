@@ -115,7 +115,7 @@ func (a *adminService) PurgeTag(ctx context.Context, req *pb.PurgeTagRequest) (*
 // up to the request's wait for the pending ones.
 func (a *adminService) GetPurge(ctx context.Context, req *pb.GetPurgeRequest) (*pb.GetPurgeResponse, error) {
 	if !validRequestID.MatchString(req.GetRequestId()) {
-		return nil, status.Errorf(codes.InvalidArgument, "request id %q: use 1 to 128 letters, digits, '.', '_', ':' or '-'", req.GetRequestId())
+		return nil, status.Errorf(codes.InvalidArgument, "request id %s: use 1 to 128 letters, digits, '.', '_', ':' or '-'", quoteCut(req.GetRequestId()))
 	}
 	wait, err := purgeWait(req.GetWait(), 0)
 	if err != nil {
@@ -134,7 +134,7 @@ func (a *adminService) GetPurge(ctx context.Context, req *pb.GetPurgeRequest) (*
 // purge validates, records and awaits one purge.
 func (a *adminService) purge(ctx context.Context, req purgeRequest, bad []string) (*pb.PurgeStatus, error) {
 	if req.id != "" && !validRequestID.MatchString(req.id) {
-		bad = append(bad, fmt.Sprintf("request id %q: use 1 to 128 letters, digits, '.', '_', ':' or '-'", req.id))
+		bad = append(bad, fmt.Sprintf("request id %s: use 1 to 128 letters, digits, '.', '_', ':' or '-'", quoteCut(req.id)))
 	}
 	wait, err := purgeWait(req.wait, defaultPurgeWait)
 	if err != nil {
@@ -143,9 +143,13 @@ func (a *adminService) purge(ctx context.Context, req purgeRequest, bad []string
 	if len(bad) > 0 {
 		return nil, status.Error(codes.InvalidArgument, "purge refused: "+strings.Join(bad, "; "))
 	}
-	if ok, retry := a.purgeLimit.take(caller(ctx), time.Now()); !ok {
+	who := caller(ctx)
+	if a.caller != nil {
+		who = a.caller(ctx)
+	}
+	if ok, retry := a.purgeLimit.take(who, time.Now()); !ok {
 		a.purgesThrottled.Inc()
-		return nil, status.Errorf(codes.ResourceExhausted, "too many purges from %s: at most %g a second; retry in %s", caller(ctx),
+		return nil, status.Errorf(codes.ResourceExhausted, "too many purges from %s: at most %g a second; retry in %s", who,
 			a.purgeLimit.rate, retry.Round(time.Millisecond))
 	}
 	p := req.p

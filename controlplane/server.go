@@ -407,7 +407,8 @@ func (s *Server) grpcServer(stopped context.Context, creds []grpc.ServerOption) 
 		busy:     s.metrics.busy,
 	})
 	pb.RegisterAdminServiceServer(gs, &adminService{state: s.state, hub: s.hub, policies: s.policies, replica: s.cfg.ReplicaID,
-		acks: s.acks, loads: s.loads, purgeLimit: newPurgeLimiter(s.cfg.PurgeRate, s.cfg.PurgeBurst, authLimitCallers),
+		caller: func(ctx context.Context) string { _, who := s.adminCaller(ctx); return who },
+		acks:   s.acks, loads: s.loads, purgeLimit: newPurgeLimiter(s.cfg.PurgeRate, s.cfg.PurgeBurst, authLimitCallers),
 		purgesThrottled: s.metrics.purgesThrottled,
 		purgesRecorded:  s.metrics.purges, tracer: s.tracer(), warmOps: newWarmClient(), adminToken: s.cfg.AdminToken})
 	hs := health.NewServer()

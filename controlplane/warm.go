@@ -105,7 +105,7 @@ func (a *adminService) warmNode(ctx context.Context, id string) (*pb.Member, err
 		i := slices.IndexFunc(members, func(m *pb.Member) bool { return m.GetId() == id })
 		switch {
 		case i < 0:
-			return nil, toStatus(fmt.Errorf("%w: %q is not registered; warm through one of `cachectl nodes`", ErrNodeNotFound, id))
+			return nil, toStatus(fmt.Errorf("%w: %s is not registered; warm through one of `cachectl nodes`", ErrNodeNotFound, quoteCut(id)))
 		case members[i].GetOpsUrl() == "":
 			return nil, status.Errorf(codes.InvalidArgument, "node %q advertises no ops URL (--ops-url) to warm through; name another", id)
 		}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -18,6 +17,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/logstream"
 	"github.com/shardcache/shardcache/dataplane/metrics"
 	"github.com/shardcache/shardcache/dataplane/owner"
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // record counts and logs a client request once it is answered (or
@@ -58,8 +58,8 @@ func (f *Front) record(rec *reply.Recorder, req *owner.Request, route string, ou
 		lr := logstream.Record{Start: req.Now, Client: client, ForwardedFor: r.Header.Get("X-Forwarded-For"),
 			Method: r.Method, Host: r.Host, Path: loggedURI(r.URL), Proto: r.Proto, Status: rec.Status, Bytes: rec.Bytes,
 			DurationMS: float64(elapsed.Microseconds()) / 1000, Cache: cache, Route: route, ServedBy: out.Node,
-			Node: f.cfg.ID, TraceID: traceID(r.Context()), Referer: r.Referer(), UserAgent: r.UserAgent(),
-			Key: redactQuery(req.Key), RequestID: req.ID, Reason: out.Member.Detail}
+			Node: f.cfg.ID, TraceID: traceID(r.Context()), Referer: redact.Query(r.Referer()), UserAgent: r.UserAgent(),
+			Key: redact.Query(req.Key), RequestID: req.ID, Reason: out.Member.Detail}
 		if logged {
 			f.logAccess(&lr)
 		}
@@ -123,43 +123,13 @@ func (f *Front) logAccess(lr *logstream.Record) {
 	)
 }
 
-// secretParams are query parameters (lower case) whose values are
-// credentials: signed URLs, API keys, tokens. Their values are never
-// written to the access log or its streams.
-var secretParams = map[string]bool{"token": true, "access_token": true, "id_token": true, "refresh_token": true,
-	"auth": true, "authorization": true, "api_key": true, "apikey": true, "key": true, "password": true, "passwd": true,
-	"secret": true, "sig": true, "signature": true, "session": true, "sessionid": true, "jwt": true, "code": true,
-	"x-amz-signature": true, "x-amz-credential": true, "x-amz-security-token": true,
-	"x-goog-signature": true, "x-goog-credential": true}
-
 // loggedURI is u's request URI as the access log shows it: the values of
 // secretParams replaced by REDACTED, the rest as sent.
 func loggedURI(u *url.URL) string {
 	if u.RawQuery == "" {
 		return u.RequestURI()
 	}
-	return redactQuery(u.RequestURI())
-}
-
-// redactQuery is s, a request URI or a cache key holding one, with the
-// values of secretParams in its query replaced by REDACTED.
-func redactQuery(s string) string {
-	path, query, ok := strings.Cut(s, "?")
-	if !ok {
-		return s
-	}
-	parts := strings.Split(query, "&")
-	changed := false
-	for i, part := range parts {
-		name, _, hasValue := strings.Cut(part, "=")
-		if n, err := url.QueryUnescape(name); err == nil && hasValue && secretParams[strings.ToLower(n)] {
-			parts[i], changed = name+"=REDACTED", true
-		}
-	}
-	if !changed {
-		return s
-	}
-	return path + "?" + strings.Join(parts, "&")
+	return redact.Query(u.RequestURI())
 }
 
 // representationSize is the size of the object an answer is for, not of

@@ -9,6 +9,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/owner"
 	"github.com/shardcache/shardcache/sdk/admin"
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // Full records, for the log streams that ask for them (cachectl log
@@ -38,7 +39,7 @@ func stages(a *owner.Account) admin.LogStages {
 func logCalls(cs []owner.Call) []admin.LogCall {
 	out := make([]admin.LogCall, 0, len(cs))
 	for _, c := range cs {
-		lc := admin.LogCall{Kind: c.Kind, Node: c.Node, Status: c.Status, Error: c.Error, FirstByteMS: ms(c.FirstByte)}
+		lc := admin.LogCall{Kind: c.Kind, Node: c.Node, Status: c.Status, Error: redact.Text(c.Error), FirstByteMS: ms(c.FirstByte)}
 		if c.Account != nil {
 			st := stages(c.Account)
 			lc.Stages, lc.Calls = &st, logCalls(c.Account.Calls)
@@ -76,6 +77,9 @@ func loggedFields(h http.Header) map[string][]string {
 				v = "REDACTED"
 			case len(v) > admin.MaxLogValue:
 				v = v[:admin.MaxLogValue] + "..."
+			}
+			if k == "Referer" || k == "Location" || k == "Content-Location" {
+				v = redact.Query(v) // a URL's credentials, as the record's path has them
 			}
 			lv = append(lv, v)
 			if len(lv) == 8 {

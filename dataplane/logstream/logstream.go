@@ -22,15 +22,18 @@ type Record = admin.LogRecord
 // reader catches up.
 const (
 	MaxStreams  = 8
+	MaxCaller   = MaxStreams / 2 // streams one caller (OpenFor) may hold
 	DefaultRate = 200
 	MaxRate     = 5000
 	queue       = 256
 )
 
-// ErrTooMany: MaxStreams are open already; ErrStopping: the node stops.
+// ErrTooMany: MaxStreams are open already; ErrCallerTooMany: the caller
+// holds MaxCaller; ErrStopping: the node stops.
 var (
-	ErrTooMany  = errors.New("logstream: too many log streams open on this node")
-	ErrStopping = errors.New("logstream: the node is stopping")
+	ErrTooMany       = errors.New("logstream: too many log streams open on this node")
+	ErrCallerTooMany = errors.New("logstream: this caller holds as many log streams as one may; close one")
+	ErrStopping      = errors.New("logstream: the node is stopping")
 )
 
 // Hub fans records out to the open streams.
@@ -106,7 +109,11 @@ func (h *Hub) Publish(r *Record) {
 }
 
 // Open starts a stream of the records that pass f, at most rate a second.
-func (h *Hub) Open(f admin.LogFilter, rate int) (*Stream, error) {
+func (h *Hub) Open(f admin.LogFilter, rate int) (*Stream, error) { return h.OpenFor("", f, rate) }
+
+// OpenFor is Open for caller (its address), who may hold MaxCaller streams
+// at most: one caller cannot take every stream from the others.
+func (h *Hub) OpenFor(caller string, f admin.LogFilter, rate int) (*Stream, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -115,10 +122,21 @@ func (h *Hub) Open(f admin.LogFilter, rate int) (*Stream, error) {
 	if len(h.streams) >= MaxStreams {
 		return nil, ErrTooMany
 	}
+	if caller != "" {
+		held := 0
+		for s := range h.streams {
+			if s.caller == caller {
+				held++
+			}
+		}
+		if held >= MaxCaller {
+			return nil, ErrCallerTooMany
+		}
+	}
 	if rate <= 0 {
 		rate = DefaultRate
 	}
-	s := &Stream{C: make(chan *Record, queue), f: f, rate: min(rate, MaxRate), full: f.NeedsFull()}
+	s := &Stream{C: make(chan *Record, queue), f: f, rate: min(rate, MaxRate), full: f.NeedsFull(), caller: caller}
 	if h.streams == nil {
 		h.streams = map[*Stream]struct{}{}
 	}
@@ -153,6 +171,7 @@ type Stream struct {
 	Dropped atomic.Uint64 // records that passed the filter but not the rate or the queue
 	f       admin.LogFilter
 	full    bool // it takes full records
+	caller  string
 	rate    int
 	second  int64
 	sent    int

@@ -1,7 +1,10 @@
 package ops
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -19,6 +22,7 @@ import (
 	"github.com/shardcache/shardcache/sdk/admin"
 	"github.com/shardcache/shardcache/sdk/buildinfo"
 	"github.com/shardcache/shardcache/sdk/policy"
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // The ops listener's answers to cachectl: live counters (/stats) and what
@@ -44,7 +48,7 @@ func (l *listener) serveStats(w http.ResponseWriter, _ *http.Request) {
 	}
 	if l.cfg.Hot != nil {
 		for _, k := range l.cfg.HotKeys.Hottest(l.cfg.Hot, maxStatsHotKeys) {
-			st.HotKeys = append(st.HotKeys, admin.HotKey{Key: k.Key, Rate: k.Rate})
+			st.HotKeys = append(st.HotKeys, admin.HotKey{Key: redact.Query(k.Key), Rate: k.Rate})
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -125,9 +129,10 @@ func (l *listener) serveInspect(w http.ResponseWriter, r *http.Request) {
 					if k == owner.PartKey(key) {
 						kind = "part"
 					}
-					// The request field values the variant is for, as "field=value; ...".
+					// The request field values the variant is for, as "field=value; ...",
+					// a credential's value (a client's Cookie) shown as REDACTED.
 					values := strings.TrimPrefix(k, httpcache.VariantPrefix(key))
-					add(kind, strings.TrimSuffix(strings.ReplaceAll(values, "\x1e", "; "), "; "), v)
+					add(kind, variantValues(values), v)
 				}
 			}
 		} else {
@@ -209,7 +214,15 @@ func (l *listener) serveLog(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s, err := l.cfg.Logs.Open(f, rate)
+	// A caller is its address and the credential it showed (a hash of it):
+	// a dashboard's read-only token cannot take the streams an operator's
+	// admin token would open from the same host.
+	who, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		who = r.RemoteAddr
+	}
+	cred := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+	s, err := l.cfg.Logs.OpenFor(who+" "+hex.EncodeToString(cred[:8]), f, rate)
 	if err != nil {
 		http.Error(w, "log: "+err.Error(), http.StatusTooManyRequests)
 		return
@@ -267,4 +280,30 @@ func (l *listener) serveMembers(w http.ResponseWriter, _ *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(m)
+}
+
+// variantValues is a variant key's request field values ("field=value",
+// separated by \x1e) as /inspect shows them: "; "-separated, the values of
+// credential fields (Cookie, Authorization, any naming a token, secret or
+// password) REDACTED: the read-only token sees which variants exist, never
+// a client's session.
+func variantValues(values string) string {
+	var b strings.Builder
+	for _, fv := range strings.Split(values, "\x1e") {
+		if fv == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		field, _, _ := strings.Cut(fv, "=")
+		switch f := strings.ToLower(field); {
+		case f == "cookie" || f == "authorization" || f == "proxy-authorization" ||
+			strings.Contains(f, "token") || strings.Contains(f, "secret") || strings.Contains(f, "password"):
+			b.WriteString(field + "=REDACTED")
+		default:
+			b.WriteString(fv)
+		}
+	}
+	return b.String()
 }

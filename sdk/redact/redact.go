@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 )
 
@@ -65,4 +66,53 @@ func URL(s string) string {
 func Cmdline(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	fmt.Fprint(w, strings.Join(Args(os.Args), "\x00"))
+}
+
+// secretParams are query parameters (lower case) whose values are
+// credentials: signed URLs, API keys, tokens. Their values are never
+// written to a log, a log stream or an operator's view.
+var secretParams = map[string]bool{"token": true, "access_token": true, "id_token": true, "refresh_token": true,
+	"auth": true, "authorization": true, "api_key": true, "apikey": true, "key": true, "password": true, "passwd": true,
+	"secret": true, "sig": true, "signature": true, "session": true, "sessionid": true, "jwt": true, "code": true,
+	"x-amz-signature": true, "x-amz-credential": true, "x-amz-security-token": true,
+	"x-goog-signature": true, "x-goog-credential": true}
+
+// Query is s, a request URI, a URL or a cache key holding one, with the
+// values of the credential parameters of its query replaced by REDACTED.
+func Query(s string) string {
+	path, query, ok := strings.Cut(s, "?")
+	if !ok {
+		return s
+	}
+	parts := strings.Split(query, "&")
+	changed := false
+	for i, part := range parts {
+		name, _, hasValue := strings.Cut(part, "=")
+		if n, err := url.QueryUnescape(name); err == nil && hasValue && secretParams[strings.ToLower(n)] {
+			parts[i], changed = name+"=REDACTED", true
+		}
+	}
+	if !changed {
+		return s
+	}
+	return path + "?" + strings.Join(parts, "&")
+}
+
+// queryParam is a query parameter inside free text: after ? or &, up to
+// the next &, space, quote or the text's end.
+var queryParam = regexp.MustCompile(`([?&])([^=&?\s"'#]+)=([^&\s"'#]*)`)
+
+// Text is s, free text (an error message quoting URLs), with the values of
+// the credential parameters of every URL in it replaced by REDACTED.
+func Text(s string) string {
+	if !strings.Contains(s, "?") {
+		return s
+	}
+	return queryParam.ReplaceAllStringFunc(s, func(m string) string {
+		name, _, _ := strings.Cut(m[1:], "=")
+		if n, err := url.QueryUnescape(name); err == nil && secretParams[strings.ToLower(n)] {
+			return m[:1] + name + "=REDACTED"
+		}
+		return m
+	})
 }
