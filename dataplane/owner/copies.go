@@ -3,7 +3,9 @@ package owner
 import (
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
@@ -91,9 +93,20 @@ func (o *Owner) Keep(w http.ResponseWriter, req Request, resp *http.Response, ho
 	}
 	lifetime, ok := StoreLifetime(req.Policy, req.HTTP, resp.StatusCode, resp.Header, req.Now, o.cfg.CopyMaxObject)
 	// A copy is kept only of an answer that is the same for every client:
-	// one negotiated by content coding (Vary) is not.
-	if !ok || resp.ContentLength < 0 || resp.ContentLength > o.cfg.CopyMaxObject || resp.Header.Get("Vary") != "" || resp.Header.Get("Content-Encoding") != "" {
+	// one negotiated (Vary, on any of its lines) or coded is not. And only
+	// of one the owner has in its store (its Cache-Status member says hit
+	// or stored): an answer it made itself (a 504 to only-if-cached, a 502
+	// for an unreachable origin) is no object, whatever a policy's TTL.
+	if !ok || resp.ContentLength < 0 || resp.ContentLength > o.cfg.CopyMaxObject || len(httpcache.VaryFields(resp.Header)) > 0 ||
+		slices.ContainsFunc(resp.Header.Values("Content-Encoding"), func(v string) bool { return strings.TrimSpace(v) != "" }) {
 		return false
+	}
+	if m, named := httpcache.MemberOf(resp.Header["Cache-Status"], resp.Header.Get("X-Cache-Node")); !named || m == nil {
+		return false
+	} else if _, hit := m["hit"]; !hit {
+		if _, stored := m["stored"]; !stored {
+			return false
+		}
 	}
 	// Read into one buffer of the announced length (at most CopyMaxObject),
 	// not grown by doubling as io.ReadAll would.

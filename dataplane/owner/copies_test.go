@@ -20,7 +20,7 @@ import (
 func TestCopiesWhileRoom(t *testing.T) {
 	to := newTestOwner(t, cacheable("unused"))
 	answer := func(body string) *http.Response {
-		return &http.Response{StatusCode: 200, Header: http.Header{"Cache-Control": {"max-age=60"}, hop.PurgeRevisionField: {"0"}},
+		return &http.Response{StatusCode: 200, Header: http.Header{"Cache-Control": {"max-age=60"}, hop.PurgeRevisionField: {"0"}, "X-Cache-Node": {"o"}, "Cache-Status": {"o; hit; ttl=60"}},
 			ContentLength: int64(len(body)), Body: io.NopCloser(strings.NewReader(body))}
 	}
 	req := request("/cold", nil)
@@ -52,7 +52,8 @@ func TestCopiesWhileRoom(t *testing.T) {
 func TestCopiesHoldOnlyFreshWholeAnswers(t *testing.T) {
 	to := newTestOwner(t, cacheable("unused"))
 	answer := func(status int, xcache, body string) *http.Response {
-		return &http.Response{StatusCode: status, Header: http.Header{"Cache-Control": {"max-age=60"}, "X-Cache": {xcache}, hop.PurgeRevisionField: {"0"}},
+		return &http.Response{StatusCode: status, Header: http.Header{"Cache-Control": {"max-age=60"}, "X-Cache": {xcache}, hop.PurgeRevisionField: {"0"},
+			"X-Cache-Node": {"o"}, "Cache-Status": {"o; hit; ttl=60"}},
 			ContentLength: int64(len(body)), Body: io.NopCloser(strings.NewReader(body))}
 	}
 	// The owner's 416 to an unsatisfiable range carries the object's
@@ -65,6 +66,13 @@ func TestCopiesHoldOnlyFreshWholeAnswers(t *testing.T) {
 		if to.Keep(httptest.NewRecorder(), *request("/c", nil), answer(200, xc, "old"), true) || to.HasCopy(ranged.Key) {
 			t.Fatalf("an answer the owner served %s was kept as a copy", xc)
 		}
+	}
+	// An answer the owner made itself (a 504 to only-if-cached, a 502): its
+	// member says neither hit nor stored.
+	made := answer(http.StatusGatewayTimeout, httpcache.CacheMiss, "not cached")
+	made.Header["Cache-Status"] = []string{"o; fwd=miss; detail=only-if-cached"}
+	if to.Keep(httptest.NewRecorder(), *request("/made", nil), made, true) || to.HasCopy(request("/made", nil).Key) {
+		t.Fatal("an answer the owner made itself was kept as a copy")
 	}
 	req := request("/c", nil)
 	if !to.Keep(httptest.NewRecorder(), *req, answer(200, httpcache.CacheHit, "v1"), false) {

@@ -305,11 +305,14 @@ func (f *fill) fromPeer(from *pb.Member, handoff bool) *http.Response {
 	if handoff {
 		f.cfg.Metrics.Handoffs.WithLabelValues("hit").Inc()
 	} else if !stale {
+		// The first owner's Age stays: the object's age goes on from
+		// there, never a new lifetime for an object near its end.
 		f.cfg.Metrics.Hot.WithLabelValues("replica_fill").Inc()
-		resp.Header.Del("Age")
 	}
+	// The peer's own account of its answer, not the object's.
 	resp.Header.Del("X-Cache")
 	resp.Header.Del("X-Cache-Node")
+	resp.Header.Del("Cache-Status")
 	return resp
 }
 

@@ -442,7 +442,8 @@ func TestCompressedStorage(t *testing.T) {
 func TestHotCopies(t *testing.T) {
 	to := newTestOwner(t, cacheable("unused"))
 	req := request("/hot", nil)
-	resp := &http.Response{StatusCode: 200, Header: http.Header{"Cache-Control": {"max-age=60"}, "X-Cache": {"HIT"}, hop.PurgeRevisionField: {"0"}}, ContentLength: 4,
+	resp := &http.Response{StatusCode: 200, Header: http.Header{"Cache-Control": {"max-age=60"}, "X-Cache": {"HIT"}, hop.PurgeRevisionField: {"0"},
+		"X-Cache-Node": {"o"}, "Cache-Status": {"o; hit; ttl=60"}}, ContentLength: 4,
 		Body: io.NopCloser(strings.NewReader("copy"))}
 	w := httptest.NewRecorder()
 	if !to.Keep(w, *req, resp, true) || w.Body.String() != "copy" {
