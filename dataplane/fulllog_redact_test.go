@@ -3,6 +3,7 @@ package dataplane
 import (
 	"bufio"
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -40,5 +41,20 @@ func TestAFullRecordRedactsTheQueryInErrorsAndReferer(t *testing.T) {
 		if strings.Contains(line, s) {
 			t.Errorf("the full record carries %q", s)
 		}
+	}
+}
+
+// The node's own log lines redact a key's and an error's query
+// credentials too: an origin request that fails is logged with its URL.
+func TestTheNodesLogRedactsQueryCredentials(t *testing.T) {
+	origin := httptest.NewServer(&testOrigin{})
+	originURL := origin.URL
+	origin.Close() // the origin is down: fills fail
+	var logs syncBuffer
+	_, n := startOne(t, originURL, noHotKeys, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	do(t, "GET", "http://"+n.ClientAddr().String()+"/dl/report.pdf?token=tok-s3cret&X-Amz-Signature=sig-s3cret")
+	waitFor(t, "the failed origin request logged", func() bool { return strings.Contains(logs.String(), "origin request failed") })
+	if strings.Contains(logs.String(), "tok-s3cret") || strings.Contains(logs.String(), "sig-s3cret") {
+		t.Fatalf("the node's log carries a query credential: %s", logs.String())
 	}
 }

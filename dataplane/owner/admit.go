@@ -14,6 +14,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
 	"github.com/shardcache/shardcache/sdk/policy"
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // defaultMaxVariants bounds the variants stored per URL when the policy
@@ -151,12 +152,12 @@ func (f *fill) stream(wr *store.Writer, rd io.ReadCloser, done func(), status st
 			f.cfg.Metrics.OriginBytes.Add(float64(nb))
 		}
 		if err != nil {
-			f.cfg.Logger.Warn("response body broke off; nothing stored", "key", key, "after_bytes", nb, "err", err)
+			f.cfg.Logger.Warn("response body broke off; nothing stored", "key", redact.Query(key), "after_bytes", nb, "err", errText(err))
 			wr.Abort(err)
 			return
 		}
 		if _, err := wr.Commit(); err != nil {
-			f.cfg.Logger.Warn("storing response failed", "key", key, "err", err)
+			f.cfg.Logger.Warn("storing response failed", "key", redact.Query(key), "err", errText(err))
 		}
 	})
 	f.out.Source = SourcePeer
@@ -264,7 +265,7 @@ func (f *fill) refreshed() (answer, kept *store.Entry) {
 	}
 	e, err := f.cfg.Store.Update(stale, meta)
 	if err != nil {
-		f.cfg.Logger.Warn("storing a revalidated response failed", "key", stale.Key, "err", err)
+		f.cfg.Logger.Warn("storing a revalidated response failed", "key", redact.Query(stale.Key), "err", errText(err))
 		e = with(stale, stored)
 	}
 	if cookie {

@@ -12,6 +12,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/store"
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // Partial content (RFC 9111 3.3 and 3.4). Under a policy with
@@ -190,12 +191,12 @@ func (f *fill) storePart() (handed bool) {
 			err = io.ErrUnexpectedEOF
 		}
 		if err != nil {
-			f.cfg.Logger.Warn("partial response broke off; nothing stored", "key", key, "err", err)
+			f.cfg.Logger.Warn("partial response broke off; nothing stored", "key", redact.Query(key), "err", errText(err))
 			wr.Abort(err)
 			return
 		}
 		if stored, err := wr.Commit(); err != nil {
-			f.cfg.Logger.Warn("storing a partial response failed", "key", key, "err", err)
+			f.cfg.Logger.Warn("storing a partial response failed", "key", redact.Query(key), "err", errText(err))
 		} else if stored && whole {
 			f.cfg.Store.Delete(PartKey(key)) // the whole object is stored now
 		}

@@ -18,3 +18,13 @@ func TestRedactArgsHidesSecretFlagValues(t *testing.T) {
 		t.Fatal("a secret survived")
 	}
 }
+
+func TestQueryAndTextRedactCredentialParameters(t *testing.T) {
+	if got := Query("/a?x=1&token=t0k&X-Amz-Signature=s1g"); got != "/a?x=1&token=REDACTED&X-Amz-Signature=REDACTED" {
+		t.Errorf("Query: %q", got)
+	}
+	got := Text(`Get "http://o/a?code=c0de&page=2": dial tcp: refused; see https://x/?sig=s1g&y`)
+	if strings.Contains(got, "c0de") || strings.Contains(got, "s1g") || !strings.Contains(got, "page=2") {
+		t.Errorf("Text: %q", got)
+	}
+}
