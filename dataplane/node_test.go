@@ -367,16 +367,9 @@ func waitEpoch(t testing.TB, n *Node, want uint64) {
 
 func do(t *testing.T, method, url string, hdr ...string) (*http.Response, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
+	req, err := newRequest(method, url, hdr...)
 	if err != nil {
 		t.Fatal(err)
-	}
-	for i := 0; i < len(hdr); i += 2 {
-		if hdr[i] == "Host" {
-			req.Host = hdr[i+1]
-		} else {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -385,6 +378,23 @@ func do(t *testing.T, method, url string, hdr ...string) (*http.Response, string
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
+}
+
+// newRequest is a request with the fields hdr names (name, value, ...); a
+// "Host" among them is the request's Host.
+func newRequest(method, url string, hdr ...string) (*http.Request, error) {
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+		} else {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+	}
+	return req, nil
 }
 
 func metricValue(t *testing.T, n *Node, name string, labels ...string) float64 {

@@ -32,14 +32,20 @@ func (o *purgeOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "v%d %s", o.gen.Load(), r.URL.Path)
 }
 
+// newPurgeOrigin starts a purgeOrigin at generation 1: it and its URL.
+func newPurgeOrigin(t *testing.T) (*purgeOrigin, string) {
+	o := &purgeOrigin{}
+	o.gen.Store(1)
+	s := httptest.NewServer(o)
+	t.Cleanup(s.Close)
+	return o, s.URL
+}
+
 func TestPurgesReachEveryVariantAndSurviveARestart(t *testing.T) {
-	origin := &purgeOrigin{}
-	origin.gen.Store(1)
-	osrv := httptest.NewServer(origin)
-	t.Cleanup(osrv.Close)
+	origin, ourl := newPurgeOrigin(t)
 	fc := startFakeControl(t, "127.0.0.1:0")
 	dir := t.TempDir()
-	n, stop := runNode(t, "a", fc.addr, osrv.URL, func(c *Config) { c.DataDir = dir; c.HotThreshold = -1 })
+	n, stop := runNode(t, "a", fc.addr, ourl, func(c *Config) { c.DataDir = dir; c.HotThreshold = -1 })
 	fc.publish(epochOf(1, n))
 	waitEpoch(t, n, 1)
 
@@ -126,7 +132,7 @@ func TestPurgesReachEveryVariantAndSurviveARestart(t *testing.T) {
 	stop()
 	fc.pushPurge(&pb.Purge{Id: "all", Kind: pb.PurgeKind_PURGE_KIND_PREFIX, PathPrefix: "/", Revision: 15})
 	origin.gen.Store(4)
-	n, _ = runNode(t, "a", fc.addr, osrv.URL, func(c *Config) { c.DataDir = dir; c.HotThreshold = -1 })
+	n, _ = runNode(t, "a", fc.addr, ourl, func(c *Config) { c.DataDir = dir; c.HotThreshold = -1 })
 	fc.publish(epochOf(2, n))
 	waitEpoch(t, n, 2)
 	if got := fc.helloPurgeRev.Load(); got != 14 {

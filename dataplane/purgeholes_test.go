@@ -16,26 +16,6 @@ import (
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
-// genOrigin serves "v<gen> <request-uri>" fresh for an hour.
-type genOrigin struct {
-	gen   atomic.Int32
-	total atomic.Int32
-}
-
-func (o *genOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	o.total.Add(1)
-	w.Header().Set("Cache-Control", "max-age=3600")
-	fmt.Fprintf(w, "v%d %s", o.gen.Load(), r.URL.RequestURI())
-}
-
-func newGenOrigin(t *testing.T) (*genOrigin, string) {
-	o := &genOrigin{}
-	o.gen.Store(1)
-	s := httptest.NewServer(o)
-	t.Cleanup(s.Close)
-	return o, s.URL
-}
-
 // fakeAdmin records PURGE requests' purges as the control plane does
 // (controlplane/purge.go: the prefix host lower-cased, the path prefix
 // as given) and pushes them to the fake control plane's sessions.
@@ -86,7 +66,7 @@ func startFakeControlWithAdmin(t *testing.T) (*fakeControl, *fakeAdmin) {
 // does: the sweep walks the node's store, never its copies, so a copy was
 // served as a fresh hit of the purged content until it expired.
 func TestASoftPurgeDropsANonOwnersCopy(t *testing.T) {
-	origin, ourl := newGenOrigin(t)
+	origin, ourl := newPurgeOrigin(t)
 	fc, a, b := startPairOn(t, ourl)
 	e := epochOf(1, a, b)
 	path := pathOwnedBy(t, e, "/soft/", "a")
@@ -118,7 +98,7 @@ func TestASoftPurgeDropsANonOwnersCopy(t *testing.T) {
 // escaped, as stored objects record their URL: the decoded prefix
 // ("/café/") matched nothing, and the PURGE answered 200.
 func TestAPurgePrefixIsMatchedEscaped(t *testing.T) {
-	_, ourl := newGenOrigin(t)
+	_, ourl := newPurgeOrigin(t)
 	fc, adm := startFakeControlWithAdmin(t)
 	n := startNode(t, "a", fc.addr, ourl, noHotKeys, func(c *Config) {
 		c.PurgeAllow = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
@@ -224,7 +204,7 @@ func TestRequestsAfterAPurgeJoinNoFillFromBeforeIt(t *testing.T) {
 // dot: "--host www.example.com." matched nothing, though the URL purge of
 // the same spelling did.
 func TestAPrefixPurgesHostMayEndInADot(t *testing.T) {
-	origin, ourl := newGenOrigin(t)
+	origin, ourl := newPurgeOrigin(t)
 	fc, n := startOne(t, ourl, noHotKeys)
 	get := func(path string) (string, string) {
 		x, body, err := fetchAnswer("http://"+n.ClientAddr().String()+path, "Host", "www.example.com")
@@ -356,7 +336,7 @@ func TestAURLPurgeReachesTheSlices(t *testing.T) {
 
 // Hard URL and prefix purges drop a non-owner's hot copy.
 func TestHardPurgesDropCopies(t *testing.T) {
-	origin, ourl := newGenOrigin(t)
+	origin, ourl := newPurgeOrigin(t)
 	fc, a, b := startPairOn(t, ourl)
 	e := epochOf(1, a, b)
 	p1, p2 := pathOwnedBy(t, e, "/c1/", "a"), pathOwnedBy(t, e, "/c2/", "a")
@@ -382,7 +362,7 @@ func TestHardPurgesDropCopies(t *testing.T) {
 // purge of either spelling reaches. They were two, and a purge of one left
 // the other served.
 func TestEscapesHaveOneSpelling(t *testing.T) {
-	origin, ourl := newGenOrigin(t)
+	origin, ourl := newPurgeOrigin(t)
 	fc, n := startOne(t, ourl, noHotKeys)
 	base := "http://" + n.ClientAddr().String()
 	cases := []struct{ purged, other string }{

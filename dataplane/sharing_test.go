@@ -26,16 +26,9 @@ func fetch(url string, hdr ...string) (string, error) {
 // fetchAnswer is fetch with the answer's X-Cache; a "Host" in hdr is the
 // request's Host.
 func fetchAnswer(url string, hdr ...string) (xcache, body string, err error) {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	req, err := newRequest(http.MethodGet, url, hdr...)
 	if err != nil {
 		return "", "", err
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		if hdr[i] == "Host" {
-			req.Host = hdr[i+1]
-		} else {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

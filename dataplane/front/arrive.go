@@ -51,6 +51,9 @@ func (f *Front) check(r *http.Request) (*policy.Policy, *refusal) {
 	if msg := targetError(r.URL, r.RequestURI); msg != "" {
 		return nil, &refusal{http.StatusBadRequest, "shardcache: " + msg}
 	}
+	if r.URL.Path == "" {
+		r.URL.Path = "/" // an absolute URL's empty path
+	}
 	host, err := keyedHost(r.Host)
 	if err != nil {
 		return nil, &refusal{http.StatusBadRequest, "shardcache: " + err.Error()}
@@ -60,7 +63,7 @@ func (f *Front) check(r *http.Request) (*policy.Policy, *refusal) {
 	// client's: links an origin built from one client's :1337 would be
 	// served, from the cache, to every client of the host. It is the port
 	// clients reach the node on, the same for every client.
-	name, _ := hop.SplitPort(host)
+	name, _ := splitPort(host)
 	if f.cfg.PublicPort != nil {
 		name += f.cfg.PublicPort()
 	}
@@ -102,8 +105,7 @@ func (f *Front) check(r *http.Request) (*policy.Policy, *refusal) {
 // targetError names what keeps u, the URL of request target target, from
 // naming a resource of the node's origins, or is empty when nothing does.
 // The node serves origin-form targets and absolute-form http and https
-// URLs (RFC 9112 3.2); an absolute URL with an empty path is made "/". A
-// target a parser reads as something else (GET victim:80 is the opaque
+// URLs (RFC 9112 3.2). A target a parser reads as something else (GET victim:80 is the opaque
 // URL "victim:80" to Go's parser) would be keyed apart from the path the
 // origin is sent, and the asterisk-form asks about the server, not a
 // resource, so nginx refuses both; so does the node.
@@ -117,17 +119,23 @@ func targetError(u *url.URL, target string) string {
 		return "the request target's scheme " + quote(u.Scheme) + " is not http or https"
 	case u.User != nil:
 		return "the request target names a user (userinfo); an http URL carries none (RFC 9110 4.2.4)"
-	case u.Path == "":
-		u.Path = "/"
 	}
 	return ""
+}
+
+// splitPort splits a Host field at its port's colon, if it has one.
+func splitPort(h string) (host, port string) {
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.HasSuffix(h, "]") {
+		return h[:i], h[i+1:]
+	}
+	return h, ""
 }
 
 // keyedHost is a Host field as the cache keys it: lower case, without a
 // trailing dot, its port kept when it is a number (check then puts the
 // node's public port in its place); one that is not a number is refused.
 func keyedHost(h string) (string, error) {
-	host, port := hop.SplitPort(h)
+	host, port := splitPort(h)
 	if len(port) > 5 {
 		return "", errBadPort(h)
 	}

@@ -132,11 +132,3 @@ func Strip(h http.Header, drop func(key string) bool) {
 		}
 	}
 }
-
-// SplitPort splits a Host field at its port's colon, if it has one.
-func SplitPort(h string) (host, port string) {
-	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.HasSuffix(h, "]") {
-		return h[:i], h[i+1:]
-	}
-	return h, ""
-}

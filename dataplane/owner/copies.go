@@ -101,12 +101,8 @@ func (o *Owner) Keep(w http.ResponseWriter, req Request, resp *http.Response, ho
 		slices.ContainsFunc(resp.Header.Values("Content-Encoding"), func(v string) bool { return strings.TrimSpace(v) != "" }) {
 		return false
 	}
-	if m, named := httpcache.MemberOf(resp.Header["Cache-Status"], resp.Header.Get("X-Cache-Node")); !named || m == nil {
+	if !ownerHolds(resp.Header) {
 		return false
-	} else if _, hit := m["hit"]; !hit {
-		if _, stored := m["stored"]; !stored {
-			return false
-		}
 	}
 	// Read into one buffer of the announced length (at most CopyMaxObject),
 	// not grown by doubling as io.ReadAll would.
@@ -136,4 +132,13 @@ func (o *Owner) Keep(w http.ResponseWriter, req Request, resp *http.Response, ho
 	w.WriteHeader(resp.StatusCode)
 	w.Write(body)
 	return true
+}
+
+// ownerHolds reports whether the owner's answer, with header h, is an
+// object it holds: its own Cache-Status member says hit or stored.
+func ownerHolds(h http.Header) bool {
+	m, named := httpcache.MemberOf(h["Cache-Status"], h.Get("X-Cache-Node"))
+	_, hit := m["hit"]
+	_, stored := m["stored"]
+	return named && (hit || stored)
 }

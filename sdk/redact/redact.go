@@ -77,6 +77,13 @@ var secretParams = map[string]bool{"token": true, "access_token": true, "id_toke
 	"x-amz-signature": true, "x-amz-credential": true, "x-amz-security-token": true,
 	"x-goog-signature": true, "x-goog-credential": true}
 
+// secretParam reports whether name, as a query spells it, is one of
+// secretParams.
+func secretParam(name string) bool {
+	n, err := url.QueryUnescape(name)
+	return err == nil && secretParams[strings.ToLower(n)]
+}
+
 // Query is s, a request URI, a URL or a cache key holding one, with the
 // values of the credential parameters of its query replaced by REDACTED.
 func Query(s string) string {
@@ -88,7 +95,7 @@ func Query(s string) string {
 	changed := false
 	for i, part := range parts {
 		name, _, hasValue := strings.Cut(part, "=")
-		if n, err := url.QueryUnescape(name); err == nil && hasValue && secretParams[strings.ToLower(n)] {
+		if hasValue && secretParam(name) {
 			parts[i], changed = name+"=REDACTED", true
 		}
 	}
@@ -109,8 +116,7 @@ func Text(s string) string {
 		return s
 	}
 	return queryParam.ReplaceAllStringFunc(s, func(m string) string {
-		name, _, _ := strings.Cut(m[1:], "=")
-		if n, err := url.QueryUnescape(name); err == nil && secretParams[strings.ToLower(n)] {
+		if name, _, _ := strings.Cut(m[1:], "="); secretParam(name) {
 			return m[:1] + name + "=REDACTED"
 		}
 		return m
