@@ -162,6 +162,15 @@ func TestHostileRequests(t *testing.T) {
 			t.Errorf("another client of the host: %q, want the same object, a hit", got)
 		}
 	})
+	t.Run("an HTTP/1.0 request without Host names no host", func(t *testing.T) {
+		// The node's public port alone (":8080") was sent as the host in
+		// X-Forwarded-Host and Forwarded, and keyed as one. The origin now
+		// gets no X-Forwarded-Host and links to its own host.
+		got := raw(t, addr, "GET /nohost/page HTTP/1.0\r\n\r\n")
+		if !strings.HasPrefix(got, "HTTP/1.1 200 ") || !strings.Contains(got, "/nohost/page ") || strings.Contains(got, "link=https://:") {
+			t.Fatalf("GET without Host: %q, want the origin sent no host", got)
+		}
+	})
 	t.Run("a dot segment with a parameter", func(t *testing.T) {
 		// Tomcat, Jetty and Spring read /static/..;/account as /account:
 		// keyed under /static/, a signed-in client's page would be stored

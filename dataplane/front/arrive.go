@@ -64,7 +64,7 @@ func (f *Front) check(r *http.Request) (*policy.Policy, *refusal) {
 	// served, from the cache, to every client of the host. It is the port
 	// clients reach the node on, the same for every client.
 	name, _ := splitPort(host)
-	if f.cfg.PublicPort != nil {
+	if name != "" && f.cfg.PublicPort != nil { // an HTTP/1.0 request may name no host: it is sent none
 		name += f.cfg.PublicPort()
 	}
 	r.Host = name
@@ -377,7 +377,7 @@ func (f *Front) forwardedFor(r *http.Request) (string, string) {
 		vals[1] = elem
 	}
 	h["Forwarded"] = vals[1:2:2]
-	if len(h["X-Forwarded-Host"]) == 0 { // kept from a trusted proxy, else dropped above
+	if len(h["X-Forwarded-Host"]) == 0 && r.Host != "" { // kept from a trusted proxy, else dropped above
 		vals[3] = r.Host
 		h["X-Forwarded-Host"] = vals[3:4:4]
 	}
