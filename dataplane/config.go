@@ -56,6 +56,12 @@ type Config struct {
 	JoinToken string
 	// ControlPlaneTLS, when set, connects to the control plane over TLS.
 	ControlPlaneTLS *tls.Config
+	// InsecureControlPlane connects without TLS to a control plane that is
+	// not on a loopback address. Without it such a node refuses to start:
+	// its join token, its admin token and its certificate would cross the
+	// network in cleartext, and whoever sits between could hand it a ring
+	// and purges of their choosing.
+	InsecureControlPlane bool
 	// PeerTLS, when its files are set, makes the peer hop mutual TLS: the
 	// node's certificate must name its id (first DNS name, or common name),
 	// and every peer's must name the member it is reached as.
@@ -354,6 +360,16 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("peer listener %s is not on a loopback address, and the peer hop has no certificates: anyone who "+
 			"can reach it could fill the cache. Set --peer-certs-from-control-plane (or --peer-cert, --peer-key and --peer-ca) "+
 			"for mutual TLS, or --insecure-peer-hop to accept unauthenticated peers", c.PeerAddr)
+	}
+	if c.ControlPlaneTLS == nil && !c.InsecureControlPlane {
+		for _, cp := range strings.Split(c.ControlPlane, ",") {
+			if !loopback.Only(cp) {
+				return fmt.Errorf("control plane %s is not on a loopback address, and no TLS is set for it: the join token, "+
+					"the admin token and the node's certificate would cross the network in cleartext, and whoever sits "+
+					"between could send the node its ring and purges. Set --control-plane-ca, or --insecure-control-plane "+
+					"to connect in cleartext", cp)
+			}
+		}
 	}
 	if len(c.PurgeAllow) > 0 && c.AdminToken == "" {
 		return errors.New("PURGE from allowed addresses needs the admin token to pass on to the control plane")

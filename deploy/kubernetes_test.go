@@ -496,7 +496,7 @@ func checkSecurity(t *testing.T, m *manifests, ws []workload, node, control work
 	if na["disk-sync"] != "data" {
 		t.Error("node: disk records are not fsynced (--disk-sync=data): a power failure loses the last seconds' objects")
 	}
-	for _, f := range []string{"insecure-peer-hop", "trusted-proxies", "join-token", "admin-token"} {
+	for _, f := range []string{"insecure-peer-hop", "insecure-control-plane", "trusted-proxies", "join-token", "admin-token"} {
 		if _, ok := na[f]; ok {
 			t.Errorf("node: --%s set; insecure, or a secret on the command line", f)
 		}

@@ -107,6 +107,7 @@ func newNodeCommand() *cobra.Command {
 	f.BoolVar(&o.cfg.PeerCertsFromControlPlane, "peer-certs-from-control-plane", false, "mutual TLS on the peer hop with certificates the control plane (--ca) issues and renews")
 	f.BoolVar(&o.cfg.InsecurePeerHop, "insecure-peer-hop", false, "accept unauthenticated peers (h2c) on a peer listener that is not on a loopback address: whoever reaches it can fill the cache")
 	f.StringVar(&o.controlCA, "control-plane-ca", "", "CA of the control plane's TLS certificate (enables TLS to it)")
+	f.BoolVar(&o.cfg.InsecureControlPlane, "insecure-control-plane", false, "connect without TLS to a control plane that is not on a loopback address: the tokens and the node's certificate cross the network in cleartext")
 	f.StringVar(&o.cfg.JoinToken, "join-token", "", "secret the control plane requires to join (prefer --join-token-file; default $SHARDCACHE_JOIN_TOKEN)")
 	f.StringVar(&o.joinTokenFile, "join-token-file", "", "file holding the join token (a mounted secret)")
 	f.Var(units.Value{N: &o.cfg.MemoryBytes}, "memory", "memory budget for cached objects, hot copies included (default 256MiB)")
