@@ -26,6 +26,8 @@ type globalOptions struct {
 	timeout      time.Duration
 	ca           string
 	cert, key    string
+	// insecurePlaintext sends the token in cleartext off loopback.
+	insecurePlaintext bool
 	// nodes are ops addresses to learn the members from instead of the
 	// control plane.
 	nodes []string
@@ -51,6 +53,7 @@ func (g *globalOptions) register(root *cobra.Command) {
 	f.StringVar(&g.ca, "ca", "", "CA that signed the control plane's TLS certificate (enables TLS)")
 	f.StringVar(&g.cert, "cert", "", "client certificate for mTLS (replaces the token)")
 	f.StringVar(&g.key, "key", "", "key of the client certificate")
+	f.BoolVar(&g.insecurePlaintext, "insecure-plaintext", false, "send the token in cleartext to a control plane off loopback without --ca (one started with --insecure-plaintext)")
 }
 
 // client returns an admin client from the flags, the environment or the dev
@@ -74,7 +77,10 @@ func (g *globalOptions) client() (*admin.Client, error) {
 		}
 		token = t
 	}
-	c, err := admin.New(admin.Config{Address: g.controlPlane, Token: token, Timeout: g.timeout, TLS: tc})
+	c, err := admin.New(admin.Config{Address: g.controlPlane, Token: token, Timeout: g.timeout, TLS: tc, InsecurePlaintext: g.insecurePlaintext})
+	if errors.Is(err, admin.ErrCleartext) {
+		return nil, fmt.Errorf("--control-plane: %w (--ca names the CA of its TLS certificate; --insecure-plaintext sends the token in cleartext)", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--control-plane: %w", err)
 	}

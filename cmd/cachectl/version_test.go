@@ -35,3 +35,18 @@ func TestVersionUnreachable(t *testing.T) {
 		t.Fatalf("output:\n%s", out)
 	}
 }
+
+// Off loopback without --ca, cachectl sends no token and names the flags
+// that would let it.
+func TestATokenIsNotSentInCleartextOffLoopback(t *testing.T) {
+	_, _, err := runCachectl(t, "--control-plane", "cp.example:7070", "ring")
+	if !errors.Is(err, admin.ErrCleartext) || exitCode(err) != exitCode(admin.ErrInvalid) ||
+		!strings.Contains(err.Error(), "--ca") || !strings.Contains(err.Error(), "--insecure-plaintext") {
+		t.Fatalf("err = %v, want the cleartext token refused naming --ca and --insecure-plaintext", err)
+	}
+	// Asked for on purpose, the call goes out (and fails to connect, here).
+	_, _, err = runCachectl(t, "--control-plane", "0.0.0.0:1", "--insecure-plaintext", "--timeout", "50ms", "ring")
+	if errors.Is(err, admin.ErrCleartext) || !errors.Is(err, admin.ErrUnavailable) {
+		t.Fatalf("with --insecure-plaintext: err = %v, want the control plane unavailable", err)
+	}
+}

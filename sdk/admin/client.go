@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/loopback"
 )
 
 // Errors the client returns, mapped from the server's gRPC codes; check them
@@ -32,6 +33,9 @@ var (
 	// (a warm) could not be reached or broke off; the control plane is
 	// there.
 	ErrNodeUnavailable = errors.New("shardcache: node unavailable")
+	// ErrCleartext (an ErrInvalid): New was asked to send the token in
+	// plaintext off loopback without Config.InsecurePlaintext.
+	ErrCleartext = fmt.Errorf("%w: the admin token would cross the network in cleartext", ErrInvalid)
 )
 
 // Config configures a Client.
@@ -42,8 +46,13 @@ type Config struct {
 	// certificate the control plane trusts (mTLS).
 	Token string
 	// TLS, when set, connects over TLS (with a client certificate for
-	// mTLS). Nil connects in plaintext.
+	// mTLS). Nil connects in plaintext, which New refuses for an Address
+	// off loopback unless InsecurePlaintext is set.
 	TLS *tls.Config
+	// InsecurePlaintext sends the token in cleartext to a control plane
+	// that is not on a loopback address (one started with
+	// --insecure-plaintext).
+	InsecurePlaintext bool
 	// Timeout bounds each call that has no deadline of its own, retries
 	// included; a purge call gets its wait on top; a warm, which lasts as
 	// long as its transfers, is not bounded by it. Default 10s.
@@ -97,6 +106,9 @@ func New(cfg Config) (*Client, error) {
 	hasClientCert := cfg.TLS != nil && (len(cfg.TLS.Certificates) > 0 || cfg.TLS.GetClientCertificate != nil)
 	if cfg.Token == "" && !hasClientCert {
 		return nil, fmt.Errorf("%w: no admin token or client certificate given", ErrUnauthenticated)
+	}
+	if cfg.TLS == nil && !cfg.InsecurePlaintext && !loopback.Only(cfg.Address) {
+		return nil, fmt.Errorf("%w: control plane %s is not on a loopback address and no TLS is set", ErrCleartext, cfg.Address)
 	}
 	if cfg.Timeout < 0 || cfg.RetryBackoff < 0 || cfg.MaxRetryBackoff < 0 {
 		return nil, fmt.Errorf("%w: negative timeout or retry backoff", ErrInvalid)

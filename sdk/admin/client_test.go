@@ -2,7 +2,9 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,5 +62,36 @@ func TestBackoffDoublesWithJitter(t *testing.T) {
 				t.Fatalf("backoff before retry %d = %s, want %s to %s", n+1, d, want/2, min(want*3/2, 2*time.Second))
 			}
 		}
+	}
+}
+
+// A token is never sent in cleartext off loopback unless asked for: the
+// refusal comes from New, before anything is dialled.
+func TestTheTokenCrossesTheNetworkOnlyOverTLS(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"loopback in plaintext", Config{Address: "127.0.0.1:7070", Token: "t"}, true},
+		{"localhost in plaintext", Config{Address: "localhost:7070", Token: "t"}, true},
+		{"off loopback in plaintext", Config{Address: "cp.example:7070", Token: "t"}, false},
+		{"every interface in plaintext", Config{Address: "0.0.0.0:7070", Token: "t"}, false},
+		{"off loopback over TLS", Config{Address: "cp.example:7070", Token: "t", TLS: &tls.Config{}}, true},
+		{"off loopback in plaintext on purpose", Config{Address: "cp.example:7070", Token: "t", InsecurePlaintext: true}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(tt.cfg)
+			if tt.ok {
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Close()
+				return
+			}
+			if !errors.Is(err, ErrCleartext) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.cfg.Address) {
+				t.Fatalf("New = %v, want ErrInvalid naming %s and the cleartext token", err, tt.cfg.Address)
+			}
+		})
 	}
 }
