@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"slices"
 	"strings"
@@ -86,9 +87,65 @@ func (a *adminService) GetRing(ctx context.Context, req *pb.GetRingRequest) (*pb
 	return &pb.GetRingResponse{Epoch: e}, nil
 }
 
-// ListNodes returns every registered member, whether it is in the current
-// epoch, its last load report, and the last hello refused for its id.
-func (a *adminService) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*pb.ListNodesResponse, error) {
+// maxNodesPage bounds the nodes of one ListNodes answer, the page size
+// when the caller names none. A Node is a few hundred bytes, so a page is
+// well inside one gRPC message however many nodes register.
+const maxNodesPage = 500
+
+// ListNodes returns a page of the registered members, by id, each with
+// whether it is in the current epoch, its last load report, and the last
+// hello refused for its id. The page token is the last id of the previous
+// page, so a page starts where that one stopped even when nodes came or
+// went in between.
+func (a *adminService) ListNodes(ctx context.Context, req *pb.ListNodesRequest) (*pb.ListNodesResponse, error) {
+	size := int(req.GetPageSize())
+	if size < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "page size: %d; give 0 (the default, %d) or more", size, maxNodesPage)
+	}
+	if size == 0 || size > maxNodesPage {
+		size = maxNodesPage
+	}
+	after, err := decodeNodesPageToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	resp, err := a.nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rest := resp.Nodes
+	if after != "" {
+		i, _ := slices.BinarySearchFunc(rest, after, func(n *pb.Node, id string) int { return strings.Compare(n.GetMember().GetId(), id) })
+		for i < len(rest) && rest[i].GetMember().GetId() <= after {
+			i++
+		}
+		rest = rest[i:]
+	}
+	resp.Nodes = rest[:min(size, len(rest))]
+	if len(rest) > size {
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(resp.Nodes[size-1].GetMember().GetId()))
+	}
+	return resp, nil
+}
+
+// maxNodesPageToken bounds a page token: the encoding of a node id, which
+// a hello bounds well below this.
+const maxNodesPageToken = 1 << 10
+
+// decodeNodesPageToken returns the node id a ListNodes page token names.
+func decodeNodesPageToken(tok string) (string, error) {
+	if tok == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if len(tok) > maxNodesPageToken || err != nil || len(b) == 0 {
+		return "", status.Errorf(codes.InvalidArgument, "page token %s: not one a ListNodes answer gave", quoteCut(tok))
+	}
+	return string(b), nil
+}
+
+// nodes returns every registered member as a Node, sorted by id.
+func (a *adminService) nodes(ctx context.Context) (*pb.ListNodesResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	members, _, err := a.state.members(ctx)
@@ -321,7 +378,7 @@ func (a *adminService) DeletePolicy(ctx context.Context, req *pb.DeletePolicyReq
 
 // PolicyStatus reports the revision each registered node runs.
 func (a *adminService) PolicyStatus(ctx context.Context, _ *pb.PolicyStatusRequest) (*pb.PolicyStatusResponse, error) {
-	nodes, err := a.ListNodes(ctx, &pb.ListNodesRequest{})
+	nodes, err := a.nodes(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -3,13 +3,16 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -73,6 +76,84 @@ func TestHugeNamesInReadsAreNotEchoedWhole(t *testing.T) {
 		t.Logf("%s with a 1 MiB name: code %s, message %d bytes: %.100s", name, st.Code(), len(st.Message()), st.Message())
 		if st.Code() != codes.InvalidArgument && st.Code() != codes.NotFound || len(st.Message()) > 8<<10 {
 			t.Errorf("%s: want InvalidArgument/NotFound with a short message", name)
+		}
+	}
+}
+
+// ListNodes answers a page of at most maxNodesPage nodes, whatever the
+// caller asks and however many nodes registered (anyone holding the join
+// token may register one): at the bound the answer carries a page token,
+// and the pages together list every node once, in id order.
+func TestListNodesAnswersPagesOfAtMostTheBound(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	ctx := context.Background()
+	total := maxNodesPage + 3
+	var want []string
+	for i := 0; i < total; i += 100 {
+		var ops []clientv3.Op
+		for j := i; j < min(i+100, total); j++ {
+			id := fmt.Sprintf("node-%04d", j)
+			b, err := proto.Marshal(&pb.Member{Id: id, PeerAddress: fmt.Sprintf("127.0.0.1:%d", 10000+j)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ops = append(ops, clientv3.OpPut(s.state.memberKey(id), string(b)))
+			want = append(want, id)
+		}
+		if _, err := s.etcd.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatalf("registering members: %v", err)
+		}
+	}
+	admin := pb.NewAdminServiceClient(dial(t, s))
+	actx := adminCtx(ctx, testToken)
+
+	for _, size := range []int32{0, maxNodesPage + 1, 1 << 30} {
+		resp, err := admin.ListNodes(actx, &pb.ListNodesRequest{PageSize: size})
+		if err != nil {
+			t.Fatalf("page size %d: %v", size, err)
+		}
+		if len(resp.GetNodes()) != maxNodesPage || resp.GetNextPageToken() == "" {
+			t.Fatalf("page size %d with %d nodes registered: %d nodes, next page token %q; want %d and a token",
+				size, total, len(resp.GetNodes()), resp.GetNextPageToken(), maxNodesPage)
+		}
+	}
+
+	// Following the pages lists every node once, in order; the last page
+	// has no token.
+	var got []string
+	token, pages := "", 0
+	for {
+		resp, err := admin.ListNodes(actx, &pb.ListNodesRequest{PageSize: 200, PageToken: token})
+		if err != nil {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		pages++
+		if len(resp.GetNodes()) > 200 {
+			t.Fatalf("page %d: %d nodes, asked for 200", pages, len(resp.GetNodes()))
+		}
+		for _, n := range resp.GetNodes() {
+			got = append(got, n.GetMember().GetId())
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+		if pages > total {
+			t.Fatal("the pages do not end")
+		}
+	}
+	if pages != 3 || !slices.Equal(got, want) {
+		t.Fatalf("%d pages listed %d nodes (%v...), want 3 pages listing the %d registered in id order", pages, len(got), got[:min(3, len(got))], total)
+	}
+
+	// A bad page size or token is refused, briefly.
+	for name, req := range map[string]*pb.ListNodesRequest{
+		"negative page size": {PageSize: -1},
+		"forged page token":  {PageToken: "not base64!"},
+		"huge page token":    {PageToken: strings.Repeat("A", 1<<20)},
+	} {
+		_, err := admin.ListNodes(actx, req)
+		if st := status.Convert(err); st.Code() != codes.InvalidArgument || len(st.Message()) > 8<<10 {
+			t.Errorf("%s: %v, want a short InvalidArgument", name, err)
 		}
 	}
 }

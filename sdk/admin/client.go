@@ -162,9 +162,39 @@ func (c *Client) GetRing(ctx context.Context, n uint64) (*pb.RingEpoch, error) {
 	return resp.GetEpoch(), err
 }
 
-// ListNodes returns every registered node, sorted by id.
+// ListNodes returns every registered node, sorted by id: it follows the
+// control plane's pages (ListNodesPage) to the last, each page a call of
+// its own; the epoch is the first page's.
 func (c *Client) ListNodes(ctx context.Context) (*pb.ListNodesResponse, error) {
-	return invoke(ctx, c, c.rpc.ListNodes, &pb.ListNodesRequest{})
+	var all *pb.ListNodesResponse
+	token := ""
+	for {
+		page, err := c.ListNodesPage(ctx, 0, token)
+		if err != nil {
+			return nil, err
+		}
+		if all == nil {
+			all = page
+		} else {
+			all.Nodes = append(all.Nodes, page.GetNodes()...)
+		}
+		next := page.GetNextPageToken()
+		if next == "" {
+			all.NextPageToken = ""
+			return all, nil
+		}
+		if next == token || len(page.GetNodes()) == 0 {
+			return nil, fmt.Errorf("listing nodes: the control plane gave page token %.40q again, or an empty page before the last", next)
+		}
+		token = next
+	}
+}
+
+// ListNodesPage returns one page of the registered nodes, sorted by id: at
+// most size (0 means the control plane's maximum, 500) after the page
+// whose NextPageToken is token ("" for the first page).
+func (c *Client) ListNodesPage(ctx context.Context, size int32, token string) (*pb.ListNodesResponse, error) {
+	return invoke(ctx, c, c.rpc.ListNodes, &pb.ListNodesRequest{PageSize: size, PageToken: token})
 }
 
 // Version returns the build of the control-plane replica that answers.

@@ -114,9 +114,13 @@ func (x *GetRingResponse) GetEpoch() *RingEpoch {
 	return nil
 }
 
-// ListNodesRequest has no filters yet.
+// ListNodesRequest asks for one page of the nodes, in id order.
 type ListNodesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Most nodes to return: 0 means 500, the maximum; a larger value is taken as 500.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page, or empty for the first page.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -149,6 +153,20 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
 	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListNodesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListNodesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
 }
 
 // Node is a member with what the control plane knows of it.
@@ -374,12 +392,15 @@ func (x *RefusedSession) GetReplica() string {
 	return ""
 }
 
-// ListNodesResponse lists nodes sorted by id.
+// ListNodesResponse lists one page of nodes sorted by id.
 type ListNodesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Nodes []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	// Current epoch number, for reference.
-	Epoch         uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Token of the next page; empty on the last page. Nodes that register or leave between pages
+	// appear or not as they are when their page is read.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -426,6 +447,13 @@ func (x *ListNodesResponse) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *ListNodesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // DrainNodeRequest names the node to drain.
@@ -2069,8 +2097,11 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\x0eGetRingRequest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"A\n" +
 	"\x0fGetRingResponse\x12.\n" +
-	"\x05epoch\x18\x01 \x01(\v2\x18.shardcache.v1.RingEpochR\x05epoch\"\x12\n" +
-	"\x10ListNodesRequest\"\x9b\x04\n" +
+	"\x05epoch\x18\x01 \x01(\v2\x18.shardcache.v1.RingEpochR\x05epoch\"N\n" +
+	"\x10ListNodesRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\x9b\x04\n" +
 	"\x04Node\x12-\n" +
 	"\x06member\x18\x01 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12\x17\n" +
 	"\ain_ring\x18\x02 \x01(\bR\x06inRing\x12'\n" +
@@ -2091,10 +2122,11 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\x0eremote_address\x18\x02 \x01(\tR\rremoteAddress\x12*\n" +
 	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x18\n" +
-	"\areplica\x18\x05 \x01(\tR\areplica\"T\n" +
+	"\areplica\x18\x05 \x01(\tR\areplica\"|\n" +
 	"\x11ListNodesResponse\x12)\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x13.shardcache.v1.NodeR\x05nodes\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"+\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"+\n" +
 	"\x10DrainNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"B\n" +
 	"\x11DrainNodeResponse\x12-\n" +

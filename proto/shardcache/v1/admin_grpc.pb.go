@@ -47,7 +47,8 @@ const (
 type AdminServiceClient interface {
 	// GetRing returns the current ring epoch, or an older one still kept.
 	GetRing(ctx context.Context, in *GetRingRequest, opts ...grpc.CallOption) (*GetRingResponse, error)
-	// ListNodes returns every registered member with its session and load.
+	// ListNodes returns the registered members with their session and load, a page at a time
+	// (ListNodesRequest.page_size, at most 500); follow next_page_token for the rest.
 	ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
 	// DrainNode takes a node out of ownership in the next epoch; it keeps serving meanwhile.
 	DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*DrainNodeResponse, error)
@@ -301,7 +302,8 @@ type AdminService_WarmClient = grpc.ServerStreamingClient[WarmResponse]
 type AdminServiceServer interface {
 	// GetRing returns the current ring epoch, or an older one still kept.
 	GetRing(context.Context, *GetRingRequest) (*GetRingResponse, error)
-	// ListNodes returns every registered member with its session and load.
+	// ListNodes returns the registered members with their session and load, a page at a time
+	// (ListNodesRequest.page_size, at most 500); follow next_page_token for the rest.
 	ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
 	// DrainNode takes a node out of ownership in the next epoch; it keeps serving meanwhile.
 	DrainNode(context.Context, *DrainNodeRequest) (*DrainNodeResponse, error)
