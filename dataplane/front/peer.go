@@ -1,7 +1,6 @@
 package front
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -137,7 +136,7 @@ func (f *Front) serveHotKeys(w http.ResponseWriter, r *http.Request) {
 		out = append(out, f.cfg.HotKeys.Hottest(f.cfg.Hot, limit)...)
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(out)
+	hotkey.Encode(w, out) // within what a peer's Decode takes
 }
 
 // refusePeer answers a peer request that is not served, logs why and

@@ -5,6 +5,10 @@ package hotkey
 
 import (
 	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sync"
@@ -14,8 +18,14 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/sketch"
 )
 
-// ListMax bounds the hot keys a List remembers.
+// ListMax bounds the hot keys a List remembers, and so those a peer may
+// send in its list.
 const ListMax = 4096
+
+// MaxListBytes bounds a hot-key list sent to a peer, as JSON: a node sends
+// its hottest keys up to it, and a list past it is refused whole. 4096 keys
+// with URLs of a few hundred bytes fit several times over.
+const MaxListBytes = 4 << 20
 
 // List remembers the keys a node has seen hot, with what rebuilds a
 // request for each (for pre-copy): safe for concurrent use, and cheap for a
@@ -84,4 +94,71 @@ func (h *List) Hottest(s *sketch.Sketch, limit int) []*Key {
 	})
 	slices.SortFunc(out, func(a, b *Key) int { return cmp.Compare(b.Rate, a.Rate) })
 	return out[:min(limit, len(out))]
+}
+
+// ErrListTooLong is a peer's hot-key list past ListMax keys or MaxListBytes.
+var ErrListTooLong = errors.New("hotkey: list too long")
+
+// Encode writes keys to w as a JSON array, the hottest first (as given),
+// leaving out the keys that would take it past MaxListBytes.
+func Encode(w io.Writer, keys []*Key) error {
+	out := make([]byte, 0, 1<<10)
+	out = append(out, '[')
+	for _, k := range keys[:min(len(keys), ListMax)] {
+		b, err := json.Marshal(k)
+		if err != nil {
+			return err
+		}
+		if len(out)+len(b)+2 > MaxListBytes {
+			continue // a shorter, colder key may still fit
+		}
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, b...)
+	}
+	out = append(out, ']', '\n')
+	_, err := w.Write(out)
+	return err
+}
+
+// Decode reads a peer's hot-key list from r, reading at most MaxListBytes
+// (and one more byte) and keeping at most ListMax keys: a longer list is
+// refused with ErrListTooLong, having been read no further.
+func Decode(r io.Reader) ([]*Key, error) {
+	lr := &io.LimitedReader{R: r, N: MaxListBytes + 1}
+	dec := json.NewDecoder(lr)
+	tooLong := func() error {
+		return fmt.Errorf("%w: more than %d keys or %d bytes", ErrListTooLong, ListMax, MaxListBytes)
+	}
+	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+		if lr.N <= 0 {
+			return nil, tooLong()
+		}
+		return nil, fmt.Errorf("hotkey: reading a list: want a JSON array (%v)", err)
+	}
+	var keys []*Key
+	for dec.More() {
+		if len(keys) == ListMax {
+			return nil, tooLong()
+		}
+		k := &Key{}
+		if err := dec.Decode(k); err != nil {
+			if lr.N <= 0 {
+				return nil, tooLong()
+			}
+			return nil, fmt.Errorf("hotkey: reading key %d of a list: %w", len(keys), err)
+		}
+		keys = append(keys, k)
+	}
+	if _, err := dec.Token(); err != nil {
+		if lr.N <= 0 {
+			return nil, tooLong()
+		}
+		return nil, fmt.Errorf("hotkey: reading the end of a list: %w", err)
+	}
+	if lr.N <= 0 {
+		return nil, tooLong()
+	}
+	return keys, nil
 }

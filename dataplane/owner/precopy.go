@@ -3,7 +3,6 @@ package owner
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -95,8 +94,12 @@ func (o *Owner) peerHotKeys(ctx context.Context, m *pb.Member) []*hotkey.Key {
 	}
 	defer resp.Body.Close()
 	o.cfg.Metrics.Hot.WithLabelValues("list_asked").Inc()
-	var keys []*hotkey.Key
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&keys) != nil {
+	if resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	keys, err := hotkey.Decode(resp.Body)
+	if err != nil {
+		o.cfg.Logger.Warn("refused a peer's hot-key list", "peer", m.GetId(), "err", err)
 		return nil
 	}
 	return keys
