@@ -195,7 +195,7 @@ func (m *Set) traffic() {
 		Name: "shardcache_origin_bytes_total", Help: "Body bytes received from the origin for cache fills.",
 	})
 	m.PeerReqs = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "shardcache_peer_requests_total", Help: "Requests relayed to an owner, by peer and result (2xx..5xx, error, skipped while the peer's circuit is open).",
+		Name: "shardcache_peer_requests_total", Help: "Requests relayed to an owner, by peer and result (2xx..5xx, error, skipped while the peer's circuit is open, dropped: an invalidation not sent, past the bound of those in flight).",
 	}, []string{"peer", "result"})
 	m.PeerConns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardcache_peer_connections_total", Help: "Connections used for relayed requests: opened anew or reused from the pool.",

@@ -14,6 +14,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/slice"
 	"github.com/shardcache/shardcache/dataplane/store"
 	"github.com/shardcache/shardcache/sdk/policy"
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // Invalidate drops what the cluster stores for the request's target: for
@@ -22,7 +23,10 @@ import (
 // (h), here and on every other member of the ring over the peer hop, where
 // the owner and any node holding a hot copy are; it waits up to
 // invalidateWait for the peers, so that the client's next request sees the
-// change, and a slower peer is still told, after the answer. For a peer's
+// change, and a slower peer is still told, after the answer. At most
+// Config.MaxInvalidations sends are in flight: past the bound the request
+// waits for room, within the same invalidateWait, and what it could not
+// send by then is dropped and logged. For a peer's
 // invalidation (req.Hop.From set) it drops here only: the slice head it
 // names, or its URL.
 func (o *Owner) Invalidate(req Request, h http.Header) {
@@ -36,6 +40,11 @@ func (o *Owner) Invalidate(req Request, h http.Header) {
 	}
 	r := req.HTTP
 	var wg sync.WaitGroup
+	// The answer waits for the sends, and for room to send, up to
+	// invalidateWait in all.
+	wait, cancel := context.WithTimeout(o.cfg.Tasks.Context(), invalidateWait)
+	defer cancel()
+	dropped := 0
 	base := &url.URL{Scheme: "http", Host: r.Host, Path: r.URL.Path, RawQuery: r.URL.RawQuery}
 	targets := []*url.URL{base}
 	for _, f := range []string{"Location", "Content-Location"} {
@@ -64,8 +73,16 @@ func (o *Owner) Invalidate(req Request, h http.Header) {
 			if m.GetId() == o.cfg.ID {
 				continue
 			}
+			select {
+			case o.invalidating <- struct{}{}:
+			case <-wait.Done():
+				dropped++
+				o.cfg.Metrics.PeerReqs.WithLabelValues(m.GetId(), "dropped").Inc()
+				continue
+			}
 			wg.Add(1)
 			o.cfg.Tasks.Go("invalidate", func() {
+				defer func() { <-o.invalidating }()
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(o.cfg.Tasks.Context(), 5*time.Second)
 				defer cancel()
@@ -78,6 +95,10 @@ func (o *Owner) Invalidate(req Request, h http.Header) {
 			})
 		}
 	}
+	if dropped > 0 {
+		o.cfg.Logger.Warn("invalidations not sent to peers: too many in flight", "url", redact.Query(base.String()), "dropped", dropped,
+			"in_flight_max", cap(o.invalidating))
+	}
 	done := make(chan struct{})
 	o.cfg.Tasks.Go("invalidate", func() {
 		wg.Wait()
@@ -85,7 +106,7 @@ func (o *Owner) Invalidate(req Request, h http.Header) {
 	})
 	select {
 	case <-done:
-	case <-time.After(invalidateWait):
+	case <-wait.Done():
 	}
 }
 

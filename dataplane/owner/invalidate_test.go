@@ -2,13 +2,21 @@ package owner
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/shardcache/shardcache/dataplane/hop"
+	"github.com/shardcache/shardcache/dataplane/routes"
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
 )
 
@@ -155,5 +163,57 @@ func TestAnInvalidationDropsTheVariantFillStillStreaming(t *testing.T) {
 	w, _ := to.serve(request("/var", nil, "X-V", "a"))
 	if got := w.Body.String(); got != "version 2!" {
 		t.Fatalf("variant a after the invalidation: %q (%s); want version 2 from the origin", got, w.Header().Get("X-Cache"))
+	}
+}
+
+// A client's unsafe requests each send an invalidation to every peer: at
+// most MaxInvalidations are in flight, however fast the requests come and
+// however slowly the peers answer. Past the bound a request waits for room
+// up to invalidateWait; what it could not send by then is dropped and
+// counted, and the request is answered.
+func TestInvalidationsInFlightToPeersAreBounded(t *testing.T) {
+	const bound = 4
+	to := newTestOwner(t, cacheable("x"), func(c *Config) { c.MaxInvalidations = bound })
+	release := make(chan struct{})
+	var inFlight, most, sent atomic.Int64
+	to.peers.handler = func(addr string, r *http.Request, h http.Header) (*http.Response, error) {
+		if h.Get(hop.InvalidateField) == "" {
+			t.Errorf("asked a peer for something other than an invalidation: %v", h)
+		}
+		sent.Add(1)
+		n := inFlight.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-release // a peer that does not answer until the test ends
+		inFlight.Add(-1)
+		return &http.Response{StatusCode: http.StatusNoContent, Body: http.NoBody}, nil
+	}
+	t.Cleanup(func() { close(release) }) // before the owner's tasks stop
+	var members []*pb.Member
+	for _, id := range []string{"a", "b", "c"} {
+		members = append(members, &pb.Member{Id: id, PeerAddress: id + ":1"})
+	}
+	rt, err := routes.New(&pb.RingEpoch{Epoch: 1, Members: members})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three POSTs at once, each for two peers: six sends for four places.
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			req := request(fmt.Sprintf("/post-%d", i), nil)
+			req.HTTP.Method, req.Routes = http.MethodPost, rt
+			to.Invalidate(*req, http.Header{})
+		})
+	}
+	wg.Wait() // every request answered, though no peer did
+	dropped := testutil.ToFloat64(to.cfg.Metrics.PeerReqs.WithLabelValues("b", "dropped")) +
+		testutil.ToFloat64(to.cfg.Metrics.PeerReqs.WithLabelValues("c", "dropped"))
+	t.Logf("sent %d (at most %d at once), dropped %v", sent.Load(), most.Load(), dropped)
+	if most.Load() > bound || sent.Load() > bound {
+		t.Fatalf("%d invalidations sent to peers, %d at once: past the bound of %d in flight", sent.Load(), most.Load(), bound)
+	}
+	if dropped != 6-float64(sent.Load()) {
+		t.Fatalf("%v invalidations counted dropped, want the %d not sent", dropped, 6-sent.Load())
 	}
 }

@@ -92,8 +92,14 @@ type Config struct {
 	// be confirmed by the origin: purges issued during the cut may not
 	// have reached it. Nil: never.
 	CutOff func(now time.Time) (before time.Time, cut bool)
-	Tracer trace.Tracer // nil: no spans of the owner's own
-	Logger *slog.Logger
+	// MaxInvalidations bounds the invalidations this node sends its peers
+	// at once (one a peer for each URL an unsafe request changed): past
+	// it, a request's sends wait for room up to invalidateWait, and those
+	// still waiting then are not sent (logged, and counted as the peer's
+	// "dropped" requests). Zero: 1024.
+	MaxInvalidations int
+	Tracer           trace.Tracer // nil: no spans of the owner's own
+	Logger           *slog.Logger
 }
 
 // Owner serves the keys this node owns.
@@ -119,11 +125,18 @@ type Owner struct {
 	// notes are the last answers other than plain hits, and removals, per
 	// key.
 	notes notes.Table
+	// invalidating holds a token for each invalidation sent to a peer
+	// and not yet answered: at most Config.MaxInvalidations.
+	invalidating chan struct{}
 }
 
 // New builds an owner over an open store.
 func New(cfg Config) *Owner {
-	return &Owner{cfg: cfg, started: time.Now(), nodeField: []string{cfg.ID}, statusName: httpcache.SFItem(cfg.ID), filling: map[string]int{}}
+	if cfg.MaxInvalidations <= 0 {
+		cfg.MaxInvalidations = 1024
+	}
+	return &Owner{cfg: cfg, started: time.Now(), nodeField: []string{cfg.ID}, statusName: httpcache.SFItem(cfg.ID), filling: map[string]int{},
+		invalidating: make(chan struct{}, cfg.MaxInvalidations)}
 }
 
 // CaughtUp says the node has the purges issued while it was away: objects
