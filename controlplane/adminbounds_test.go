@@ -157,3 +157,35 @@ func TestListNodesAnswersPagesOfAtMostTheBound(t *testing.T) {
 		}
 	}
 }
+
+// Every member goes into every ring epoch pushed to every node: a hello
+// whose member carries an oversized field (anyone holding the join token
+// may say one) is refused, briefly, so that a few registrations cannot make
+// the ring outgrow the 4 MiB messages that carry it. (A field of 256 KiB
+// used to be registered: sixteen such made every epoch push fail.)
+func TestAHelloWithAnOversizedMemberFieldIsRefused(t *testing.T) {
+	s, _, _ := startServer(t, nil, func(c *Config) { c.JoinToken = "join-secret" })
+	conn := dial(t, s)
+	big := strings.Repeat("z", 256<<10)
+	for name, m := range map[string]*pb.Member{
+		"zone":         {Id: "n1", PeerAddress: "127.0.0.1:1", Zone: big},
+		"public URL":   {Id: "n1", PeerAddress: "127.0.0.1:1", PublicUrl: "http://" + big},
+		"ops URL":      {Id: "n1", PeerAddress: "127.0.0.1:1", OpsUrl: "http://" + big},
+		"version":      {Id: "n1", PeerAddress: "127.0.0.1:1", Version: big},
+		"peer hop":     {Id: "n1", PeerAddress: "127.0.0.1:1", PeerHop: big},
+		"peer address": {Id: "n1", PeerAddress: big + ":1"},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		stream := sayHello(t, ctx, conn, &pb.Hello{Member: m, JoinToken: "join-secret"})
+		_, err := stream.Recv()
+		cancel()
+		st := status.Convert(err)
+		if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), name) || len(st.Message()) > 8<<10 {
+			t.Errorf("a member with a 256 KiB %s: %s %.200s; want a short InvalidArgument naming it", name, st.Code(), st.Message())
+		}
+	}
+	resp, err := pb.NewAdminServiceClient(conn).ListNodes(adminCtx(context.Background(), testToken), &pb.ListNodesRequest{})
+	if err != nil || len(resp.GetNodes()) != 0 {
+		t.Fatalf("ListNodes after the refused hellos: %d nodes, %v; want none registered", len(resp.GetNodes()), err)
+	}
+}

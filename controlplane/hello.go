@@ -114,8 +114,34 @@ func validateMember(m *pb.Member) error {
 	if !validNodeID.MatchString(m.GetId()) {
 		return fmt.Errorf("node id %q: use 1 to 63 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit", m.GetId())
 	}
+	// Every member is in every ring epoch pushed to every node, in
+	// ListNodes and in etcd: a field is bounded, so one registration cannot
+	// outgrow the messages that carry the ring.
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{
+		{"peer address", m.GetPeerAddress(), maxMemberAddress},
+		{"public URL", m.GetPublicUrl(), maxMemberURL},
+		{"ops URL", m.GetOpsUrl(), maxMemberURL},
+		{"zone", m.GetZone(), maxMemberLabel},
+		{"version", m.GetVersion(), maxMemberLabel},
+		{"peer hop", m.GetPeerHop(), maxMemberLabel},
+	} {
+		if len(f.v) > f.max {
+			return fmt.Errorf("%s of %s: %s, longer than %d bytes", f.name, m.GetId(), quoteCut(f.v), f.max)
+		}
+	}
 	if _, _, err := net.SplitHostPort(m.GetPeerAddress()); err != nil {
 		return fmt.Errorf("peer address %q of %s: %v", m.GetPeerAddress(), m.GetId(), err)
 	}
 	return nil
 }
+
+// Bounds of a member's fields: a host name and port; a base URL; a zone,
+// a version or a peer-hop kind.
+const (
+	maxMemberAddress = 512
+	maxMemberURL     = 2 << 10
+	maxMemberLabel   = 256
+)
