@@ -189,3 +189,41 @@ func TestAHelloWithAnOversizedMemberFieldIsRefused(t *testing.T) {
 		t.Fatalf("ListNodes after the refused hellos: %d nodes, %v; want none registered", len(resp.GetNodes()), err)
 	}
 }
+
+// What a node says in its session is kept per node and answered in
+// ListNodes pages: a load report naming a hundred thousand routes and a
+// policy refusal with a 1 MiB reason are kept within their bounds, so one
+// node cannot make the page that lists it outgrow a message.
+func TestANodesReportsAreKeptWithinTheirBounds(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	conn := dial(t, s)
+	node := openSession(t, conn, "n1")
+	routes := map[string]uint64{}
+	for i := range 100_000 {
+		routes[fmt.Sprint("route-", i)] = uint64(i)
+	}
+	if err := node.stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Load{Load: &pb.LoadReport{
+		RequestsTotal: 7, ResponseBytesByRoute: routes}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_PolicyAck{PolicyAck: &pb.PolicyAck{
+		RefusedRevision: 3, Error: strings.Repeat("e", 1<<20)}}}); err != nil {
+		t.Fatal(err)
+	}
+	admin := pb.NewAdminServiceClient(conn)
+	var n *pb.Node
+	waitFor(t, func() bool {
+		resp, err := admin.ListNodes(adminCtx(context.Background(), testToken), &pb.ListNodesRequest{})
+		if err != nil {
+			t.Fatalf("ListNodes: %v", err)
+		}
+		n = resp.GetNodes()[0]
+		return n.GetLoad().GetRequestsTotal() == 7 && n.GetPolicyRefusedRevision() == 3
+	})
+	t.Logf("kept: %d routes, a policy error of %d bytes, a node of %d bytes", len(n.GetLoad().GetResponseBytesByRoute()),
+		len(n.GetPolicyError()), proto.Size(n))
+	if len(n.GetLoad().GetResponseBytesByRoute()) > maxLoadRoutes || len(n.GetPolicyError()) > maxNodeError+64 {
+		t.Fatalf("kept %d routes and a policy error of %d bytes; want at most %d and about %d",
+			len(n.GetLoad().GetResponseBytesByRoute()), len(n.GetPolicyError()), maxLoadRoutes, maxNodeError)
+	}
+}

@@ -406,11 +406,49 @@ func (r *sessionRun) snapshot(hello *pb.Hello) error {
 // replica answers from memory.
 const loadRecordInterval = time.Minute
 
+// A node's reports are kept per node (in this replica's memory and in
+// etcd) and answered in ListNodes, a page of many nodes in one message:
+// what a node says in them is bounded. Its routes are the node's few
+// request routes (local, relayed, ...); its policy error one message.
+const (
+	maxLoadRoutes    = 32
+	maxLoadRouteName = 64
+	maxNodeError     = 1 << 10
+)
+
+// boundedRoutes reports whether a load report's routes are within
+// maxLoadRoutes names of at most maxLoadRouteName bytes.
+func boundedRoutes(routes map[string]uint64) bool {
+	if len(routes) > maxLoadRoutes {
+		return false
+	}
+	for name := range routes {
+		if len(name) > maxLoadRouteName {
+			return false
+		}
+	}
+	return true
+}
+
+// cutText is s cut to at most limit bytes (on a character boundary), saying
+// how long it was.
+func cutText(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	return strings.ToValidUTF8(s[:limit], "") + fmt.Sprintf("... (%d bytes)", len(s))
+}
+
 // handle answers one message from the node.
 func (r *sessionRun) handle(ctx context.Context, req *pb.SessionRequest) error {
 	n := r.n
 	switch msg := req.GetMsg().(type) {
 	case *pb.SessionRequest_Load:
+		if routes := msg.Load.GetResponseBytesByRoute(); !boundedRoutes(routes) {
+			r.log.Warn("node's load report names too many routes, or too long; its routes are left out",
+				"routes", len(routes), "max", maxLoadRoutes)
+			msg.Load.ResponseBytesByRoute = nil
+		}
 		r.st.Load, r.st.ServingEpoch, r.st.LastReportAt = msg.Load, msg.Load.GetEpoch(), timestamppb.Now()
 		n.loads.put(r.m.GetId(), r, r.st)
 		if time.Since(r.statusAt) < loadRecordInterval {
@@ -441,8 +479,8 @@ func (r *sessionRun) handle(ctx context.Context, req *pb.SessionRequest) error {
 		ack := msg.PolicyAck
 		r.st.PolicyRevision = ack.GetAppliedRevision()
 		if ack.GetRefusedRevision() != 0 {
-			r.st.PolicyRefusedRevision, r.st.PolicyError = ack.GetRefusedRevision(), ack.GetError()
-			r.log.Warn("node refused a policy push", "revision", ack.GetRefusedRevision(), "reason", ack.GetError())
+			r.st.PolicyRefusedRevision, r.st.PolicyError = ack.GetRefusedRevision(), cutText(ack.GetError(), maxNodeError)
+			r.log.Warn("node refused a policy push", "revision", ack.GetRefusedRevision(), "reason", r.st.PolicyError)
 			// The node kept its set: an incremental push from what was
 			// sent would have a gap. The next change goes whole.
 			r.sentPolicies = 0
