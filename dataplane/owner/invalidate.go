@@ -88,7 +88,7 @@ func (o *Owner) Invalidate(req Request, h http.Header) {
 				defer cancel()
 				resp, err := o.cfg.Peers.Forward(ctx, m.GetPeerAddress(), tr, hdr)
 				if err != nil {
-					o.cfg.Logger.Warn("invalidation did not reach a peer", "peer", m.GetId(), "url", u.String(), "err", err)
+					o.cfg.Logger.Warn("invalidation did not reach a peer", "peer", m.GetId(), "url", redact.Query(u.String()), "err", errText(err))
 					return
 				}
 				resp.Body.Close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -216,4 +217,50 @@ func TestInvalidationsInFlightToPeersAreBounded(t *testing.T) {
 	if dropped != 6-float64(sent.Load()) {
 		t.Fatalf("%v invalidations counted dropped, want the %d not sent", dropped, 6-sent.Load())
 	}
+}
+
+// An invalidation that does not reach a peer is logged without the
+// query's credentials.
+func TestAFailedInvalidationIsLoggedRedacted(t *testing.T) {
+	var logs strings.Builder
+	var mu sync.Mutex
+	to := newTestOwner(t, cacheable("x"), func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	})
+	to.peers.handler = func(addr string, r *http.Request, h http.Header) (*http.Response, error) {
+		return nil, fmt.Errorf("dialing %s: refused", r.URL)
+	}
+	rt, err := routes.New(&pb.RingEpoch{Epoch: 1, Members: []*pb.Member{{Id: "a", PeerAddress: "a:1"}, {Id: "b", PeerAddress: "b:1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := request("/form?token=tok-s3cret", nil)
+	req.HTTP.Method, req.Routes = http.MethodPost, rt
+	to.Invalidate(*req, http.Header{})
+	logged := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(logs.String(), "invalidation did not reach a peer")
+	}
+	for deadline := time.Now().Add(30 * time.Second); !logged(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the failed invalidation was not logged")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), "tok-s3cret") {
+		t.Fatalf("the log carries the query's token: %s", logs.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
