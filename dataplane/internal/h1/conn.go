@@ -210,6 +210,7 @@ func (c *conn) parse(b []byte) (*head, error) {
 		return nil, es
 	}
 	h.url = &blk.url
+	h.answer = &blk.answer
 	return h, nil
 }
 
@@ -247,7 +248,10 @@ func (c *conn) serveOne(h *head) {
 	w := &c.resp
 	w.reset(r, h)
 	c.closing = h.close
-	aborted := c.run(w, r)
+	a := h.answer
+	a.w, a.gen = w, w.gen
+	aborted := c.run(a, r)
+	w.end() // what the handler left running writes nothing more
 	cancel()
 	if aborted {
 		c.closing = true
@@ -266,7 +270,7 @@ var errAborted = errors.New("h1: the handler aborted its answer")
 
 // run calls the handler; true when it panicked (http.ErrAbortHandler
 // included), and the answer is to be cut off, not ended.
-func (c *conn) run(w *response, r *http.Request) (aborted bool) {
+func (c *conn) run(w *answer, r *http.Request) (aborted bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			aborted = true

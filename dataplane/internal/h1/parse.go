@@ -40,13 +40,16 @@ type head struct {
 	close                 bool // the connection closes after this request
 	keepAlive             bool // HTTP/1.0 asked to keep the connection
 	expectContinue        bool
+	answer                *answer // the handler's writer, in block
 }
 
 // block is what one request allocates besides its header map and the
-// head's text: the URL and up to inlineValues field values, in one piece.
+// head's text: the URL, the handler's writer and up to inlineValues field
+// values, in one piece.
 type block struct {
-	url  url.URL
-	vals [inlineValues]string
+	url    url.URL
+	answer answer
+	vals   [inlineValues]string
 }
 
 // inlineValues is how many field values share the request's allocation;

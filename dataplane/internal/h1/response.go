@@ -35,12 +35,20 @@ const stageMax = 4 << 10
 // connection holds none.
 var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
 
-// response is a connection's http.ResponseWriter, reused request after
-// request.
+// response is a connection's answer, reused request after request; a
+// handler writes it through an answer of the request's generation.
 type response struct {
 	c      *conn
 	req    *http.Request
-	header http.Header
+	header http.Header // made when asked for, never shared by two answers
+	// live guards gen, the generation of the answer a handler is
+	// writing, and calls, how many of its calls are under way; end waits
+	// on idle (ending) for them to return.
+	live   sync.Mutex
+	gen    uint64
+	calls  int
+	ending bool
+	idle   sync.Cond
 	// mu orders the head against a 100 Continue sent while the body is
 	// read on another goroutine.
 	mu        sync.Mutex
@@ -60,9 +68,6 @@ type response struct {
 }
 
 func (w *response) reset(r *http.Request, h *head) {
-	if w.header == nil {
-		w.header = make(http.Header, 16)
-	}
 	w.req, w.status, w.committed, w.chunked = r, 0, false, false
 	w.isHead, w.bodyOK, w.declared, w.written = h.method == http.MethodHead, true, -1, 0
 	w.raw, w.rawLen = nil, -1
@@ -70,7 +75,12 @@ func (w *response) reset(r *http.Request, h *head) {
 }
 
 // Header is the answer's header, to set before WriteHeader.
-func (w *response) Header() http.Header { return w.header }
+func (w *response) Header() http.Header {
+	if w.header == nil {
+		w.header = make(http.Header, 16)
+	}
+	return w.header
+}
 
 // Arrived is when the request's head was read: the answer's Date, and a
 // clock reading a handler can take instead of its own.
@@ -407,7 +417,9 @@ func (w *response) finish() {
 		}
 		w.buf, w.out = nil, nil
 	}
-	clear(w.header)
+	// A new map for the next answer: a handler's goroutine may hold
+	// this one still.
+	w.header = nil
 	w.req = nil
 }
 
