@@ -87,8 +87,8 @@ func (w *response) Header() http.Header {
 func (w *response) Arrived() time.Time { return w.c.arrived }
 
 // WriteHeader sets the answer's status (a 1xx other than 101 is sent at
-// once, as an interim answer, with the header fields set so far; a 101 is
-// a 502).
+// once, as an interim answer, with the header fields set so far, to an
+// HTTP/1.1 client; a 101 is a 502).
 func (w *response) WriteHeader(code int) {
 	if code < 100 || code > 999 {
 		panic("h1: invalid WriteHeader code " + strconv.Itoa(code))
@@ -107,7 +107,11 @@ func (w *response) WriteHeader(code int) {
 		delete(w.header, "Upgrade")
 	}
 	if code < 200 {
-		w.interim(code)
+		if w.req.ProtoMinor >= 1 {
+			// An HTTP/1.0 client (or proxy) would take it for the
+			// answer (RFC 9110 15.2: none is sent to it).
+			w.interim(code)
+		}
 		return
 	}
 	w.status = code
