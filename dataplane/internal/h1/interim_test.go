@@ -27,3 +27,31 @@ func TestNoInterimAnswerToAnHTTP10Client(t *testing.T) {
 		t.Fatalf("HTTP/1.1 answer %q, want the 103 first", got)
 	}
 }
+
+// An interim answer carries no framing (RFC 9110 8.6, RFC 9112 6.1: no
+// Content-Length or Transfer-Encoding in a 1xx) and no Connection: a
+// proxy before the node that took them at their word would read the
+// answer after it as a body, or close. An origin's 103 passed on may
+// carry any of them.
+func TestAnInterimAnswerCarriesNoFraming(t *testing.T) {
+	addr, _ := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hints := map[string]string{"Link": "</s.css>; rel=preload", "Content-Length": "5", "Transfer-Encoding": "chunked", "Connection": "close"}
+		for k, v := range hints {
+			w.Header().Set(k, v)
+		}
+		w.WriteHeader(http.StatusEarlyHints)
+		for k := range hints {
+			w.Header().Del(k)
+		}
+		io.WriteString(w, "ok "+r.URL.Path)
+	}))
+	got := exchange(t, addr, "GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	interim, _, _ := strings.Cut(got, "\r\n\r\n")
+	if !strings.HasPrefix(interim, "HTTP/1.1 103 Early Hints\r\n") || !strings.Contains(interim, "\r\nLink: ") ||
+		strings.Contains(interim, "Content-Length") || strings.Contains(interim, "Transfer-Encoding") || strings.Contains(interim, "Connection") {
+		t.Fatalf("interim answer %q, want the 103 with its Link and no framing", interim)
+	}
+	if !strings.HasSuffix(got, "ok /2") {
+		t.Fatalf("answers %q: want both requests answered on the connection", got)
+	}
+}

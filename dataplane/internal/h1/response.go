@@ -3,6 +3,7 @@ package h1
 import (
 	"bytes"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -119,13 +120,30 @@ func (w *response) WriteHeader(code int) {
 }
 
 func (w *response) interim(code int) {
+	h := w.header
+	for _, name := range framingFields {
+		if _, ok := h[name]; ok {
+			// The framing is the final answer's, and the server's: a 1xx
+			// has none (RFC 9110 8.6, RFC 9112 6.1), and a proxy before
+			// the node that took it would misread what follows.
+			h = maps.Clone(h)
+			for _, name := range framingFields {
+				delete(h, name)
+			}
+			break
+		}
+	}
 	b := appendStatusLine(make([]byte, 0, 512), code)
-	b = appendFields(b, w.header)
+	b = appendFields(b, h)
 	b = append(b, "\r\n"...)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.c.write(b)
 }
+
+// framingFields are the fields of the server's that an interim answer
+// leaves out.
+var framingFields = [...]string{"Content-Length", "Transfer-Encoding", "Connection"}
 
 // sendContinue sends 100 Continue unless the answer has begun: false
 // then.
