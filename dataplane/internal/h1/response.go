@@ -78,7 +78,9 @@ func (w *response) reset(r *http.Request, h *head) {
 // Header is the answer's header, to set before WriteHeader.
 func (w *response) Header() http.Header {
 	if w.header == nil {
-		w.header = make(http.Header, 16)
+		// No size hint: a hit sets a few fields (the front's), which a
+		// small map holds in one allocation; a miss's grows it once.
+		w.header = make(http.Header)
 	}
 	return w.header
 }
