@@ -50,7 +50,11 @@ func (c *conn) serve() {
 		if c.linger && c.werr == nil {
 			c.lingerClose()
 		}
-		c.nc.Close()
+		if c.werr == errAborted {
+			reset(c.nc)
+		} else {
+			c.nc.Close()
+		}
 		c.srv.forget(c)
 	}()
 	for !c.closing && c.werr == nil {
@@ -267,6 +271,27 @@ func (c *conn) serveOne(h *head) {
 
 // errAborted ends a connection whose handler aborted its answer.
 var errAborted = errors.New("h1: the handler aborted its answer")
+
+// reset closes a connection whose answer was cut off with a TCP reset,
+// and under TLS without close_notify: a client reading an answer of no
+// length to the close (HTTP/1.0) must not take what came for whole.
+func reset(nc net.Conn) {
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn() // closed under TLS, which would say the end was clean
+	}
+	for u := nc; u != nil; {
+		if l, ok := u.(interface{ SetLinger(int) error }); ok {
+			l.SetLinger(0)
+			break
+		}
+		w, ok := u.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		u = w.NetConn()
+	}
+	nc.Close()
+}
 
 // run calls the handler; true when it panicked (http.ErrAbortHandler
 // included), and the answer is to be cut off, not ended.

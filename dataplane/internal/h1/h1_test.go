@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -447,6 +448,27 @@ func TestPanicsAndAbortsCutTheAnswer(t *testing.T) {
 		if !strings.HasPrefix(got, "HTTP/1.1 200") || strings.HasSuffix(got, "0\r\n\r\n") {
 			t.Errorf("%s: the answer ended cleanly (%d bytes)", p, len(got))
 		}
+	}
+}
+
+// An HTTP/1.0 answer of no length ends at the close: a handler's panic
+// resets the connection, so the client cannot take what came for whole.
+func TestAPanicResetsAnHTTP10AnswerOfNoLength(t *testing.T) {
+	addr, _ := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, strings.Repeat("x", 2*stageMax))
+		w.(http.Flusher).Flush()
+		panic("boom")
+	}), func(c *Config) { c.Logger = slog.New(slog.DiscardHandler) })
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "GET /panic HTTP/1.0\r\n\r\n")
+	got, err := io.ReadAll(c)
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("after %d bytes: %v, want the connection reset", len(got), err)
 	}
 }
 
