@@ -124,7 +124,8 @@ func (f *Front) logAccess(lr *logstream.Record) {
 }
 
 // loggedURI is u's request URI as the access log shows it: the values of
-// secretParams replaced by REDACTED, the rest as sent.
+// credential parameters (redact.Secret) replaced by REDACTED, the rest as
+// sent.
 func loggedURI(u *url.URL) string {
 	if u.RawQuery == "" {
 		return u.RequestURI()

@@ -51,11 +51,6 @@ func logCalls(cs []owner.Call) []admin.LogCall {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// secretFields are header fields (canonical) whose values are credentials:
-// a full record shows them as REDACTED.
-var secretFields = map[string]bool{"Authorization": true, "Proxy-Authorization": true, "Cookie": true, "Set-Cookie": true,
-	"X-Api-Key": true, "X-Auth-Token": true, "X-Csrf-Token": true, "X-Amz-Security-Token": true}
-
 // loggedFields is h as a full record shows it: at most admin.MaxLogFields
 // fields (the first by name), values cut at admin.MaxLogValue bytes,
 // credentials redacted, the cluster's own hop fields left out.
@@ -72,8 +67,8 @@ func loggedFields(h http.Header) map[string][]string {
 		vs := h[k]
 		lv := make([]string, 0, len(vs))
 		for _, v := range vs {
-			switch lk := strings.ToLower(k); {
-			case secretFields[k] || strings.Contains(lk, "token") || strings.Contains(lk, "secret") || strings.Contains(lk, "password"):
+			switch {
+			case redact.Secret(k):
 				v = "REDACTED"
 			case len(v) > admin.MaxLogValue:
 				v = v[:admin.MaxLogValue] + "..."

@@ -284,9 +284,9 @@ func (l *listener) serveMembers(w http.ResponseWriter, _ *http.Request) {
 
 // variantValues is a variant key's request field values ("field=value",
 // separated by \x1e) as /inspect shows them: "; "-separated, the values of
-// credential fields (Cookie, Authorization, any naming a token, secret or
-// password) REDACTED: the read-only token sees which variants exist, never
-// a client's session.
+// credential fields (redact.Secret: Cookie, Authorization, API keys, any
+// naming a token, secret or password) REDACTED: the read-only token sees
+// which variants exist, never a client's session or key.
 func variantValues(values string) string {
 	var b strings.Builder
 	for _, fv := range strings.Split(values, "\x1e") {
@@ -297,11 +297,9 @@ func variantValues(values string) string {
 			b.WriteString("; ")
 		}
 		field, _, _ := strings.Cut(fv, "=")
-		switch f := strings.ToLower(field); {
-		case f == "cookie" || f == "authorization" || f == "proxy-authorization" ||
-			strings.Contains(f, "token") || strings.Contains(f, "secret") || strings.Contains(f, "password"):
+		if redact.Secret(field) {
 			b.WriteString(field + "=REDACTED")
-		default:
+		} else {
 			b.WriteString(fv)
 		}
 	}

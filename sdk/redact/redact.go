@@ -68,20 +68,40 @@ func Cmdline(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprint(w, strings.Join(Args(os.Args), "\x00"))
 }
 
-// secretParams are query parameters (lower case) whose values are
-// credentials: signed URLs, API keys, tokens. Their values are never
-// written to a log, a log stream or an operator's view.
-var secretParams = map[string]bool{"token": true, "access_token": true, "id_token": true, "refresh_token": true,
-	"auth": true, "authorization": true, "api_key": true, "apikey": true, "key": true, "password": true, "passwd": true,
-	"secret": true, "sig": true, "signature": true, "session": true, "sessionid": true, "jwt": true, "code": true,
-	"x-amz-signature": true, "x-amz-credential": true, "x-amz-security-token": true,
-	"x-goog-signature": true, "x-goog-credential": true}
+// secretNames are field and parameter names (lower case) whose values are
+// credentials: signed URLs, API keys, tokens, however short. Their values
+// are never written to a log, a log stream or an operator's view.
+var secretNames = map[string]bool{"auth": true, "authorization": true, "proxy-authorization": true, "key": true,
+	"sig": true, "jwt": true, "code": true, "pass": true, "pwd": true, "cookie": true, "set-cookie": true}
 
-// secretParam reports whether name, as a query spells it, is one of
-// secretParams.
+// secretWords are parts of a name that make it a credential's, whatever
+// else it says: X-Auth-Token, private_token, client_secret,
+// X-Amz-Credential, oauth_signature, X-Api-Key, sessionid.
+var secretWords = []string{"token", "secret", "passw", "signature", "credential", "apikey", "api-key", "api_key", "session", "cookie"}
+
+// Secret reports whether a header field or query parameter named name (in
+// any case) carries a credential: one of secretNames, a name holding one
+// of secretWords, or a name ending in a separate "key" (X-Goog-Api-Key,
+// Ocp-Apim-Subscription-Key, X-Functions-Key, auth_key), as API gateways
+// name their keys.
+func Secret(name string) bool {
+	n := strings.ToLower(name)
+	if secretNames[n] {
+		return true
+	}
+	for _, w := range secretWords {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return strings.HasSuffix(n, "-key") || strings.HasSuffix(n, "_key") || strings.HasSuffix(n, ".key")
+}
+
+// secretParam reports whether name, as a query spells it, is a
+// credential's (Secret).
 func secretParam(name string) bool {
 	n, err := url.QueryUnescape(name)
-	return err == nil && secretParams[strings.ToLower(n)]
+	return err == nil && Secret(n)
 }
 
 // Query is s, a request URI, a URL or a cache key holding one, with the

@@ -28,3 +28,18 @@ func TestQueryAndTextRedactCredentialParameters(t *testing.T) {
 		t.Errorf("Text: %q", got)
 	}
 }
+
+func TestSecretKnowsCredentialNamesAndSparesTheRest(t *testing.T) {
+	for _, name := range []string{"Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie", "X-Api-Key", "X-Goog-Api-Key",
+		"Ocp-Apim-Subscription-Key", "X-Functions-Key", "X-Auth-Token", "X-Amz-Security-Token", "private_token", "client_secret",
+		"oauth_signature", "auth_key", "apiKey", "X-Amz-Credential", "sessionid", "key", "sig", "passwd"} {
+		if !Secret(name) {
+			t.Errorf("Secret(%q) = false", name)
+		}
+	}
+	for _, name := range []string{"page", "keyword", "monkey", "author", "Accept", "User-Agent", "X-Request-Id", "Content-Type", "sort"} {
+		if Secret(name) {
+			t.Errorf("Secret(%q) = true", name)
+		}
+	}
+}
