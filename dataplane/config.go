@@ -155,7 +155,9 @@ type Config struct {
 
 	// TrustedProxies are the addresses whose X-Forwarded-For, Forwarded
 	// and X-Real-IP are kept and extended; from any other address they are
-	// replaced.
+	// replaced. Their traceparent is continued too (with its sampled
+	// flag); any other client's request starts a trace of its own, linked
+	// to the one it came with.
 	TrustedProxies []netip.Prefix
 	// PurgeAllow are the client addresses (after TrustedProxies) whose
 	// PURGE requests need no token: they are made with AdminToken.
@@ -182,7 +184,8 @@ type Config struct {
 	// TracerProvider, when set, traces requests with OpenTelemetry: the
 	// client request, the cache lookup, the relay and the owner's handling
 	// of it, the origin fetch, with W3C traceparent on the peer hop and to
-	// the origin. Nil: no tracing, at no cost.
+	// the origin. A client's own trace context is continued only from
+	// TrustedProxies. Nil: no tracing, at no cost.
 	TracerProvider trace.TracerProvider
 
 	// Logger receives the node's logs. Default slog.Default().

@@ -498,11 +498,22 @@ func (n *Node) servers() []server {
 		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)}
 	opsSrv.RegisterOnShutdown(n.logs.Shutdown) // log streams end as the ops listener shuts down
 	return []server{
-		h1.New(h1.Config{Handler: tracing.Handler(n.cfg.TracerProvider, http.HandlerFunc(n.front.ServeClient), "shardcache.client"),
+		h1.New(h1.Config{Handler: tracing.Handler(n.cfg.TracerProvider, http.HandlerFunc(n.front.ServeClient), "shardcache.client", n.fromTrustedProxy),
 			HeaderTimeout: n.cfg.ClientHeaderTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: maxClientHeader,
 			ConnContext: clientconn.ConnContext, Logger: n.log}),
 		n.peerServer(), servePlain{opsSrv},
 	}
+}
+
+// fromTrustedProxy reports whether r came from one of the TrustedProxies:
+// only their trace context is continued (tracing.Handler).
+func (n *Node) fromTrustedProxy(r *http.Request) bool {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	a := ap.Addr().Unmap()
+	return slices.ContainsFunc(n.cfg.TrustedProxies, func(p netip.Prefix) bool { return p.Contains(a) })
 }
 
 // ID is the node's id.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -159,5 +160,78 @@ func TestRelayedRequestIsOneTraceAcrossBothNodes(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no shardcache_request_duration_seconds bucket of route relayed has the exemplar {%s}", exemplar)
+	}
+}
+
+// decisions is a sampler, the node's own choice (parent-based, sampling no
+// new trace, as OTEL_TRACES_SAMPLER=parentbased_traceidratio with a low
+// ratio mostly does), that keeps what it decided for each server span.
+type decisions struct {
+	sdktrace.Sampler
+	mu   sync.Mutex
+	seen map[string][]sdktrace.SamplingResult // span name -> decisions
+	ids  map[string][]string                  // span name -> trace ids
+}
+
+func (d *decisions) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	res := d.Sampler.ShouldSample(p)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.seen[p.Name] = append(d.seen[p.Name], res)
+	d.ids[p.Name] = append(d.ids[p.Name], p.TraceID.String())
+	return res
+}
+
+// A client's traceparent with the sampled flag must not make the node
+// record and export its request: a client choosing sampling for every
+// request it sends would set the tracing bill, and the trace id it chose
+// would put the node's spans into a trace of its making. A client's trace
+// context is honoured only from a trusted proxy (TrustedProxies), as the
+// client's X-Forwarded-For and X-Request-Id are.
+func TestAClientsTraceparentDoesNotForceSampling(t *testing.T) {
+	const clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	for _, tt := range []struct {
+		name    string
+		trusted bool
+	}{{"untrusted client", false}, {"trusted proxy", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := &decisions{Sampler: sdktrace.ParentBased(sdktrace.NeverSample()), seen: map[string][]sdktrace.SamplingResult{}, ids: map[string][]string{}}
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(d))
+			t.Cleanup(func() { tp.Shutdown(context.Background()) })
+			origin := httptest.NewServer(&testOrigin{})
+			t.Cleanup(origin.Close)
+			var access syncBuffer
+			_, n := startOne(t, origin.URL, noHotKeys, func(c *Config) {
+				c.TracerProvider, c.AccessLog = tp, &access
+				if tt.trusted {
+					c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+				}
+			})
+			resp, _ := do(t, "GET", "http://"+n.ClientAddr().String()+"/traced/forced",
+				"Traceparent", "00-"+clientTrace+"-00f067aa0ba902b7-01", "Tracestate", "vendor="+strings.Repeat("x", 200))
+			if resp.StatusCode != 200 {
+				t.Fatalf("GET: %d", resp.StatusCode)
+			}
+			d.mu.Lock()
+			got, ids := d.seen["shardcache.client"], d.ids["shardcache.client"]
+			d.mu.Unlock()
+			if len(got) != 1 {
+				t.Fatalf("client span decisions: %v", got)
+			}
+			sampled := got[0].Decision == sdktrace.RecordAndSample
+			t.Logf("%s: decision %v, trace %s, access log %s", tt.name, got[0].Decision, ids[0], access.String())
+			if tt.trusted {
+				if !sampled || ids[0] != clientTrace {
+					t.Errorf("a trusted proxy's sampled trace context was not followed: decision %v, trace %s", got[0].Decision, ids[0])
+				}
+				return
+			}
+			if sampled {
+				t.Errorf("an untrusted client's sampled flag made the node sample its request")
+			}
+			if ids[0] == clientTrace || strings.Contains(access.String(), clientTrace) {
+				t.Errorf("the node's span joined the trace the client chose (%s)", clientTrace)
+			}
+		})
 	}
 }

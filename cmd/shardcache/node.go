@@ -127,7 +127,7 @@ func newNodeCommand() *cobra.Command {
 	f.IntVar(&o.cfg.HotThreshold, "hot-threshold", 0, "requests per minute at this node above which a key is hot (default 60; negative: off)")
 	f.Var(units.Value{N: &o.cfg.HotCopyBytes}, "hot-copy-memory", "part of --memory kept for copies of hot objects owned elsewhere (default memory/8)")
 	f.StringVar(&o.cfg.DataDir, "data-dir", "", "directory of the node's persistent data, the disk tier among it (default: a temporary directory removed on exit)")
-	f.Var(prefixList{&o.cfg.TrustedProxies}, "trusted-proxies", "CIDRs of proxies whose X-Forwarded-For, Forwarded and X-Real-IP are kept, e.g. 10.0.0.0/8,192.168.1.7")
+	f.Var(prefixList{&o.cfg.TrustedProxies}, "trusted-proxies", "CIDRs of proxies whose X-Forwarded-For, Forwarded, X-Real-IP and traceparent are kept, e.g. 10.0.0.0/8,192.168.1.7")
 	f.Var(prefixList{&o.cfg.PurgeAllow}, "purge-allow", "CIDRs whose PURGE requests need no token (they use --admin-token), e.g. 10.0.0.0/8")
 	f.StringVar(&o.cfg.AdminToken, "admin-token", "", "control plane's admin token, for PURGE requests from --purge-allow and for the ops listener's /drain, pprof and operator views (prefer --admin-token-file; default $SHARDCACHE_TOKEN)")
 	f.StringVar(&o.cfg.OpsToken, "ops-token", "", "read-only token for the ops listener's /stats, /inspect and /log (prefer --ops-token-file; default $SHARDCACHE_OPS_TOKEN)")

@@ -24,12 +24,22 @@ func options(tp trace.TracerProvider, name func(*http.Request) string) []otelhtt
 }
 
 // Handler traces h's requests as server spans named name; h itself when
-// tp is nil (the node does not trace).
-func Handler(tp trace.TracerProvider, h http.Handler, name string) http.Handler {
+// tp is nil (the node does not trace). A request continues the trace its
+// traceparent names, sampled as it says, only when trusted says so (nil:
+// every request, as on the peer hop, where the sender is a member); any
+// other starts a trace of its own, sampled as the node's sampler decides,
+// with a link to the trace it came with. A client on the open port must not
+// choose for the node what is recorded and exported (a sampled flag on
+// every request), nor put the node's spans into a trace of its making.
+func Handler(tp trace.TracerProvider, h http.Handler, name string, trusted func(*http.Request) bool) http.Handler {
 	if tp == nil {
 		return h
 	}
-	return otelhttp.NewHandler(h, name, options(tp, func(*http.Request) string { return name })...)
+	opts := options(tp, func(*http.Request) string { return name })
+	if trusted != nil {
+		opts = append(opts, otelhttp.WithPublicEndpointFn(func(r *http.Request) bool { return !trusted(r) }))
+	}
+	return otelhttp.NewHandler(h, name, opts...)
 }
 
 // Transport traces rt's requests as client spans named prefix and the
