@@ -39,7 +39,7 @@ func stages(a *owner.Account) admin.LogStages {
 func logCalls(cs []owner.Call) []admin.LogCall {
 	out := make([]admin.LogCall, 0, len(cs))
 	for _, c := range cs {
-		lc := admin.LogCall{Kind: c.Kind, Node: c.Node, Status: c.Status, Error: redact.Text(c.Error), FirstByteMS: ms(c.FirstByte)}
+		lc := admin.LogCall{Kind: c.Kind, Node: c.Node, Status: c.Status, Error: shown(redact.Text(c.Error)), FirstByteMS: ms(c.FirstByte)}
 		if c.Account != nil {
 			st := stages(c.Account)
 			lc.Stages, lc.Calls = &st, logCalls(c.Account.Calls)
@@ -53,7 +53,8 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // loggedFields is h as a full record shows it: at most admin.MaxLogFields
 // fields (the first by name), values cut at admin.MaxLogValue bytes,
-// credentials redacted, the cluster's own hop fields left out.
+// credentials redacted, what is not printable escaped (shown), the
+// cluster's own hop fields left out.
 func loggedFields(h http.Header) map[string][]string {
 	names := make([]string, 0, len(h))
 	for k := range h {
@@ -67,7 +68,7 @@ func loggedFields(h http.Header) map[string][]string {
 		vs := h[k]
 		lv := make([]string, 0, len(vs))
 		for _, v := range vs {
-			switch {
+			switch v = shown(v); {
 			case redact.Secret(k):
 				v = "REDACTED"
 			case len(v) > admin.MaxLogValue:
