@@ -235,3 +235,59 @@ func TestAClientsTraceparentDoesNotForceSampling(t *testing.T) {
 		})
 	}
 }
+
+// A request that does not continue the client's trace (not from a trusted
+// proxy) must not pass the client's tracestate and baggage on: beside the
+// node's traceparent they would describe a trace they are not of, and a
+// tracestate such as OpenTelemetry's "ot=th:0" (sample everything) or a
+// vendor's keep flag would set the origin's sampling. From a trusted proxy
+// they go on with the trace they belong to.
+func TestAnUntrustedClientsTraceStateAndBaggageStopAtTheNode(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		trusted bool
+	}{{"untrusted client", false}, {"trusted proxy", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			tp := sdktrace.NewTracerProvider()
+			t.Cleanup(func() { tp.Shutdown(context.Background()) })
+			var mu sync.Mutex
+			var saw []http.Header
+			origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				saw = append(saw, r.Header.Clone())
+				mu.Unlock()
+				w.Header().Set("Cache-Control", "max-age=60")
+			}))
+			t.Cleanup(origin.Close)
+			a, _, e := startPair(t, origin.URL, noHotKeys, noHandoff, func(c *Config) {
+				c.TracerProvider = tp
+				if tt.trusted {
+					c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+				}
+			})
+			// A fill on the node itself, a fill by the owner over the peer
+			// hop, and a bypass.
+			for _, req := range []struct{ method, path string }{
+				{"GET", pathOwnedBy(t, e, "/ts/", "a")}, {"GET", pathOwnedBy(t, e, "/ts/", "b")}, {"POST", "/ts/form"},
+			} {
+				do(t, req.method, "http://"+a.ClientAddr().String()+req.path,
+					"Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "Tracestate", "ot=th:0,client=1", "Baggage", "tenant=victim")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(saw) != 3 {
+				t.Fatalf("origin requests: %d, want 3", len(saw))
+			}
+			for i, h := range saw {
+				t.Logf("origin request %d: traceparent %q tracestate %q baggage %q", i, h.Get("Traceparent"), h.Get("Tracestate"), h.Get("Baggage"))
+				passed := strings.Contains(h.Get("Tracestate"), "client=1") || h.Get("Baggage") != ""
+				if tt.trusted != passed {
+					t.Errorf("origin request %d: client's tracestate and baggage passed on: %v, want %v", i, passed, tt.trusted)
+				}
+				if h.Get("Traceparent") == "" {
+					t.Errorf("origin request %d carries no traceparent", i)
+				}
+			}
+		})
+	}
+}

@@ -28,9 +28,10 @@ func options(tp trace.TracerProvider, name func(*http.Request) string) []otelhtt
 // traceparent names, sampled as it says, only when trusted says so (nil:
 // every request, as on the peer hop, where the sender is a member); any
 // other starts a trace of its own, sampled as the node's sampler decides,
-// with a link to the trace it came with. A client on the open port must not
-// choose for the node what is recorded and exported (a sampled flag on
-// every request), nor put the node's spans into a trace of its making.
+// with a link to the trace it came with, and its trace context and baggage
+// fields go no further. A client on the open port must not choose for the
+// node what is recorded and exported (a sampled flag on every request),
+// nor put the node's spans into a trace of its making.
 func Handler(tp trace.TracerProvider, h http.Handler, name string, trusted func(*http.Request) bool) http.Handler {
 	if tp == nil {
 		return h
@@ -38,8 +39,28 @@ func Handler(tp trace.TracerProvider, h http.Handler, name string, trusted func(
 	opts := options(tp, func(*http.Request) string { return name })
 	if trusted != nil {
 		opts = append(opts, otelhttp.WithPublicEndpointFn(func(r *http.Request) bool { return !trusted(r) }))
+		h = dropContext(h, trusted)
 	}
 	return otelhttp.NewHandler(h, name, opts...)
+}
+
+// contextFields are the W3C fields of a trace context and its baggage.
+var contextFields = []string{"Traceparent", "Tracestate", "Baggage"}
+
+// dropContext deletes the trace context fields of the requests trusted
+// refuses before h sees them: their trace is not continued, so their
+// tracestate (a vendor's sampling say, OpenTelemetry's "ot=th:0") and
+// baggage would go on to the owner and the origin beside the node's own
+// traceparent, about a trace they are not of.
+func dropContext(h http.Handler, trusted func(*http.Request) bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !trusted(r) {
+			for _, k := range contextFields {
+				delete(r.Header, k)
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Transport traces rt's requests as client spans named prefix and the
