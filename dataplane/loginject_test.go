@@ -3,6 +3,9 @@ package dataplane
 import (
 	"bufio"
 	"context"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -60,4 +63,70 @@ func TestLogsEscapeLineBreakingAndControlCharacters(t *testing.T) {
 			}
 		}
 	}
+}
+
+// rawGet sends a GET whose head is written as given (Go's client refuses
+// a Host that is not ASCII; the client port takes one) and reads its
+// answer.
+func rawGet(t *testing.T, addr, path, host string, fields ...string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	head := "GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n"
+	for i := 0; i+1 < len(fields); i += 2 {
+		head += fields[i] + ": " + fields[i+1] + "\r\n"
+	}
+	io.WriteString(c, head+"\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+}
+
+// A cache key holds the Host and, for a variant, request field values, as
+// the client sent them: UTF-8 included. /stats' hot keys, /inspect's
+// variant values and the node's own log lines (JSON: slog escapes no C1
+// control) show them to operators, and must show line breaks, C1 controls
+// and overrides escaped as the access log does.
+func TestOpsViewsAndNodeLogsEscapeWhatAClientSentInAKey(t *testing.T) {
+	bad := []string{"\u0085", "\u009b", "\u202e"}
+	check := func(what, text string) {
+		t.Helper()
+		for _, c := range bad {
+			if strings.Contains(text, c) {
+				t.Errorf("%s carries %U as the client sent it: %q", what, []rune(c)[0], text)
+			}
+		}
+	}
+	origin := httptest.NewServer(&testOrigin{header: http.Header{"Vary": {"X-Note"}}})
+	defer origin.Close()
+	_, n := startOne(t, origin.URL, func(c *Config) { c.OpsTrustLoopback = true; c.HotThreshold = 1 })
+	host := "shop\u0085\u202e.example"
+	for range 20 {
+		rawGet(t, n.ClientAddr().String(), "/hot/x", host, "X-Note", "\u009b2J\u0085forged")
+	}
+	_, stats := do(t, "GET", "http://"+n.OpsAddr().String()+"/stats")
+	if !strings.Contains(stats, "hot/x") {
+		t.Fatalf("/stats lists no hot key: %s", stats)
+	}
+	check("/stats", stats)
+	_, inspect := do(t, "GET", "http://"+n.OpsAddr().String()+"/inspect?"+url.Values{"url": {"http://" + host + "/hot/x"}}.Encode())
+	if !strings.Contains(inspect, "variant") {
+		t.Fatalf("/inspect lists no variant: %s", inspect)
+	}
+	check("/inspect's objects", inspect[strings.Index(inspect, `"objects"`):]) // its url and key are the operator's
+
+	down := httptest.NewServer(&testOrigin{})
+	downURL := down.URL
+	down.Close() // fills fail, and are logged with their key
+	var logs syncBuffer
+	_, d := startOne(t, downURL, noHotKeys, func(c *Config) { c.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
+	rawGet(t, d.ClientAddr().String(), "/down/x", host)
+	waitFor(t, "the failed origin request logged", func() bool { return strings.Contains(logs.String(), "origin request failed") })
+	check("the node's log", logs.String())
 }

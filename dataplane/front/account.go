@@ -2,16 +2,12 @@ package front
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -59,11 +55,11 @@ func (f *Front) record(rec *reply.Recorder, req *owner.Request, route string, ou
 	// one of them takes it.
 	logged := f.cfg.AccessLog != nil && (rec.Status >= 500 || f.cfg.AccessLogSample >= 1 || rand.Float64() < f.cfg.AccessLogSample)
 	if streamed := f.cfg.Logs.Active(); logged || streamed {
-		lr := logstream.Record{Start: req.Now, Client: client, ForwardedFor: shown(r.Header.Get("X-Forwarded-For")),
-			Method: r.Method, Host: shown(r.Host), Path: shown(loggedURI(r.URL)), Proto: r.Proto, Status: rec.Status, Bytes: rec.Bytes,
+		lr := logstream.Record{Start: req.Now, Client: client, ForwardedFor: redact.Printable(r.Header.Get("X-Forwarded-For")),
+			Method: r.Method, Host: redact.Printable(r.Host), Path: redact.Printable(loggedURI(r.URL)), Proto: r.Proto, Status: rec.Status, Bytes: rec.Bytes,
 			DurationMS: float64(elapsed.Microseconds()) / 1000, Cache: cache, Route: route, ServedBy: out.Node,
-			Node: f.cfg.ID, TraceID: traceID(r.Context()), Referer: shown(redact.Query(r.Referer())), UserAgent: shown(r.UserAgent()),
-			Key: shown(redact.Query(req.Key)), RequestID: req.ID, Reason: out.Member.Detail}
+			Node: f.cfg.ID, TraceID: traceID(r.Context()), Referer: redact.Printable(redact.Query(r.Referer())), UserAgent: redact.Printable(r.UserAgent()),
+			Key: redact.Printable(redact.Query(req.Key)), RequestID: req.ID, Reason: out.Member.Detail}
 		if logged {
 			f.logAccess(&lr)
 		}
@@ -135,41 +131,6 @@ func loggedURI(u *url.URL) string {
 		return u.RequestURI()
 	}
 	return redact.Query(u.RequestURI())
-}
-
-// shown is s, text a client sent, as logs show it: every character that
-// is not printable (unicode.IsPrint: the C0 and C1 controls, U+2028 and
-// other separators, bidirectional overrides) escaped as \uXXXX, and a byte
-// that is not UTF-8 as \xHH. The client port refuses ASCII controls, not
-// these: NEL and U+2028 are line breaks to log pipelines that split by
-// Unicode rules, and a C1 CSI or an override rewrites what an operator's
-// terminal shows. Printable text, ASCII or not, is kept as it came.
-func shown(s string) string {
-	i := 0
-	for i < len(s) && s[i] >= ' ' && s[i] < utf8.RuneSelf && s[i] != 0x7f {
-		i++
-	}
-	if i == len(s) {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s) + 8)
-	b.WriteString(s[:i])
-	for i < len(s) {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case unicode.IsPrint(r):
-			b.WriteString(s[i : i+size])
-		case r > 0xffff:
-			fmt.Fprintf(&b, `\U%08x`, r)
-		default:
-			fmt.Fprintf(&b, `\u%04x`, r)
-		}
-		i += size
-	}
-	return b.String()
 }
 
 // representationSize is the size of the object an answer is for, not of

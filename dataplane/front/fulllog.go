@@ -39,7 +39,7 @@ func stages(a *owner.Account) admin.LogStages {
 func logCalls(cs []owner.Call) []admin.LogCall {
 	out := make([]admin.LogCall, 0, len(cs))
 	for _, c := range cs {
-		lc := admin.LogCall{Kind: c.Kind, Node: c.Node, Status: c.Status, Error: shown(redact.Text(c.Error)), FirstByteMS: ms(c.FirstByte)}
+		lc := admin.LogCall{Kind: c.Kind, Node: c.Node, Status: c.Status, Error: redact.Printable(redact.Text(c.Error)), FirstByteMS: ms(c.FirstByte)}
 		if c.Account != nil {
 			st := stages(c.Account)
 			lc.Stages, lc.Calls = &st, logCalls(c.Account.Calls)
@@ -53,7 +53,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // loggedFields is h as a full record shows it: at most admin.MaxLogFields
 // fields (the first by name), values cut at admin.MaxLogValue bytes,
-// credentials redacted, what is not printable escaped (shown), the
+// credentials redacted, what is not printable escaped (redact.Printable), the
 // cluster's own hop fields left out.
 func loggedFields(h http.Header) map[string][]string {
 	names := make([]string, 0, len(h))
@@ -68,7 +68,7 @@ func loggedFields(h http.Header) map[string][]string {
 		vs := h[k]
 		lv := make([]string, 0, len(vs))
 		for _, v := range vs {
-			switch v = shown(v); {
+			switch v = redact.Printable(v); {
 			case redact.Secret(k):
 				v = "REDACTED"
 			case len(v) > admin.MaxLogValue:

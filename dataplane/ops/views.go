@@ -48,7 +48,7 @@ func (l *listener) serveStats(w http.ResponseWriter, _ *http.Request) {
 	}
 	if l.cfg.Hot != nil {
 		for _, k := range l.cfg.HotKeys.Hottest(l.cfg.Hot, maxStatsHotKeys) {
-			st.HotKeys = append(st.HotKeys, admin.HotKey{Key: redact.Query(k.Key), Rate: k.Rate})
+			st.HotKeys = append(st.HotKeys, admin.HotKey{Key: redact.Printable(redact.Query(k.Key)), Rate: k.Rate})
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -285,8 +285,9 @@ func (l *listener) serveMembers(w http.ResponseWriter, _ *http.Request) {
 // variantValues is a variant key's request field values ("field=value",
 // separated by \x1e) as /inspect shows them: "; "-separated, the values of
 // credential fields (redact.Secret: Cookie, Authorization, API keys, any
-// naming a token, secret or password) REDACTED: the read-only token sees
-// which variants exist, never a client's session or key.
+// naming a token, secret or password) REDACTED, the rest Printable: the
+// read-only token sees which variants exist, never a client's session or
+// key.
 func variantValues(values string) string {
 	var b strings.Builder
 	for _, fv := range strings.Split(values, "\x1e") {
@@ -300,7 +301,7 @@ func variantValues(values string) string {
 		if redact.Secret(field) {
 			b.WriteString(field + "=REDACTED")
 		} else {
-			b.WriteString(fv)
+			b.WriteString(redact.Printable(fv))
 		}
 	}
 	return b.String()

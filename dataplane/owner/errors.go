@@ -15,10 +15,16 @@ var (
 )
 
 // errText is err's message as a log line shows it: the credentials of any
-// URL in it (an origin request's ?token=) REDACTED, as keys are.
+// URL in it (an origin request's ?token=) REDACTED, as keys are, and what
+// is not printable escaped (it may quote the key's Host).
 func errText(err error) string {
 	if err == nil {
 		return ""
 	}
-	return redact.Text(err.Error())
+	return redact.Printable(redact.Text(err.Error()))
 }
+
+// keyText is a key as a log line shows it: its query's credentials
+// REDACTED, and what the client sent that is not printable (a Host, a
+// field a policy keys on) escaped.
+func keyText(key string) string { return redact.Printable(redact.Query(key)) }

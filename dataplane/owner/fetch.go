@@ -19,7 +19,6 @@ import (
 	"github.com/shardcache/shardcache/dataplane/relay"
 	"github.com/shardcache/shardcache/dataplane/slice"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
-	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // fill is one fetch of a key and what comes of it: the stages after
@@ -156,7 +155,7 @@ func (f *fill) fetch() bool {
 			if errors.Is(err, slice.ErrChanged) {
 				code = http.StatusPreconditionFailed
 			} else {
-				f.cfg.Logger.Warn("origin answer cannot be sliced", "key", redact.Query(f.key), "err", errText(err))
+				f.cfg.Logger.Warn("origin answer cannot be sliced", "key", keyText(f.key), "err", errText(err))
 			}
 			f.settle(&fillShare{err: err, code: code})
 			f.then = leadAnswer{kind: answerText, code: code, msg: "shardcache: " + err.Error()}
@@ -221,7 +220,7 @@ func (f *fill) failed(err error) bool {
 		return true // the origin's 5xx is the answer
 	}
 	f.cfg.Metrics.OriginReqs.WithLabelValues("fill", "error").Inc()
-	f.cfg.Logger.Warn("origin request failed", "key", redact.Query(f.key), "err", errText(err))
+	f.cfg.Logger.Warn("origin request failed", "key", keyText(f.key), "err", errText(err))
 	msg, code := "origin unreachable", http.StatusBadGateway
 	switch {
 	case errors.Is(err, httpcache.ErrTransferCoding):

@@ -12,7 +12,6 @@ import (
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
 	"github.com/shardcache/shardcache/dataplane/purge"
 	"github.com/shardcache/shardcache/dataplane/store"
-	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // Partial content (RFC 9111 3.3 and 3.4). Under a policy with
@@ -191,12 +190,12 @@ func (f *fill) storePart() (handed bool) {
 			err = io.ErrUnexpectedEOF
 		}
 		if err != nil {
-			f.cfg.Logger.Warn("partial response broke off; nothing stored", "key", redact.Query(key), "err", errText(err))
+			f.cfg.Logger.Warn("partial response broke off; nothing stored", "key", keyText(key), "err", errText(err))
 			wr.Abort(err)
 			return
 		}
 		if stored, err := wr.Commit(); err != nil {
-			f.cfg.Logger.Warn("storing a partial response failed", "key", redact.Query(key), "err", errText(err))
+			f.cfg.Logger.Warn("storing a partial response failed", "key", keyText(key), "err", errText(err))
 		} else if stored && whole {
 			f.cfg.Store.Delete(PartKey(key)) // the whole object is stored now
 		}

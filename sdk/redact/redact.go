@@ -1,5 +1,6 @@
 // Package redact hides secrets in what a process shows of itself: its
-// command line (pprof's /debug/pprof/cmdline) and URLs in logs.
+// command line (pprof's /debug/pprof/cmdline) and URLs in logs; and keeps
+// what clients sent from breaking or disguising the lines it is shown in.
 package redact
 
 import (
@@ -9,6 +10,8 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Args is the command line with the value of every flag that names
@@ -141,4 +144,40 @@ func Text(s string) string {
 		}
 		return m
 	})
+}
+
+// Printable is s, text a client sent, as logs and views show it: every
+// character that is not printable (unicode.IsPrint: the C0 and C1
+// controls, U+2028 and other separators, bidirectional overrides) escaped
+// as \uXXXX, and a byte that is not UTF-8 as \xHH. A node's client port
+// refuses ASCII controls, not these: NEL and U+2028 are line breaks to log
+// pipelines that split by Unicode rules, and a C1 CSI or an override
+// rewrites what an operator's terminal shows. Printable text, ASCII or
+// not, is kept as it came.
+func Printable(s string) string {
+	i := 0
+	for i < len(s) && s[i] >= ' ' && s[i] < utf8.RuneSelf && s[i] != 0x7f {
+		i++
+	}
+	if i == len(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	b.WriteString(s[:i])
+	for i < len(s) {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsPrint(r):
+			b.WriteString(s[i : i+size])
+		case r > 0xffff:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+		i += size
+	}
+	return b.String()
 }
