@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
 // A read-only ops token must not see other clients' credentials: a
@@ -72,3 +74,40 @@ func TestTheAccessLogRedactsTheReferersTokens(t *testing.T) {
 
 var _ = slog.LevelInfo
 var _ = bytes.MinRead
+
+// A policy may key on a request field or a cookie ($http_x_api_key,
+// $cookie_sid: a cache per API key or per session); the key then holds the
+// client's credential, and the access log, the log streams and /stats' hot
+// keys show keys to operators with read-only rights.
+func TestKeysShowNoCredentialAPolicyKeysOn(t *testing.T) {
+	origin := httptest.NewServer(&testOrigin{})
+	defer origin.Close()
+	var access syncBuffer
+	_, n := startOne(t, origin.URL, func(c *Config) {
+		c.AccessLog, c.HotThreshold = &access, 1
+		c.AdminToken, c.OpsToken = "admin-s3cret", "read-only"
+	})
+	set := &pb.PolicySet{Revision: 2, Policies: []*pb.CachePolicy{
+		{Name: "per-client", PathPrefix: "/api/", KeyTemplate: "$scheme$host$request_uri|$http_x_api_key|$cookie_sid|$http_accept"},
+	}}
+	if err := n.ApplyPolicies(set); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		do(t, "GET", "http://"+n.ClientAddr().String()+"/api/items", "X-Api-Key", "apikey-s3cret", "Cookie", "sid=sess-s3cret", "Accept", "application/json")
+	}
+	_, stats := do(t, "GET", "http://"+n.OpsAddr().String()+"/stats", "Authorization", "Bearer read-only")
+	if !strings.Contains(stats, "/api/items") {
+		t.Fatalf("/stats lists no hot key: %s", stats)
+	}
+	waitFor(t, "access log lines", func() bool { return strings.Count(access.String(), "/api/items") >= 20 })
+	for what, text := range map[string]string{"/stats": stats, "the access log": access.String()} {
+		if strings.Contains(text, "apikey-s3cret") || strings.Contains(text, "sess-s3cret") {
+			t.Errorf("%s shows a credential the key holds", what)
+		}
+		if !strings.Contains(text, "application/json") {
+			t.Errorf("%s lost the key's plain part", what)
+		}
+	}
+	t.Logf("/stats: %.400s", stats[strings.Index(stats, "hot_keys"):])
+}

@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/dataplane/httpcache"
 	"github.com/shardcache/shardcache/dataplane/internal/clientconn"
 	"github.com/shardcache/shardcache/dataplane/internal/reply"
@@ -59,7 +60,7 @@ func (f *Front) record(rec *reply.Recorder, req *owner.Request, route string, ou
 			Method: r.Method, Host: redact.Printable(r.Host), Path: redact.Printable(loggedURI(r.URL)), Proto: r.Proto, Status: rec.Status, Bytes: rec.Bytes,
 			DurationMS: float64(elapsed.Microseconds()) / 1000, Cache: cache, Route: route, ServedBy: out.Node,
 			Node: f.cfg.ID, TraceID: traceID(r.Context()), Referer: redact.Printable(redact.Query(r.Referer())), UserAgent: redact.Printable(r.UserAgent()),
-			Key: redact.Printable(redact.Query(req.Key)), RequestID: req.ID, Reason: out.Member.Detail}
+			Key: redact.Printable(redact.Query(req.Policy.ShownKey(hop.Scheme(r), r, req.Key))), RequestID: req.ID, Reason: out.Member.Detail}
 		if logged {
 			f.logAccess(&lr)
 		}

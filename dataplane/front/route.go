@@ -160,7 +160,7 @@ func (f *Front) isHot(req *owner.Request) bool {
 	// (each count is reached once while it climbs): enough to list it
 	// and keep it listed, without a lookup in the list per request.
 	if n%noteEvery == 0 || f.cfg.Hot.Rate(n-1) < float64(threshold) {
-		f.cfg.HotKeys.Note(req.Key, req.HTTP, req.Now)
+		f.cfg.HotKeys.Note(req.Key, req.Policy.ShownKey(hop.Scheme(req.HTTP), req.HTTP, req.Key), req.HTTP, req.Now)
 	}
 	return true
 }

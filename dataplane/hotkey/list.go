@@ -43,11 +43,15 @@ type Key struct {
 	Host string  `json:"host"`
 	URI  string  `json:"uri"`
 	Rate float64 `json:"rate"` // when listed: requests per minute, estimated
-	seen atomic.Int64
+	// Shown is Key as operators' views show it (policy.ShownKey): the
+	// node's own, never sent to a peer.
+	Shown string `json:"-"`
+	seen  atomic.Int64
 }
 
-// Note records that key, asked for by r at now, is hot.
-func (h *List) Note(key string, r *http.Request, at time.Time) {
+// Note records that key, asked for by r at now, is hot; shown is the key
+// as operators' views show it.
+func (h *List) Note(key, shown string, r *http.Request, at time.Time) {
 	now := at.UnixNano()
 	if v, ok := h.keys.Load(key); ok {
 		if k := v.(*Key); now-k.seen.Load() > int64(time.Second) {
@@ -60,7 +64,7 @@ func (h *List) Note(key string, r *http.Request, at time.Time) {
 			return
 		}
 	}
-	k := &Key{Key: key, Host: r.Host, URI: r.URL.RequestURI()}
+	k := &Key{Key: key, Host: r.Host, URI: r.URL.RequestURI(), Shown: shown}
 	k.seen.Store(now)
 	if _, loaded := h.keys.LoadOrStore(key, k); !loaded {
 		h.count.Add(1)
@@ -89,7 +93,7 @@ func (h *List) Hottest(s *sketch.Sketch, limit int) []*Key {
 	var out []*Key
 	h.keys.Range(func(_, v any) bool {
 		k := v.(*Key)
-		out = append(out, &Key{Key: k.Key, Host: k.Host, URI: k.URI, Rate: float64(s.Estimate(k.Key))})
+		out = append(out, &Key{Key: k.Key, Host: k.Host, URI: k.URI, Shown: k.Shown, Rate: float64(s.Estimate(k.Key))})
 		return true
 	})
 	slices.SortFunc(out, func(a, b *Key) int { return cmp.Compare(b.Rate, a.Rate) })

@@ -48,7 +48,7 @@ func (l *listener) serveStats(w http.ResponseWriter, _ *http.Request) {
 	}
 	if l.cfg.Hot != nil {
 		for _, k := range l.cfg.HotKeys.Hottest(l.cfg.Hot, maxStatsHotKeys) {
-			st.HotKeys = append(st.HotKeys, admin.HotKey{Key: redact.Printable(redact.Query(k.Key)), Rate: k.Rate})
+			st.HotKeys = append(st.HotKeys, admin.HotKey{Key: redact.Printable(redact.Query(k.Shown)), Rate: k.Rate})
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")

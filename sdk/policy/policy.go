@@ -21,6 +21,7 @@ import (
 	"time"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // DefaultKeyTemplate is the key of requests no template overrides.
@@ -92,10 +93,14 @@ type Policy struct {
 	// pull through the mirror.
 	PullTokenFile string
 
-	hosts     []string // lower-case; "*.x" wildcards; empty: every host
-	prefix    string
-	key       []keyPart
-	keyLen    int // the literal parts' length, for sizing a key
+	hosts  []string // lower-case; "*.x" wildcards; empty: every host
+	prefix string
+	key    []keyPart
+	keyLen int // the literal parts' length, for sizing a key
+	// secretKey: the key template holds a credential's value (a
+	// $cookie_<name>, or a $http_<name> redact.Secret names), which
+	// ShownKey hides.
+	secretKey bool
 	statusTTL []*pb.StatusTTL
 	heuristic []uint32
 	excluded  []*pb.StatusRange
@@ -201,8 +206,10 @@ func Compile(p *pb.CachePolicy) (*Policy, error) {
 		switch {
 		case strings.HasPrefix(part.variable, "http_"):
 			c.fields = appendField(c.fields, part.literal)
+			c.secretKey = c.secretKey || redact.Secret(part.literal)
 		case strings.HasPrefix(part.variable, "cookie_"):
 			c.fields = appendField(c.fields, "Cookie")
+			c.secretKey = true
 		}
 	}
 	for _, f := range c.VaryBy {
@@ -338,7 +345,22 @@ func (p *Policy) URLKeys(r *http.Request) [2]string {
 }
 
 // Key builds r's cache key from the policy's template.
-func (p *Policy) Key(scheme string, r *http.Request) string {
+func (p *Policy) Key(scheme string, r *http.Request) string { return p.buildKey(scheme, r, false) }
+
+// ShownKey is key, r's cache key, as logs and operators' views show it:
+// the values of the template's cookies and of its credential fields
+// (redact.Secret: X-Api-Key, Authorization) REDACTED. A policy that keys
+// a cache per session or per API key must not hand the key's credentials
+// to whoever reads the logs. key itself when the template holds none (or
+// p is nil: the request matched no policy yet).
+func (p *Policy) ShownKey(scheme string, r *http.Request, key string) string {
+	if p == nil || !p.secretKey {
+		return key
+	}
+	return p.buildKey(scheme, r, true)
+}
+
+func (p *Policy) buildKey(scheme string, r *http.Request, shown bool) string {
 	var b strings.Builder
 	b.Grow(p.keyLen + len(r.Host) + len(r.URL.Path) + len(r.URL.RawQuery) + 8)
 	for _, part := range p.key {
@@ -358,6 +380,12 @@ func (p *Policy) Key(scheme string, r *http.Request) string {
 		case v == "method":
 			b.WriteString(r.Method)
 		case strings.HasPrefix(v, "http_"):
+			if shown && redact.Secret(part.literal) {
+				if len(r.Header[part.literal]) > 0 {
+					b.WriteString("REDACTED")
+				}
+				continue
+			}
 			// Every line of the field, joined as one (RFC 9110 5.3): a
 			// client that splits Accept over lines asks what one that
 			// sends it on one line does.
@@ -368,7 +396,9 @@ func (p *Policy) Key(scheme string, r *http.Request) string {
 				b.WriteString(line)
 			}
 		case strings.HasPrefix(v, "cookie_"):
-			if c, err := r.Cookie(v[7:]); err == nil {
+			if c, err := r.Cookie(v[7:]); err == nil && shown {
+				b.WriteString("REDACTED")
+			} else if err == nil {
 				b.WriteString(c.Value)
 			}
 		}
