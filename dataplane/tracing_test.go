@@ -17,6 +17,7 @@ import (
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
@@ -289,5 +290,43 @@ func TestAnUntrustedClientsTraceStateAndBaggageStopAtTheNode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The client spans of the origin fetch and of the relay carry the URL
+// they requested (url.full), query included: a signed URL's signature, a
+// ?token=, exported to whoever reads traces, while the access log and
+// the node's own log show them REDACTED.
+func TestTracesShowNoQueryCredentials(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	origin := httptest.NewServer(&testOrigin{})
+	t.Cleanup(origin.Close)
+	a, _, e := startPair(t, origin.URL, noHotKeys, noHandoff, func(c *Config) { c.TracerProvider = tp })
+	const query = "?X-Amz-Signature=sig-s3cret&token=tok-s3cret&page=2"
+	r := mustRing(t, e)
+	for _, owner := range []string{"a", "b"} {
+		for i := 0; ; i++ {
+			if path := fmt.Sprintf("/signed/k%d", i) + query; r.Owner("http127.0.0.1"+path).ID == owner {
+				do(t, "GET", "http://"+a.ClientAddr().String()+path)
+				break
+			}
+		}
+	}
+	spans := func() map[string][]sdktrace.ReadOnlySpan {
+		m := map[string][]sdktrace.ReadOnlySpan{}
+		for _, s := range rec.Ended() {
+			m[s.Name()] = append(m[s.Name()], s)
+		}
+		return m
+	}
+	waitFor(t, "the origin and relay spans", func() bool { m := spans(); return len(m["origin GET"]) == 2 && len(m["relay GET"]) == 1 })
+	for _, s := range rec.Ended() {
+		for _, kv := range s.Attributes() {
+			if v := kv.Value.Emit(); strings.Contains(v, "sig-s3cret") || strings.Contains(v, "tok-s3cret") {
+				t.Errorf("span %s: %s = %s", s.Name(), kv.Key, v)
+			}
+		}
 	}
 }

@@ -6,8 +6,11 @@ import (
 	"net/http"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // Scope names the node's spans' instrumentation scope.
@@ -64,10 +67,27 @@ func dropContext(h http.Handler, trusted func(*http.Request) bool) http.Handler 
 }
 
 // Transport traces rt's requests as client spans named prefix and the
-// method; rt itself when tp is nil.
+// method; rt itself when tp is nil. A span's url.full has its query's
+// credentials REDACTED (redactURL).
 func Transport(tp trace.TracerProvider, rt http.RoundTripper, prefix string) http.RoundTripper {
 	if tp == nil {
 		return rt
 	}
-	return otelhttp.NewTransport(rt, options(tp, func(r *http.Request) string { return prefix + " " + r.Method })...)
+	return otelhttp.NewTransport(redactURL{rt}, options(tp, func(r *http.Request) string { return prefix + " " + r.Method })...)
+}
+
+// redactURL replaces the url.full otelhttp gives a client span (the URL as
+// requested, a signed URL's signature and a ?token= included) with the URL
+// as logs show it (redact.Query): whoever reads traces must not read
+// clients' credentials. It runs inside otelhttp's transport, once the
+// span has started.
+type redactURL struct{ rt http.RoundTripper }
+
+func (t redactURL) RoundTrip(r *http.Request) (*http.Response, error) {
+	if span := trace.SpanFromContext(r.Context()); span.IsRecording() && r.URL.RawQuery != "" {
+		u := *r.URL
+		u.User = nil
+		span.SetAttributes(attribute.String("url.full", redact.Query(u.String())))
+	}
+	return t.rt.RoundTrip(r)
 }
