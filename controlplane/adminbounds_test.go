@@ -184,6 +184,21 @@ func TestAHelloWithAnOversizedMemberFieldIsRefused(t *testing.T) {
 			t.Errorf("a member with a 256 KiB %s: %s %.200s; want a short InvalidArgument naming it", name, st.Code(), st.Message())
 		}
 	}
+	// cachectl shows these fields on an operator's terminal: an escape
+	// sequence (or any byte that is not printable ASCII) is refused.
+	for name, m := range map[string]*pb.Member{
+		"zone":       {Id: "n1", PeerAddress: "127.0.0.1:1", Zone: "eu-1\x1b]8;;http://evil/\x1b\\"},
+		"version":    {Id: "n1", PeerAddress: "127.0.0.1:1", Version: "v1\r\nnode-2 ACTIVE"},
+		"public URL": {Id: "n1", PeerAddress: "127.0.0.1:1", PublicUrl: "http://n1\u202e.example"},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		stream := sayHello(t, ctx, conn, &pb.Hello{Member: m, JoinToken: "join-secret"})
+		_, err := stream.Recv()
+		cancel()
+		if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), name) || !strings.Contains(st.Message(), "printable") {
+			t.Errorf("a member whose %s holds a control character: %s %.200s; want InvalidArgument naming it", name, st.Code(), st.Message())
+		}
+	}
 	resp, err := pb.NewAdminServiceClient(conn).ListNodes(adminCtx(context.Background(), testToken), &pb.ListNodesRequest{})
 	if err != nil || len(resp.GetNodes()) != 0 {
 		t.Fatalf("ListNodes after the refused hellos: %d nodes, %v; want none registered", len(resp.GetNodes()), err)

@@ -131,6 +131,13 @@ func validateMember(m *pb.Member) error {
 		if len(f.v) > f.max {
 			return fmt.Errorf("%s of %s: %s, longer than %d bytes", f.name, m.GetId(), quoteCut(f.v), f.max)
 		}
+		// Shown by cachectl on operators' terminals, in logs and in
+		// labels: a control character (an escape sequence) is refused.
+		for i := 0; i < len(f.v); i++ {
+			if c := f.v[i]; c < ' ' || c > '~' {
+				return fmt.Errorf("%s of %s: %s holds byte %#02x at %d; want printable ASCII", f.name, m.GetId(), quoteCut(f.v), c, i)
+			}
+		}
 	}
 	if _, _, err := net.SplitHostPort(m.GetPeerAddress()); err != nil {
 		return fmt.Errorf("peer address %q of %s: %v", m.GetPeerAddress(), m.GetId(), err)

@@ -364,6 +364,11 @@ func (c *Config) Validate() error {
 			"can reach it could fill the cache. Set --peer-certs-from-control-plane (or --peer-cert, --peer-key and --peer-ca) "+
 			"for mutual TLS, or --insecure-peer-hop to accept unauthenticated peers", c.PeerAddr)
 	}
+	for i := 0; i < len(c.Zone); i++ {
+		if b := c.Zone[i]; b <= ' ' || b > '~' || i >= 256 {
+			return fmt.Errorf("zone %q: use at most 256 printable ASCII characters, no space", c.Zone)
+		}
+	}
 	if c.ControlPlaneTLS == nil && !c.InsecureControlPlane {
 		for _, cp := range strings.Split(c.ControlPlane, ",") {
 			if !loopback.Only(cp) {

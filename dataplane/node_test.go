@@ -746,6 +746,7 @@ func TestConfigValidate(t *testing.T) {
 		{"tiny disk", func(c *Config) { c.DiskBytes = 1000 }, "disk budget"},
 		{"hot copies above half the memory", func(c *Config) { c.HotCopyBytes = c.MemoryBytes/2 + 1 }, "hot copy memory"},
 		{"relay shorter than origin", func(c *Config) { c.RelayTimeout = c.OriginTimeout }, "relay timeout"},
+		{"zone with a control character", func(c *Config) { c.Zone = "eu-1\x1b[2J" }, "zone"},
 		{"control plane off loopback in cleartext", func(c *Config) { c.ControlPlane = "localhost:7070,cp.example:7070" },
 			"control plane cp.example:7070 is not on a loopback address, and no TLS is set"},
 		{"control plane off loopback over TLS", func(c *Config) { c.ControlPlane, c.ControlPlaneTLS = "cp.example:7070", &tls.Config{} }, ""},
