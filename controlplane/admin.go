@@ -87,9 +87,10 @@ func (a *adminService) GetRing(ctx context.Context, req *pb.GetRingRequest) (*pb
 	return &pb.GetRingResponse{Epoch: e}, nil
 }
 
-// maxNodesPage bounds the nodes of one ListNodes answer, the page size
-// when the caller names none. A Node is a few hundred bytes, so a page is
-// well inside one gRPC message however many nodes register.
+// maxNodesPage bounds the nodes of one ListNodes or PolicyStatus answer,
+// the page size when the caller names none. A Node is a few hundred bytes
+// and a NodePolicyStatus at most about 1.2 KiB, so a page is well inside
+// one gRPC message however many nodes register.
 const maxNodesPage = 500
 
 // ListNodes returns a page of the registered members, by id, each with
@@ -98,14 +99,7 @@ const maxNodesPage = 500
 // page, so a page starts where that one stopped even when nodes came or
 // went in between.
 func (a *adminService) ListNodes(ctx context.Context, req *pb.ListNodesRequest) (*pb.ListNodesResponse, error) {
-	size := int(req.GetPageSize())
-	if size < 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "page size: %d; give 0 (the default, %d) or more", size, maxNodesPage)
-	}
-	if size == 0 || size > maxNodesPage {
-		size = maxNodesPage
-	}
-	after, err := decodeNodesPageToken(req.GetPageToken())
+	size, after, err := nodesPageRequest("ListNodes", req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +107,35 @@ func (a *adminService) ListNodes(ctx context.Context, req *pb.ListNodesRequest) 
 	if err != nil {
 		return nil, err
 	}
-	rest := resp.Nodes
+	resp.Nodes, resp.NextPageToken = nodesPage(resp.Nodes, size, after)
+	return resp, nil
+}
+
+// nodesPageRequest reads the page size and token of a request for a page
+// of nodes (ListNodes, PolicyStatus, named by rpc): the size, 0 or more
+// than maxNodesPage taken as maxNodesPage, and the id the page starts
+// after, "" for the first page. A negative size or a token no answer gave
+// is an InvalidArgument.
+func nodesPageRequest(rpc string, pageSize int32, token string) (size int, after string, err error) {
+	size = int(pageSize)
+	if size < 0 {
+		return 0, "", status.Errorf(codes.InvalidArgument, "page size: %d; give 0 (the default, %d) or more", size, maxNodesPage)
+	}
+	if size == 0 || size > maxNodesPage {
+		size = maxNodesPage
+	}
+	after, err = decodeNodesPageToken(rpc, token)
+	if err != nil {
+		return 0, "", err
+	}
+	return size, after, nil
+}
+
+// nodesPage returns the page of at most size of nodes, sorted by id, that
+// starts after the id after, and the token of the next page ("" when this
+// page is the last).
+func nodesPage(nodes []*pb.Node, size int, after string) ([]*pb.Node, string) {
+	rest := nodes
 	if after != "" {
 		i, _ := slices.BinarySearchFunc(rest, after, func(n *pb.Node, id string) int { return strings.Compare(n.GetMember().GetId(), id) })
 		for i < len(rest) && rest[i].GetMember().GetId() <= after {
@@ -121,25 +143,26 @@ func (a *adminService) ListNodes(ctx context.Context, req *pb.ListNodesRequest) 
 		}
 		rest = rest[i:]
 	}
-	resp.Nodes = rest[:min(size, len(rest))]
+	page := rest[:min(size, len(rest))]
 	if len(rest) > size {
-		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(resp.Nodes[size-1].GetMember().GetId()))
+		return page, base64.RawURLEncoding.EncodeToString([]byte(page[size-1].GetMember().GetId()))
 	}
-	return resp, nil
+	return page, ""
 }
 
 // maxNodesPageToken bounds a page token: the encoding of a node id, which
 // a hello bounds well below this.
 const maxNodesPageToken = 1 << 10
 
-// decodeNodesPageToken returns the node id a ListNodes page token names.
-func decodeNodesPageToken(tok string) (string, error) {
+// decodeNodesPageToken returns the node id a page token of rpc's answers
+// names.
+func decodeNodesPageToken(rpc, tok string) (string, error) {
 	if tok == "" {
 		return "", nil
 	}
 	b, err := base64.RawURLEncoding.DecodeString(tok)
 	if len(tok) > maxNodesPageToken || err != nil || len(b) == 0 {
-		return "", status.Errorf(codes.InvalidArgument, "page token %s: not one a ListNodes answer gave", quoteCut(tok))
+		return "", status.Errorf(codes.InvalidArgument, "page token %s: not one a %s answer gave", quoteCut(tok), rpc)
 	}
 	return string(b), nil
 }
@@ -376,8 +399,14 @@ func (a *adminService) DeletePolicy(ctx context.Context, req *pb.DeletePolicyReq
 	return &pb.DeletePolicyResponse{Revision: rev}, nil
 }
 
-// PolicyStatus reports the revision each registered node runs.
-func (a *adminService) PolicyStatus(ctx context.Context, _ *pb.PolicyStatusRequest) (*pb.PolicyStatusResponse, error) {
+// PolicyStatus reports, a page of nodes at a time (as ListNodes pages
+// them), the revision each registered node runs. Every page carries the
+// current revision of the policy set as read for that page.
+func (a *adminService) PolicyStatus(ctx context.Context, req *pb.PolicyStatusRequest) (*pb.PolicyStatusResponse, error) {
+	size, after, err := nodesPageRequest("PolicyStatus", req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
 	nodes, err := a.nodes(ctx)
 	if err != nil {
 		return nil, err
@@ -387,10 +416,12 @@ func (a *adminService) PolicyStatus(ctx context.Context, _ *pb.PolicyStatusReque
 		return nil, toStatus(err)
 	}
 	resp := &pb.PolicyStatusResponse{Revision: list.GetRevision()}
-	for _, n := range nodes.GetNodes() {
+	page, next := nodesPage(nodes.GetNodes(), size, after)
+	for _, n := range page {
 		resp.Nodes = append(resp.Nodes, &pb.NodePolicyStatus{NodeId: n.GetMember().GetId(), AppliedRevision: n.GetPolicyRevision(),
 			RefusedRevision: n.GetPolicyRefusedRevision(), Error: n.GetPolicyError()})
 	}
+	resp.NextPageToken = next
 	return resp, nil
 }
 

@@ -88,22 +88,7 @@ func TestListNodesAnswersPagesOfAtMostTheBound(t *testing.T) {
 	s, _, _ := startServer(t, nil)
 	ctx := context.Background()
 	total := maxNodesPage + 3
-	var want []string
-	for i := 0; i < total; i += 100 {
-		var ops []clientv3.Op
-		for j := i; j < min(i+100, total); j++ {
-			id := fmt.Sprintf("node-%04d", j)
-			b, err := proto.Marshal(&pb.Member{Id: id, PeerAddress: fmt.Sprintf("127.0.0.1:%d", 10000+j)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ops = append(ops, clientv3.OpPut(s.state.memberKey(id), string(b)))
-			want = append(want, id)
-		}
-		if _, err := s.etcd.Txn(ctx).Then(ops...).Commit(); err != nil {
-			t.Fatalf("registering members: %v", err)
-		}
-	}
+	want := registerNodes(t, s, total, nil)
 	admin := pb.NewAdminServiceClient(dial(t, s))
 	actx := adminCtx(ctx, testToken)
 
@@ -240,5 +225,117 @@ func TestANodesReportsAreKeptWithinTheirBounds(t *testing.T) {
 	if len(n.GetLoad().GetResponseBytesByRoute()) > maxLoadRoutes || len(n.GetPolicyError()) > maxNodeError+64 {
 		t.Fatalf("kept %d routes and a policy error of %d bytes; want at most %d and about %d",
 			len(n.GetLoad().GetResponseBytesByRoute()), len(n.GetPolicyError()), maxLoadRoutes, maxNodeError)
+	}
+}
+
+// registerNodes writes the member records of total nodes, node-0000 and
+// on, straight to etcd, with stat (if not nil) the status record of the
+// j-th; it returns their ids in order.
+func registerNodes(t *testing.T, s *Server, total int, stat func(j int) *pb.Node) []string {
+	t.Helper()
+	var ids []string
+	// A transaction takes at most 128 operations, two a node here.
+	for i := 0; i < total; i += 50 {
+		var ops []clientv3.Op
+		for j := i; j < min(i+50, total); j++ {
+			id := fmt.Sprintf("node-%04d", j)
+			b, err := proto.Marshal(&pb.Member{Id: id, PeerAddress: fmt.Sprintf("127.0.0.1:%d", 10000+j)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ops = append(ops, clientv3.OpPut(s.state.memberKey(id), string(b)))
+			if stat != nil {
+				b, err := proto.Marshal(stat(j))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ops = append(ops, clientv3.OpPut(s.state.statusKey(id), string(b)))
+			}
+			ids = append(ids, id)
+		}
+		if _, err := s.etcd.Txn(context.Background()).Then(ops...).Commit(); err != nil {
+			t.Fatalf("registering members: %v", err)
+		}
+	}
+	return ids
+}
+
+// PolicyStatus answers, like ListNodes, a page of at most maxNodesPage
+// nodes (each up to about 1.2 KiB with its refusal, so 10,000 nodes in one
+// answer would pass gRPC's 4 MiB limit): at the bound the answer carries a
+// page token, every page carries the current revision of the policy set,
+// and the pages together give every node's state once, in id order.
+func TestPolicyStatusAnswersPagesOfAtMostTheBound(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	ctx := context.Background()
+	total := maxNodesPage + 3
+	reason := strings.Repeat("r", 1000)
+	want := registerNodes(t, s, total, func(j int) *pb.Node {
+		return &pb.Node{PolicyRevision: int64(j), PolicyRefusedRevision: int64(j + 1), PolicyError: reason}
+	})
+	admin := pb.NewAdminServiceClient(dial(t, s))
+	actx := adminCtx(ctx, testToken)
+	if _, err := admin.PutPolicy(actx, &pb.PutPolicyRequest{Policy: &pb.CachePolicy{Name: "images", PathPrefix: "/img/"}}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := admin.ListPolicies(actx, &pb.ListPoliciesRequest{})
+	if err != nil || list.GetRevision() == 0 {
+		t.Fatalf("ListPolicies: %v, %v; want a revision", list, err)
+	}
+	rev := list.GetRevision()
+
+	for _, size := range []int32{0, maxNodesPage + 1, 1 << 30} {
+		resp, err := admin.PolicyStatus(actx, &pb.PolicyStatusRequest{PageSize: size})
+		if err != nil {
+			t.Fatalf("page size %d: %v", size, err)
+		}
+		if len(resp.GetNodes()) != maxNodesPage || resp.GetNextPageToken() == "" || resp.GetRevision() != rev {
+			t.Fatalf("page size %d with %d nodes registered: %d nodes, next page token %q, revision %d; want %d, a token and revision %d",
+				size, total, len(resp.GetNodes()), resp.GetNextPageToken(), resp.GetRevision(), maxNodesPage, rev)
+		}
+	}
+
+	// Following the pages gives every node once, in order, with its state;
+	// the last page has no token.
+	var got []string
+	token, pages := "", 0
+	for {
+		resp, err := admin.PolicyStatus(actx, &pb.PolicyStatusRequest{PageSize: 200, PageToken: token})
+		if err != nil {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		pages++
+		if len(resp.GetNodes()) > 200 || resp.GetRevision() != rev {
+			t.Fatalf("page %d: %d nodes, revision %d; asked for 200, want revision %d", pages, len(resp.GetNodes()), resp.GetRevision(), rev)
+		}
+		for _, n := range resp.GetNodes() {
+			j := len(got)
+			if n.GetAppliedRevision() != int64(j) || n.GetRefusedRevision() != int64(j+1) || n.GetError() != reason {
+				t.Fatalf("node %s: applied %d, refused %d, error of %d bytes; want %d, %d, %d",
+					n.GetNodeId(), n.GetAppliedRevision(), n.GetRefusedRevision(), len(n.GetError()), j, j+1, len(reason))
+			}
+			got = append(got, n.GetNodeId())
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+		if pages > total {
+			t.Fatal("the pages do not end")
+		}
+	}
+	if pages != 3 || !slices.Equal(got, want) {
+		t.Fatalf("%d pages listed %d nodes (%v...), want 3 pages listing the %d registered in id order", pages, len(got), got[:min(3, len(got))], total)
+	}
+
+	// A bad page size or token is refused, briefly.
+	for name, req := range map[string]*pb.PolicyStatusRequest{
+		"negative page size": {PageSize: -1},
+		"forged page token":  {PageToken: "not base64!"},
+		"huge page token":    {PageToken: strings.Repeat("A", 1<<20)},
+	} {
+		_, err := admin.PolicyStatus(actx, req)
+		if st := status.Convert(err); st.Code() != codes.InvalidArgument || len(st.Message()) > 8<<10 {
+			t.Errorf("%s: %v, want a short InvalidArgument", name, err)
+		}
 	}
 }

@@ -99,9 +99,61 @@ func (c *Client) DeletePolicy(ctx context.Context, name string) (int64, error) {
 	return resp.GetRevision(), err
 }
 
-// PolicyStatus returns the revision each node runs.
+// policyStatusReads bounds how often PolicyStatus starts the pages over
+// because the policy set changed while it read them.
+const policyStatusReads = 3
+
+// PolicyStatus returns the revision each node runs, every node sorted by
+// id: it follows the control plane's pages (PolicyStatusPage) to the last,
+// each page a call of its own. Every node is compared with one revision of
+// the policy set: should a page carry another revision than the first, the
+// pages are read again from the first, at most policyStatusReads times in
+// all, after which it returns an error.
 func (c *Client) PolicyStatus(ctx context.Context) (*pb.PolicyStatusResponse, error) {
-	return invoke(ctx, c, c.rpc.PolicyStatus, &pb.PolicyStatusRequest{})
+	for range policyStatusReads {
+		all, err := c.policyStatusPages(ctx)
+		if all != nil || err != nil {
+			return all, err
+		}
+	}
+	return nil, fmt.Errorf("policy status: the policy set changed while its pages were read, %d times; try again", policyStatusReads)
+}
+
+// policyStatusPages reads every page of PolicyStatus, or returns nil and
+// no error if the revision of the policy set changed between pages.
+func (c *Client) policyStatusPages(ctx context.Context) (*pb.PolicyStatusResponse, error) {
+	var all *pb.PolicyStatusResponse
+	token := ""
+	for {
+		page, err := c.PolicyStatusPage(ctx, 0, token)
+		if err != nil {
+			return nil, err
+		}
+		if all == nil {
+			all = page
+		} else if page.GetRevision() != all.GetRevision() {
+			return nil, nil
+		} else {
+			all.Nodes = append(all.Nodes, page.GetNodes()...)
+		}
+		next := page.GetNextPageToken()
+		if next == "" {
+			all.NextPageToken = ""
+			return all, nil
+		}
+		if next == token || len(page.GetNodes()) == 0 {
+			return nil, fmt.Errorf("policy status: the control plane gave page token %.40q again, or an empty page before the last", next)
+		}
+		token = next
+	}
+}
+
+// PolicyStatusPage returns one page of the nodes' policy state, sorted by
+// node id, with the revision of the policy set as the page was read: at
+// most size nodes (0 means the control plane's maximum, 500) after the
+// page whose NextPageToken is token ("" for the first page).
+func (c *Client) PolicyStatusPage(ctx context.Context, size int32, token string) (*pb.PolicyStatusResponse, error) {
+	return invoke(ctx, c, c.rpc.PolicyStatus, &pb.PolicyStatusRequest{PageSize: size, PageToken: token})
 }
 
 // DrainNode takes a node out of ownership in the next epoch.

@@ -1105,9 +1105,13 @@ func (x *DeletePolicyResponse) GetRevision() int64 {
 	return 0
 }
 
-// PolicyStatusRequest has no filters.
+// PolicyStatusRequest asks for one page of the nodes' policy state, in node id order.
 type PolicyStatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Most nodes to return: 0 means 500, the maximum; a larger value is taken as 500.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page, or empty for the first page.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1140,6 +1144,20 @@ func (x *PolicyStatusRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use PolicyStatusRequest.ProtoReflect.Descriptor instead.
 func (*PolicyStatusRequest) Descriptor() ([]byte, []int) {
 	return file_shardcache_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PolicyStatusRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *PolicyStatusRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
 }
 
 // NodePolicyStatus is one node's policy state.
@@ -1213,12 +1231,16 @@ func (x *NodePolicyStatus) GetError() string {
 	return ""
 }
 
-// PolicyStatusResponse compares each node's revision with the current one.
+// PolicyStatusResponse compares the revision of each node of one page, sorted by node id,
+// with the current one.
 type PolicyStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Revision of the current policy set.
-	Revision      int64               `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
-	Nodes         []*NodePolicyStatus `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// Revision of the current policy set when this page was read; every page carries it.
+	Revision int64               `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Nodes    []*NodePolicyStatus `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// Token of the next page; empty on the last page. Nodes that register or leave between pages
+	// appear or not as they are when their page is read.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1265,6 +1287,13 @@ func (x *PolicyStatusResponse) GetNodes() []*NodePolicyStatus {
 		return x.Nodes
 	}
 	return nil
+}
+
+func (x *PolicyStatusResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // PurgeRequest purges one URL or one cache key: exactly one of url and key is set.
@@ -2156,16 +2185,20 @@ const file_shardcache_v1_admin_proto_rawDesc = "" +
 	"\x13DeletePolicyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"2\n" +
 	"\x14DeletePolicyResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"\x15\n" +
-	"\x13PolicyStatusRequest\"\x97\x01\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"Q\n" +
+	"\x13PolicyStatusRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\x97\x01\n" +
 	"\x10NodePolicyStatus\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12)\n" +
 	"\x10applied_revision\x18\x02 \x01(\x03R\x0fappliedRevision\x12)\n" +
 	"\x10refused_revision\x18\x03 \x01(\x03R\x0frefusedRevision\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"i\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\x91\x01\n" +
 	"\x14PolicyStatusResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x125\n" +
-	"\x05nodes\x18\x02 \x03(\v2\x1f.shardcache.v1.NodePolicyStatusR\x05nodes\"\xbd\x01\n" +
+	"\x05nodes\x18\x02 \x03(\v2\x1f.shardcache.v1.NodePolicyStatusR\x05nodes\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\xbd\x01\n" +
 	"\fPurgeRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x10\n" +

@@ -65,7 +65,8 @@ type AdminServiceClient interface {
 	ListPolicies(ctx context.Context, in *ListPoliciesRequest, opts ...grpc.CallOption) (*ListPoliciesResponse, error)
 	// DeletePolicy removes a policy by name.
 	DeletePolicy(ctx context.Context, in *DeletePolicyRequest, opts ...grpc.CallOption) (*DeletePolicyResponse, error)
-	// PolicyStatus says which policy revision each node runs.
+	// PolicyStatus says which policy revision each node runs, a page of nodes at a time
+	// (PolicyStatusRequest.page_size, at most 500); follow next_page_token for the rest.
 	PolicyStatus(ctx context.Context, in *PolicyStatusRequest, opts ...grpc.CallOption) (*PolicyStatusResponse, error)
 	// PolicyHistory returns the recorded changes of the policy set, newest first (a bounded
 	// number of them).
@@ -320,7 +321,8 @@ type AdminServiceServer interface {
 	ListPolicies(context.Context, *ListPoliciesRequest) (*ListPoliciesResponse, error)
 	// DeletePolicy removes a policy by name.
 	DeletePolicy(context.Context, *DeletePolicyRequest) (*DeletePolicyResponse, error)
-	// PolicyStatus says which policy revision each node runs.
+	// PolicyStatus says which policy revision each node runs, a page of nodes at a time
+	// (PolicyStatusRequest.page_size, at most 500); follow next_page_token for the rest.
 	PolicyStatus(context.Context, *PolicyStatusRequest) (*PolicyStatusResponse, error)
 	// PolicyHistory returns the recorded changes of the policy set, newest first (a bounded
 	// number of them).
