@@ -134,7 +134,18 @@ func splitPort(h string) (host, port string) {
 // keyedHost is a Host field as the cache keys it: lower case, without a
 // trailing dot, its port kept when it is a number (check then puts the
 // node's public port in its place); one that is not a number is refused.
+// So is a byte a host may not hold (hostChars), whichever protocol or
+// form of target named the host: the origin is sent a host in ASCII (Go's
+// client writes café.example as xn--caf-dma.example), so a key and a
+// policy match made of any other bytes would name another host than the
+// one the origin serves.
 func keyedHost(h string) (string, error) {
+	for i := 0; i < len(h); i++ {
+		if !hostChars[h[i]] {
+			return "", hostError("the host " + strconv.QuoteToASCII(h[:min(len(h), 64)]) +
+				" holds a byte a host may not (RFC 3986 3.2.2); an internationalised name is sent in its ASCII form (xn--)")
+		}
+	}
 	host, port := splitPort(h)
 	if len(port) > 5 {
 		return "", errBadPort(h)
@@ -155,6 +166,22 @@ func keyedHost(h string) (string, error) {
 	}
 	return host, nil
 }
+
+// hostChars are the bytes a host and its port may hold: a reg-name's
+// letters, digits and sub-delims (RFC 3986 3.2.2), the port's colon, an
+// IPv6 literal's brackets. Not '%': no client escapes a host name.
+var hostChars = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "-._~!$&'()*+,;=:[]" {
+		t[c] = true
+	}
+	return t
+}()
 
 type hostError string
 

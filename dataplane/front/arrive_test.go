@@ -50,6 +50,11 @@ func TestKeyedHost(t *testing.T) {
 		{"www.example.com:evil.example", "", "not a number"},
 		{"www.example.com:123456", "", "not a number"},
 		{"[nonsense]:80", "", "IPv6"},
+		{"caf\u00e9.example", "", "ASCII form"},
+		{"\u212aey.example", "", "ASCII form"}, // the Kelvin sign, which strings.ToLower makes a k
+		{"x<y>.example", "", "ASCII form"},
+		{`x"y.example`, "", "ASCII form"},
+		{"x%41.example", "", "ASCII form"},
 	} {
 		got, err := keyedHost(tt.in)
 		if tt.err != "" {
