@@ -88,8 +88,8 @@ func (f *Front) check(r *http.Request) (*policy.Policy, *refusal) {
 			}
 		}
 	}
-	if q := r.URL.RawQuery; strings.IndexByte(q, '%') >= 0 {
-		r.URL.RawQuery = policy.NormalEscapes(q)
+	if q := r.URL.RawQuery; q != "" {
+		r.URL.RawQuery = policy.NormalEscapes(q) // its bytes outside ASCII escaped, as a path's are sent
 	}
 	p := f.cfg.Policies.Load().Match(policy.Host(r), r.URL.Path) // by name: a policy's hosts carry no port, nor does the key
 	if named := removeHopByHop(r.Header, p); named != "" {

@@ -297,18 +297,26 @@ func Host(r *http.Request) string {
 // NormalEscapes is s (a path or a query as sent) in the one spelling of
 // its escapes RFC 3986 6.2.2 makes equal: the hex of a %XX in upper case,
 // and an unreserved character (letters, digits, "-._~") never escaped.
-// /%7Euser and /~user, /caf%c3%a9 and /caf%C3%A9 are then one key, which
-// a purge of either spelling reaches. s is returned as it is when it
-// holds no escape.
+// A byte outside ASCII, which a URI may not hold, is escaped (RFC 3987
+// 3.1, as browsers send it). /%7Euser and /~user, /caf%c3%a9, /caf%C3%A9
+// and /café are then one key, which a purge of any spelling reaches. s is
+// returned as it is when it holds no escape and no such byte.
 func NormalEscapes(s string) string {
-	i := strings.IndexByte(s, '%')
-	if i < 0 {
+	i := 0
+	for i < len(s) && s[i] != '%' && s[i] < 0x80 {
+		i++
+	}
+	if i == len(s) {
 		return s
 	}
-	b := make([]byte, 0, len(s))
+	b := make([]byte, 0, len(s)+8)
 	b = append(b, s[:i]...)
 	for ; i < len(s); i++ {
 		c := s[i]
+		if c >= 0x80 {
+			b = append(b, '%', upperHex[c>>4], upperHex[c&15])
+			continue
+		}
 		if c != '%' || i+2 >= len(s) || unhex(s[i+1]) < 0 || unhex(s[i+2]) < 0 {
 			b = append(b, c)
 			continue

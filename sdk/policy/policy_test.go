@@ -209,6 +209,8 @@ func TestNormalEscapes(t *testing.T) {
 		{"a=%20&b=%2b", "a=%20&b=%2B"},
 		{"/bad%zz%4", "/bad%zz%4"},
 		{"/end%", "/end%"},
+		{"q=caf\u00e9", "q=caf%C3%A9"},
+		{"/caf\u00e9%7e\xff", "/caf%C3%A9~%FF"},
 	} {
 		if got := NormalEscapes(tc.in); got != tc.want {
 			t.Errorf("NormalEscapes(%q) = %q, want %q", tc.in, got, tc.want)
