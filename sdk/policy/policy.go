@@ -396,10 +396,15 @@ func (p *Policy) buildKey(scheme string, r *http.Request, shown bool) string {
 			}
 			// Every line of the field, joined as one (RFC 9110 5.3): a
 			// client that splits Accept over lines asks what one that
-			// sends it on one line does.
+			// sends it on one line does. Cookie lines join with "; ", as
+			// HTTP/2 joins them (RFC 9113 8.2.3) on the peer hop.
+			sep := ", "
+			if part.literal == "Cookie" {
+				sep = "; "
+			}
 			for i, line := range r.Header[part.literal] {
 				if i > 0 {
-					b.WriteString(", ")
+					b.WriteString(sep)
 				}
 				b.WriteString(line)
 			}

@@ -66,6 +66,21 @@ func TestKeyTemplate(t *testing.T) {
 	if _, err := Compile(&pb.CachePolicy{Name: "t", KeyTemplate: "$path"}); err == nil {
 		t.Error("unknown variable accepted")
 	}
+	// Cookie lines are joined with "; ", as HTTP/2 joins them (RFC 9113
+	// 8.2.3) on the peer hop and nginx's $http_cookie does: a request
+	// whose cookies came on two lines has the key of one that sent them
+	// on one, whichever way it reached the node.
+	p, err := Compile(&pb.CachePolicy{Name: "t", KeyTemplate: "$uri|$http_cookie"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	split := httptest.NewRequest("GET", "http://x/c", nil)
+	split.Header["Cookie"] = []string{"a=1", "b=2"}
+	joined := httptest.NewRequest("GET", "http://x/c", nil)
+	joined.Header["Cookie"] = []string{"a=1; b=2"}
+	if a, b := p.Key("http", split), p.Key("http", joined); a != b || b != "/c|a=1; b=2" {
+		t.Errorf("cookies on two lines keyed %q, on one %q; want both /c|a=1; b=2", a, b)
+	}
 }
 
 func TestApplyIncremental(t *testing.T) {
