@@ -167,24 +167,38 @@ func (c *Client) GetRing(ctx context.Context, n uint64) (*pb.RingEpoch, error) {
 // its own; the epoch is the first page's.
 func (c *Client) ListNodes(ctx context.Context) (*pb.ListNodesResponse, error) {
 	var all *pb.ListNodesResponse
-	token := ""
-	for {
+	err := followPages("listing nodes", func(token string) (int, string, error) {
 		page, err := c.ListNodesPage(ctx, 0, token)
 		if err != nil {
-			return nil, err
+			return 0, "", err
 		}
 		if all == nil {
 			all = page
 		} else {
 			all.Nodes = append(all.Nodes, page.GetNodes()...)
 		}
-		next := page.GetNextPageToken()
-		if next == "" {
-			all.NextPageToken = ""
-			return all, nil
+		return len(page.GetNodes()), page.GetNextPageToken(), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	all.NextPageToken = ""
+	return all, nil
+}
+
+// followPages calls read for each page, from the first (token "") to the
+// last (whose next token is ""): read returns the page's count and its
+// next token. A control plane that gives a token again, or an empty page
+// before the last, gets an error rather than a caller looping forever.
+func followPages(what string, read func(token string) (n int, next string, err error)) error {
+	token := ""
+	for {
+		n, next, err := read(token)
+		if err != nil || next == "" {
+			return err
 		}
-		if next == token || len(page.GetNodes()) == 0 {
-			return nil, fmt.Errorf("listing nodes: the control plane gave page token %.40q again, or an empty page before the last", next)
+		if next == token || n == 0 {
+			return fmt.Errorf("%s: the control plane gave page token %.40q again, or an empty page before the last", what, next)
 		}
 		token = next
 	}

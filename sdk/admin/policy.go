@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -123,30 +124,33 @@ func (c *Client) PolicyStatus(ctx context.Context) (*pb.PolicyStatusResponse, er
 // no error if the revision of the policy set changed between pages.
 func (c *Client) policyStatusPages(ctx context.Context) (*pb.PolicyStatusResponse, error) {
 	var all *pb.PolicyStatusResponse
-	token := ""
-	for {
+	err := followPages("policy status", func(token string) (int, string, error) {
 		page, err := c.PolicyStatusPage(ctx, 0, token)
-		if err != nil {
-			return nil, err
-		}
-		if all == nil {
+		switch {
+		case err != nil:
+			return 0, "", err
+		case all == nil:
 			all = page
-		} else if page.GetRevision() != all.GetRevision() {
-			return nil, nil
-		} else {
+		case page.GetRevision() != all.GetRevision():
+			return 0, "", errRevisionChanged
+		default:
 			all.Nodes = append(all.Nodes, page.GetNodes()...)
 		}
-		next := page.GetNextPageToken()
-		if next == "" {
-			all.NextPageToken = ""
-			return all, nil
-		}
-		if next == token || len(page.GetNodes()) == 0 {
-			return nil, fmt.Errorf("policy status: the control plane gave page token %.40q again, or an empty page before the last", next)
-		}
-		token = next
+		return len(page.GetNodes()), page.GetNextPageToken(), nil
+	})
+	if errors.Is(err, errRevisionChanged) {
+		return nil, nil
 	}
+	if err != nil {
+		return nil, err
+	}
+	all.NextPageToken = ""
+	return all, nil
 }
+
+// errRevisionChanged ends a reading of PolicyStatus's pages whose policy
+// set changed between them.
+var errRevisionChanged = errors.New("the policy set changed between pages")
 
 // PolicyStatusPage returns one page of the nodes' policy state, sorted by
 // node id, with the revision of the policy set as the page was read: at
