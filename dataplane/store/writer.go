@@ -290,6 +290,9 @@ func (w *Writer) windowLocked(p []byte) {
 // the object was stored; readers get the whole body either way, unless
 // writing failed.
 func (w *Writer) Commit() (stored bool, err error) {
+	// maxSize bounds the body as the origin sent it: one the store codes
+	// small (a decoded bomb, a long run) is no smaller an object.
+	over := w.zw != nil && w.length > w.maxSize
 	if w.zw != nil {
 		err := w.zw.Close()
 		w.zw.Reset(nil)
@@ -311,7 +314,7 @@ func (w *Writer) Commit() (stored bool, err error) {
 	if e.Coding == "" {
 		e.Length = size
 	}
-	if size > w.maxSize || mode == toWindow {
+	if size > w.maxSize || over || mode == toWindow {
 		w.tooLarge = true
 		w.finish(nil)
 		return false, nil
