@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/shardcache/shardcache/dataplane/httpcache"
 )
 
 // TestExpandedBodyOverMaxObjectIsNotStored: a textual answer the node
@@ -49,6 +55,73 @@ func TestExpandedBodyOverMaxObjectIsNotStored(t *testing.T) {
 			if got := resp.Header.Get("X-Cache"); got != want {
 				t.Fatalf("%s: X-Cache %s, want %s: %d bytes are over MaxObjectBytes", path, got, want, len(text))
 			}
+		}
+	}
+}
+
+// TestCodingOnASecondLineIsKept: an origin's Content-Encoding may come as
+// a list over several field lines (RFC 9110 5.3); a gzip body announced
+// "identity" on one and "gzip" on the next is coded, so the node neither
+// codes it again (answering "zstd" alone for zstd over gzip) nor serves
+// it to a client that does not accept gzip.
+func TestCodingOnASecondLineIsKept(t *testing.T) {
+	var lines strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&lines, "line %d of %x\n", i, i*i*7919) // gzip to more than httpcache.MinCompress
+	}
+	text := lines.String()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(text))
+	zw.Close()
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Add("Content-Encoding", "identity")
+		if httpcache.Accepts(r.Header, "gzip") {
+			w.Header().Add("Content-Encoding", "gzip")
+			w.Write(gz.Bytes())
+			return
+		}
+		io.WriteString(w, text)
+	}))
+	defer origin.Close()
+	_, n := startOne(t, origin.URL)
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	for _, ae := range []string{"gzip, zstd", "gzip, zstd", "zstd", "zstd"} {
+		req, _ := http.NewRequest("GET", "http://"+n.ClientAddr().String()+"/page", nil)
+		req.Header.Set("Accept-Encoding", ae)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		codings := resp.Header.Values("Content-Encoding")
+		for i := len(codings) - 1; i >= 0 && err == nil; i-- { // undo the codings, last applied first
+			switch strings.TrimSpace(codings[i]) {
+			case "gzip":
+				var zr *gzip.Reader
+				if zr, err = gzip.NewReader(bytes.NewReader(body)); err == nil {
+					body, err = io.ReadAll(zr)
+				}
+			case "zstd":
+				var d *zstd.Decoder
+				if d, err = zstd.NewReader(bytes.NewReader(body)); err == nil {
+					body, err = io.ReadAll(d)
+					d.Close()
+				}
+			}
+		}
+		if err != nil || string(body) != text {
+			t.Fatalf("Accept-Encoding %q: %s, Content-Encoding %q: the body does not decode to the origin's (%v)", ae, resp.Header.Get("X-Cache"), codings, err)
+		}
+		if ae == "zstd" && slices.Contains(codings, "gzip") {
+			t.Fatalf("Accept-Encoding %q: %s, Content-Encoding %q: gzip for a client that does not accept it", ae, resp.Header.Get("X-Cache"), codings)
 		}
 	}
 }

@@ -67,6 +67,24 @@ func Identity(ce string) bool {
 	return ce == "" || strings.EqualFold(ce, "identity")
 }
 
+// ContentCoding is a header's Content-Encoding as one list: the codings
+// of all its field lines, in the order applied (RFC 9110 5.3, 8.4), so
+// that a coding on a second line is not missed.
+func ContentCoding(h http.Header) string {
+	return strings.Join(h.Values("Content-Encoding"), ", ")
+}
+
+// Coded reports whether a header's Content-Encoding, on any of its
+// lines, names a coding other than identity.
+func Coded(h http.Header) bool {
+	for c := range strings.SplitSeq(ContentCoding(h), ",") {
+		if !Identity(c) {
+			return true
+		}
+	}
+	return false
+}
+
 // AcceptsAll reports whether a request's Accept-Encoding allows every
 // coding a response's Content-Encoding lists (identity always).
 func AcceptsAll(req http.Header, ce string) bool {
@@ -108,7 +126,7 @@ func Compressible(h http.Header, length int64) bool {
 	if length >= 0 && length < MinCompress {
 		return false
 	}
-	if ce := h.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+	if Coded(h) {
 		return false
 	}
 	for _, v := range h.Values("Cache-Control") {

@@ -44,7 +44,7 @@ func registryManifest(r *http.Request, h http.Header) bool {
 // registryAware), and Accept-Encoding to a coded answer's: a stored coding
 // is served only to requests that accept it.
 func AddImplicitVary(r *http.Request, h http.Header, varyBy []string, registryAware bool) {
-	if !Identity(h.Get("Content-Encoding")) {
+	if Coded(h) {
 		AddVary(h, "Accept-Encoding")
 	}
 	for _, f := range varyBy {
