@@ -125,3 +125,54 @@ func TestCodingOnASecondLineIsKept(t *testing.T) {
 		}
 	}
 }
+
+// TestNoTransformServesTheOriginsBytes: the node codes nothing a
+// response's no-transform covers (RFC 9110 7.7), even one it stored coded
+// before a revalidation's 304 brought the directive, nor for a request
+// that asks for none (RFC 9111 5.2.1.6): a client that accepts zstd gets
+// the origin's bytes.
+func TestNoTransformServesTheOriginsBytes(t *testing.T) {
+	text := strings.Repeat(`{"shardcache": "no-transform"}`+"\n", 400)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Cache-Control", "max-age=60")
+		if r.URL.Path == "/refreshed" {
+			w.Header().Set("Cache-Control", "max-age=0")
+			if r.Header.Get("If-None-Match") == `"v1"` {
+				w.Header().Set("Cache-Control", "max-age=60, no-transform")
+				w.WriteHeader(http.StatusNotModified)
+				return
+			}
+		}
+		io.WriteString(w, text)
+	}))
+	defer origin.Close()
+	_, n := startOne(t, origin.URL)
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	get := func(path string, hdr ...string) *http.Response {
+		t.Helper()
+		req, _ := newRequest("GET", "http://"+n.ClientAddr().String()+path, hdr...)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ce := resp.Header.Get("Content-Encoding"); ce != "" || string(body) != text {
+			t.Fatalf("GET %s %q: %s, Content-Encoding %q, %d bytes; want the origin's %d, not coded", path, hdr, resp.Header.Get("X-Cache"), ce, len(body), len(text))
+		}
+		return resp
+	}
+	get("/refreshed")
+	if resp := get("/refreshed", "Accept-Encoding", "zstd"); resp.Header.Get("X-Cache") != "REVALIDATED" {
+		t.Fatalf("X-Cache %q, want REVALIDATED", resp.Header.Get("X-Cache"))
+	}
+	get("/refreshed", "Accept-Encoding", "zstd")
+	get("/asked", "Accept-Encoding", "zstd", "Cache-Control", "no-transform")
+	get("/asked", "Accept-Encoding", "zstd", "Cache-Control", "no-transform")
+}

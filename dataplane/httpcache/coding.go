@@ -116,6 +116,18 @@ func WeakenETag(h http.Header) {
 	}
 }
 
+// NoTransform reports whether h's Cache-Control has no-transform: no
+// coding may be added to a response's content (RFC 9110 7.7), and a
+// request asks for none (RFC 9111 5.2.1.6).
+func NoTransform(h http.Header) bool {
+	for _, v := range h.Values("Cache-Control") {
+		if strings.Contains(strings.ToLower(v), "no-transform") {
+			return true
+		}
+	}
+	return false
+}
+
 // MinCompress is the smallest body worth compressing.
 const MinCompress = 1024
 
@@ -129,10 +141,8 @@ func Compressible(h http.Header, length int64) bool {
 	if Coded(h) {
 		return false
 	}
-	for _, v := range h.Values("Cache-Control") {
-		if strings.Contains(strings.ToLower(v), "no-transform") {
-			return false
-		}
+	if NoTransform(h) {
+		return false
 	}
 	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
 	if err != nil {
