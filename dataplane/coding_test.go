@@ -3,6 +3,8 @@ package dataplane
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -175,4 +177,43 @@ func TestNoTransformServesTheOriginsBytes(t *testing.T) {
 	get("/refreshed", "Accept-Encoding", "zstd")
 	get("/asked", "Accept-Encoding", "zstd", "Cache-Control", "no-transform")
 	get("/asked", "Accept-Encoding", "zstd", "Cache-Control", "no-transform")
+}
+
+// TestDigestedAnswerIsNotCoded: Content-Digest and Repr-Digest are
+// digests of the content as sent, after its content coding (RFC 9530 2,
+// 3), as Content-MD5 was: an answer carrying one is not stored zstd-coded,
+// so a client that checks it gets the bytes it was computed over.
+func TestDigestedAnswerIsNotCoded(t *testing.T) {
+	text := strings.Repeat(`{"shardcache": "digested"}`+"\n", 400)
+	sum := sha256.Sum256([]byte(text))
+	digest := "sha-256=:" + base64.StdEncoding.EncodeToString(sum[:]) + ":"
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set(strings.TrimPrefix(r.URL.Path, "/"), digest)
+		io.WriteString(w, text)
+	}))
+	defer origin.Close()
+	_, n := startOne(t, origin.URL)
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	for _, field := range []string{"Content-Digest", "Repr-Digest"} {
+		for range 2 {
+			req, _ := newRequest("GET", "http://"+n.ClientAddr().String()+"/"+field, "Accept-Encoding", "zstd")
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := sha256.Sum256(body)
+			if resp.Header.Get(field) != digest || got != sum {
+				t.Fatalf("%s: %s, Content-Encoding %q, %d bytes: %s %q does not match the content sent", field, resp.Header.Get("X-Cache"),
+					resp.Header.Get("Content-Encoding"), len(body), field, resp.Header.Get(field))
+			}
+		}
+	}
 }

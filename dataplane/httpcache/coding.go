@@ -131,9 +131,14 @@ func NoTransform(h http.Header) bool {
 // MinCompress is the smallest body worth compressing.
 const MinCompress = 1024
 
+// digestFields are the fields whose digest covers the content after its
+// content coding: Content-Digest and Repr-Digest (RFC 9530 2, 3),
+// Content-MD5 and Digest before them.
+var digestFields = []string{"Content-Digest", "Repr-Digest", "Content-Md5", "Digest"}
+
 // Compressible reports whether a response is worth storing compressed: a
 // textual type, not already coded, not marked no-transform (RFC 9110 7.7),
-// and not known to be tiny.
+// without a digest of its bytes, and not known to be tiny.
 func Compressible(h http.Header, length int64) bool {
 	if length >= 0 && length < MinCompress {
 		return false
@@ -143,6 +148,11 @@ func Compressible(h http.Header, length int64) bool {
 	}
 	if NoTransform(h) {
 		return false
+	}
+	for _, f := range digestFields {
+		if _, ok := h[f]; ok {
+			return false // a digest of the bytes as sent, which coding would change
+		}
 	}
 	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
 	if err != nil {
