@@ -217,3 +217,43 @@ func TestDigestedAnswerIsNotCoded(t *testing.T) {
 		}
 	}
 }
+
+// TestPersonalAnswerIsNotCoded: a page stored per user (Vary: Cookie)
+// that holds the user's secret and reflects the query is not coded by
+// the node (BREACH): coded, its length would tell a guess of the secret
+// that matches (a prefix the compressor finds twice) from one that does
+// not, to whoever sees the traffic, one request per guess.
+func TestPersonalAnswerIsNotCoded(t *testing.T) {
+	const secret = "csrf=8f3a9c1e5b7d2f40a6"
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set("Vary", "Cookie")
+		fmt.Fprintf(w, "<html><body>%s<form><input name=t value=%q></form><p>You searched for %s</p></body></html>",
+			strings.Repeat("<p>shardcache page text</p>\n", 100), strings.TrimPrefix(r.Header.Get("Cookie"), "session="), r.URL.Query().Get("q"))
+	}))
+	defer origin.Close()
+	_, n := startOne(t, origin.URL)
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	size := func(guess string) int {
+		req, _ := newRequest("GET", "http://"+n.ClientAddr().String()+"/search?q="+guess, "Accept-Encoding", "zstd", "Cookie", "session="+secret)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ce := resp.Header.Get("Content-Encoding"); ce != "" {
+			t.Logf("q=%s: Content-Encoding %q, %d bytes", guess, ce, len(body))
+		}
+		return len(body)
+	}
+	right, wrong := size(secret), size("csrf=zq0x5wmk1yvu7rhpj3")
+	if right != wrong {
+		t.Fatalf("a guess of the secret that matches is answered in %d bytes, one that does not in %d: the node coded a personal answer", right, wrong)
+	}
+}

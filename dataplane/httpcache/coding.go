@@ -136,9 +136,24 @@ const MinCompress = 1024
 // Content-MD5 and Digest before them.
 var digestFields = []string{"Content-Digest", "Repr-Digest", "Content-Md5", "Digest"}
 
+// personal reports whether a response is one user's: private, or stored
+// per user (Vary naming Cookie or Authorization). Such a page may hold
+// the user's secret beside text from the request (a search echoed), and
+// coded, its length would tell whether a guess of the secret repeats it
+// (BREACH); an origin that sends it uncoded is not overruled.
+func personal(h http.Header) bool {
+	for _, f := range VaryFields(h) {
+		if f == "cookie" || f == "authorization" {
+			return true
+		}
+	}
+	return ParseCacheControl(h).Has("private")
+}
+
 // Compressible reports whether a response is worth storing compressed: a
 // textual type, not already coded, not marked no-transform (RFC 9110 7.7),
-// without a digest of its bytes, and not known to be tiny.
+// not one user's (personal), without a digest of its bytes, and not known
+// to be tiny.
 func Compressible(h http.Header, length int64) bool {
 	if length >= 0 && length < MinCompress {
 		return false
@@ -147,6 +162,9 @@ func Compressible(h http.Header, length int64) bool {
 		return false
 	}
 	if NoTransform(h) {
+		return false
+	}
+	if personal(h) {
 		return false
 	}
 	for _, f := range digestFields {
