@@ -147,6 +147,15 @@ func TestNoTransformServesTheOriginsBytes(t *testing.T) {
 				return
 			}
 		}
+		if r.URL.Path == "/digested" { // a 304 that brings a digest of the origin's bytes
+			w.Header().Set("Cache-Control", "max-age=0")
+			if r.Header.Get("If-None-Match") == `"v1"` {
+				w.Header().Set("Cache-Control", "max-age=60")
+				w.Header().Set("Repr-Digest", "sha-256=:AAAA:")
+				w.WriteHeader(http.StatusNotModified)
+				return
+			}
+		}
 		io.WriteString(w, text)
 	}))
 	defer origin.Close()
@@ -175,6 +184,11 @@ func TestNoTransformServesTheOriginsBytes(t *testing.T) {
 		t.Fatalf("X-Cache %q, want REVALIDATED", resp.Header.Get("X-Cache"))
 	}
 	get("/refreshed", "Accept-Encoding", "zstd")
+	get("/digested")
+	if resp := get("/digested", "Accept-Encoding", "zstd"); resp.Header.Get("X-Cache") != "REVALIDATED" {
+		t.Fatalf("X-Cache %q, want REVALIDATED", resp.Header.Get("X-Cache"))
+	}
+	get("/digested", "Accept-Encoding", "zstd")
 	get("/asked", "Accept-Encoding", "zstd", "Cache-Control", "no-transform")
 	get("/asked", "Accept-Encoding", "zstd", "Cache-Control", "no-transform")
 }

@@ -116,6 +116,22 @@ func WeakenETag(h http.Header) {
 	}
 }
 
+// KeepsItsBytes reports whether content with header h reaches clients as
+// the origin coded it: marked no-transform (RFC 9110 7.7), or carrying a
+// digest of its bytes as sent (RFC 9530), which coding would falsify. A
+// 304 may bring either to a body stored coded.
+func KeepsItsBytes(h http.Header) bool {
+	if NoTransform(h) {
+		return true
+	}
+	for _, f := range digestFields {
+		if _, ok := h[f]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // NoTransform reports whether h's Cache-Control has no-transform: no
 // coding may be added to a response's content (RFC 9110 7.7), and a
 // request asks for none (RFC 9111 5.2.1.6).
@@ -161,16 +177,11 @@ func Compressible(h http.Header, length int64) bool {
 	if Coded(h) {
 		return false
 	}
-	if NoTransform(h) {
+	if KeepsItsBytes(h) {
 		return false
 	}
 	if personal(h) {
 		return false
-	}
-	for _, f := range digestFields {
-		if _, ok := h[f]; ok {
-			return false // a digest of the bytes as sent, which coding would change
-		}
 	}
 	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
 	if err != nil {

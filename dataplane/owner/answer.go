@@ -154,10 +154,10 @@ func (s *serving) Answer(e *store.Entry, rd io.Reader, status string) error {
 	if e.Coding != "" {
 		httpcache.AddVary(h, "Accept-Encoding")
 		httpcache.WeakenETag(h)
-		// A response that came, or a request that asks, with no-transform
-		// gets the origin's bytes: a 304 may have brought the directive
-		// to a body stored coded.
-		if httpcache.Accepts(r.Header, e.Coding) && !httpcache.NoTransform(e.Header) && !s.dirs.Has("no-transform") {
+		// A response that came with no-transform or a digest, or a
+		// request that asks no-transform, gets the origin's bytes: a 304
+		// may have brought either to a body stored coded.
+		if httpcache.Accepts(r.Header, e.Coding) && !httpcache.KeepsItsBytes(e.Header) && !s.dirs.Has("no-transform") {
 			h.Set("Content-Encoding", e.Coding)
 			length = e.Size
 		} else {

@@ -28,7 +28,7 @@ func (s *serving) lookup() *store.Entry {
 	if e == nil {
 		return nil
 	}
-	if !httpcache.AcceptsAll(s.r.Header, e.Header.Get("Content-Encoding")) {
+	if !httpcache.AcceptsAll(s.r.Header, httpcache.ContentCoding(e.Header)) {
 		s.reason = httpcache.ReasonEncoding
 		return nil
 	}
