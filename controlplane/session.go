@@ -500,6 +500,16 @@ func (r *sessionRun) handle(ctx context.Context, req *pb.SessionRequest) error {
 // recorded "sweeping" one) is recorded as an exception.
 func (r *sessionRun) purgeResult(res *pb.PurgeResult) {
 	res.NodeId = r.m.GetId()
+	// A result is written to etcd with the replica's watermark record, in
+	// one transaction for every node of the replica: what the node says is
+	// bounded, so that one node's result never makes that transaction too
+	// large for etcd (it would be retried, and fail, for good).
+	if id := res.GetPurgeId(); id != "" && !validRequestID.MatchString(id) {
+		r.log.Warn("node's purge result names no purge id that can be recorded; its applied revision alone is kept",
+			"purge", quoteCut(id))
+		res.PurgeId = ""
+	}
+	res.Error = cutText(res.GetError(), maxNodeError)
 	if res.GetError() != "" {
 		r.log.Warn("node failed to apply a purge", "purge", res.GetPurgeId(), "err", res.GetError())
 	}
