@@ -249,12 +249,14 @@ func (ca *certAuthority) issue(csrPEM []byte, id string) (*pb.Certificate, error
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: id},
-		DNSNames:     []string{id},
-		NotBefore:    now.Add(-time.Minute), // clocks differ a little
-		NotAfter:     now.Add(ca.ttl),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		// Marked as a member's: it is never an admin credential, though
+		// the client CA admin calls are checked against be this CA.
+		Subject:     pkix.Name{CommonName: id, OrganizationalUnit: []string{peerCertUnit}},
+		DNSNames:    []string{id},
+		NotBefore:   now.Add(-time.Minute), // clocks differ a little
+		NotAfter:    now.Add(ca.ttl),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, csr.PublicKey, ca.key)
 	if err != nil {
@@ -266,6 +268,10 @@ func (ca *certAuthority) issue(csrPEM []byte, id string) (*pb.Certificate, error
 		NotAfter:    timestamppb.New(tmpl.NotAfter),
 	}, nil
 }
+
+// peerCertUnit is the organizational unit of every peer certificate the
+// CA issues to a member.
+const peerCertUnit = "shardcache node"
 
 // issueServer signs a TLS server certificate for the control plane's own
 // names (DNS names or IP addresses), with a key made for it.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -85,14 +86,19 @@ func (o *ownCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 }
 
 // verifiedClientCert reports whether the caller presented a client
-// certificate that the TLS handshake verified against the client CA.
+// certificate that the TLS handshake verified against the client CA, and
+// that is no member's peer certificate: the client CA may be the cluster
+// CA, which issues one to every node that holds the join token.
 func verifiedClientCert(ctx context.Context) bool {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return false
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	return ok && len(ti.State.VerifiedChains) > 0
+	if !ok || len(ti.State.VerifiedChains) == 0 {
+		return false
+	}
+	return !slices.Contains(ti.State.PeerCertificates[0].Subject.OrganizationalUnit, peerCertUnit)
 }
 
 // client is the TLS configuration of the replica's etcd client; nil when
