@@ -18,6 +18,7 @@ import (
 	"github.com/shardcache/shardcache/dataplane/slice"
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/policy"
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // servePeer is the peer listener's handler: requests relayed by other nodes,
@@ -124,7 +125,11 @@ func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request, rt *routes.Ta
 }
 
 // serveHotKeys answers a peer's hop.HotKeysField request: this node's hot
-// keys, hottest first.
+// keys, hottest first, but those holding a client's credential. Any member
+// may ask, and these are the keys of this node's own clients: a key a
+// policy builds from a cookie or a credential field, or one whose query
+// carries a credential (redact.Secret), is left out. Pre-copy could not
+// rebuild the first kind from the URL anyway; handoff still moves both.
 func (f *Front) serveHotKeys(w http.ResponseWriter, r *http.Request) {
 	limit, err := strconv.Atoi(r.Header.Get(hop.HotKeysField))
 	if err != nil || limit <= 0 {
@@ -133,7 +138,15 @@ func (f *Front) serveHotKeys(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []*hotkey.Key{}
 	if f.cfg.Hot != nil {
-		out = append(out, f.cfg.HotKeys.Hottest(f.cfg.Hot, limit)...)
+		for _, k := range f.cfg.HotKeys.Hottest(f.cfg.Hot, hotkey.ListMax) {
+			if len(out) == limit {
+				break
+			}
+			if k.Shown != k.Key || redact.Query(k.Key) != k.Key || redact.Query(k.URI) != k.URI {
+				continue
+			}
+			out = append(out, k)
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	hotkey.Encode(w, out) // within what a peer's Decode takes
