@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -139,6 +140,11 @@ func validateMember(m *pb.Member) error {
 			}
 		}
 	}
+	// Fields of a newer version pass through (into the member and status
+	// records, and ListNodes), a few of them.
+	if u := len(m.ProtoReflect().GetUnknown()); u > maxUnknownFields {
+		return fmt.Errorf("member %s carries %d bytes of fields this control plane does not know, more than %d", m.GetId(), u, maxUnknownFields)
+	}
 	if _, _, err := net.SplitHostPort(m.GetPeerAddress()); err != nil {
 		return fmt.Errorf("peer address %q of %s: %v", m.GetPeerAddress(), m.GetId(), err)
 	}
@@ -152,3 +158,20 @@ const (
 	maxMemberURL     = 2 << 10
 	maxMemberLabel   = 256
 )
+
+// maxUnknownFields bounds the bytes of fields this control plane does not
+// know that a node's member, load report or purge result may carry: they
+// are kept and answered as they came, so a newer node's few new fields
+// reach the admin calls, but no more.
+const maxUnknownFields = 1 << 10
+
+// dropUnknownPast drops m's unknown fields when they are more than
+// maxUnknownFields bytes, reporting whether it did.
+func dropUnknownPast(m proto.Message) bool {
+	r := m.ProtoReflect()
+	if len(r.GetUnknown()) <= maxUnknownFields {
+		return false
+	}
+	r.SetUnknown(nil)
+	return true
+}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
@@ -12,7 +13,8 @@ import (
 
 // A member answers for its own purge results, never for whether the
 // replica can record the others': a result too large for one etcd
-// transaction (an error of 2 MiB, a purge id of as much) must not hold
+// transaction (an error of 2 MiB, a purge id or unknown fields of as
+// much) must not hold
 // back the watermark record every node's acknowledgement is written in.
 func TestAMembersOversizedPurgeResultHoldsBackNoAcknowledgement(t *testing.T) {
 	for _, tc := range []struct {
@@ -24,6 +26,11 @@ func TestAMembersOversizedPurgeResultHoldsBackNoAcknowledgement(t *testing.T) {
 		}},
 		{"purge id", func(p *pb.Purge) *pb.PurgeResult {
 			return &pb.PurgeResult{PurgeId: p.GetId() + strings.Repeat("x", 2<<20), ObjectsRemoved: 1}
+		}},
+		{"unknown fields", func(p *pb.Purge) *pb.PurgeResult {
+			r := &pb.PurgeResult{PurgeId: p.GetId(), ObjectsRemoved: 1}
+			r.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, 1000, protowire.BytesType), []byte(strings.Repeat("u", 2<<20))))
+			return r
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

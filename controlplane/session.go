@@ -449,6 +449,9 @@ func (r *sessionRun) handle(ctx context.Context, req *pb.SessionRequest) error {
 				"routes", len(routes), "max", maxLoadRoutes)
 			msg.Load.ResponseBytesByRoute = nil
 		}
+		if dropUnknownPast(msg.Load) {
+			r.log.Warn("node's load report carries too many bytes of unknown fields; they are left out", "max", maxUnknownFields)
+		}
 		r.st.Load, r.st.ServingEpoch, r.st.LastReportAt = msg.Load, msg.Load.GetEpoch(), timestamppb.Now()
 		n.loads.put(r.m.GetId(), r, r.st)
 		if time.Since(r.statusAt) < loadRecordInterval {
@@ -510,6 +513,7 @@ func (r *sessionRun) purgeResult(res *pb.PurgeResult) {
 		res.PurgeId = ""
 	}
 	res.Error = cutText(res.GetError(), maxNodeError)
+	dropUnknownPast(res)
 	if res.GetError() != "" {
 		r.log.Warn("node failed to apply a purge", "purge", res.GetPurgeId(), "err", res.GetError())
 	}
