@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -61,5 +62,41 @@ func TestAMembersOversizedPurgeResultHoldsBackNoAcknowledgement(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A result naming a purge that was never recorded is not written: the
+// leader deletes a purge's results with the purge, so those of a purge
+// that does not exist would stay in etcd for good, a member growing it
+// a batch at a time.
+func TestAResultForAPurgeNeverRecordedIsNotWritten(t *testing.T) {
+	s, conn, admin, ctx := ackingReplica(t, 50*time.Millisecond, 1)
+	evil := openSession(t, conn, "evil")
+	waitFor(t, func() bool { e := s.hub.epoch(); return e != nil && len(e.GetMembers()) == 2 })
+	go func() {
+		p := evil.recvPurge(t)
+		for _, r := range []*pb.PurgeResult{
+			{PurgeId: "ghost-1", ObjectsRemoved: 1},
+			{PurgeId: p.GetId(), ObjectsRemoved: 2, RevisionApplied: p.GetRevision()},
+		} {
+			if err := evil.stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_PurgeResult{PurgeResult: r}}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	resp, err := admin.Purge(ctx, &pb.PurgeRequest{RequestId: "one", Url: "http://example.com/one", Wait: durationpb.New(10 * time.Second)})
+	if err != nil || !resp.GetStatus().GetComplete() {
+		t.Fatalf("purge: %v, %v; want it complete", resp.GetStatus(), err)
+	}
+	// Sent after the ghost's, the real result is written in the same batch
+	// or a later one.
+	waitFor(t, func() bool {
+		r, err := s.state.kv.Get(ctx, s.state.purgeAckKey("one", "evil"))
+		return err == nil && len(r.Kvs) == 1
+	})
+	r, err := s.state.kv.Get(ctx, s.state.purgeAcksPrefix("ghost-1"), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || r.Count != 0 {
+		t.Fatalf("results of a purge never recorded: %d, %v; want none written", r.Count, err)
 	}
 }

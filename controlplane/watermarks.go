@@ -469,7 +469,13 @@ func (w *watermarks) flush(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("encoding purge result: %w", err)
 		}
-		ops = append(ops, clientv3.OpPut(w.state.purgeAckKey(r.GetPurgeId(), r.GetNodeId()), string(rb)))
+		// Written only while its purge is: the leader deletes a purge's
+		// results with it, and those of a purge a node made up would
+		// stay for good. One condition per result, in a transaction of
+		// its own within the batch's, so that none holds back the others.
+		ops = append(ops, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(w.state.purgeKey(r.GetPurgeId())), ">", 0)},
+			[]clientv3.Op{clientv3.OpPut(w.state.purgeAckKey(r.GetPurgeId(), r.GetNodeId()), string(rb))}, nil))
 		if !slices.Contains(rec.Excepted, r.GetPurgeId()) {
 			rec.Excepted = append(rec.Excepted, r.GetPurgeId())
 		}
