@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -182,6 +184,13 @@ type sessionRun struct {
 	sweeping map[string]bool
 	// purgesMuted is set while a paced push is due (setPaced).
 	purgesMuted *atomic.Bool
+	// certs, epochReads and drains bound what the node's requests cost
+	// the replica (a signature, an etcd read, an etcd write that every
+	// replica's watch sees), each made at its kind's first request; a
+	// certificate asked for again past its bound is the last one issued.
+	certs, epochReads, drains *rate.Limiter
+	lastCert                  *pb.Certificate
+	lastCSR                   []byte
 	// writes counts this session's status records queued or being written.
 	writes sync.WaitGroup
 	// statusAt is when the status record was last queued.
@@ -381,7 +390,7 @@ func (r *sessionRun) snapshot(hello *pb.Hello) error {
 	snap := &pb.Snapshot{Epoch: cur, Member: r.m, Policies: policies, Purges: batches[len(batches)-1],
 		HeartbeatInterval: durationpb.New(n.leaseTTL / 4), MembersHeld: held != nil}
 	if csr := hello.GetCsr(); len(csr) > 0 {
-		snap.Certificate = n.certificate(csr, r.m.GetId())
+		snap.Certificate = r.certificate(csr)
 	}
 	if err := r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Snapshot{Snapshot: snap}}); err != nil {
 		return err
@@ -458,6 +467,9 @@ func (r *sessionRun) handle(ctx context.Context, req *pb.SessionRequest) error {
 			return nil
 		}
 	case *pb.SessionRequest_EpochRequest:
+		if !allow(&r.epochReads, epochReadsPerSecond, epochReadsBurst) {
+			return nil // the epoch reaches the node by the watch, or its next ask
+		}
 		// This replica's watch may lag the node's peers: read etcd.
 		e, _, err := n.state.currentEpoch(ctx)
 		if err != nil || e.GetEpoch() <= r.sentEpoch {
@@ -469,6 +481,10 @@ func (r *sessionRun) handle(ctx context.Context, req *pb.SessionRequest) error {
 		r.sentEpoch = e.GetEpoch()
 		return nil
 	case *pb.SessionRequest_DrainRequest:
+		if !allow(&r.drains, drainsPerSecond, drainsBurst) {
+			r.log.Warn("node asks to drain itself faster than its bound; this ask is dropped", "per_second", drainsPerSecond)
+			return nil
+		}
 		if err := n.state.setSelfDrained(ctx, r.m.GetId(), r.instance); err != nil {
 			r.log.Warn("draining the node at its request", "err", err)
 		} else {
@@ -476,7 +492,7 @@ func (r *sessionRun) handle(ctx context.Context, req *pb.SessionRequest) error {
 		}
 		return nil
 	case *pb.SessionRequest_CertificateRequest:
-		cert := n.certificate(msg.CertificateRequest.GetCsr(), r.m.GetId())
+		cert := r.certificate(msg.CertificateRequest.GetCsr())
 		return r.stream.Send(&pb.SessionResponse{Msg: &pb.SessionResponse_Certificate{Certificate: cert}})
 	case *pb.SessionRequest_PolicyAck:
 		ack := msg.PolicyAck
@@ -495,6 +511,44 @@ func (r *sessionRun) handle(ctx context.Context, req *pb.SessionRequest) error {
 	n.statuses.put(r, proto.Clone(r.st).(*pb.Node))
 	r.statusAt = time.Now()
 	return nil
+}
+
+// Bounds of a session's requests: a node renews its certificate two
+// thirds into its life, asks for an epoch when a peer shows a newer one,
+// and drains itself once; a node asking more only costs the replica.
+const (
+	certsPerSecond      = 1.0 / 30
+	certsBurst          = 3
+	epochReadsPerSecond = 5
+	epochReadsBurst     = 5
+	drainsPerSecond     = 1
+	drainsBurst         = 2
+)
+
+// allow takes a token of *l, made with per and burst at its first use.
+func allow(l **rate.Limiter, per float64, burst int) bool {
+	if *l == nil {
+		*l = rate.NewLimiter(rate.Limit(per), burst)
+	}
+	return (*l).Allow()
+}
+
+// certificate signs csr for the session's member, within the session's
+// bound: past it, the certificate last issued for the same CSR again, or
+// an error saying when to ask.
+func (r *sessionRun) certificate(csr []byte) *pb.Certificate {
+	if !allow(&r.certs, certsPerSecond, certsBurst) {
+		if r.lastCert != nil && bytes.Equal(csr, r.lastCSR) {
+			return r.lastCert
+		}
+		return &pb.Certificate{Error: fmt.Sprintf("this session asked for %d certificates in a row; ask again in %s",
+			certsBurst, time.Duration(float64(time.Second)/certsPerSecond))}
+	}
+	cert := r.n.certificate(csr, r.m.GetId())
+	if cert.GetError() == "" {
+		r.lastCert, r.lastCSR = cert, csr
+	}
+	return cert
 }
 
 // purgeResult takes a node's result: its applied revision goes into this
