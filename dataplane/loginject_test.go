@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
 // The client port refuses CR, LF and other ASCII controls in a request
@@ -88,11 +90,12 @@ func rawGet(t *testing.T, addr, path, host string, fields ...string) {
 	resp.Body.Close()
 }
 
-// A cache key holds the Host and, for a variant, request field values, as
-// the client sent them: UTF-8 included. /stats' hot keys, /inspect's
-// variant values and the node's own log lines (JSON: slog escapes no C1
-// control) show them to operators, and must show line breaks, C1 controls
-// and overrides escaped as the access log does.
+// A cache key holds, for a policy keying on a request field and for a
+// variant, request field values as the client sent them: UTF-8 included
+// (a Host holding them is refused). /stats' hot keys, /inspect's variant
+// values and the node's own log lines (JSON: slog escapes no C1 control)
+// show them to operators, and must show line breaks, C1 controls and
+// overrides escaped as the access log does.
 func TestOpsViewsAndNodeLogsEscapeWhatAClientSentInAKey(t *testing.T) {
 	bad := []string{"\u0085", "\u009b", "\u202e"}
 	check := func(what, text string) {
@@ -105,13 +108,21 @@ func TestOpsViewsAndNodeLogsEscapeWhatAClientSentInAKey(t *testing.T) {
 	}
 	origin := httptest.NewServer(&testOrigin{header: http.Header{"Vary": {"X-Note"}}})
 	defer origin.Close()
+	// Under /noted/ the key holds X-Note's value too.
+	keyed := &pb.PolicySet{Revision: 2, Policies: []*pb.CachePolicy{
+		{Name: "noted", PathPrefix: "/noted/", KeyTemplate: "$scheme$host$request_uri|$http_x_note"},
+	}}
 	_, n := startOne(t, origin.URL, func(c *Config) { c.OpsTrustLoopback = true; c.HotThreshold = 1 })
-	host := "shop\u0085\u202e.example"
+	if err := n.ApplyPolicies(keyed); err != nil {
+		t.Fatal(err)
+	}
+	host, note := "shop.example", "\u009b2J\u0085forged\u202e"
 	for range 20 {
-		rawGet(t, n.ClientAddr().String(), "/hot/x", host, "X-Note", "\u009b2J\u0085forged")
+		rawGet(t, n.ClientAddr().String(), "/hot/x", host, "X-Note", note)   // a variant
+		rawGet(t, n.ClientAddr().String(), "/noted/x", host, "X-Note", note) // a key
 	}
 	_, stats := do(t, "GET", "http://"+n.OpsAddr().String()+"/stats")
-	if !strings.Contains(stats, "hot/x") {
+	if !strings.Contains(stats, "noted/x") {
 		t.Fatalf("/stats lists no hot key: %s", stats)
 	}
 	check("/stats", stats)
@@ -126,7 +137,10 @@ func TestOpsViewsAndNodeLogsEscapeWhatAClientSentInAKey(t *testing.T) {
 	down.Close() // fills fail, and are logged with their key
 	var logs syncBuffer
 	_, d := startOne(t, downURL, noHotKeys, func(c *Config) { c.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
-	rawGet(t, d.ClientAddr().String(), "/down/x", host)
+	if err := d.ApplyPolicies(keyed); err != nil {
+		t.Fatal(err)
+	}
+	rawGet(t, d.ClientAddr().String(), "/noted/down", host, "X-Note", note)
 	waitFor(t, "the failed origin request logged", func() bool { return strings.Contains(logs.String(), "origin request failed") })
 	check("the node's log", logs.String())
 }
