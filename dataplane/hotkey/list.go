@@ -113,10 +113,14 @@ func Encode(w io.Writer, keys []*Key) error {
 		if err != nil {
 			return err
 		}
-		if len(out)+len(b)+2 > MaxListBytes {
+		sep := 0
+		if len(out) > 1 {
+			sep = 1 // the comma before it
+		}
+		if len(out)+sep+len(b)+2 > MaxListBytes { // and "]\n" after
 			continue // a shorter, colder key may still fit
 		}
-		if len(out) > 1 {
+		if sep > 0 {
 			out = append(out, ',')
 		}
 		out = append(out, b...)

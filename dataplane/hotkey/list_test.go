@@ -2,6 +2,7 @@ package hotkey
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -45,5 +46,36 @@ func TestEncodeKeepsAListWithinWhatDecodeTakes(t *testing.T) {
 	over.WriteString("]")
 	if _, err := Decode(&over); !errors.Is(err, ErrListTooLong) {
 		t.Fatalf("a list of %d keys: %v, want ErrListTooLong", ListMax+1, err)
+	}
+}
+
+// A list Encode writes is taken by Decode at every length up to the bound:
+// the comma between two keys counts. A list that, with its comma, came to
+// MaxListBytes+1 bytes was written by Encode and refused whole by the peer,
+// so that one ring change's pre-copy of every hot key was lost.
+func TestEncodeCountsTheCommaAtTheBound(t *testing.T) {
+	first := &Key{Key: "k1", Host: "www.example.com", URI: "/1", Rate: 2}
+	b1, _ := json.Marshal(first)
+	second := &Key{Key: "k2", Host: "www.example.com", Rate: 1}
+	b2, _ := json.Marshal(second)
+	// "[" + first + second + "]\n" is exactly MaxListBytes: the check
+	// Encode made, leaving the comma out.
+	second.URI = "/" + strings.Repeat("p", MaxListBytes-3-len(b1)-len(b2)-1)
+	if b2, _ = json.Marshal(second); 1+len(b1)+len(b2)+2 != MaxListBytes {
+		t.Fatalf("setup: %d bytes", 1+len(b1)+len(b2)+2)
+	}
+	var b bytes.Buffer
+	if err := Encode(&b, []*Key{first, second}); err != nil {
+		t.Fatal(err)
+	}
+	if b.Len() > MaxListBytes {
+		t.Errorf("encoded %d bytes, past MaxListBytes %d", b.Len(), MaxListBytes)
+	}
+	got, err := Decode(&b)
+	if err != nil {
+		t.Fatalf("decoding what Encode wrote: %v", err)
+	}
+	if len(got) == 0 || got[0].Key != "k1" {
+		t.Fatalf("decoded %d keys; want the hottest first", len(got))
 	}
 }
