@@ -215,7 +215,9 @@ func normalizePurgeURL(u string) (string, error) {
 	if pu.Path == "" {
 		pu.Path = "/"
 	}
-	// The escapes spelled as a node spells a request's (policy.NormalEscapes).
+	// The escapes spelled as a node spells a request's (policy.NormalPath,
+	// policy.NormalEscapes).
+	policy.NormalPath(pu)
 	if n := policy.NormalEscapes(pu.EscapedPath()); n != pu.EscapedPath() {
 		pu.RawPath = n
 	}

@@ -80,14 +80,7 @@ func (f *Front) check(r *http.Request) (*policy.Policy, *refusal) {
 	}
 	// One spelling of the escapes (policy.NormalEscapes): the key, the
 	// origin and a purge see the same URL for /%7Eu and /~u.
-	if raw := r.URL.RawPath; raw != "" {
-		if n := policy.NormalEscapes(raw); n != raw {
-			r.URL.RawPath = n
-			if n == (&url.URL{Path: r.URL.Path}).EscapedPath() {
-				r.URL.RawPath = ""
-			}
-		}
-	}
+	policy.NormalPath(r.URL)
 	if q := r.URL.RawQuery; q != "" {
 		r.URL.RawQuery = policy.NormalEscapes(q) // its bytes outside ASCII escaped, as a path's are sent
 	}

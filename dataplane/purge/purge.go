@@ -96,6 +96,7 @@ func splitPurgeURL(raw string) (host, uri string, err error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return "", "", fmt.Errorf("purge URL %q is not an absolute http or https URL", raw)
 	}
+	policy.NormalPath(u) // its raw path kept, as the request's is on arrival
 	return policy.Host(&http.Request{Host: u.Host}), policy.NormalEscapes(u.RequestURI()), nil
 }
 

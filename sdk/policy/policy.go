@@ -332,6 +332,25 @@ func NormalEscapes(s string) string {
 	return string(b)
 }
 
+// NormalPath spells u's path as a node keys it on arrival: the escapes
+// of its raw path (as sent) in their one spelling (NormalEscapes), so
+// that the raw path is kept, and an escape that is no unreserved
+// character (%2F) with it, where it holds a byte outside ASCII, which
+// url.URL.EscapedPath would otherwise drop it for. A URL purge of a path
+// as a client sent it reaches what the node stored for it.
+func NormalPath(u *url.URL) {
+	raw := u.RawPath
+	if raw == "" {
+		return
+	}
+	if n := NormalEscapes(raw); n != raw {
+		u.RawPath = n
+		if n == (&url.URL{Path: u.Path}).EscapedPath() {
+			u.RawPath = ""
+		}
+	}
+}
+
 const upperHex = "0123456789ABCDEF"
 
 func unhex(c byte) int {
