@@ -255,8 +255,11 @@ func (c *conn) serveOne(h *head) {
 	a := h.answer
 	a.w, a.gen = w, w.gen
 	aborted := c.run(a, r)
-	w.end() // what the handler left running writes nothing more
+	// The request's context ends first: a call the handler left running
+	// that waits on it (a copy from an upstream body read with it) then
+	// returns, and end does not wait on it for ever.
 	cancel()
+	w.end() // what the handler left running writes nothing more
 	if aborted {
 		c.closing = true
 		c.werr = errAborted

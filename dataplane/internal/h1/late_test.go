@@ -94,3 +94,37 @@ func TestACallInsideAnotherIsNotHeld(t *testing.T) {
 type readerFunc func([]byte) (int, error)
 
 func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// A goroutine of the handler's that copies a stream into the answer, the
+// stream ending with the request's context (an upstream request made
+// with it), is ended by the handler's return: its request's context is
+// cancelled, and its copy returns. The connection's goroutine waited for
+// the copy to return before it cancelled the context, which was all that
+// could end it: the answer never came, and the connection hung.
+func TestAStreamEndingWithTheRequestEndsWithTheHandler(t *testing.T) {
+	addr, _ := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		copying := make(chan struct{})
+		go w.(io.ReaderFrom).ReadFrom(readerFunc(func(p []byte) (int, error) {
+			select {
+			case <-copying:
+			default:
+				close(copying)
+			}
+			<-r.Context().Done() // an upstream body read with the request's context
+			return 0, r.Context().Err()
+		}))
+		<-copying
+		// The handler gives up on the stream (a timeout of its own) and
+		// returns.
+	}))
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	if _, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil {
+		t.Fatalf("no answer once the handler returned: %v", err)
+	}
+}
