@@ -195,6 +195,11 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 // writerOnly hides a Conn's ReadFrom from io.CopyBuffer.
 type writerOnly struct{ io.Writer }
 
+// NetConn returns the connection underneath, for whoever reaches
+// through the wrappers to the TCP connection (the client port's server
+// resetting a connection whose handler panicked).
+func (c *Conn) NetConn() net.Conn { return c.Conn }
+
 // CloseWrite passes on to the connection's.
 func (c *Conn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {

@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardcache/shardcache/dataplane/internal/clientconn"
+	"github.com/shardcache/shardcache/dataplane/internal/rawio"
 )
 
 // serve starts a server of h on a loopback listener and returns its
@@ -573,5 +576,37 @@ func TestAnswerFromASerialisedHead(t *testing.T) {
 	}
 	if got := exchange(t, addr, "GET /begun HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); strings.Contains(got, "late") || strings.Contains(got, "X-Late") {
 		t.Fatalf("an Answer after the answer began was written: %q", got)
+	}
+}
+
+// The client port's connections come through the node's listeners
+// (rawio, then clientconn), not as a bare TCP connection: a handler's
+// panic resets them too.
+func TestAPanicResetsAConnectionOfTheNodesListeners(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, strings.Repeat("x", 2*stageMax))
+		w.(http.Flusher).Flush()
+		panic("boom")
+	}), Logger: slog.New(slog.DiscardHandler), ConnContext: clientconn.ConnContext})
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(clientconn.NewListener(rawio.Listener{Listener: l}, clientconn.Config{})) }()
+	t.Cleanup(func() {
+		s.Close()
+		<-done
+	})
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "GET /panic HTTP/1.0\r\n\r\n")
+	got, err := io.ReadAll(c)
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("after %d bytes: %v, want the connection reset", len(got), err)
 	}
 }
