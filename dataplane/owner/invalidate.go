@@ -45,18 +45,22 @@ func (o *Owner) Invalidate(req Request, h http.Header) {
 	wait, cancel := context.WithTimeout(o.cfg.Tasks.Context(), invalidateWait)
 	defer cancel()
 	dropped := 0
-	base := &url.URL{Scheme: "http", Host: r.Host, Path: r.URL.Path, RawQuery: r.URL.RawQuery}
+	// The request's URL as it was keyed: its raw path (escapes kept) too.
+	base := &url.URL{Scheme: "http", Host: r.Host, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
 	targets := []*url.URL{base}
 	for _, f := range []string{"Location", "Content-Location"} {
 		if v := h.Get(f); v != "" {
 			if u, err := base.Parse(v); err == nil && strings.EqualFold(u.Host, base.Host) {
+				// Spelled as a request for it is keyed on arrival.
+				policy.NormalPath(u)
+				u.RawQuery = policy.NormalEscapes(u.RawQuery)
 				targets = append(targets, u)
 			}
 		}
 	}
 	rt := req.Routes
 	for i, u := range targets {
-		tr := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: u.Path, RawQuery: u.RawQuery}, Host: u.Host, Header: http.Header{}}
+		tr := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}, Host: u.Host, Header: http.Header{}}
 		p := o.cfg.Policies.Load().Match(policy.Host(tr), tr.URL.Path)
 		if i > 0 && req.Policy != nil && p.Name != req.Policy.Name {
 			// A Location the origin answered (one it may reflect from the
