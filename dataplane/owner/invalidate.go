@@ -77,16 +77,22 @@ func (o *Owner) Invalidate(req Request, h http.Header) {
 			if m.GetId() == o.cfg.ID {
 				continue
 			}
+			if !o.peerSend(m.GetId(), +1) {
+				dropped++
+				o.cfg.Metrics.PeerReqs.WithLabelValues(m.GetId(), "dropped").Inc()
+				continue
+			}
 			select {
 			case o.invalidating <- struct{}{}:
 			case <-wait.Done():
+				o.peerSend(m.GetId(), -1)
 				dropped++
 				o.cfg.Metrics.PeerReqs.WithLabelValues(m.GetId(), "dropped").Inc()
 				continue
 			}
 			wg.Add(1)
 			o.cfg.Tasks.Go("invalidate", func() {
-				defer func() { <-o.invalidating }()
+				defer func() { <-o.invalidating; o.peerSend(m.GetId(), -1) }()
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(o.cfg.Tasks.Context(), 5*time.Second)
 				defer cancel()
@@ -112,6 +118,24 @@ func (o *Owner) Invalidate(req Request, h http.Header) {
 	case <-done:
 	case <-wait.Done():
 	}
+}
+
+// peerSend counts an invalidation to peer in flight (+1), or no longer
+// (-1). A count that would pass the peer's share of MaxInvalidations is
+// refused: false, nothing counted.
+func (o *Owner) peerSend(peer string, d int) bool {
+	o.peerSendsMu.Lock()
+	defer o.peerSendsMu.Unlock()
+	n := o.peerSends[peer] + d
+	if d > 0 && n > max(1, cap(o.invalidating)/4) {
+		return false
+	}
+	if n <= 0 {
+		delete(o.peerSends, peer)
+	} else {
+		o.peerSends[peer] = n
+	}
+	return true
 }
 
 // invalidateWait bounds how long an unsafe request's answer waits for the

@@ -264,3 +264,41 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// A peer that does not answer holds at most a quarter of the
+// invalidations in flight: the other peers are still told of every
+// change, where before it took every token and theirs were dropped.
+func TestAPeerThatDoesNotAnswerLeavesTheOthersTheirInvalidations(t *testing.T) {
+	to := newTestOwner(t, cacheable("x"), func(c *Config) { c.MaxInvalidations = 4 })
+	release := make(chan struct{})
+	var toC atomic.Int64
+	to.peers.handler = func(addr string, r *http.Request, h http.Header) (*http.Response, error) {
+		if addr == "b:1" {
+			<-release // blackholed
+		} else {
+			toC.Add(1)
+		}
+		return &http.Response{StatusCode: http.StatusNoContent, Body: http.NoBody}, nil
+	}
+	t.Cleanup(func() { close(release) })
+	rt, err := routes.New(&pb.RingEpoch{Epoch: 1, Members: []*pb.Member{{Id: "a", PeerAddress: "a:1"}, {Id: "b", PeerAddress: "b:1"}, {Id: "c", PeerAddress: "c:1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const posts = 6
+	for i := range posts {
+		req := request(fmt.Sprintf("/post-%d", i), nil)
+		req.HTTP.Method, req.Routes = http.MethodPost, rt
+		to.Invalidate(*req, http.Header{})
+	}
+	// Every send to the answering peer was made; each may still be under
+	// way when its request stops waiting.
+	for deadline := time.Now().Add(30 * time.Second); toC.Load() < posts; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the answering peer was told of %d of %d changes", toC.Load(), posts)
+		}
+	}
+	if dropped := testutil.ToFloat64(to.cfg.Metrics.PeerReqs.WithLabelValues("b", "dropped")); dropped != posts-1 {
+		t.Fatalf("%v invalidations to the silent peer dropped, want %d (one in flight, its share)", dropped, posts-1)
+	}
+}

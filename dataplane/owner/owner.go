@@ -96,7 +96,8 @@ type Config struct {
 	// at once (one a peer for each URL an unsafe request changed): past
 	// it, a request's sends wait for room up to invalidateWait, and those
 	// still waiting then are not sent (logged, and counted as the peer's
-	// "dropped" requests). Zero: 1024.
+	// "dropped" requests). One peer holds at most a quarter of them: past
+	// that its sends are dropped at once. Zero: 1024.
 	MaxInvalidations int
 	Tracer           trace.Tracer // nil: no spans of the owner's own
 	Logger           *slog.Logger
@@ -128,6 +129,11 @@ type Owner struct {
 	// invalidating holds a token for each invalidation sent to a peer
 	// and not yet answered: at most Config.MaxInvalidations.
 	invalidating chan struct{}
+	// peerSends counts, per peer, the invalidations in flight to it (an
+	// entry only while there are some): a peer that does not answer
+	// holds at most a quarter of the tokens, so the others are still told.
+	peerSendsMu sync.Mutex
+	peerSends   map[string]int
 }
 
 // New builds an owner over an open store.
@@ -136,7 +142,7 @@ func New(cfg Config) *Owner {
 		cfg.MaxInvalidations = 1024
 	}
 	return &Owner{cfg: cfg, started: time.Now(), nodeField: []string{cfg.ID}, statusName: httpcache.SFItem(cfg.ID), filling: map[string]int{},
-		invalidating: make(chan struct{}, cfg.MaxInvalidations)}
+		invalidating: make(chan struct{}, cfg.MaxInvalidations), peerSends: map[string]int{}}
 }
 
 // CaughtUp says the node has the purges issued while it was away: objects
