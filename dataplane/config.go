@@ -365,8 +365,8 @@ func (c *Config) Validate() error {
 			"for mutual TLS, or --insecure-peer-hop to accept unauthenticated peers", c.PeerAddr)
 	}
 	for i := 0; i < len(c.Zone); i++ {
-		if b := c.Zone[i]; b <= ' ' || b > '~' || i >= 256 {
-			return fmt.Errorf("zone %q: use at most 256 printable ASCII characters, no space", c.Zone)
+		if b := c.Zone[i]; b < ' ' || b > '~' || i >= 256 {
+			return fmt.Errorf("zone %q: use at most 256 printable ASCII characters", c.Zone)
 		}
 	}
 	if c.ControlPlaneTLS == nil && !c.InsecureControlPlane {
