@@ -276,6 +276,13 @@ func (c *Config) Validate() error {
 			if err := validateURL(u); err != nil {
 				return fmt.Errorf("embedded etcd %s URL %q: %w", name, u, err)
 			}
+			// The embedded etcd authenticates no one: whoever reaches it
+			// could write members, purges and policies.
+			if pu, _ := url.Parse(u); !loopback.Only(pu.Host) {
+				return fmt.Errorf("embedded etcd %s URL %q is not on a loopback address: the embedded etcd authenticates "+
+					"no one, so whoever reaches it could change the cluster. Keep it on 127.0.0.1, or run etcd apart "+
+					"(--etcd-endpoints with --etcd-ca, --etcd-cert and --etcd-key)", name, u)
+			}
 		}
 	}
 	if c.LeaseTTL < 2*time.Second {

@@ -405,6 +405,9 @@ func TestValidate(t *testing.T) {
 		{"listen without port", func(c *Config) { c.ListenAddr = "localhost" }, "listen address"},
 		{"bad etcd endpoint", func(c *Config) { c.EtcdEndpoints = []string{"etcd:2379"} }, "etcd endpoint"},
 		{"embedded without dir", func(c *Config) { c.EmbeddedEtcd.Dir = "" }, "data directory"},
+		{"embedded etcd off loopback", func(c *Config) { c.EmbeddedEtcd.ClientURL = "http://0.0.0.0:2379" }, "embedded etcd client URL \"http://0.0.0.0:2379\" is not on a loopback address"},
+		{"embedded etcd peers off loopback", func(c *Config) { c.EmbeddedEtcd.PeerURL = "http://10.0.0.5:2380" }, "embedded etcd peer URL"},
+		{"embedded etcd on localhost", func(c *Config) { c.EmbeddedEtcd.ClientURL = "http://localhost:2379" }, ""},
 		{"short lease", func(c *Config) { c.LeaseTTL = time.Second }, "lease TTL"},
 		{"no token", func(c *Config) { c.AdminToken = "" }, "admin token"},
 	}
