@@ -339,3 +339,37 @@ func TestPolicyStatusAnswersPagesOfAtMostTheBound(t *testing.T) {
 		}
 	}
 }
+
+// What a node writes in its own words (a policy refusal's reason, a
+// purge's error, its routes' names) is shown by cachectl on an operator's
+// terminal: a control character or an override arrives escaped.
+func TestANodesOwnWordsReachOperatorsEscaped(t *testing.T) {
+	s, _, _ := startServer(t, nil)
+	conn := dial(t, s)
+	node := openSession(t, conn, "n1")
+	if err := node.stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Load{Load: &pb.LoadReport{
+		RequestsTotal: 7, ResponseBytesByRoute: map[string]uint64{"local": 1, "\x1b[2Jforged": 2}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_PolicyAck{PolicyAck: &pb.PolicyAck{
+		RefusedRevision: 3, Error: "bad\x1b]8;;http://evil/\x07policy\u202e"}}}); err != nil {
+		t.Fatal(err)
+	}
+	admin := pb.NewAdminServiceClient(conn)
+	var n *pb.Node
+	waitFor(t, func() bool {
+		resp, err := admin.ListNodes(adminCtx(context.Background(), testToken), &pb.ListNodesRequest{})
+		if err != nil {
+			t.Fatalf("ListNodes: %v", err)
+		}
+		n = resp.GetNodes()[0]
+		return n.GetLoad().GetRequestsTotal() == 7 && n.GetPolicyRefusedRevision() == 3
+	})
+	shown := n.GetPolicyError()
+	for r := range n.GetLoad().GetResponseBytesByRoute() {
+		shown += " " + r
+	}
+	if strings.ContainsAny(shown, "\x1b\x07\u202e") || !strings.Contains(shown, "policy") {
+		t.Fatalf("a node's words reach ListNodes as %q; want them escaped", shown)
+	}
+}

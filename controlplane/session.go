@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // nodeService implements NodeService: one Session stream per cache node.
@@ -426,22 +427,24 @@ const (
 )
 
 // boundedRoutes reports whether a load report's routes are within
-// maxLoadRoutes names of at most maxLoadRouteName bytes.
+// maxLoadRoutes printable names of at most maxLoadRouteName bytes.
 func boundedRoutes(routes map[string]uint64) bool {
 	if len(routes) > maxLoadRoutes {
 		return false
 	}
 	for name := range routes {
-		if len(name) > maxLoadRouteName {
+		if len(name) > maxLoadRouteName || redact.Printable(name) != name {
 			return false
 		}
 	}
 	return true
 }
 
-// cutText is s cut to at most limit bytes (on a character boundary), saying
-// how long it was.
+// cutText is s, a node's own words, as operators are shown it: what is
+// not printable escaped (cachectl shows it on a terminal), cut to at most
+// limit bytes (on a character boundary), saying how long it was.
 func cutText(s string, limit int) string {
+	s = redact.Printable(s)
 	if len(s) <= limit {
 		return s
 	}
