@@ -58,7 +58,7 @@ func (n *Node) peerClient(roots func() *x509.CertPool) *relay.Client {
 // front.ServePeer checks every request alike, and refuses HTTP/1.1 in
 // plain text).
 func (n *Node) peerServer() server {
-	handler := tracing.Handler(n.cfg.TracerProvider, http.HandlerFunc(n.front.ServePeer), "shardcache.peer", nil)
+	handler := tracing.Handler(n.cfg.TracerProvider, http.HandlerFunc(n.front.ServePeer), "shardcache.peer", n.front.PeerTrusted)
 	s := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute,
 		MaxHeaderBytes: relay.MaxHeaderList, Protocols: relay.Protocols(true), HTTP2: relay.PeerServerHTTP2(),
 		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)}

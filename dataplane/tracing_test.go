@@ -21,6 +21,9 @@ import (
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+
+	"github.com/shardcache/shardcache/dataplane/hop"
+	"github.com/shardcache/shardcache/dataplane/relay"
 )
 
 // otlpReceiver is an OTLP/gRPC trace receiver: what a collector would get.
@@ -232,6 +235,52 @@ func TestAClientsTraceparentDoesNotForceSampling(t *testing.T) {
 			}
 			if ids[0] == clientTrace || strings.Contains(access.String(), clientTrace) {
 				t.Errorf("the node's span joined the trace the client chose (%s)", clientTrace)
+			}
+		})
+	}
+}
+
+// The peer listener continues a member's trace, but a request it refuses
+// (no hop marker here; over mutual TLS, a certificate naming no member)
+// is not a member's: whoever reaches the listener must not make the node
+// sample by sending a sampled traceparent, as on the client listener.
+func TestARefusedPeerRequestDoesNotForceSampling(t *testing.T) {
+	const callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	for _, tt := range []struct {
+		name   string
+		marked bool
+	}{{"refused", false}, {"relayed", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := &decisions{Sampler: sdktrace.ParentBased(sdktrace.NeverSample()), seen: map[string][]sdktrace.SamplingResult{}, ids: map[string][]string{}}
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(d))
+			t.Cleanup(func() { tp.Shutdown(context.Background()) })
+			origin := httptest.NewServer(&testOrigin{})
+			t.Cleanup(origin.Close)
+			_, n := startOne(t, origin.URL, noHotKeys, func(c *Config) { c.TracerProvider = tp })
+			req, _ := http.NewRequest("GET", "http://"+n.PeerAddr().String()+"/traced/peer", nil)
+			req.Header.Set("Traceparent", "00-"+callerTrace+"-00f067aa0ba902b7-01")
+			if tt.marked {
+				req.Header.Set(hop.Marker, "b")
+			}
+			h2c := &http.Client{Transport: &http.Transport{Protocols: relay.Protocols(false)}}
+			resp, err := h2c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if refused := resp.Header.Get(hop.RefusedField) != ""; refused == tt.marked {
+				t.Fatalf("peer request: %s, refused %q", resp.Status, resp.Header.Get(hop.RefusedField))
+			}
+			d.mu.Lock()
+			got, ids := d.seen["shardcache.peer"], d.ids["shardcache.peer"]
+			d.mu.Unlock()
+			if len(got) != 1 {
+				t.Fatalf("peer span decisions: %v", got)
+			}
+			sampled := got[0].Decision == sdktrace.RecordAndSample
+			if tt.marked != sampled || tt.marked != (ids[0] == callerTrace) {
+				t.Errorf("%s peer request: decision %v in trace %s; the caller's sampled trace followed: %v, want %v",
+					tt.name, got[0].Decision, ids[0], sampled, tt.marked)
 			}
 		})
 	}

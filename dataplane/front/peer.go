@@ -32,16 +32,40 @@ import (
 // class of connection a request came on, a keep-alive HTTP/1.1 one or a
 // stream of an HTTP/2 one (package relay).
 func (f *Front) servePeer(w http.ResponseWriter, r *http.Request) {
-	if r.ProtoMajor != 2 && r.TLS == nil {
-		w.Header().Set("Connection", "close")
-		f.refusePeer(w, r, "http1", http.StatusHTTPVersionNotSupported, "peer listener: HTTP/1.1 only over mutual TLS; in plain text nodes speak h2c to each other")
+	rt := f.cfg.Routes.Load() // the epoch the request is served by, loaded once
+	if reason, code, msg := f.peerRefusal(r, rt); reason != "" {
+		switch reason {
+		case "http1":
+			w.Header().Set("Connection", "close")
+		case "not_a_member":
+			// A node that has just joined relays before this node has
+			// the epoch naming it: ask for the epoch it has seen.
+			f.epochHint(r, rt)
+		}
+		f.refusePeer(w, r, reason, code, msg)
 		return
+	}
+	f.serveLocal(w, r, rt)
+}
+
+// PeerTrusted reports whether the peer listener serves r (servePeer's
+// checks): only then is its trace context a member's and continued. A
+// request that is refused starts a trace of the node's own, sampled as
+// the node decides, whoever sent it.
+func (f *Front) PeerTrusted(r *http.Request) bool {
+	reason, _, _ := f.peerRefusal(r, f.cfg.Routes.Load())
+	return reason == ""
+}
+
+// peerRefusal is why servePeer refuses r under rt, with the status and
+// the message to answer; "" when r is served.
+func (f *Front) peerRefusal(r *http.Request, rt *routes.Table) (reason string, code int, msg string) {
+	if r.ProtoMajor != 2 && r.TLS == nil {
+		return "http1", http.StatusHTTPVersionNotSupported, "peer listener: HTTP/1.1 only over mutual TLS; in plain text nodes speak h2c to each other"
 	}
 	if r.Header.Get(hop.Marker) == "" {
-		f.refusePeer(w, r, "no_hop", http.StatusBadRequest, "peer listener: only requests relayed by shardcache nodes are served here")
-		return
+		return "no_hop", http.StatusBadRequest, "peer listener: only requests relayed by shardcache nodes are served here"
 	}
-	rt := f.cfg.Routes.Load() // the epoch the request is served by, loaded once
 	if f.cfg.PeerMTLS {
 		// The handshake checked the certificate against the cluster CA;
 		// it must also name a member of the ring.
@@ -50,15 +74,10 @@ func (f *Front) servePeer(w http.ResponseWriter, r *http.Request) {
 			id = relay.Identity(r.TLS.PeerCertificates[0])
 		}
 		if id == "" || !rt.Member(id) {
-			// A node that has just joined relays before this node has
-			// the epoch naming it: ask for the epoch it has seen.
-			f.epochHint(r, rt)
-			f.refusePeer(w, r, "not_a_member", http.StatusForbidden,
-				fmt.Sprintf("peer listener: the certificate names %q, not a member of the ring", id))
-			return
+			return "not_a_member", http.StatusForbidden, fmt.Sprintf("peer listener: the certificate names %q, not a member of the ring", id)
 		}
 	}
-	f.serveLocal(w, r, rt)
+	return "", 0, ""
 }
 
 // epochHint asks the control plane for the epoch a peer request says its

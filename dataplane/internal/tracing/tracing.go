@@ -29,7 +29,7 @@ func options(tp trace.TracerProvider, name func(*http.Request) string) []otelhtt
 // Handler traces h's requests as server spans named name; h itself when
 // tp is nil (the node does not trace). A request continues the trace its
 // traceparent names, sampled as it says, only when trusted says so (nil:
-// every request, as on the peer hop, where the sender is a member); any
+// every request; the peer hop trusts the requests it serves, a member's); any
 // other starts a trace of its own, sampled as the node's sampler decides,
 // with a link to the trace it came with, and its trace context and baggage
 // fields go no further. A client on the open port must not choose for the
