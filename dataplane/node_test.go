@@ -657,6 +657,32 @@ func TestPeerListenerOnlyServesRelayedRequests(t *testing.T) {
 	}
 }
 
+// Whoever reaches a peer listener may send it refused requests as fast as
+// it likes: each is counted, but the node's log takes a bounded number of
+// lines for them, not one a request.
+func TestRefusedPeerRequestsWriteABoundedLog(t *testing.T) {
+	var logs syncBuffer
+	_, a := startOne(t, "http://127.0.0.1:1", func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	h2c := &http.Client{Transport: &http.Transport{Protocols: relay.Protocols(false)}}
+	const n = 200
+	for range n {
+		resp, err := h2c.Get("http://" + a.PeerAddr().String() + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("unmarked request on the peer listener: %d, want 400", resp.StatusCode)
+		}
+	}
+	if got := metricValue(t, a, "shardcache_peer_refused_total", `reason="no_hop"`); got != n {
+		t.Fatalf("peer requests refused: %v, want %d", got, n)
+	}
+	if lines := strings.Count(logs.String(), "refused a peer request"); lines == 0 || lines > n/10 {
+		t.Fatalf("%d refused peer requests wrote %d log lines; want some, and at most %d", n, lines, n/10)
+	}
+}
+
 func TestBypassAndUncacheable(t *testing.T) {
 	fc := startFakeControl(t, "127.0.0.1:0")
 	o := &testOrigin{}

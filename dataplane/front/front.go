@@ -141,6 +141,8 @@ type Front struct {
 	reasons map[string]prometheus.Counter
 	// pullTokens are the mirror policies' pull tokens, as last read.
 	pullTokens pullTokens
+	// refusals bounds the lines refused peer requests write.
+	refusals refusalLog
 }
 
 // A client may send purgeAuthBurst PURGE requests with a wrong token,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -171,13 +172,51 @@ func (f *Front) serveHotKeys(w http.ResponseWriter, r *http.Request) {
 	hotkey.Encode(w, out) // within what a peer's Decode takes
 }
 
-// refusePeer answers a peer request that is not served, logs why and
-// counts it by reason.
+// refusePeer answers a peer request that is not served, counts it by
+// reason and logs why: the first refusalLogBurst refusals of each
+// refusalLogEvery, since whoever reaches the listener may send refused
+// requests as fast as it likes. The rest are only counted (PeerRefused);
+// the next line logged says how many went unlogged.
 func (f *Front) refusePeer(w http.ResponseWriter, r *http.Request, reason string, code int, msg string) {
 	f.cfg.Metrics.PeerRefused.WithLabelValues(reason).Inc()
 	w.Header().Set(hop.RefusedField, reason)
-	f.cfg.Logger.Warn("refused a peer request", "reason", reason, "remote", r.RemoteAddr, "detail", msg)
+	if unlogged, ok := f.refusals.allow(time.Now()); ok {
+		f.cfg.Logger.Warn("refused a peer request", "reason", reason, "remote", r.RemoteAddr, "detail", msg, "unlogged_before", unlogged)
+	}
 	http.Error(w, msg, code)
+}
+
+// At most refusalLogBurst refused peer requests are logged each
+// refusalLogEvery.
+const (
+	refusalLogBurst = 10
+	refusalLogEvery = time.Minute
+)
+
+// refusalLog bounds the lines refusePeer writes: refusalLogBurst in each
+// refusalLogEvery window.
+type refusalLog struct {
+	mu       sync.Mutex
+	start    time.Time // the window's start
+	logged   int       // lines written in the window
+	unlogged int       // refusals not logged since the last line
+}
+
+// allow reports whether a refusal at now is logged, and how many were not
+// since the last one that was.
+func (l *refusalLog) allow(now time.Time) (unlogged int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.start) >= refusalLogEvery || now.Before(l.start) {
+		l.start, l.logged = now, 0
+	}
+	if l.logged == refusalLogBurst {
+		l.unlogged++
+		return 0, false
+	}
+	l.logged++
+	unlogged, l.unlogged = l.unlogged, 0
+	return unlogged, true
 }
 
 // replicaOf is a hot key's first owner when this node is one of its later
