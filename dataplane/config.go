@@ -137,6 +137,15 @@ type Config struct {
 	// a connection past it is answered 503 and closed. Default 1024;
 	// negative: no bound.
 	ClientMaxConnsPerAddr int
+	// PeerMaxConnsPerAddr bounds the connections one address holds open
+	// on the peer listener, where members relay (each keeps a few HTTP/2
+	// connections and at most 64 keep-alive ones to a peer) but so may
+	// anyone reaching an h2c listener, and one member may open thousands;
+	// a connection past it is closed at once, counted in
+	// shardcache_peer_refused_total{reason="conns"}. Nodes sharing an
+	// address (several on one host) share the bound. Default 1024;
+	// negative: no bound.
+	PeerMaxConnsPerAddr int
 	// DrainGrace is how long a stopping node, already out of the ring,
 	// keeps serving so that its peers take its keys by handoff; it stops
 	// sooner once its peer listener has been idle for a second. 0 means
@@ -279,6 +288,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ClientMaxConnsPerAddr == 0 {
 		c.ClientMaxConnsPerAddr = 1024
+	}
+	if c.PeerMaxConnsPerAddr == 0 {
+		c.PeerMaxConnsPerAddr = 1024
 	}
 	if c.DrainGrace == 0 {
 		c.DrainGrace = 10 * time.Second

@@ -441,7 +441,8 @@ func (n *Node) openStore(dir string) (*store.Store, error) {
 }
 
 // listen binds the client, peer and ops listeners, in that order; the
-// client's under the connection bounds of a clientconn.Listener. On an
+// client's and the peer's under the connection bounds of a
+// clientconn.Listener. On an
 // error, the ones bound are returned, for the caller to close.
 func (n *Node) listen() ([]net.Listener, error) {
 	listeners := make([]net.Listener, 0, 3)
@@ -466,6 +467,10 @@ func (n *Node) listen() ([]net.Listener, error) {
 				},
 				OnRefused: n.metrics.ClientConnsRefused.Inc, OnStalled: n.metrics.ClientStalled.Inc,
 			})
+		}
+		if a.name == "peer" {
+			l = clientconn.NewListener(l, clientconn.Config{MaxPerAddr: max(n.cfg.PeerMaxConnsPerAddr, 0),
+				OnRefused: n.metrics.PeerRefused.WithLabelValues("conns").Inc})
 		}
 		listeners = append(listeners, l)
 	}

@@ -683,6 +683,53 @@ func TestRefusedPeerRequestsWriteABoundedLog(t *testing.T) {
 	}
 }
 
+// One address (a member, or anyone reaching an h2c peer listener) cannot
+// hold the node's descriptors with thousands of peer connections: past
+// the bound a connection is closed at once and counted, and relays still
+// go through.
+func TestPeerConnectionsPerAddressAreBounded(t *testing.T) {
+	origin := httptest.NewServer(&testOrigin{})
+	defer origin.Close()
+	a, _, e := startPair(t, origin.URL, noHotKeys, noHandoff)
+	const bound, extra = 1024, 50 // PeerMaxConnsPerAddr's default
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range bound + extra {
+		c, err := net.Dial("tcp", a.PeerAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	refused := func() float64 { return metricValue(t, a, "shardcache_peer_refused_total", `reason="conns"`) }
+	waitFor(t, "the connections past the bound to be refused", func() bool { return refused() >= extra })
+	if got := refused(); got != extra {
+		t.Fatalf("peer connections refused: %v, want %d", got, extra)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	// Once they are closed, a member's relay is served again.
+	h2c := &http.Client{Transport: &http.Transport{Protocols: relay.Protocols(false)}}
+	defer h2c.CloseIdleConnections()
+	path := pathOwnedBy(t, e, "/conns/", "a")
+	waitFor(t, "a relayed request to be served", func() bool {
+		req, _ := http.NewRequest("GET", "http://"+a.PeerAddr().String()+path, nil)
+		req.Header.Set(hop.Marker, "b")
+		resp, err := h2c.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+}
+
 func TestBypassAndUncacheable(t *testing.T) {
 	fc := startFakeControl(t, "127.0.0.1:0")
 	o := &testOrigin{}

@@ -120,6 +120,7 @@ func newNodeCommand() *cobra.Command {
 	f.DurationVar(&o.cfg.ClientHeaderTimeout, "client-header-timeout", 0, "how long a client may take to send a request's header (default 10s)")
 	f.DurationVar(&o.cfg.ClientSendTimeout, "client-send-timeout", 0, "close a client connection that has taken no byte of an answer for this long, as nginx's send_timeout (default 60s; negative: never)")
 	f.DurationVar(&o.cfg.ClientBodyTimeout, "client-body-timeout", 0, "fail a request whose body brings no byte for this long, as nginx's client_body_timeout (default 60s; negative: never)")
+	f.IntVar(&o.cfg.PeerMaxConnsPerAddr, "peer-max-conns-per-addr", 0, "open peer-listener connections one address may hold (nodes sharing an address share it); more are closed at once (default 1024; negative: no bound)")
 	f.IntVar(&o.cfg.ClientMaxConnsPerAddr, "client-max-conns-per-addr", 0, "open client connections one address may hold (--trusted-proxies are not bounded); more are answered 503 (default 1024; negative: no bound)")
 	f.DurationVar(&o.cfg.CutOffBound, "cut-off-revalidate-after", 0, "cut off from the control plane this long, the node revalidates with the origin what it stored longer ago than this before serving it, as a purge may have been missed (default 30s; negative: never)")
 	f.DurationVar(&o.cfg.HandoffWindow, "handoff-window", 0, "after a ring change, how long a new owner asks a key's previous owner before the origin (default 10m; negative: off)")

@@ -204,7 +204,7 @@ func (m *Set) traffic() {
 		Name: "shardcache_peer_bytes_total", Help: "Body bytes over the peer hop: in (answers from owners), out (answers to relaying peers).",
 	}, []string{"direction"})
 	m.PeerRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "shardcache_peer_refused_total", Help: "Peer-listener requests refused, by reason (no_hop: not a relayed request; not_a_member: the certificate names no member of the ring).",
+		Name: "shardcache_peer_refused_total", Help: "Peer-listener requests refused, by reason (no_hop: not a relayed request; not_a_member: the certificate names no member of the ring; conns: a connection past --peer-max-conns-per-addr).",
 	}, []string{"reason"})
 	m.OpsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardcache_ops_refused_total", Help: "Ops-listener requests (/drain, /warm, /debug/pprof/, the operator views) refused, by reason (no_token: not from loopback and no token; bad_token; bad_grant: a warm grant that is forged, expired or for another node).",
