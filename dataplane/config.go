@@ -126,7 +126,10 @@ type Config struct {
 	// ClientSendTimeout closes a client connection on which no byte of
 	// an answer has been taken for this long (nginx's send_timeout): it
 	// bounds waiting on a client that stopped reading, never a transfer's
-	// length. Default 60 s; negative: none.
+	// length. On the peer hop's HTTP/2 class, a stream whose peer has
+	// taken no byte of an answer for this plus RelayTimeout is reset (the
+	// peer's own client may stall it this long). Default 60 s; negative:
+	// none, on either listener.
 	ClientSendTimeout time.Duration
 	// ClientBodyTimeout bounds each wait for a client's request body to
 	// bring more bytes (nginx's client_body_timeout). Default 60 s;

@@ -510,6 +510,18 @@ func (n *Node) servers() []server {
 	}
 }
 
+// peerSendTimeout is how long an answer on the peer hop waits for the
+// relaying peer to take a byte: its own client may stall it for the
+// client send timeout, and the relay timeout is the margin (it exceeds
+// the origin timeout, the longest an answer waits between its own bytes).
+// Zero, no bound, when the client send timeout is none.
+func peerSendTimeout(c Config) time.Duration {
+	if c.ClientSendTimeout <= 0 {
+		return 0
+	}
+	return c.ClientSendTimeout + c.RelayTimeout
+}
+
 // fromTrustedProxy reports whether r came from one of the TrustedProxies:
 // only their trace context is continued (tracing.Handler).
 func (n *Node) fromTrustedProxy(r *http.Request) bool {
@@ -554,8 +566,8 @@ func (n *Node) build() {
 	})
 	n.front = front.New(front.Config{
 		ID: c.ID, Via: routes.Via(c.ID, c.AdvertisePeerAddr), RelayTimeout: c.RelayTimeout, OriginTimeout: c.OriginTimeout,
-		BodyTimeout: max(c.ClientBodyTimeout, 0),
-		PeerMTLS:    n.serverTLS != nil, HotThreshold: c.HotThreshold, Hot: n.hot, HotKeys: &n.hotKeys, Logs: &n.logs,
+		BodyTimeout: max(c.ClientBodyTimeout, 0), PeerSendTimeout: peerSendTimeout(c),
+		PeerMTLS: n.serverTLS != nil, HotThreshold: c.HotThreshold, Hot: n.hot, HotKeys: &n.hotKeys, Logs: &n.logs,
 		PublicPort: func() string {
 			if p := n.publicPort.Load(); p != nil {
 				return *p

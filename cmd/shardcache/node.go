@@ -118,7 +118,7 @@ func newNodeCommand() *cobra.Command {
 	f.Var(units.Value{N: &o.cfg.MaxObjectBytes}, "max-object", "largest response stored; larger ones are streamed unstored (default disk/4)")
 	f.DurationVar(&o.cfg.OriginTimeout, "origin-timeout", 0, "timeout of one origin request (default 60s)")
 	f.DurationVar(&o.cfg.ClientHeaderTimeout, "client-header-timeout", 0, "how long a client may take to send a request's header (default 10s)")
-	f.DurationVar(&o.cfg.ClientSendTimeout, "client-send-timeout", 0, "close a client connection that has taken no byte of an answer for this long, as nginx's send_timeout (default 60s; negative: never)")
+	f.DurationVar(&o.cfg.ClientSendTimeout, "client-send-timeout", 0, "close a client connection that has taken no byte of an answer for this long, as nginx's send_timeout; a peer-hop HTTP/2 stream is reset after this plus the relay timeout (default 60s; negative: never)")
 	f.DurationVar(&o.cfg.ClientBodyTimeout, "client-body-timeout", 0, "fail a request whose body brings no byte for this long, as nginx's client_body_timeout (default 60s; negative: never)")
 	f.IntVar(&o.cfg.PeerMaxConnsPerAddr, "peer-max-conns-per-addr", 0, "open peer-listener connections one address may hold (nodes sharing an address share it); more are closed at once (default 1024; negative: no bound)")
 	f.IntVar(&o.cfg.ClientMaxConnsPerAddr, "client-max-conns-per-addr", 0, "open client connections one address may hold (--trusted-proxies are not bounded); more are answered 503 (default 1024; negative: no bound)")

@@ -77,6 +77,10 @@ type Config struct {
 	// BodyTimeout bounds each wait for a client's request body to bring a
 	// byte (nginx's client_body_timeout); zero: none.
 	BodyTimeout time.Duration
+	// PeerSendTimeout bounds each wait of an answer on the peer hop's
+	// HTTP/2 class for the relaying peer to take a byte (to open a
+	// flow-control window); zero: none.
+	PeerSendTimeout time.Duration
 	// PeerMTLS says the peer listener is mutual TLS: a peer request is
 	// served only when its certificate names a member of the ring.
 	PeerMTLS bool

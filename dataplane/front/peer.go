@@ -95,6 +95,11 @@ func (f *Front) epochHint(r *http.Request, rt *routes.Table) {
 // fields, now believed, become the request's typed facts.
 func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request, rt *routes.Table) {
 	now := time.Now()
+	if r.ProtoMajor == 2 && f.cfg.PeerSendTimeout > 0 {
+		// A stream whose peer opens no window would hold its handler,
+		// and what it reads from, for as long as the connection lives.
+		w = &peerSend{ResponseWriter: w, rc: http.NewResponseController(w), wait: f.cfg.PeerSendTimeout}
+	}
 	if f.draining.Load() {
 		f.lastPeer.Store(now.UnixNano())
 	}
@@ -218,6 +223,43 @@ func (l *refusalLog) allow(now time.Time) (unlogged int, ok bool) {
 	unlogged, l.unlogged = l.unlogged, 0
 	return unlogged, true
 }
+
+// peerSend renews an HTTP/2 peer stream's write deadline as its answer is
+// written: a peer that takes no byte for wait has the stream reset, but an
+// answer takes as long as it keeps moving. The deadline is pushed at most
+// once an eighth of wait (at most a second): each push is a message to the
+// connection's goroutine.
+type peerSend struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	wait    time.Duration
+	renewed time.Time
+}
+
+func (s *peerSend) renew() {
+	if now := time.Now(); now.Sub(s.renewed) >= min(s.wait/8, time.Second) {
+		s.renewed = now
+		s.rc.SetWriteDeadline(now.Add(s.wait))
+	}
+}
+
+func (s *peerSend) WriteHeader(code int) {
+	s.renew()
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *peerSend) Write(b []byte) (int, error) {
+	s.renew()
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *peerSend) Flush() {
+	s.renew()
+	s.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the stream's writer.
+func (s *peerSend) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // replicaOf is a hot key's first owner when this node is one of its later
 // owners (a request relayed here to share the key's load): the owner to
