@@ -457,11 +457,21 @@ func TestPanicsAndAbortsCutTheAnswer(t *testing.T) {
 // An HTTP/1.0 answer of no length ends at the close: a handler's panic
 // resets the connection, so the client cannot take what came for whole.
 func TestAPanicResetsAnHTTP10AnswerOfNoLength(t *testing.T) {
-	addr, _ := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, strings.Repeat("x", 2*stageMax))
-		w.(http.Flusher).Flush()
-		panic("boom")
-	}), func(c *Config) { c.Logger = slog.New(slog.DiscardHandler) })
+	addr, _ := serve(t, panicking, func(c *Config) { c.Logger = slog.New(slog.DiscardHandler) })
+	wantReset(t, addr)
+}
+
+// panicking starts an answer of no length, then panics.
+var panicking = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	io.WriteString(w, strings.Repeat("x", 2*stageMax))
+	w.(http.Flusher).Flush()
+	panic("boom")
+})
+
+// wantReset asks addr for an HTTP/1.0 answer and wants the connection
+// reset, not closed.
+func wantReset(t *testing.T, addr string) {
+	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -587,26 +597,12 @@ func TestAPanicResetsAConnectionOfTheNodesListeners(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(Config{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, strings.Repeat("x", 2*stageMax))
-		w.(http.Flusher).Flush()
-		panic("boom")
-	}), Logger: slog.New(slog.DiscardHandler), ConnContext: clientconn.ConnContext})
+	s := New(Config{Handler: panicking, Logger: slog.New(slog.DiscardHandler), ConnContext: clientconn.ConnContext})
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(clientconn.NewListener(rawio.Listener{Listener: l}, clientconn.Config{})) }()
 	t.Cleanup(func() {
 		s.Close()
 		<-done
 	})
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	io.WriteString(c, "GET /panic HTTP/1.0\r\n\r\n")
-	got, err := io.ReadAll(c)
-	if !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("after %d bytes: %v, want the connection reset", len(got), err)
-	}
+	wantReset(t, l.Addr().String())
 }
