@@ -177,6 +177,17 @@ type decisions struct {
 	ids  map[string][]string                  // span name -> trace ids
 }
 
+// neverSampling is a tracer provider that samples only what a sampled
+// parent asks, its decisions recorded, and an origin.
+func neverSampling(t *testing.T) (*decisions, *sdktrace.TracerProvider, *httptest.Server) {
+	d := &decisions{Sampler: sdktrace.ParentBased(sdktrace.NeverSample()), seen: map[string][]sdktrace.SamplingResult{}, ids: map[string][]string{}}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(d))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	origin := httptest.NewServer(&testOrigin{})
+	t.Cleanup(origin.Close)
+	return d, tp, origin
+}
+
 func (d *decisions) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
 	res := d.Sampler.ShouldSample(p)
 	d.mu.Lock()
@@ -199,11 +210,7 @@ func TestAClientsTraceparentDoesNotForceSampling(t *testing.T) {
 		trusted bool
 	}{{"untrusted client", false}, {"trusted proxy", true}} {
 		t.Run(tt.name, func(t *testing.T) {
-			d := &decisions{Sampler: sdktrace.ParentBased(sdktrace.NeverSample()), seen: map[string][]sdktrace.SamplingResult{}, ids: map[string][]string{}}
-			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(d))
-			t.Cleanup(func() { tp.Shutdown(context.Background()) })
-			origin := httptest.NewServer(&testOrigin{})
-			t.Cleanup(origin.Close)
+			d, tp, origin := neverSampling(t)
 			var access syncBuffer
 			_, n := startOne(t, origin.URL, noHotKeys, func(c *Config) {
 				c.TracerProvider, c.AccessLog = tp, &access
@@ -251,11 +258,7 @@ func TestARefusedPeerRequestDoesNotForceSampling(t *testing.T) {
 		marked bool
 	}{{"refused", false}, {"relayed", true}} {
 		t.Run(tt.name, func(t *testing.T) {
-			d := &decisions{Sampler: sdktrace.ParentBased(sdktrace.NeverSample()), seen: map[string][]sdktrace.SamplingResult{}, ids: map[string][]string{}}
-			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(d))
-			t.Cleanup(func() { tp.Shutdown(context.Background()) })
-			origin := httptest.NewServer(&testOrigin{})
-			t.Cleanup(origin.Close)
+			d, tp, origin := neverSampling(t)
 			_, n := startOne(t, origin.URL, noHotKeys, func(c *Config) { c.TracerProvider = tp })
 			req, _ := http.NewRequest("GET", "http://"+n.PeerAddr().String()+"/traced/peer", nil)
 			req.Header.Set("Traceparent", "00-"+callerTrace+"-00f067aa0ba902b7-01")
