@@ -469,8 +469,12 @@ func (n *Node) listen() ([]net.Listener, error) {
 			})
 		}
 		if a.name == "peer" {
+			// A peer that stops reading its connection (HTTP/1.1, or every
+			// HTTP/2 stream at once) is cut off as a stream is
+			// (peerSendTimeout): it holds no handler and no object.
 			l = clientconn.NewListener(l, clientconn.Config{MaxPerAddr: max(n.cfg.PeerMaxConnsPerAddr, 0),
-				OnRefused: n.metrics.PeerRefused.WithLabelValues("conns").Inc})
+				WriteTimeout: peerSendTimeout(n.cfg),
+				OnRefused:    n.metrics.PeerRefused.WithLabelValues("conns").Inc, OnStalled: n.metrics.PeerStalled.Inc})
 		}
 		listeners = append(listeners, l)
 	}

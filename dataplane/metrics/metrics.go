@@ -90,6 +90,10 @@ type Set struct {
 	routes          map[string]routeObservers
 	requestCounters requestCounters
 	Totals          Totals
+
+	// PeerStalled counts peer connections cut because the peer took no
+	// byte of an answer for the peer send bound.
+	PeerStalled prometheus.Counter
 }
 
 // Totals are the counts a node's load reports carry since it started.
@@ -168,7 +172,7 @@ func New() *Set {
 		}
 	}
 	m.Registry.MustRegister(m.OriginDuration, m.PeerDuration, m.Purges, m.PurgeApply, m.PurgeRevision, m.Bans, m.PeerCerts, m.PeerCertExpiry, m.Requests, m.Reasons, m.Duration, m.ResponseSize, m.OriginReqs, m.OriginBytes, m.PeerReqs,
-		m.PeerConns, m.PeerBytes, m.PeerRefused, m.OpsRefused, m.PurgeAuthRefused, m.ClientConnsRefused, m.ClientStalled, m.RelayFallback, m.RingEpoch, m.RingMembers, m.Session, m.CutOff, m.Member, m.MemberLost, m.BackgroundPanics, m.Collapsed, m.DigestMismatches, m.PolicyRevision, m.Hot, m.Handoffs, &m.storeStats,
+		m.PeerConns, m.PeerBytes, m.PeerRefused, m.OpsRefused, m.PurgeAuthRefused, m.ClientConnsRefused, m.ClientStalled, m.PeerStalled, m.RelayFallback, m.RingEpoch, m.RingMembers, m.Session, m.CutOff, m.Member, m.MemberLost, m.BackgroundPanics, m.Collapsed, m.DigestMismatches, m.PolicyRevision, m.Hot, m.Handoffs, &m.storeStats,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	return m
 }
@@ -217,6 +221,9 @@ func (m *Set) traffic() {
 	})
 	m.ClientStalled = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "shardcache_client_stalled_total", Help: "Client connections closed because the client took no byte of an answer for --client-send-timeout.",
+	})
+	m.PeerStalled = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardcache_peer_stalled_total", Help: "Peer connections closed because the peer took no byte of an answer for --client-send-timeout plus the relay timeout.",
 	})
 	m.RelayFallback = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "shardcache_relay_fallbacks_total", Help: "Relays that failed before a response and were served by this node instead.",
