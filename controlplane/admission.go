@@ -23,6 +23,8 @@ const (
 	// requests, and a replica's restart brings every node's hello within
 	// one backoff.
 	defaultMaxRegistering = 32
+	// defaultMaxMembers bounds the ring's members (Config.MaxMembers).
+	defaultMaxMembers = 16384
 	// registerWait bounds how long a hello waits for its turn: well
 	// within the 30 s a node waits for its snapshot.
 	registerWait = 15 * time.Second

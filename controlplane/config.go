@@ -64,6 +64,13 @@ type Config struct {
 	// so that every node's hello at once, as after a restart, does not
 	// overload etcd. Default 32.
 	MaxRegistering int
+	// MaxMembers bounds the ring's members: a hello from a new id when the
+	// current epoch has this many is refused (RESOURCE_EXHAUSTED), so that
+	// a join-token holder cannot grow every epoch, pushed to every node,
+	// without end. A member's own id is always taken again. The epoch
+	// lags registrations by its batch window, so the ring may pass the
+	// bound by the registrations of one window. Default 16384.
+	MaxMembers int
 
 	// PurgeRetention is how long purges stay recorded for nodes that are
 	// away to apply when they reconnect; a node away longer drops
@@ -222,6 +229,9 @@ func (c *Config) setDefaults() {
 	if c.MaxRegistering == 0 {
 		c.MaxRegistering = defaultMaxRegistering
 	}
+	if c.MaxMembers == 0 {
+		c.MaxMembers = defaultMaxMembers
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -296,6 +306,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRegistering < 0 {
 		return fmt.Errorf("max registering is %d; it must be at least 1", c.MaxRegistering)
+	}
+	if c.MaxMembers < 0 {
+		return fmt.Errorf("max members is %d; it must be at least 1", c.MaxMembers)
 	}
 	if c.EpochsKept < 1 {
 		return fmt.Errorf("epochs kept is %d; keep at least 1", c.EpochsKept)

@@ -381,16 +381,17 @@ func (s *Server) grpcServer(stopped context.Context, creds []grpc.ServerOption) 
 	)...)
 	s.admit = newRegistrations(s.cfg.MaxRegistering, registerWait)
 	pb.RegisterNodeServiceServer(gs, &nodeService{
-		state:     s.state,
-		hub:       s.hub,
-		policies:  s.policies,
-		purges:    s.purgeHub,
-		marks:     s.marks,
-		loads:     s.loads,
-		statuses:  s.statuses,
-		members:   s.members,
-		joinToken: s.cfg.JoinToken,
-		tlsNames:  s.cfg.TLS.Names,
+		state:      s.state,
+		hub:        s.hub,
+		policies:   s.policies,
+		purges:     s.purgeHub,
+		marks:      s.marks,
+		loads:      s.loads,
+		statuses:   s.statuses,
+		members:    s.members,
+		joinToken:  s.cfg.JoinToken,
+		maxMembers: s.cfg.MaxMembers,
+		tlsNames:   s.cfg.TLS.Names,
 		checkJoin: func(ctx context.Context, verify func() bool) error {
 			return s.checkCredential(ctx, credJoin, authlimit.Key(caller(ctx)), verify)
 		},

@@ -38,6 +38,8 @@ type nodeService struct {
 	statuses  *statusWriter
 	members   *memberWatch
 	joinToken string
+	// maxMembers bounds the ring's members (Config.MaxMembers).
+	maxMembers int
 	// tlsNames are the names the control plane serves TLS as: no node
 	// gets a peer certificate for one.
 	tlsNames []string
@@ -78,6 +80,9 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 	ctx := stream.Context()
 	hello, err := n.recvHello(stream)
 	if err != nil {
+		return err
+	}
+	if err := n.roomFor(hello.GetMember().GetId()); err != nil {
 		return err
 	}
 	// From here to the snapshot the session costs etcd several requests:
@@ -314,6 +319,22 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, lease context.C
 			return err
 		}
 	}
+}
+
+// roomFor refuses a new id when the current epoch holds maxMembers
+// members; an id of the epoch's is always taken again.
+func (n *nodeService) roomFor(id string) error {
+	e := n.hub.epoch()
+	if e == nil || len(e.GetMembers()) < n.maxMembers {
+		return nil
+	}
+	for _, m := range e.GetMembers() {
+		if m.GetId() == id {
+			return nil
+		}
+	}
+	n.log.Warn("refused a node: the ring has its maximum of members", "node", id, "max", n.maxMembers)
+	return status.Errorf(codes.ResourceExhausted, "the ring has its maximum of %d members (--max-members); %s is not one of them", n.maxMembers, id)
 }
 
 // heartbeat is the Heartbeat message, encoded once.

@@ -41,6 +41,7 @@ SHARDCACHE_TOKEN and SHARDCACHE_JOIN_TOKEN.`,
 	f.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", 0, "how long a silent node stays a member (default 10s)")
 	f.DurationVar(&o.cfg.Rampup, "rampup", 0, "how long a node joining a running ring takes to reach its full weight, in 4 epochs (0: at once)")
 	f.DurationVar(&o.cfg.EpochBatchWindow, "epoch-batch-window", 0, "membership changes within this window make one epoch (default 2s)")
+	f.IntVar(&o.cfg.MaxMembers, "max-members", 0, "members the ring may hold: a hello from a new id past it is refused (default 16384)")
 	f.IntVar(&o.cfg.MaxRegistering, "max-registering", 0, "node sessions registered at once (each costs etcd a few requests); more hellos wait their turn up to 15 s, or are told when to retry (default 32)")
 	f.StringVar(&o.cfg.AdminToken, "admin-token", "", "bearer token of admin calls, also presented to the node a warm runs on (prefer --admin-token-file; default $SHARDCACHE_TOKEN)")
 	f.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the admin token (a mounted secret)")
