@@ -540,6 +540,8 @@ func (r *sessionRun) handle(ctx context.Context, req *pb.SessionRequest) error {
 // Bounds of a session's requests: a node renews its certificate two
 // thirds into its life, asks for an epoch when a peer shows a newer one,
 // and drains itself once; a node asking more only costs the replica.
+// certsPerSecond is the least certificate rate: a session gets one a
+// third of the certificate lifetime when that is more (certificate).
 const (
 	certsPerSecond      = 1.0 / 30
 	certsBurst          = 3
@@ -561,12 +563,22 @@ func allow(l **rate.Limiter, per float64, burst int) bool {
 // bound: past it, the certificate last issued for the same CSR again, or
 // an error saying when to ask.
 func (r *sessionRun) certificate(csr []byte) *pb.Certificate {
-	if !allow(&r.certs, certsPerSecond, certsBurst) {
+	per := certsPerSecond
+	if ca := r.n.ca.Load(); ca != nil && ca.ttl > 0 {
+		// A node renews two thirds into the life left: with a short
+		// --peer-cert-ttl it asks more often than the default bound,
+		// and a certificate it is answered with again would run out.
+		per = max(per, 3/ca.ttl.Seconds())
+	}
+	if r.certs != nil {
+		r.certs.SetLimit(rate.Limit(per))
+	}
+	if !allow(&r.certs, per, certsBurst) {
 		if r.lastCert != nil && bytes.Equal(csr, r.lastCSR) {
 			return r.lastCert
 		}
 		return &pb.Certificate{Error: fmt.Sprintf("this session asked for %d certificates in a row; ask again in %s",
-			certsBurst, time.Duration(float64(time.Second)/certsPerSecond))}
+			certsBurst, time.Duration(float64(time.Second)/per).Round(time.Millisecond))}
 	}
 	cert := r.n.certificate(csr, r.m.GetId())
 	if cert.GetError() == "" {

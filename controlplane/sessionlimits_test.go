@@ -64,3 +64,41 @@ func TestASessionsRequestsAreBounded(t *testing.T) {
 		t.Errorf("%d etcd writes after %d drain asks; want the drain written at most %d times (and the epoch it makes)", writes, asks, drainsBurst)
 	}
 }
+
+// The bound leaves a node the renewals its certificate's lifetime needs:
+// a node renews two thirds into the life left, so with a lifetime of a
+// few seconds (--peer-cert-ttl, 3s in the e2e renewal test) it asks every
+// couple of seconds for as long as its session lasts, and each ask must be
+// answered with a new certificate, never the one about to expire.
+func TestASessionRenewsAShortLivedCertificateForAsLongAsItLasts(t *testing.T) {
+	const ttl = 2 * time.Second // the shortest Validate takes
+	seal := sealKeyFile(t, "a seal key of at least thirty-two bytes")
+	s, _, _ := startServer(t, nil, func(c *Config) { c.CA = CAConfig{Enabled: true, CertTTL: ttl, SealKeyFile: seal} })
+	csr := csrFor(t, "n1")
+	n1, snap := openSessionWith(t, dial(t, s), &pb.Hello{Member: &pb.Member{Id: "n1", PeerAddress: "127.0.0.1:9999"}, Csr: csr})
+	leaf, _ := parseIssued(t, snap.GetCertificate())
+	for i := range 2 * certsBurst {
+		// As relay.Certs.Install schedules the renewal.
+		time.Sleep(time.Until(leaf.NotAfter) * 2 / 3)
+		if err := n1.stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_CertificateRequest{CertificateRequest: &pb.CertificateRequest{Csr: csr}}}); err != nil {
+			t.Fatal(err)
+		}
+		var c *pb.Certificate
+		for c == nil {
+			resp, err := n1.stream.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c = resp.GetCertificate()
+		}
+		if c.GetError() != "" {
+			t.Fatalf("renewal %d: %s", i+1, c.GetError())
+		}
+		next, _ := parseIssued(t, c)
+		if next.SerialNumber.Cmp(leaf.SerialNumber) == 0 || next.NotAfter.Before(leaf.NotAfter) {
+			t.Fatalf("renewal %d answered with the certificate it renews (expiring at %s): the node's certificate runs out",
+				i+1, leaf.NotAfter.Format(time.StampMilli))
+		}
+		leaf = next
+	}
+}
