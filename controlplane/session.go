@@ -82,7 +82,7 @@ func (n *nodeService) Session(stream pb.NodeService_SessionServer) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := n.roomFor(hello.GetMember().GetId()); err != nil {
+	if err := n.roomFor(ctx, hello.GetMember().GetId()); err != nil {
 		return err
 	}
 	// From here to the snapshot the session costs etcd several requests:
@@ -322,14 +322,29 @@ func (r *sessionRun) serve(ctx context.Context, hello *pb.Hello, lease context.C
 }
 
 // roomFor refuses a new id when the current epoch holds maxMembers
-// members; an id of the epoch's is always taken again.
-func (n *nodeService) roomFor(id string) error {
+// members; an id of the epoch's is always taken again, and so is one that
+// is a member out of the epoch: registered (its session broke within the
+// lease TTL, or it has not reached an epoch yet) or drained, which an
+// operator may undrain. Only a full ring costs that etcd read.
+func (n *nodeService) roomFor(ctx context.Context, id string) error {
 	e := n.hub.epoch()
 	if e == nil || len(e.GetMembers()) < n.maxMembers {
 		return nil
 	}
 	for _, m := range e.GetMembers() {
 		if m.GetId() == id {
+			return nil
+		}
+	}
+	resp, err := n.state.kv.Txn(ctx).Then(
+		clientv3.OpGet(n.state.memberKey(id), clientv3.WithCountOnly()),
+		clientv3.OpGet(n.state.drainKey(id), clientv3.WithCountOnly()),
+	).Commit()
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "reading the member record of %s: %v; reconnect", id, err)
+	}
+	for _, r := range resp.Responses {
+		if r.GetResponseRange().GetCount() > 0 {
 			return nil
 		}
 	}
