@@ -73,11 +73,12 @@ func (o *Owner) Invalidate(req Request, h http.Header) {
 			continue
 		}
 		hdr := hop.ControlHeader(o.cfg.ID, hop.InvalidateField, "1")
+		share := invalidationShare(cap(o.invalidating), len(rt.Epoch.GetMembers())-1)
 		for _, m := range rt.Epoch.GetMembers() {
 			if m.GetId() == o.cfg.ID {
 				continue
 			}
-			if !o.peerSend(m.GetId(), +1) {
+			if !o.peerSend(m.GetId(), +1, share) {
 				dropped++
 				o.cfg.Metrics.PeerReqs.WithLabelValues(m.GetId(), "dropped").Inc()
 				continue
@@ -85,14 +86,14 @@ func (o *Owner) Invalidate(req Request, h http.Header) {
 			select {
 			case o.invalidating <- struct{}{}:
 			case <-wait.Done():
-				o.peerSend(m.GetId(), -1)
+				o.peerSend(m.GetId(), -1, share)
 				dropped++
 				o.cfg.Metrics.PeerReqs.WithLabelValues(m.GetId(), "dropped").Inc()
 				continue
 			}
 			wg.Add(1)
 			o.cfg.Tasks.Go("invalidate", func() {
-				defer func() { <-o.invalidating; o.peerSend(m.GetId(), -1) }()
+				defer func() { <-o.invalidating; o.peerSend(m.GetId(), -1, share) }()
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(o.cfg.Tasks.Context(), 5*time.Second)
 				defer cancel()
@@ -120,14 +121,25 @@ func (o *Owner) Invalidate(req Request, h http.Header) {
 	}
 }
 
+// invalidationShare is how many of bound invalidations in flight one of
+// peers may hold: a quarter of them, or an equal part when there are fewer
+// than four peers. Every change is sent to every peer, so peers that all
+// answer hold equal counts: a burst within the bound fits each one's share,
+// as it fit the bound before there were shares (a ring of two nodes has
+// one peer, which may hold them all); only a peer that does not answer
+// piles up past its share.
+func invalidationShare(bound, peers int) int {
+	return max(1, bound/min(4, max(1, peers)))
+}
+
 // peerSend counts an invalidation to peer in flight (+1), or no longer
-// (-1). A count that would pass the peer's share of MaxInvalidations is
-// refused: false, nothing counted.
-func (o *Owner) peerSend(peer string, d int) bool {
+// (-1). A count that would pass share, the peer's share of
+// MaxInvalidations, is refused: false, nothing counted.
+func (o *Owner) peerSend(peer string, d, share int) bool {
 	o.peerSendsMu.Lock()
 	defer o.peerSendsMu.Unlock()
 	n := o.peerSends[peer] + d
-	if d > 0 && n > max(1, cap(o.invalidating)/4) {
+	if d > 0 && n > share {
 		return false
 	}
 	if n <= 0 {

@@ -281,7 +281,9 @@ func TestAPeerThatDoesNotAnswerLeavesTheOthersTheirInvalidations(t *testing.T) {
 		return &http.Response{StatusCode: http.StatusNoContent, Body: http.NoBody}, nil
 	}
 	t.Cleanup(func() { close(release) })
-	rt, err := routes.New(&pb.RingEpoch{Epoch: 1, Members: []*pb.Member{{Id: "a", PeerAddress: "a:1"}, {Id: "b", PeerAddress: "b:1"}, {Id: "c", PeerAddress: "c:1"}}})
+	// Four peers: each holds at most a quarter of the bound, one.
+	rt, err := routes.New(&pb.RingEpoch{Epoch: 1, Members: []*pb.Member{{Id: "a", PeerAddress: "a:1"}, {Id: "b", PeerAddress: "b:1"},
+		{Id: "c", PeerAddress: "c:1"}, {Id: "d", PeerAddress: "d:1"}, {Id: "e", PeerAddress: "e:1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,14 +293,49 @@ func TestAPeerThatDoesNotAnswerLeavesTheOthersTheirInvalidations(t *testing.T) {
 		req.HTTP.Method, req.Routes = http.MethodPost, rt
 		to.Invalidate(*req, http.Header{})
 	}
-	// Every send to the answering peer was made; each may still be under
+	// Every send to the answering peers was made; each may still be under
 	// way when its request stops waiting.
-	for deadline := time.Now().Add(30 * time.Second); toC.Load() < posts; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); toC.Load() < 3*posts; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the answering peer was told of %d of %d changes", toC.Load(), posts)
+			t.Fatalf("the answering peers were told of %d of %d changes", toC.Load(), 3*posts)
 		}
 	}
 	if dropped := testutil.ToFloat64(to.cfg.Metrics.PeerReqs.WithLabelValues("b", "dropped")); dropped != posts-1 {
 		t.Fatalf("%v invalidations to the silent peer dropped, want %d (one in flight, its share)", dropped, posts-1)
+	}
+}
+
+// The share of a peer that does not answer leaves the bound to the peers
+// that do: a ring of two nodes has one peer, and a burst of changes that
+// fits MaxInvalidations reaches it whole, as it did before the share.
+func TestABurstWithinTheBoundReachesTheOnlyPeer(t *testing.T) {
+	const bound = 8
+	to := newTestOwner(t, cacheable("x"), func(c *Config) { c.MaxInvalidations = bound })
+	var told atomic.Int64
+	to.peers.handler = func(addr string, r *http.Request, h http.Header) (*http.Response, error) {
+		time.Sleep(100 * time.Millisecond) // answers, not at once
+		told.Add(1)
+		return &http.Response{StatusCode: http.StatusNoContent, Body: http.NoBody}, nil
+	}
+	rt, err := routes.New(&pb.RingEpoch{Epoch: 1, Members: []*pb.Member{{Id: "a", PeerAddress: "a:1"}, {Id: "b", PeerAddress: "b:1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range bound {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := request(fmt.Sprintf("/burst-%d", i), nil)
+			req.HTTP.Method, req.Routes = http.MethodPost, rt
+			to.Invalidate(*req, http.Header{})
+		}()
+	}
+	wg.Wait()
+	if dropped := testutil.ToFloat64(to.cfg.Metrics.PeerReqs.WithLabelValues("b", "dropped")); dropped != 0 {
+		t.Fatalf("%v of %d invalidations to the only peer dropped, within a bound of %d in flight; want none", dropped, bound, bound)
+	}
+	if told.Load() != bound {
+		t.Fatalf("the peer was told of %d of %d changes", told.Load(), bound)
 	}
 }

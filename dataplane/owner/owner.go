@@ -96,8 +96,9 @@ type Config struct {
 	// at once (one a peer for each URL an unsafe request changed): past
 	// it, a request's sends wait for room up to invalidateWait, and those
 	// still waiting then are not sent (logged, and counted as the peer's
-	// "dropped" requests). One peer holds at most a quarter of them: past
-	// that its sends are dropped at once. Zero: 1024.
+	// "dropped" requests). One peer holds at most a quarter of them (an
+	// equal part among fewer than four peers): past that its sends are
+	// dropped at once. Zero: 1024.
 	MaxInvalidations int
 	Tracer           trace.Tracer // nil: no spans of the owner's own
 	Logger           *slog.Logger
