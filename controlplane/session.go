@@ -349,7 +349,8 @@ func (n *nodeService) roomFor(ctx context.Context, id string) error {
 		}
 	}
 	n.log.Warn("refused a node: the ring has its maximum of members", "node", id, "max", n.maxMembers)
-	return status.Errorf(codes.ResourceExhausted, "the ring has its maximum of %d members (--max-members); %s is not one of them", n.maxMembers, id)
+	return sessionEnd(codes.ResourceExhausted, pb.SessionEnd_SESSION_END_RING_FULL,
+		"the ring has its maximum of %d members (--max-members); %s is not one of them", n.maxMembers, id)
 }
 
 // heartbeat is the Heartbeat message, encoded once.

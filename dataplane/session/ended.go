@@ -52,6 +52,11 @@ func (c *Client) ended(err error, addr string) (refused bool, retryAfter time.Du
 		c.cfg.Logger.Error("the control plane refused this node: another process has an open session with the same id; retrying until it ends",
 			"control_plane", addr, "id", c.cfg.Member.GetId(), "reason", st.Message())
 		return true, 0
+	case pb.SessionEnd_SESSION_END_RING_FULL:
+		c.setMember(false, cause, "refused by the control plane: "+st.Message())
+		c.cfg.Logger.Error("the control plane refused this node: the ring holds its maximum of members (the control plane's --max-members); retrying until one leaves",
+			"control_plane", addr, "id", c.cfg.Member.GetId(), "reason", st.Message())
+		return true, 0
 	case pb.SessionEnd_SESSION_END_BUSY:
 		// Not a change of membership: the node keeps serving with what
 		// it has and says hello again when told.

@@ -249,8 +249,10 @@ func TestMembershipFollowsWhatTheControlPlaneSays(t *testing.T) {
 	}
 	c := startControl(t, func(n int, stream pb.NodeService_SessionServer) error {
 		switch {
-		case n <= refusals:
+		case n < refusals:
 			return endWith(codes.AlreadyExists, pb.SessionEnd_SESSION_END_DUPLICATE_ID, "node id node-1 has an open session (peer 127.0.0.1:7)")
+		case n == refusals:
+			return endWith(codes.ResourceExhausted, pb.SessionEnd_SESSION_END_RING_FULL, "the ring has its maximum of 2 members (--max-members); node-1 is not one of them")
 		case n == refusals+1:
 			if err := stream.Send(snapshot(1, 0)); err != nil {
 				return err
@@ -286,7 +288,7 @@ func TestMembershipFollowsWhatTheControlPlaneSays(t *testing.T) {
 	events.Lock()
 	got := strings.Join(events.causes, ",")
 	events.Unlock()
-	want := "duplicate_id,duplicate_id,duplicate_id,member,record_deleted,member"
+	want := "duplicate_id,duplicate_id,ring_full,member,record_deleted,member"
 	if got != want {
 		t.Fatalf("membership events %s, want %s", got, want)
 	}

@@ -46,6 +46,9 @@ const (
 	// too many waited already, or its wait ran out (UNAVAILABLE). The status carries a
 	// google.rpc.RetryInfo: the node tries again after its delay, here or at another replica.
 	SessionEnd_SESSION_END_BUSY SessionEnd = 6
+	// The ring holds the control plane's maximum of members (--max-members) and the node's id is
+	// not one of them (RESOURCE_EXHAUSTED): it is admitted once a member leaves.
+	SessionEnd_SESSION_END_RING_FULL SessionEnd = 7
 )
 
 // Enum value maps for SessionEnd.
@@ -58,6 +61,7 @@ var (
 		4: "SESSION_END_LEASE_LOST",
 		5: "SESSION_END_SUPERSEDED",
 		6: "SESSION_END_BUSY",
+		7: "SESSION_END_RING_FULL",
 	}
 	SessionEnd_value = map[string]int32{
 		"SESSION_END_UNSPECIFIED":     0,
@@ -67,6 +71,7 @@ var (
 		"SESSION_END_LEASE_LOST":      4,
 		"SESSION_END_SUPERSEDED":      5,
 		"SESSION_END_BUSY":            6,
+		"SESSION_END_RING_FULL":       7,
 	}
 )
 
@@ -1474,7 +1479,7 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\x06member\x18\x04 \x01(\v2\x15.shardcache.v1.MemberR\x06member\x12<\n" +
 	"\vcertificate\x18\x05 \x01(\v2\x1a.shardcache.v1.CertificateR\vcertificate\x12H\n" +
 	"\x12heartbeat_interval\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\x12!\n" +
-	"\fmembers_held\x18\a \x01(\bR\vmembersHeld*\xd6\x01\n" +
+	"\fmembers_held\x18\a \x01(\bR\vmembersHeld*\xf1\x01\n" +
 	"\n" +
 	"SessionEnd\x12\x1b\n" +
 	"\x17SESSION_END_UNSPECIFIED\x10\x00\x12\x1c\n" +
@@ -1483,7 +1488,8 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\x1bSESSION_END_RECORD_REPLACED\x10\x03\x12\x1a\n" +
 	"\x16SESSION_END_LEASE_LOST\x10\x04\x12\x1a\n" +
 	"\x16SESSION_END_SUPERSEDED\x10\x05\x12\x14\n" +
-	"\x10SESSION_END_BUSY\x10\x062[\n" +
+	"\x10SESSION_END_BUSY\x10\x06\x12\x19\n" +
+	"\x15SESSION_END_RING_FULL\x10\a2[\n" +
 	"\vNodeService\x12L\n" +
 	"\aSession\x12\x1d.shardcache.v1.SessionRequest\x1a\x1e.shardcache.v1.SessionResponse(\x010\x01BCZAgithub.com/shardcache/shardcache/proto/shardcache/v1;shardcachev1b\x06proto3"
 
