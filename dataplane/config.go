@@ -146,8 +146,10 @@ type Config struct {
 	// anyone reaching an h2c listener, and one member may open thousands;
 	// a connection past it is closed at once, counted in
 	// shardcache_peer_refused_total{reason="conns"}. Nodes sharing an
-	// address (several on one host) share the bound. Default 1024;
-	// negative: no bound.
+	// address (several on one host, or behind a sidecar proxy that
+	// presents every peer from one address, as Istio's 127.0.0.6) share
+	// the bound: 8192 holds about 120 relaying nodes at their most.
+	// Default 8192; negative: no bound.
 	PeerMaxConnsPerAddr int
 	// DrainGrace is how long a stopping node, already out of the ring,
 	// keeps serving so that its peers take its keys by handoff; it stops
@@ -293,7 +295,7 @@ func (c *Config) setDefaults() {
 		c.ClientMaxConnsPerAddr = 1024
 	}
 	if c.PeerMaxConnsPerAddr == 0 {
-		c.PeerMaxConnsPerAddr = 1024
+		c.PeerMaxConnsPerAddr = 8192
 	}
 	if c.DrainGrace == 0 {
 		c.DrainGrace = 10 * time.Second

@@ -690,8 +690,8 @@ func TestRefusedPeerRequestsWriteABoundedLog(t *testing.T) {
 func TestPeerConnectionsPerAddressAreBounded(t *testing.T) {
 	origin := httptest.NewServer(&testOrigin{})
 	defer origin.Close()
-	a, _, e := startPair(t, origin.URL, noHotKeys, noHandoff)
-	const bound, extra = 1024, 50 // PeerMaxConnsPerAddr's default
+	const bound, extra = 200, 50
+	a, _, e := startPair(t, origin.URL, noHotKeys, noHandoff, func(c *Config) { c.PeerMaxConnsPerAddr = bound })
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
