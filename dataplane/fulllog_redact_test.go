@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 )
 
 // A full record's calls carry the error of a failed origin request; the
@@ -56,6 +58,26 @@ func TestTheNodesLogRedactsQueryCredentials(t *testing.T) {
 	waitFor(t, "the failed origin request logged", func() bool { return strings.Contains(logs.String(), "origin request failed") })
 	if strings.Contains(logs.String(), "tok-s3cret") || strings.Contains(logs.String(), "sig-s3cret") {
 		t.Fatalf("the node's log carries a query credential: %s", logs.String())
+	}
+}
+
+// A key a policy builds from a cookie or a credential field is logged
+// as the policy shows it: the session or API key REDACTED.
+func TestTheNodesLogShowsKeysAsThePolicyShowsThem(t *testing.T) {
+	origin := httptest.NewServer(&testOrigin{})
+	originURL := origin.URL
+	origin.Close() // the origin is down: fills fail
+	var logs syncBuffer
+	_, n := startOne(t, originURL, noHotKeys, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	if err := n.ApplyPolicies(&pb.PolicySet{Revision: 2, Policies: []*pb.CachePolicy{
+		{Name: "per-session", PathPrefix: "/me/", KeyTemplate: "$scheme$host$request_uri|$cookie_sid|$http_x_api_key"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	do(t, "GET", "http://"+n.ClientAddr().String()+"/me/page", "Cookie", "sid=sess-s3cret", "X-Api-Key", "apikey-s3cret")
+	waitFor(t, "the failed origin request logged", func() bool { return strings.Contains(logs.String(), "origin request failed") })
+	if strings.Contains(logs.String(), "sess-s3cret") || strings.Contains(logs.String(), "apikey-s3cret") {
+		t.Fatalf("the node's log carries a credential the key holds: %s", logs.String())
 	}
 }
 

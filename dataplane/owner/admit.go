@@ -151,12 +151,12 @@ func (f *fill) stream(wr *store.Writer, rd io.ReadCloser, done func(), status st
 			f.cfg.Metrics.OriginBytes.Add(float64(nb))
 		}
 		if err != nil {
-			f.cfg.Logger.Warn("response body broke off; nothing stored", "key", keyText(key), "after_bytes", nb, "err", errText(err))
+			f.cfg.Logger.Warn("response body broke off; nothing stored", "key", f.keyShown(key), "after_bytes", nb, "err", errText(err))
 			wr.Abort(err)
 			return
 		}
 		if _, err := wr.Commit(); err != nil {
-			f.cfg.Logger.Warn("storing response failed", "key", keyText(key), "err", errText(err))
+			f.cfg.Logger.Warn("storing response failed", "key", f.keyShown(key), "err", errText(err))
 		}
 	})
 	f.out.Source = SourcePeer
@@ -264,7 +264,7 @@ func (f *fill) refreshed() (answer, kept *store.Entry) {
 	}
 	e, err := f.cfg.Store.Update(stale, meta)
 	if err != nil {
-		f.cfg.Logger.Warn("storing a revalidated response failed", "key", keyText(stale.Key), "err", errText(err))
+		f.cfg.Logger.Warn("storing a revalidated response failed", "key", f.keyShown(stale.Key), "err", errText(err))
 		e = with(stale, stored)
 	}
 	if cookie {

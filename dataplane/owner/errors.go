@@ -3,6 +3,7 @@ package owner
 import (
 	"errors"
 
+	"github.com/shardcache/shardcache/dataplane/hop"
 	"github.com/shardcache/shardcache/sdk/redact"
 )
 
@@ -28,3 +29,13 @@ func errText(err error) string {
 // REDACTED, and what the client sent that is not printable (a Host, a
 // field a policy keys on) escaped.
 func keyText(key string) string { return redact.Printable(redact.Query(key)) }
+
+// keyShown is keyText of key as the request's policy shows it
+// (Policy.ShownKey): the cookie and credential values it is keyed on
+// REDACTED too.
+func (s *serving) keyShown(key string) string {
+	if s.p == nil || s.r == nil {
+		return keyText(key)
+	}
+	return keyText(s.p.ShownKey(hop.Scheme(s.r), s.r, key))
+}

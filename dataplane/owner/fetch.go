@@ -155,7 +155,7 @@ func (f *fill) fetch() bool {
 			if errors.Is(err, slice.ErrChanged) {
 				code = http.StatusPreconditionFailed
 			} else {
-				f.cfg.Logger.Warn("origin answer cannot be sliced", "key", keyText(f.key), "err", errText(err))
+				f.cfg.Logger.Warn("origin answer cannot be sliced", "key", f.keyShown(f.key), "err", errText(err))
 			}
 			f.settle(&fillShare{err: err, code: code})
 			f.then = leadAnswer{kind: answerText, code: code, msg: "shardcache: " + err.Error()}
@@ -220,7 +220,7 @@ func (f *fill) failed(err error) bool {
 		return true // the origin's 5xx is the answer
 	}
 	f.cfg.Metrics.OriginReqs.WithLabelValues("fill", "error").Inc()
-	f.cfg.Logger.Warn("origin request failed", "key", keyText(f.key), "err", errText(err))
+	f.cfg.Logger.Warn("origin request failed", "key", f.keyShown(f.key), "err", errText(err))
 	msg, code := "origin unreachable", http.StatusBadGateway
 	switch {
 	case errors.Is(err, httpcache.ErrTransferCoding):

@@ -54,7 +54,7 @@ func (f *fill) ingested() bool {
 	if err == nil {
 		return true
 	}
-	f.cfg.Logger.Warn("registry answer refused; nothing stored", "key", keyText(f.key), "err", errText(err))
+	f.cfg.Logger.Warn("registry answer refused; nothing stored", "key", f.keyShown(f.key), "err", errText(err))
 	f.settle(&fillShare{err: err, code: http.StatusBadGateway})
 	f.then = leadAnswer{kind: answerError, code: http.StatusBadGateway, err: err, msg: "answer refused"}
 	return false

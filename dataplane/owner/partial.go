@@ -190,12 +190,12 @@ func (f *fill) storePart() (handed bool) {
 			err = io.ErrUnexpectedEOF
 		}
 		if err != nil {
-			f.cfg.Logger.Warn("partial response broke off; nothing stored", "key", keyText(key), "err", errText(err))
+			f.cfg.Logger.Warn("partial response broke off; nothing stored", "key", f.keyShown(key), "err", errText(err))
 			wr.Abort(err)
 			return
 		}
 		if stored, err := wr.Commit(); err != nil {
-			f.cfg.Logger.Warn("storing a partial response failed", "key", keyText(key), "err", errText(err))
+			f.cfg.Logger.Warn("storing a partial response failed", "key", f.keyShown(key), "err", errText(err))
 		} else if stored && whole {
 			f.cfg.Store.Delete(PartKey(key)) // the whole object is stored now
 		}

@@ -83,7 +83,7 @@ func (s *serving) serve() {
 	s.out.Served = true
 	var span trace.Span
 	if s.cfg.Tracer != nil {
-		_, span = s.cfg.Tracer.Start(s.r.Context(), "cache.lookup", trace.WithAttributes(attribute.String("shardcache.key", keyText(s.p.ShownKey(hop.Scheme(s.r), s.r, s.key)))))
+		_, span = s.cfg.Tracer.Start(s.r.Context(), "cache.lookup", trace.WithAttributes(attribute.String("shardcache.key", s.keyShown(s.key))))
 	}
 	a := s.req.Account
 	started := a.Now()
