@@ -167,6 +167,30 @@ func TestRelayedRequestIsOneTraceAcrossBothNodes(t *testing.T) {
 	}
 }
 
+// An exemplar links a latency outlier to its trace: a trace the node did
+// not sample was never exported, and is no exemplar.
+func TestAnUnsampledTraceIsNoExemplar(t *testing.T) {
+	_, tp, origin := neverSampling(t)
+	_, n := startOne(t, origin.URL, noHotKeys, func(c *Config) { c.TracerProvider = tp })
+	for range 3 {
+		do(t, "GET", "http://"+n.ClientAddr().String()+"/unsampled")
+	}
+	req, _ := http.NewRequest("GET", "http://"+n.OpsAddr().String()+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposition, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(exposition), "shardcache_request_duration_seconds_bucket") {
+		t.Fatalf("no duration histogram in %d bytes of metrics", len(exposition))
+	}
+	if strings.Contains(string(exposition), "trace_id=") {
+		t.Fatal("an unsampled trace is an exemplar of the duration histogram")
+	}
+}
+
 // decisions is a sampler, the node's own choice (parent-based, sampling no
 // new trace, as OTEL_TRACES_SAMPLER=parentbased_traceidratio with a low
 // ratio mostly does), that keeps what it decided for each server span.

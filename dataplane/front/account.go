@@ -43,7 +43,7 @@ func (f *Front) record(rec *reply.Recorder, req *owner.Request, route string, ou
 	f.cfg.Metrics.CountRequest(route, cache, methodLabel(r.Method), metrics.StatusClass(rec.Status))
 	exemplar := ""
 	if f.cfg.Tracer != nil {
-		exemplar = traceID(r.Context())
+		exemplar = sampledTraceID(r.Context())
 	}
 	f.cfg.Metrics.ObserveRoute(route, elapsed, rec.Bytes, exemplar)
 	if c := f.cfg.Metrics.RouteBytes[route]; c != nil {

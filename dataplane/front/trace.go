@@ -23,3 +23,13 @@ func traceID(ctx context.Context) string {
 	}
 	return ""
 }
+
+// sampledTraceID is the request's trace id when its trace is sampled (and
+// so exported), "" otherwise: an exemplar links a latency outlier to a
+// trace the backend holds.
+func sampledTraceID(ctx context.Context) string {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && sc.IsSampled() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
