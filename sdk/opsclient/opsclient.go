@@ -78,6 +78,7 @@ const (
 type Client struct {
 	// HTTP sends the requests; nil means http.DefaultClient. It bounds
 	// the waits (connecting, the answer's header), never a warm's length.
+	// Whatever its CheckRedirect, a redirect is never followed.
 	HTTP *http.Client
 	// Token is sent as the bearer token: the admin token, or for the
 	// read-only views the ops token. Empty sends none.
@@ -108,10 +109,16 @@ func (c Client) Do(ctx context.Context, m *pb.Member, method, path string, body 
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
+	hc := http.Client{}
+	if c.HTTP != nil {
+		hc = *c.HTTP
 	}
+	// The listener is the one the member advertises: a redirect is not
+	// followed, so that the grant (Go's client keeps Authorization for
+	// the same host's other ports) and the request go to no other
+	// listener, whose answer would pass for this node's. A redirect is
+	// an answer the node failed with.
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, &Error{Node: id, Kind: ErrUnreachable, Msg: fmt.Sprintf("%s unreachable at %s: %v", id, base, err), Err: err}

@@ -89,3 +89,33 @@ func TestDoSaysWhatTheNodeDid(t *testing.T) {
 		}
 	}
 }
+
+// TestDoFollowsNoRedirect: a member advertises its own ops URL, so what it
+// answers is hostile; a redirect must not take the request, and the grant
+// or token it carries, to another listener (the same host's other ports
+// included, where Go's client keeps the Authorization header), nor pass
+// that listener's answer off as the node's.
+func TestDoFollowsNoRedirect(t *testing.T) {
+	reached := make(chan string, 1)
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached <- r.Header.Get("Authorization")
+		w.Write([]byte(`{"node": "node-2"}`))
+	}))
+	defer other.Close()
+	m := member(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/stats", http.StatusFound)
+	})
+	resp, err := Client{Token: "t"}.Do(context.Background(), m, http.MethodGet, "/stats", nil)
+	if err == nil {
+		resp.Body.Close()
+	}
+	select {
+	case auth := <-reached:
+		t.Fatalf("the redirect was followed to another listener, with Authorization %q", auth)
+	default:
+	}
+	var oe *Error
+	if !errors.Is(err, ErrFailed) || !errors.As(err, &oe) || oe.Node != "node-1" || !strings.HasPrefix(err.Error(), "node-1 /stats: 302") {
+		t.Fatalf("%v, want ErrFailed naming node-1 and the 302", err)
+	}
+}
