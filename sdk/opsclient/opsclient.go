@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // What went wrong with a request to an ops listener; an *Error matches
@@ -90,10 +91,13 @@ type Client struct {
 // an *Error: ErrNoOpsURL, ErrUnreachable, ErrRefused (401, 403), ErrInvalid
 // (400) or ErrFailed, with the node's reason.
 func (c Client) Do(ctx context.Context, m *pb.Member, method, path string, body []byte) (*http.Response, error) {
-	id := m.GetId()
+	// The id, the URL and the node's reasons are the member's own words,
+	// shown to an operator: their controls are escaped.
+	node := m.GetId()
+	id := redact.Printable(node)
 	base := strings.TrimSuffix(m.GetOpsUrl(), "/")
 	if base == "" {
-		return nil, &Error{Node: id, Kind: ErrNoOpsURL, Msg: fmt.Sprintf("%s: %v", id, ErrNoOpsURL)}
+		return nil, &Error{Node: node, Kind: ErrNoOpsURL, Msg: fmt.Sprintf("%s: %v", id, ErrNoOpsURL)}
 	}
 	var rd io.Reader
 	if body != nil {
@@ -101,7 +105,7 @@ func (c Client) Do(ctx context.Context, m *pb.Member, method, path string, body 
 	}
 	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
-		return nil, &Error{Node: id, Kind: ErrNoOpsURL, Msg: fmt.Sprintf("%s: ops URL %q: %v", id, base, err), Err: err}
+		return nil, &Error{Node: node, Kind: ErrNoOpsURL, Msg: fmt.Sprintf("%s: ops URL %q: %v", id, base, err), Err: err}
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -121,21 +125,21 @@ func (c Client) Do(ctx context.Context, m *pb.Member, method, path string, body 
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, &Error{Node: id, Kind: ErrUnreachable, Msg: fmt.Sprintf("%s unreachable at %s: %v", id, base, err), Err: err}
+		return nil, &Error{Node: node, Kind: ErrUnreachable, Msg: fmt.Sprintf("%s unreachable at %s: %s", id, redact.Printable(base), redact.Printable(err.Error())), Err: err}
 	}
 	if resp.StatusCode == http.StatusOK {
 		return resp, nil
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxWhy))
-	why := strings.TrimSpace(string(b))
+	why := redact.Printable(strings.TrimSpace(string(b)))
 	switch resp.StatusCode {
 	case http.StatusUnauthorized, http.StatusForbidden:
-		return nil, &Error{Node: id, Kind: ErrRefused, Msg: fmt.Sprintf("%s refused %s: %s", id, path, why)}
+		return nil, &Error{Node: node, Kind: ErrRefused, Msg: fmt.Sprintf("%s refused %s: %s", id, path, why)}
 	case http.StatusBadRequest:
-		return nil, &Error{Node: id, Kind: ErrInvalid, Msg: fmt.Sprintf("%s %s: %s", id, path, why)}
+		return nil, &Error{Node: node, Kind: ErrInvalid, Msg: fmt.Sprintf("%s %s: %s", id, path, why)}
 	}
-	return nil, &Error{Node: id, Kind: ErrFailed, Msg: fmt.Sprintf("%s %s: %d %s", id, path, resp.StatusCode, why)}
+	return nil, &Error{Node: node, Kind: ErrFailed, Msg: fmt.Sprintf("%s %s: %d %s", id, path, resp.StatusCode, why)}
 }
 
 // Warm has node m preheat req's images (POST /warm): step gets each
@@ -154,9 +158,10 @@ func (c Client) Warm(ctx context.Context, m *pb.Member, req *pb.WarmRequest, ste
 		return nil, err
 	}
 	defer resp.Body.Close()
-	id := m.GetId()
+	node := m.GetId()
+	id := redact.Printable(node)
 	broken := func(msg string, err error) error {
-		return &Error{Node: id, Kind: ErrBroken, Msg: id + " /warm: " + msg, Err: err}
+		return &Error{Node: node, Kind: ErrBroken, Msg: id + " /warm: " + msg, Err: err}
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 4096), MaxWarmLine)
@@ -172,7 +177,7 @@ func (c Client) Warm(ctx context.Context, m *pb.Member, req *pb.WarmRequest, ste
 			return p.GetSummary(), nil
 		}
 		if p.GetKind() == "" && p.GetError() != "" {
-			return nil, &Error{Node: id, Kind: ErrFailed, Msg: fmt.Sprintf("%s /warm: %s", id, p.GetError())}
+			return nil, &Error{Node: node, Kind: ErrFailed, Msg: fmt.Sprintf("%s /warm: %s", id, redact.Printable(p.GetError()))}
 		}
 		if err := step(p); err != nil {
 			return nil, err

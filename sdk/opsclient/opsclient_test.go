@@ -119,3 +119,22 @@ func TestDoFollowsNoRedirect(t *testing.T) {
 		t.Fatalf("%v, want ErrFailed naming node-1 and the 302", err)
 	}
 }
+
+// TestDoEscapesTheNodesReason: the reason a node gives is shown to an
+// operator as it is in an error; its controls (an escape sequence, C1
+// CSI, a CR that overwrites the line, a bidi override) are escaped.
+func TestDoEscapesTheNodesReason(t *testing.T) {
+	for _, code := range []int{http.StatusForbidden, http.StatusBadRequest, http.StatusInternalServerError} {
+		m := member(t, func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "\x1b]0;owned\x07\x1b[2Jfine\rnode-2 ok \u009b31m\u202egnp.exe", code)
+		})
+		_, err := Client{Token: "t"}.Do(context.Background(), m, http.MethodGet, "/stats", nil)
+		if err == nil {
+			t.Fatalf("%d: no error", code)
+		}
+		msg := err.Error()
+		if strings.ContainsAny(msg, "\x1b\x07\r\u009b\u202e") || !strings.Contains(msg, `\u001b[2Jfine\u000dnode-2 ok \u009b31m\u202egnp.exe`) {
+			t.Errorf("%d: %q, want the reason's controls escaped", code, msg)
+		}
+	}
+}
