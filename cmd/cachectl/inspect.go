@@ -95,11 +95,15 @@ func inspect(ctx context.Context, c *admin.Client, resp *pb.ListNodesResponse, r
 // line under it says where its freshness comes from, its variant,
 // validators and tags. -o wide puts them all on the row.
 func inspectTable(tw *tabwriter.Writer, in *inspection) {
-	owners := strings.Join(in.Owners, ", ")
-	if len(in.Owners) > 1 {
-		owners = in.Owners[0] + " (and " + strings.Join(in.Owners[1:], ", ") + " while the key is hot)"
+	shownOwners := make([]string, len(in.Owners))
+	for i, o := range in.Owners {
+		shownOwners[i] = shown(o)
 	}
-	fmt.Fprintf(tw, "URL\t%s\nPOLICY\t%s\nKEY\t%s\nOWNER\t%s\n\n", in.URL, in.Policy, in.Key, owners)
+	owners := strings.Join(shownOwners, ", ")
+	if len(in.Owners) > 1 {
+		owners = shownOwners[0] + " (and " + strings.Join(shownOwners[1:], ", ") + " while the key is hot)"
+	}
+	fmt.Fprintf(tw, "URL\t%s\nPOLICY\t%s\nKEY\t%s\nOWNER\t%s\n\n", shown(in.URL), shown(in.Policy), shown(in.Key), owners)
 	// The rows are aligned apart from the detail lines under them, which
 	// a tabwriter would take as the end of the columns.
 	var rows bytes.Buffer
@@ -125,7 +129,7 @@ func inspectTable(tw *tabwriter.Writer, in *inspection) {
 	}
 	var unreachable []string
 	for _, n := range in.Nodes {
-		name := n.Node
+		name := shown(n.Node)
 		switch {
 		case len(in.Owners) > 0 && n.Node == in.Owners[0]:
 			name += " (owner)"
@@ -136,14 +140,14 @@ func inspectTable(tw *tabwriter.Writer, in *inspection) {
 		switch {
 		case n.Unreachable != "":
 			cells(name, "unreachable", "-", "-", "-", "-", "-", "-", "-", "-")
-			unreachable = append(unreachable, n.Node+": "+n.Unreachable)
+			unreachable = append(unreachable, shown(n.Node)+": "+shown(n.Unreachable))
 		case len(n.Objects) == 0 && len(in.Owners) > 0 && n.Node == in.Owners[0]:
 			cells(name, "not stored", "-", "-", "-", "-", "-", "-", "-", "-")
 		}
 		for _, o := range n.Objects {
-			variant := dash(o.Variant)
+			variant := dash(shown(o.Variant))
 			if o.Range != "" {
-				variant = o.Range
+				variant = shown(o.Range)
 			}
 			if o.Slices > 0 {
 				variant = fmt.Sprintf("%d slices here", o.Slices)
@@ -152,9 +156,9 @@ func inspectTable(tw *tabwriter.Writer, in *inspection) {
 			if o.FreshFor < 0 {
 				fresh = "stale " + (time.Duration(-o.FreshFor) * time.Second).String()
 			}
-			validators := strings.TrimSpace(o.ETag + " " + o.LastModified)
-			cells(name, o.Kind, variant, o.Tier, units.Bytes(o.Size), (time.Duration(o.Age) * time.Second).String(), fresh,
-				dash(o.Freshness), dash(validators), dash(strings.Join(o.Tags, ",")))
+			validators := strings.TrimSpace(shown(o.ETag) + " " + shown(o.LastModified))
+			cells(name, shown(o.Kind), variant, shown(o.Tier), units.Bytes(o.Size), (time.Duration(o.Age) * time.Second).String(), fresh,
+				dash(shown(o.Freshness)), dash(validators), dash(shown(strings.Join(o.Tags, ","))))
 		}
 	}
 	rt.Flush()
@@ -172,11 +176,11 @@ func inspectTable(tw *tabwriter.Writer, in *inspection) {
 		fmt.Fprintln(tw)
 	}
 	if !in.Stored {
-		fmt.Fprintf(tw, "\nnot stored: no node that answered holds %s\n", in.URL)
+		fmt.Fprintf(tw, "\nnot stored: no node that answered holds %s\n", shown(in.URL))
 	}
 	for _, n := range in.Nodes {
 		if n.Last != nil {
-			fmt.Fprintf(tw, "\n%s", wrap(n.Node+" last: "+lastAnswer(n.Last), 80))
+			fmt.Fprintf(tw, "\n%s", wrap(shown(n.Node)+" last: "+lastAnswer(n.Last), 80))
 		}
 	}
 	if slices.ContainsFunc(in.Nodes, func(n nodeInspection) bool { return n.Last != nil }) {
@@ -188,15 +192,16 @@ func inspectTable(tw *tabwriter.Writer, in *inspection) {
 // "MISS 200, not stored: set-cookie, 3s ago"; "purged 1m0s ago".
 func lastAnswer(l *admin.LastAnswer) string {
 	ago := (time.Duration(l.Age) * time.Second).String() + " ago"
+	reason := shown(l.Reason)
 	if l.Cache == "" {
-		return l.Reason + " " + ago
+		return reason + " " + ago
 	}
-	s := l.Cache
+	s := shown(l.Cache)
 	if l.Status > 0 {
 		s += fmt.Sprintf(" %d", l.Status)
 	}
 	if l.Stored {
-		return s + ", stored (" + l.Reason + "), " + ago
+		return s + ", stored (" + reason + "), " + ago
 	}
-	return s + ", not stored: " + l.Reason + ", " + ago
+	return s + ", not stored: " + reason + ", " + ago
 }

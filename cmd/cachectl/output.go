@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/shardcache/shardcache/cmd/internal/command"
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // outputFormats are the values of -o.
@@ -28,6 +29,14 @@ func checkFormat(format string) error {
 	}
 	return command.Usage(fmt.Errorf("-o %q: want table, wide, json or yaml", format))
 }
+
+// shown is text a node sent (its id, a hot key, its version, a reason, an
+// inspection's fields) as a table shows it: a member advertises its own ops
+// listener, so its controls, tabs and line breaks are escaped
+// (redact.Printable), so that it neither rewrites the operator's terminal
+// nor makes a cell or a row of its own, passing for another node's. JSON
+// and YAML keep it as sent.
+func shown(s string) string { return redact.Printable(s) }
 
 // render writes v as JSON or YAML, or calls table for the table format.
 // Every command's JSON has one style: snake_case names (a protobuf

@@ -146,11 +146,11 @@ func statsTable(tw *tabwriter.Writer, s *clusterStats) {
 	fmt.Fprintln(tw)
 	var stale []string
 	for _, t := range slices.Concat(s.Nodes, []*trafficStats{s.Total}) {
-		name := t.Node
+		name := shown(t.Node)
 		if !t.Live {
 			name += "*"
 			if t.Unreachable != "" {
-				stale = append(stale, t.Node+": "+t.Unreachable)
+				stale = append(stale, shown(t.Node)+": "+shown(t.Unreachable))
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s", name, t.Requests, percent(t.HitRatio), percent(t.OriginOffload),

@@ -354,17 +354,17 @@ func topTable(tw *tabwriter.Writer, v *topView, by rune, desc bool) {
 	fmt.Fprintln(tw, "NODE\tREQ/S\tHIT\tRELAY\tORIGIN/S\tOFFLOAD\tP50\tP99\tPEER/S\tMEMORY\tDISK")
 	for _, n := range append(nodes, v.Total) {
 		if n.Unreachable != "" {
-			fmt.Fprintf(tw, "%s\tunreachable\n", n.Node)
+			fmt.Fprintf(tw, "%s\tunreachable\n", shown(n.Node))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.RequestsPerS, percent(n.HitRatio), percent(n.RelayFraction),
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\n", shown(n.Node), n.RequestsPerS, percent(n.HitRatio), percent(n.RelayFraction),
 			n.OriginPerS, percent(n.OriginOffload), latency(n.P50), latency(n.P99), units.Bytes(int64(n.PeerBytesPerS)),
 			units.Bytes(n.MemoryBytes), units.Bytes(n.DiskBytes))
 	}
 	if len(v.HotKeys) > 0 {
 		fmt.Fprintln(tw, "\nHOT KEY\tNODE\tREQ/MIN")
 		for _, k := range v.HotKeys {
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\n", k.Key, k.Node, k.Rate)
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\n", shown(k.Key), shown(k.Node), k.Rate)
 		}
 	}
 }

@@ -101,9 +101,9 @@ func versionTable(tw *tabwriter.Writer, v *versions, viaNodes bool) {
 	}
 	for _, n := range v.Nodes {
 		if n.Unreachable != "" {
-			fmt.Fprintf(tw, "%s\tunreachable\n", n.Node)
+			fmt.Fprintf(tw, "%s\tunreachable\n", shown(n.Node))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\n", n.Node, dash(n.Version))
+		fmt.Fprintf(tw, "%s\t%s\n", shown(n.Node), dash(shown(n.Version)))
 	}
 }
