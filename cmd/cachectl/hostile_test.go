@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -62,4 +63,45 @@ func TestTablesEscapeWhatNodesSent(t *testing.T) {
 	checkShown(t, "inspect", table(func(tw *tabwriter.Writer) { inspectTable(tw, in) }))
 	in.wide = true
 	checkShown(t, "inspect -o wide", table(func(tw *tabwriter.Writer) { inspectTable(tw, in) }))
+}
+
+// TestLogEscapesWhatNodesSent: a node's log stream is printed with its
+// controls escaped in every format: JSON lines stay JSON that decodes to
+// what the node sent, and a text account or a template's line has no line
+// break of the node's, which would forge a record of its own.
+func TestLogEscapesWhatNodesSent(t *testing.T) {
+	r := fullRecord()
+	r.Path, r.Reason, r.Key, r.RequestID = evil, evil, evil, evil
+	r.Full.Request["X-Evil"] = []string{evil + "\n*  << Request >> forged  node-2"}
+	r.Full.Calls[0].Error = evil
+	line, _ := json.Marshal(r)
+	for _, tt := range []struct {
+		format string
+		full   bool
+	}{{"json", false}, {"json", true}, {"text", true}, {"{path} {reason} {req.X-Evil}", false}} {
+		f := admin.LogFilter{Full: tt.full}
+		pr, err := checkLogFlags(&f, tt.format, 200)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := pr.print(evil, string(line))
+		checkShown(t, "log --format "+tt.format, got)
+		if strings.Count("\n"+got, "\n*  << Request >>") > 1 {
+			t.Errorf("--format %s: a node's field forged a record:\n%s", tt.format, got)
+		}
+		if tt.format == "json" {
+			var back admin.LogRecord
+			if err := json.Unmarshal([]byte(got), &back); err != nil || back.Path != evil {
+				t.Errorf("--format json printed %q: %v; want JSON of the node's record", got, err)
+			}
+		}
+	}
+	// A line that is no JSON, raw controls in it, is escaped too.
+	for _, format := range []string{"json", "ncsa", "text"} {
+		pr, err := checkLogFlags(&admin.LogFilter{}, format, 200)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkShown(t, "log --format "+format+" of a line that is no record", pr.print("node-1", "1.2.3.4 - - "+evil))
+	}
 }

@@ -78,7 +78,7 @@ what this stream is too slow for, so a stream never slows serving. Ctrl-C ends i
 							mu.Unlock()
 						})
 						if err != nil {
-							fmt.Fprintf(os.Stderr, "cachectl log: %v\n", err) // the others keep streaming
+							fmt.Fprintf(os.Stderr, "cachectl log: %s\n", shown(err.Error())) // the others keep streaming
 						}
 					})
 				}

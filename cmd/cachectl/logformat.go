@@ -20,23 +20,26 @@ type logPrinter struct {
 	template   *logquery.Template
 }
 
-// print is what one line of node's stream prints as.
+// print is what one line of node's stream prints as. What a node sent is
+// shown with its controls escaped (shown): a JSON line stays JSON with the
+// same values (\u escapes), and a text account or a template's line gets
+// no line break of the node's, which would forge a record.
 func (p *logPrinter) print(node, line string) string {
 	if p.json || p.ncsa {
-		return line + "\n"
+		return shown(line) + "\n"
 	}
 	var note struct {
 		Dropped *uint64 `json:"dropped"`
 	}
 	if json.Unmarshal([]byte(line), &note) == nil && note.Dropped != nil {
-		return fmt.Sprintf("# %s dropped %d records (rate or a slow reader)\n", node, *note.Dropped)
+		return fmt.Sprintf("# %s dropped %d records (rate or a slow reader)\n", shown(node), *note.Dropped)
 	}
 	var r admin.LogRecord
 	if err := json.Unmarshal([]byte(line), &r); err != nil {
-		return fmt.Sprintf("# %s sent a line that is no record: %.200s\n", node, line)
+		return fmt.Sprintf("# %s sent a line that is no record: %.200s\n", shown(node), shown(line))
 	}
 	if p.template != nil {
-		return p.template.Render(&r) + "\n"
+		return shown(p.template.Render(&r)) + "\n"
 	}
 	return logText(&r)
 }
@@ -45,9 +48,9 @@ func (p *logPrinter) print(node, line string) string {
 // requests made for it, the answer's fields, the stages, and the end.
 func logText(r *admin.LogRecord) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "*  << Request >> %s  %s  %s\n", dash(r.RequestID), r.Node, r.Start.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(&b, "*  << Request >> %s  %s  %s\n", dash(shown(r.RequestID)), shown(r.Node), r.Start.UTC().Format(time.RFC3339Nano))
 	row := func(indent int, tag, format string, args ...any) {
-		fmt.Fprintf(&b, "-  %s%-11s %s\n", strings.Repeat("  ", indent), tag, fmt.Sprintf(format, args...))
+		fmt.Fprintf(&b, "-  %s%-11s %s\n", strings.Repeat("  ", indent), tag, shown(fmt.Sprintf(format, args...)))
 	}
 	row(0, "Begin", "%s %s %s  client %s  host %s", r.Method, r.Path, r.Proto, r.Client, r.Host)
 	if r.Key != "" {
