@@ -14,6 +14,7 @@ import (
 
 	pb "github.com/shardcache/shardcache/proto/shardcache/v1"
 	"github.com/shardcache/shardcache/sdk/opsclient"
+	"github.com/shardcache/shardcache/sdk/redact"
 )
 
 // A node's ops listener answers two admin questions directly, from its
@@ -160,9 +161,12 @@ func (c *Client) opsRead(ctx context.Context, n *pb.Node, path, token string) ([
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxOpsAnswer))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxOpsAnswer+1))
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", n.GetMember().GetId(), path, err)
+		return nil, fmt.Errorf("%s %s: %w", redact.Printable(n.GetMember().GetId()), path, err)
+	}
+	if len(b) > maxOpsAnswer {
+		return nil, fmt.Errorf("%s %s: the node's answer is larger than %d bytes; nothing of it is shown", redact.Printable(n.GetMember().GetId()), path, maxOpsAnswer)
 	}
 	return b, nil
 }

@@ -43,3 +43,22 @@ func TestAnAdvertisedOpsURLGetsAGrantNotTheToken(t *testing.T) {
 		t.Fatal("the grant node-7's listener got opens node-1's views too")
 	}
 }
+
+// A node's answer is read up to a bound; a larger one is an error naming
+// the node, not a cut answer that fails to decode.
+func TestAnOversizedOpsAnswerIsRefusedNamingTheNode(t *testing.T) {
+	ops := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"hot_keys":["` + strings.Repeat("k", maxOpsAnswer) + `"]}`))
+	}))
+	defer ops.Close()
+	c, err := New(Config{Address: "127.0.0.1:1", Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n := &pb.Node{Member: &pb.Member{Id: "node-7", OpsUrl: ops.URL}}
+	_, err = c.opsGet(context.Background(), n, "/stats")
+	if err == nil || !strings.Contains(err.Error(), "node-7 /stats: the node's answer is larger than") {
+		t.Fatalf("opsGet = %v; want an error naming node-7 and the bound", err)
+	}
+}
