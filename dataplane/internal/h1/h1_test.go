@@ -54,6 +54,13 @@ func exchangeOpen(t *testing.T, addr, req string) string { return dial(t, addr, 
 
 func dial(t *testing.T, addr, req string, halfClose bool) string {
 	t.Helper()
+	b, _ := dialRead(t, addr, req, halfClose)
+	return b
+}
+
+// dialRead is dial that also returns how the reading ended.
+func dialRead(t *testing.T, addr, req string, halfClose bool) (string, error) {
+	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -64,8 +71,8 @@ func dial(t *testing.T, addr, req string, halfClose bool) string {
 	if halfClose {
 		c.(*net.TCPConn).CloseWrite()
 	}
-	b, _ := io.ReadAll(c)
-	return string(b)
+	b, err := io.ReadAll(c)
+	return string(b), err
 }
 
 var hello = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -472,14 +479,7 @@ var panicking = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 // reset, not closed.
 func wantReset(t *testing.T, addr string) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	io.WriteString(c, "GET /panic HTTP/1.0\r\n\r\n")
-	got, err := io.ReadAll(c)
+	got, err := dialRead(t, addr, "GET /panic HTTP/1.0\r\n\r\n", false)
 	if !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("after %d bytes: %v, want the connection reset", len(got), err)
 	}
