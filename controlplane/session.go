@@ -504,7 +504,9 @@ func (r *sessionRun) purgeResult(res *pb.PurgeResult) {
 	if res.GetError() != "" {
 		r.log.Warn("node failed to apply a purge", "purge", res.GetPurgeId(), "err", res.GetError())
 	}
-	r.n.marks.applied(r.m.GetId(), res.GetRevisionApplied())
+	// The result is queued before the revision moves: a batch that
+	// completes the purge then carries what the node said of it.
+	defer r.n.marks.applied(r.m.GetId(), res.GetRevisionApplied())
 	if res.GetPurgeId() == "" {
 		return // the applied revision alone
 	}

@@ -191,10 +191,32 @@ func TestPurgesAcrossTheCluster(t *testing.T) {
 			Complete bool        `json:"complete"`
 			Purges   []purgeJSON `json:"purges"`
 		}
-		err = json.NewDecoder(resp.Body).Decode(&out)
+		answer, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if err == nil {
+			err = json.Unmarshal(answer, &out)
+		}
 		if err != nil || resp.StatusCode != http.StatusOK || !out.Complete || len(out.Purges) != 1 || len(out.Purges[0].Results) != 3 {
 			t.Fatalf("PURGE: %d %+v %v; want 200, complete, 3 results", resp.StatusCode, out, err)
+		}
+		// The answer that says the purge is complete counts what its
+		// owners removed at once (protojson: int64 fields as strings).
+		var counts struct {
+			Purges []struct {
+				Results []struct {
+					ObjectsRemoved int64 `json:"objectsRemoved,string"`
+				} `json:"results"`
+			} `json:"purges"`
+		}
+		if err := json.Unmarshal(answer, &counts); err != nil || len(counts.Purges) != 1 {
+			t.Fatalf("PURGE answer %s: %v", answer, err)
+		}
+		var removed int64
+		for _, r := range counts.Purges[0].Results {
+			removed += r.ObjectsRemoved
+		}
+		if removed == 0 {
+			t.Fatalf("PURGE answered complete with no object removed: %s", answer)
 		}
 		// The next request is a miss on the owner; no node serves the old
 		// version, from its store or a copy.

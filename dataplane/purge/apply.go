@@ -41,13 +41,15 @@ type Applier struct {
 }
 
 // purgeAckWithin is how long a purge's result waits for the sweep to
-// finish before it is sent with the count so far and sweeping set.
+// finish before the count so far is sent, with sweeping set.
 const purgeAckWithin = 2 * time.Second
 
 // Apply applies purges pushed by the control plane, in order, and
-// reports each one's result: once the sweep has applied it to every stored
-// object, or after purgeAckWithin with the count so far. Once it returns,
-// nothing the purges match is served.
+// reports each one's result: what it removed at once (an exact purge's
+// keys), with the applied revision, and its whole count once the sweep
+// has applied it to every stored object (after purgeAckWithin, the count
+// so far as well). Once it returns, nothing the purges match is
+// served.
 func (a *Applier) Apply(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 	var added []*Ban
 	for _, p := range ps {
@@ -90,7 +92,15 @@ func (a *Applier) Apply(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 	rev := a.Bans.Revision()
 	// Nothing the purges match is served from here on: the applied
 	// revision goes to the control plane now, and answers for them all
-	// (it names no purge); each one's count follows once swept.
+	// (it names no purge). What a purge of a URL or key removed at once
+	// goes ahead of it, as a sweep still running: the status that
+	// completes the purge then counts it, where it would say none; each
+	// one's whole count follows once swept.
+	for _, b := range added {
+		if n := b.Removed().Load(); n > 0 {
+			report(&pb.PurgeResult{NodeId: a.NodeID, PurgeId: b.Purge().GetId(), RevisionApplied: rev, ObjectsRemoved: n, Sweeping: true})
+		}
+	}
 	report(&pb.PurgeResult{NodeId: a.NodeID, RevisionApplied: rev})
 	for _, b := range added {
 		a.Metrics.Purges.WithLabelValues(strings.ToLower(strings.TrimPrefix(b.Purge().GetKind().String(), "PURGE_KIND_"))).Inc()
@@ -100,16 +110,21 @@ func (a *Applier) Apply(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 		a.Tasks.Go("purge-report", func() {
 			t := time.NewTimer(purgeAckWithin)
 			defer t.Stop()
-			res := &pb.PurgeResult{NodeId: a.NodeID, PurgeId: b.Purge().GetId(), RevisionApplied: rev}
-			select {
-			case <-b.Swept():
-			case <-t.C:
-				res.Sweeping = true
-			case <-a.Tasks.Context().Done():
-				return // the node stops: no session is left to carry it
+			count := func(sweeping bool) *pb.PurgeResult {
+				return &pb.PurgeResult{NodeId: a.NodeID, PurgeId: b.Purge().GetId(), RevisionApplied: rev,
+					ObjectsRemoved: b.Removed().Load(), Sweeping: sweeping}
 			}
-			res.ObjectsRemoved = b.Removed().Load()
-			report(res)
+			for {
+				select {
+				case <-b.Swept():
+					report(count(false))
+					return
+				case <-t.C: // the count so far; the whole one when the sweep ends
+					report(count(true))
+				case <-a.Tasks.Context().Done():
+					return // the node stops: no session is left to carry it
+				}
+			}
 		})
 	}
 }
