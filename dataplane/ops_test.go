@@ -141,3 +141,30 @@ func TestLoadReportCountsBypassInOriginRequests(t *testing.T) {
 		t.Fatalf("load report: %d requests, %d origin requests; want 4 and 3 (a fill and two bypasses)", l.GetRequestsTotal(), l.GetOriginRequestsTotal())
 	}
 }
+
+// An owner counts the requests it answers for relaying peers: with the
+// client requests it did not relay, what its origin requests are counted
+// against (cachectl's per-node offload).
+func TestLoadReportCountsAnswersForPeers(t *testing.T) {
+	o := &testOrigin{}
+	origin := httptest.NewServer(o)
+	defer origin.Close()
+	a, b, e := startPair(t, origin.URL, noHotKeys)
+	p := pathOwnedBy(t, e, "/peer/", "b")
+	for range 3 {
+		do(t, "GET", "http://"+a.ClientAddr().String()+p) // relayed to b
+	}
+	// Each node counts as its handler returns, which may be after the
+	// answer has left.
+	waitFor(t, "three requests counted at a, and answered at b", func() bool {
+		return a.loadReport().GetRequestsTotal() >= 3 && b.loadReport().GetPeerAnswersTotal() >= 3
+	})
+	la, lb := a.loadReport(), b.loadReport()
+	if la.GetRelayedTotal() != 3 || la.GetPeerAnswersTotal() != 0 {
+		t.Fatalf("a relayed %d and answered %d for peers; want 3 and 0", la.GetRelayedTotal(), la.GetPeerAnswersTotal())
+	}
+	if lb.GetRequestsTotal() != 0 || lb.GetPeerAnswersTotal() != 3 || lb.GetOriginRequestsTotal() != 1 {
+		t.Fatalf("b: %d client requests, %d answered for peers, %d origin requests; want 0, 3 and 1",
+			lb.GetRequestsTotal(), lb.GetPeerAnswersTotal(), lb.GetOriginRequestsTotal())
+	}
+}

@@ -38,12 +38,16 @@ type trafficStats struct {
 	Hits           uint64 `json:"hits"`
 	OriginRequests uint64 `json:"origin_requests"`
 	Relayed        uint64 `json:"relayed"`
-	PeerBytes      uint64 `json:"peer_bytes"`
+	// PeerAnswers are the requests the node answered for peers that
+	// relayed them to it, as their key's owner.
+	PeerAnswers uint64 `json:"peer_answers"`
+	PeerBytes   uint64 `json:"peer_bytes"`
 	// ResponseBytes are the body bytes sent to clients by route.
 	ResponseBytes map[string]uint64 `json:"response_bytes_by_route"`
 	// HitRatio is hits over requests.
 	HitRatio *float64 `json:"hit_ratio"`
-	// OriginOffload is the share of requests that did not reach the origin.
+	// OriginOffload is the share of requests that did not reach the
+	// origin: of a node's, those it answered itself (originBase).
 	OriginOffload *float64 `json:"origin_offload"`
 	// RelayFraction is the share of requests relayed to another node.
 	RelayFraction *float64 `json:"relay_fraction"`
@@ -51,7 +55,8 @@ type trafficStats struct {
 	// traffic would have caused with a cache of each node's size keeping
 	// only what its own clients asked for (no sharding); ShardingSaves is
 	// the share of those the cluster did not make (negative: sharding
-	// cost origin requests).
+	// cost origin requests), a node's at its rate of origin requests per
+	// request it answered.
 	LocalOnlyOriginRequests float64  `json:"local_only_origin_requests"`
 	ShardingSaves           *float64 `json:"sharding_saves"`
 }
@@ -86,7 +91,7 @@ func statsOf(resp *pb.ListNodesResponse, live liveStats) *clusterStats {
 		}
 		s.Total.Live = s.Total.Live && ns.Live
 		ns.Requests, ns.Hits, ns.OriginRequests = l.GetRequestsTotal(), l.GetHitsTotal(), l.GetOriginRequestsTotal()
-		ns.Relayed, ns.PeerBytes = l.GetRelayedTotal(), l.GetPeerBytesTotal()
+		ns.Relayed, ns.PeerAnswers, ns.PeerBytes = l.GetRelayedTotal(), l.GetPeerAnswersTotal(), l.GetPeerBytesTotal()
 		ns.LocalOnlyOriginRequests = l.GetLocalEstimateRequests() - l.GetLocalEstimateHits()
 		s.Total.LocalOnlyOriginRequests += ns.LocalOnlyOriginRequests
 		for r, b := range l.GetResponseBytesByRoute() {
@@ -97,11 +102,12 @@ func statsOf(resp *pb.ListNodesResponse, live liveStats) *clusterStats {
 		s.Total.Hits += ns.Hits
 		s.Total.OriginRequests += ns.OriginRequests
 		s.Total.Relayed += ns.Relayed
+		s.Total.PeerAnswers += ns.PeerAnswers
 		s.Total.PeerBytes += ns.PeerBytes
-		ns.ratios()
+		ns.ratios(originBase(float64(ns.Requests), float64(ns.Relayed), float64(ns.PeerAnswers)))
 		s.Nodes = append(s.Nodes, ns)
 	}
-	s.Total.ratios()
+	s.Total.ratios(float64(s.Total.Requests))
 	return s
 }
 
@@ -115,8 +121,13 @@ func newTrafficStats(node string) *trafficStats {
 	return t
 }
 
-// ratios fills the ratios from the counters.
-func (t *trafficStats) ratios() {
+// ratios fills the ratios from the counters, the origin's against base
+// requests (originBase).
+func (t *trafficStats) ratios(base float64) {
+	if base > 0 { // a node that answered only its peers has one too
+		offload := 1 - float64(t.OriginRequests)/base
+		t.OriginOffload = &offload
+	}
 	if t.Requests == 0 {
 		return
 	}
@@ -124,12 +135,23 @@ func (t *trafficStats) ratios() {
 		v := float64(n) / float64(t.Requests)
 		return &v
 	}
-	offload := 1 - float64(t.OriginRequests)/float64(t.Requests)
-	t.HitRatio, t.OriginOffload, t.RelayFraction = share(t.Hits), &offload, share(t.Relayed)
-	if t.LocalOnlyOriginRequests > 0 {
-		saves := 1 - float64(t.OriginRequests)/t.LocalOnlyOriginRequests
+	t.HitRatio, t.RelayFraction = share(t.Hits), share(t.Relayed)
+	if base > 0 && t.LocalOnlyOriginRequests > 0 {
+		perRequest := float64(t.OriginRequests) / base
+		saves := 1 - perRequest/(t.LocalOnlyOriginRequests/float64(t.Requests))
 		t.ShardingSaves = &saves
 	}
+}
+
+// originBase is what a node's origin requests are counted against: the
+// requests it answered itself, those of its clients it did not relay and
+// those its peers relayed to it. A node's origin requests are its fills
+// as the owner of keys that any node's clients asked for, so against its
+// own clients' requests they could pass 100 % (a node few clients use,
+// owning keys others' clients ask for). Summed over the cluster it is
+// the client requests, which the total is counted against.
+func originBase(requests, relayed, peerAnswers float64) float64 {
+	return requests - relayed + peerAnswers
 }
 
 // statsTable fits 80 columns; -o wide adds the local-only estimate and

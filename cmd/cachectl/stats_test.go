@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -13,10 +14,10 @@ import (
 func testLoads() *pb.ListNodesResponse {
 	return &pb.ListNodesResponse{Epoch: 7, Nodes: []*pb.Node{
 		{Member: &pb.Member{Id: "node-1"}, Load: &pb.LoadReport{RequestsTotal: 1000, HitsTotal: 900, OriginRequestsTotal: 80,
-			RelayedTotal: 600, PeerBytesTotal: 3 << 20, LocalEstimateRequests: 1000, LocalEstimateHits: 750,
+			RelayedTotal: 600, PeerAnswersTotal: 1900, PeerBytesTotal: 3 << 20, LocalEstimateRequests: 1000, LocalEstimateHits: 750,
 			ResponseBytesByRoute: map[string]uint64{"local": 5 << 20, "relayed": 12 << 20, "bypass": 2048}}},
 		{Member: &pb.Member{Id: "node-2"}, Load: &pb.LoadReport{RequestsTotal: 3000, HitsTotal: 2940, OriginRequestsTotal: 45,
-			RelayedTotal: 2000, PeerBytesTotal: 1 << 30, LocalEstimateRequests: 3000, LocalEstimateHits: 2750,
+			RelayedTotal: 2000, PeerAnswersTotal: 700, PeerBytesTotal: 1 << 30, LocalEstimateRequests: 3000, LocalEstimateHits: 2750,
 			ResponseBytesByRoute: map[string]uint64{"local": 1 << 30, "relayed": 512 << 20, "redirect": 300}}},
 		{Member: &pb.Member{Id: "node-3"}}, // no report yet
 	}}
@@ -67,5 +68,35 @@ func TestStatsRatios(t *testing.T) {
 	}
 	if n := s.Nodes[2]; n.HitRatio != nil || n.OriginOffload != nil || n.RelayFraction != nil {
 		t.Errorf("a node without requests has ratios: %+v", n)
+	}
+	// A node's origin requests are counted against what it answered
+	// itself: 1000 − 600 relayed + 1900 answered for peers.
+	if n := s.Nodes[0]; n.OriginOffload == nil || *n.OriginOffload != 1-80.0/2300 {
+		t.Errorf("node-1's offload %v, want %v", n.OriginOffload, 1-80.0/2300)
+	}
+}
+
+// A node few clients use, owning keys its peers' clients ask for, makes
+// more origin requests than its own clients sent: its offload is still a
+// share of what it answered, never below zero, and so is what sharding
+// saves at its rate.
+func TestStatsOfANodeThatAnswersMostlyForPeers(t *testing.T) {
+	resp := &pb.ListNodesResponse{Nodes: []*pb.Node{{Member: &pb.Member{Id: "owner"}, Load: &pb.LoadReport{
+		RequestsTotal: 4, RelayedTotal: 3, PeerAnswersTotal: 20, OriginRequestsTotal: 6,
+		LocalEstimateRequests: 4, LocalEstimateHits: 2}}}}
+	n := statsOf(resp, liveStats{}).Nodes[0]
+	if want := 1 - 6.0/21; n.OriginOffload == nil || *n.OriginOffload != want {
+		t.Errorf("offload %v, want %v (6 origin requests of 21 answered)", n.OriginOffload, want)
+	}
+	// 6 of 21 answered went to the origin; a local-only cache would have
+	// sent 2 of its 4.
+	if want := 1 - (6.0/21)/(2.0/4); n.ShardingSaves == nil || math.Abs(*n.ShardingSaves-want) > 1e-12 {
+		t.Errorf("sharding saves %v, want %v", n.ShardingSaves, want)
+	}
+	// One no client uses has an offload all the same.
+	resp.Nodes[0].Load = &pb.LoadReport{PeerAnswersTotal: 5, OriginRequestsTotal: 1}
+	n = statsOf(resp, liveStats{}).Nodes[0]
+	if n.OriginOffload == nil || *n.OriginOffload != 0.8 || n.HitRatio != nil {
+		t.Errorf("a node answering 5 requests for peers, 1 from the origin: offload %v, hit ratio %v; want 0.8 and none", n.OriginOffload, n.HitRatio)
 	}
 }

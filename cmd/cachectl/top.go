@@ -84,9 +84,10 @@ type topNode struct {
 	PeerBytesPerS float64  `json:"peer_bytes_per_second"`
 	MemoryBytes   int64    `json:"memory_bytes"`
 	DiskBytes     int64    `json:"disk_bytes"`
-	// counts over the interval, for the total
-	requests, hits, relayed, origin float64
-	buckets                         []admin.Bucket
+	// counts over the interval, for the total; base is what origin is
+	// counted against (originBase)
+	requests, hits, relayed, origin, base float64
+	buckets                               []admin.Bucket
 }
 
 // hotKey is a hot key and the node that reports it.
@@ -169,6 +170,7 @@ func (t *top) next(ctx context.Context) (*topView, error) {
 		}
 		tn.requests, tn.hits = delta(l.GetRequestsTotal(), pl.GetRequestsTotal()), delta(l.GetHitsTotal(), pl.GetHitsTotal())
 		tn.relayed, tn.origin = delta(l.GetRelayedTotal(), pl.GetRelayedTotal()), delta(l.GetOriginRequestsTotal(), pl.GetOriginRequestsTotal())
+		tn.base = originBase(tn.requests, tn.relayed, delta(l.GetPeerAnswersTotal(), pl.GetPeerAnswersTotal()))
 		tn.PeerBytesPerS = delta(l.GetPeerBytesTotal(), pl.GetPeerBytesTotal()) / secs
 		tn.buckets = bucketDelta(st.Durations, p.Durations)
 		tn.rates(secs)
@@ -180,6 +182,7 @@ func (t *top) next(ctx context.Context) (*topView, error) {
 		v.Total.buckets = addBuckets(v.Total.buckets, tn.buckets)
 	}
 	if secs > 0 {
+		v.Total.base = v.Total.requests
 		v.Total.rates(secs)
 	}
 	slices.SortFunc(v.HotKeys, func(a, b hotKey) int { return cmp.Compare(b.Rate, a.Rate) })
@@ -192,8 +195,12 @@ func (t *top) next(ctx context.Context) (*topView, error) {
 func (tn *topNode) rates(secs float64) {
 	tn.RequestsPerS, tn.OriginPerS = tn.requests/secs, tn.origin/secs
 	if tn.requests > 0 {
-		hit, relay, offload := tn.hits/tn.requests, tn.relayed/tn.requests, 1-tn.origin/tn.requests
-		tn.HitRatio, tn.RelayFraction, tn.OriginOffload = &hit, &relay, &offload
+		hit, relay := tn.hits/tn.requests, tn.relayed/tn.requests
+		tn.HitRatio, tn.RelayFraction = &hit, &relay
+	}
+	if tn.base > 0 {
+		offload := 1 - tn.origin/tn.base
+		tn.OriginOffload = &offload
 	}
 	tn.P50, tn.P99 = quantile(tn.buckets, 0.5), quantile(tn.buckets, 0.99)
 	tn.P50Seconds, tn.P99Seconds = tn.P50, tn.P99

@@ -62,3 +62,19 @@ func TestTopTableSortsAndFits(t *testing.T) {
 		t.Errorf("by hit ratio, ascending: %s", got)
 	}
 }
+
+// A node's offload in the window is a share of the requests it answered
+// itself (its clients' less those it relayed, and its peers'), never below
+// zero for a node that answers mostly for peers; the total's is a share of
+// the client requests.
+func TestTopOffloadCountsWhatANodeAnswered(t *testing.T) {
+	tn := &topNode{requests: 4, relayed: 3, origin: 6, base: originBase(4, 3, 20)}
+	tn.rates(1)
+	if want := 1 - 6.0/21; tn.OriginOffload == nil || *tn.OriginOffload != want {
+		t.Errorf("offload %v, want %v", tn.OriginOffload, want)
+	}
+	idle := &topNode{}
+	if idle.rates(1); idle.OriginOffload != nil {
+		t.Errorf("a node that answered nothing has an offload: %v", *idle.OriginOffload)
+	}
+}

@@ -142,6 +142,7 @@ func (f *Front) serveLocal(w http.ResponseWriter, r *http.Request, rt *routes.Ta
 	}
 	rec := reply.NewRecorder(w)
 	f.cfg.Owner.Serve(rec, *req)
+	f.cfg.Metrics.Totals.PeerAnswers.Add(1)
 	f.cfg.Metrics.PeerBytes.WithLabelValues("out").Add(float64(rec.Bytes))
 	if req.Hop.Handoff && rec.Status < 300 && !rec.Broken {
 		f.cfg.Metrics.Totals.HandoffAnswers.Add(1)

@@ -27,6 +27,7 @@ func (m *Set) LoadReport(st store.Stats, shadow *Shadow, epoch uint64) *pb.LoadR
 		RelayedTotal:          t.Relayed.Load(),
 		PeerBytesTotal:        t.PeerBytes.Load(),
 		HandoffAnswersTotal:   t.HandoffAnswers.Load(),
+		PeerAnswersTotal:      t.PeerAnswers.Load(),
 		LocalEstimateRequests: estRequests,
 		LocalEstimateHits:     estHits,
 		ResponseBytesByRoute:  bytes,

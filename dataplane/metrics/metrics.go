@@ -103,6 +103,9 @@ type Totals struct {
 	Requests, Hits, OriginRequests, Relayed, PeerBytes atomic.Uint64
 	// HandoffAnswers counts handoff requests answered from the store.
 	HandoffAnswers atomic.Uint64
+	// PeerAnswers counts the requests answered for peers that relayed
+	// them (handoff requests included).
+	PeerAnswers atomic.Uint64
 }
 
 // Classic buckets reach 1 h and 100 GB, so that quantiles of long downloads

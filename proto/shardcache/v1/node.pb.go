@@ -994,8 +994,12 @@ type LoadReport struct {
 	// Handoff requests this node answered from its store: keys that moved to their new owners
 	// after a ring change took them from here.
 	HandoffAnswersTotal uint64 `protobuf:"varint,15,opt,name=handoff_answers_total,json=handoffAnswersTotal,proto3" json:"handoff_answers_total,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Requests this node answered for peers that relayed them to it (as their key's owner), handoff
+	// requests included: with requests_total less relayed_total, what it answered itself, which its
+	// origin requests are counted against.
+	PeerAnswersTotal uint64 `protobuf:"varint,16,opt,name=peer_answers_total,json=peerAnswersTotal,proto3" json:"peer_answers_total,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *LoadReport) Reset() {
@@ -1129,6 +1133,13 @@ func (x *LoadReport) GetLocalEstimateHits() float64 {
 func (x *LoadReport) GetHandoffAnswersTotal() uint64 {
 	if x != nil {
 		return x.HandoffAnswersTotal
+	}
+	return 0
+}
+
+func (x *LoadReport) GetPeerAnswersTotal() uint64 {
+	if x != nil {
+		return x.PeerAnswersTotal
 	}
 	return 0
 }
@@ -1438,7 +1449,7 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12\x0e\n" +
 	"\x02ca\x18\x02 \x01(\fR\x02ca\x127\n" +
 	"\tnot_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\xf8\x05\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xa6\x06\n" +
 	"\n" +
 	"LoadReport\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12.\n" +
@@ -1458,7 +1469,8 @@ const file_shardcache_v1_node_proto_rawDesc = "" +
 	"\x17response_bytes_by_route\x18\f \x03(\v23.shardcache.v1.LoadReport.ResponseBytesByRouteEntryR\x14responseBytesByRoute\x126\n" +
 	"\x17local_estimate_requests\x18\r \x01(\x01R\x15localEstimateRequests\x12.\n" +
 	"\x13local_estimate_hits\x18\x0e \x01(\x01R\x11localEstimateHits\x122\n" +
-	"\x15handoff_answers_total\x18\x0f \x01(\x04R\x13handoffAnswersTotal\x1aG\n" +
+	"\x15handoff_answers_total\x18\x0f \x01(\x04R\x13handoffAnswersTotal\x12,\n" +
+	"\x12peer_answers_total\x18\x10 \x01(\x04R\x10peerAnswersTotal\x1aG\n" +
 	"\x19ResponseBytesByRouteEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xc2\x01\n" +
