@@ -117,6 +117,9 @@ func markUsage(root *cobra.Command) {
 	var walk func(*cobra.Command)
 	walk = func(c *cobra.Command) {
 		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return Usage(err) })
+		if c.HasParent() && c.HasSubCommands() {
+			strictGroup(c)
+		}
 		if args := c.Args; args != nil {
 			c.Args = func(cmd *cobra.Command, a []string) error { return Usage(args(cmd, a)) }
 		}
@@ -125,4 +128,30 @@ func markUsage(root *cobra.Command) {
 		}
 	}
 	walk(root)
+}
+
+// strictGroup makes a command below the root that has subcommands refuse
+// a word that names none of them, as the root does: cobra takes it as an
+// argument, and a group with no action of its own printed its help and
+// exited 0, so a mistyped "cachectl policy aply" in a script succeeded.
+// A group with no action of its own prints its help when given no word.
+func strictGroup(c *cobra.Command) {
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2 // as the root's suggestions
+	}
+	if c.Args == nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			err := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				err += "; did you mean " + strings.Join(s, " or ") + "?"
+			}
+			return errors.New(err)
+		}
+	}
+	if !c.Runnable() {
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
 }

@@ -52,3 +52,40 @@ func TestRunExitStatus(t *testing.T) {
 		t.Fatalf("the help does not list the exit statuses:\n%s", r.Long)
 	}
 }
+
+// A word under a group that names none of its subcommands is a usage
+// error, with a suggestion, as under the root; a group alone prints its
+// help, and one with an action of its own still runs it.
+func TestGroupsRefuseUnknownSubcommands(t *testing.T) {
+	ran := ""
+	root := func() *cobra.Command {
+		r := &cobra.Command{Use: "tool"}
+		group := &cobra.Command{Use: "policy", Short: "policies"}
+		group.AddCommand(&cobra.Command{Use: "apply", RunE: func(*cobra.Command, []string) error { ran = "apply"; return nil }})
+		own := &cobra.Command{Use: "ring", RunE: func(*cobra.Command, []string) error { ran = "ring"; return nil }}
+		own.AddCommand(&cobra.Command{Use: "diff", RunE: func(*cobra.Command, []string) error { ran = "diff"; return nil }})
+		r.AddCommand(group, own)
+		return r
+	}
+	for _, tc := range []struct {
+		args          []string
+		want          int
+		ran, stderrIs string
+	}{
+		{[]string{"policy", "aply"}, ExitUsage, "", `tool: unknown command "aply" for "tool policy"; did you mean apply?`},
+		{[]string{"policy", "set", "x"}, ExitUsage, "", `tool: unknown command "set" for "tool policy"`},
+		{[]string{"policy", "apply"}, ExitOK, "apply", ""},
+		{[]string{"policy"}, ExitOK, "", ""},
+		{[]string{"ring", "dif"}, ExitUsage, "", `tool: unknown command "dif" for "tool ring"; did you mean diff?`},
+		{[]string{"ring"}, ExitOK, "ring", ""},
+	} {
+		ran = ""
+		var stderr bytes.Buffer
+		r := root()
+		r.SetOut(&bytes.Buffer{})
+		if got := Run(context.Background(), "tool", r, tc.args, &stderr, nil); got != tc.want || ran != tc.ran ||
+			strings.TrimSpace(stderr.String()) != tc.stderrIs {
+			t.Errorf("%v: exit %d, ran %q, stderr %q; want %d, %q, %q", tc.args, got, ran, stderr.String(), tc.want, tc.ran, tc.stderrIs)
+		}
+	}
+}
