@@ -315,6 +315,32 @@ func stopGRPC(gs *grpc.Server, grace time.Duration) {
 	}
 }
 
+// SessionTransport is the gRPC transport the control plane serves node
+// sessions with, lease the lease TTL; cmd/scalesim measures its memory
+// floor with it.
+func SessionTransport(lease time.Duration) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		// Thousands of node connections are mostly idle: small read
+		// buffers, and write buffers given back after each flush.
+		grpc.ReadBufferSize(8 << 10), grpc.WriteBufferSize(8 << 10), grpc.SharedWriteBuffer(true),
+		// Fixed flow-control windows, as the nodes' sessions use: with
+		// gRPC's dynamic windows every message that arrives after a
+		// quiet spell starts a bandwidth probe (a window update and a
+		// ping, and the ping's answer), so each push and each
+		// acknowledgement cost three writes and three reads a side
+		// instead of one. 1 MiB a stream and a connection is more than a
+		// session's largest message (snapshotMembersBytes).
+		grpc.StaticStreamWindowSize(sessionWindow), grpc.StaticConnWindowSize(sessionWindow),
+		// Nodes ping every 10s to notice a vanished control plane.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// And the control plane pings a node silent for half a lease: one
+		// that is alive but stuck (paused, swapping, partitioned with its
+		// socket open) does not answer, its session ends, and its lease
+		// expires, so the ring routes around it.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: lease / 2, Timeout: lease / 2}),
+	}
+}
+
 func (s *Server) grpcServer(stopped context.Context, creds []grpc.ServerOption) *grpc.Server {
 	authFn := func(ctx context.Context) (context.Context, error) {
 		if verifiedClientCert(ctx) {
@@ -345,27 +371,9 @@ func (s *Server) grpcServer(stopped context.Context, creds []grpc.ServerOption) 
 		creds = append(creds, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp),
 			otelgrpc.WithPropagators(propagation.TraceContext{}))))
 	}
-	gs := grpc.NewServer(append(creds,
-		// What every session sends alike is encoded once (pushes.go).
-		grpc.ForceServerCodecV2(newSharedCodec()),
-		// Thousands of node connections are mostly idle: small read
-		// buffers, and write buffers given back after each flush.
-		grpc.ReadBufferSize(8<<10), grpc.WriteBufferSize(8<<10), grpc.SharedWriteBuffer(true),
-		// Fixed flow-control windows, as the nodes' sessions use: with
-		// gRPC's dynamic windows every message that arrives after a
-		// quiet spell starts a bandwidth probe (a window update and a
-		// ping, and the ping's answer), so each push and each
-		// acknowledgement cost three writes and three reads a side
-		// instead of one. 1 MiB a stream and a connection is more than a
-		// session's largest message (snapshotMembersBytes).
-		grpc.StaticStreamWindowSize(sessionWindow), grpc.StaticConnWindowSize(sessionWindow),
-		// Nodes ping every 10s to notice a vanished control plane.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		// And the control plane pings a node silent for half a lease: one
-		// that is alive but stuck (paused, swapping, partitioned with its
-		// socket open) does not answer, its session ends, and its lease
-		// expires, so the ring routes around it.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.LeaseTTL / 2, Timeout: s.cfg.LeaseTTL / 2}),
+	// What every session sends alike is encoded once (pushes.go).
+	opts := append(append(creds, grpc.ForceServerCodecV2(newSharedCodec())), SessionTransport(s.cfg.LeaseTTL)...)
+	gs := grpc.NewServer(append(opts,
 		grpc.ChainUnaryInterceptor(
 			s.metrics.grpc.UnaryServerInterceptor(),
 			recovery.UnaryServerInterceptor(panicToStatus),

@@ -8,7 +8,8 @@
 // in turn), the reconnect of all after a control-plane restart, etcd write
 // transactions by what they wrote, and the control plane's memory, and
 // ends with one machine-readable "scale:" line. `make scale` runs it with
-// 1,000 sessions.
+// 1,000 sessions. With -grpc-floor N it measures instead what gRPC alone
+// costs the control plane's process a node connection (floor.go).
 package main
 
 import (
@@ -54,6 +55,31 @@ func main() {
 	purgeProfileFor := flag.Duration("purge-profile-for", 15*time.Second, "how long -purge-profile profiles")
 	callersOf := flag.String("purge-callers", "", "run only the sustained run's purge callers against this control plane address (the simulator starts itself so)")
 	flag.Parse()
+	// report prints r and writes it to -out, or exits with err.
+	report := func(r string, err error) {
+		if err == nil {
+			fmt.Print(r)
+			if *out != "" {
+				err = os.WriteFile(*out, []byte(r), 0o644)
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "scalesim:", err)
+			os.Exit(1)
+		}
+	}
+	if *floorServe != "" {
+		if err := serveFloor(*floorServe, *floorAddr, *floorConns, *floorWait, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "scalesim: grpc floor server:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *floorConns > 0 {
+		raiseFileLimit()
+		report(runFloor(context.Background(), *floorConns, *floorWait))
+		return
+	}
 	if *callersOf != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), *sustain+2*time.Minute)
 		defer cancel()
@@ -82,19 +108,8 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	r, err := run(ctx, config{bin: *bin, nodes: *nodes, rounds: *rounds, rate: *rate, sustain: *sustain, joinRate: *joinRate, window: *window, joinWait: *joinWait, etcd: *etcdBin, maxRegistering: *maxRegistering,
-		profileDir: *purgeProfile, profileFor: *purgeProfileFor})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "scalesim:", err)
-		os.Exit(1)
-	}
-	fmt.Print(r)
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(r), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "scalesim:", err)
-			os.Exit(1)
-		}
-	}
+	report(run(ctx, config{bin: *bin, nodes: *nodes, rounds: *rounds, rate: *rate, sustain: *sustain, joinRate: *joinRate, window: *window, joinWait: *joinWait, etcd: *etcdBin, maxRegistering: *maxRegistering,
+		profileDir: *purgeProfile, profileFor: *purgeProfileFor}))
 }
 
 // sim is the simulated nodes and the control plane they talk to.
@@ -196,8 +211,11 @@ func stopProc(cmd *exec.Cmd) {
 }
 
 // memory returns the control plane's resident and peak resident memory.
-func (s *sim) memory() (rss, hwm int64) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.proc.Process.Pid))
+func (s *sim) memory() (rss, hwm int64) { return memoryOf(s.proc.Process.Pid) }
+
+// memoryOf returns process pid's resident and peak resident memory.
+func memoryOf(pid int) (rss, hwm int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return -1, -1
 	}
