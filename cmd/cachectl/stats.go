@@ -104,8 +104,15 @@ func statsOf(resp *pb.ListNodesResponse, live liveStats) *clusterStats {
 		s.Total.Relayed += ns.Relayed
 		s.Total.PeerAnswers += ns.PeerAnswers
 		s.Total.PeerBytes += ns.PeerBytes
-		ns.ratios(originBase(float64(ns.Requests), float64(ns.Relayed), float64(ns.PeerAnswers)))
 		s.Nodes = append(s.Nodes, ns)
+	}
+	byAnswers := answersReported(float64(s.Total.Relayed), float64(s.Total.PeerAnswers))
+	for _, ns := range s.Nodes {
+		base := float64(ns.Requests)
+		if byAnswers {
+			base = originBase(float64(ns.Requests), float64(ns.Relayed), float64(ns.PeerAnswers))
+		}
+		ns.ratios(base)
 	}
 	s.Total.ratios(float64(s.Total.Requests))
 	return s
@@ -152,6 +159,17 @@ func (t *trafficStats) ratios(base float64) {
 // the client requests, which the total is counted against.
 func originBase(requests, relayed, peerAnswers float64) float64 {
 	return requests - relayed + peerAnswers
+}
+
+// answersReported reports whether the nodes count the requests they
+// answer for peers, from the cluster's relayed requests and answers for
+// peers: every request a node relays is an answer at a peer, so relayed
+// requests and none answered are nodes older than peer_answers_total,
+// which report 0. Their origin requests are counted against their client
+// requests then, as before: against those they did not relay, a node
+// relaying two in three would show three times its origin share.
+func answersReported(relayed, peerAnswers float64) bool {
+	return peerAnswers > 0 || relayed == 0
 }
 
 // statsTable fits 80 columns; -o wide adds the local-only estimate and

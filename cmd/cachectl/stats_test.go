@@ -100,3 +100,32 @@ func TestStatsOfANodeThatAnswersMostlyForPeers(t *testing.T) {
 		t.Errorf("a node answering 5 requests for peers, 1 from the origin: offload %v, hit ratio %v; want 0.8 and none", n.OriginOffload, n.HitRatio)
 	}
 }
+
+// Nodes older than peer_answers_total report none. When no node reports
+// any while nodes relayed, a node's offload and sharding saves are counted
+// against its client requests, as before: counted against those it did
+// not relay, a node relaying 60 % of them (node-1: 80 origin requests)
+// would show 80 % for its 92 %.
+func TestStatsOfNodesThatReportNoPeerAnswers(t *testing.T) {
+	resp := testLoads()
+	for _, n := range resp.Nodes {
+		if l := n.GetLoad(); l != nil {
+			l.PeerAnswersTotal = 0
+		}
+	}
+	s := statsOf(resp, liveStats{})
+	if n := s.Nodes[0]; n.OriginOffload == nil || math.Abs(*n.OriginOffload-0.92) > 1e-12 {
+		t.Errorf("node-1's offload %v, want 0.92 (80 origin requests of its 1000)", deref(n.OriginOffload))
+	}
+	if n := s.Nodes[0]; n.ShardingSaves == nil || math.Abs(*n.ShardingSaves-0.68) > 1e-12 {
+		t.Errorf("node-1's sharding saves %v, want 0.68 (80 origin requests against 250 local-only)", deref(n.ShardingSaves))
+	}
+}
+
+// deref is what p points to, for a message; nil when p is.
+func deref(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

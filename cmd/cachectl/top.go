@@ -85,9 +85,11 @@ type topNode struct {
 	MemoryBytes   int64    `json:"memory_bytes"`
 	DiskBytes     int64    `json:"disk_bytes"`
 	// counts over the interval, for the total; base is what origin is
-	// counted against (originBase)
-	requests, hits, relayed, origin, base float64
-	buckets                               []admin.Bucket
+	// counted against (originBase); sampled: the node was read at both
+	// ends of the interval
+	requests, hits, relayed, origin, peerAnswers, base float64
+	buckets                                            []admin.Bucket
+	sampled                                            bool
 }
 
 // hotKey is a hot key and the node that reports it.
@@ -170,10 +172,10 @@ func (t *top) next(ctx context.Context) (*topView, error) {
 		}
 		tn.requests, tn.hits = delta(l.GetRequestsTotal(), pl.GetRequestsTotal()), delta(l.GetHitsTotal(), pl.GetHitsTotal())
 		tn.relayed, tn.origin = delta(l.GetRelayedTotal(), pl.GetRelayedTotal()), delta(l.GetOriginRequestsTotal(), pl.GetOriginRequestsTotal())
-		tn.base = originBase(tn.requests, tn.relayed, delta(l.GetPeerAnswersTotal(), pl.GetPeerAnswersTotal()))
+		tn.peerAnswers = delta(l.GetPeerAnswersTotal(), pl.GetPeerAnswersTotal())
 		tn.PeerBytesPerS = delta(l.GetPeerBytesTotal(), pl.GetPeerBytesTotal()) / secs
 		tn.buckets = bucketDelta(st.Durations, p.Durations)
-		tn.rates(secs)
+		tn.sampled = true
 		v.Total.requests += tn.requests
 		v.Total.hits += tn.hits
 		v.Total.relayed += tn.relayed
@@ -182,13 +184,37 @@ func (t *top) next(ctx context.Context) (*topView, error) {
 		v.Total.buckets = addBuckets(v.Total.buckets, tn.buckets)
 	}
 	if secs > 0 {
-		v.Total.base = v.Total.requests
-		v.Total.rates(secs)
+		v.rates(secs)
 	}
 	slices.SortFunc(v.HotKeys, func(a, b hotKey) int { return cmp.Compare(b.Rate, a.Rate) })
 	v.HotKeys = v.HotKeys[:min(len(v.HotKeys), 5)]
 	t.prev, t.prevAt = stats, now
 	return v, nil
+}
+
+// rates turns the counts of the nodes sampled, and the total's, into rates
+// and ratios: a node's offload against what it answered itself
+// (originBase), or against its client requests when the nodes report no
+// answers for peers (answersReported); the total's against the client
+// requests.
+func (v *topView) rates(secs float64) {
+	var relayed, answers float64
+	for _, tn := range v.Nodes {
+		relayed, answers = relayed+tn.relayed, answers+tn.peerAnswers
+	}
+	byAnswers := answersReported(relayed, answers)
+	for _, tn := range v.Nodes {
+		if !tn.sampled {
+			continue
+		}
+		tn.base = tn.requests
+		if byAnswers {
+			tn.base = originBase(tn.requests, tn.relayed, tn.peerAnswers)
+		}
+		tn.rates(secs)
+	}
+	v.Total.base = v.Total.requests
+	v.Total.rates(secs)
 }
 
 // rates turns the interval's counts into rates and ratios.

@@ -78,3 +78,26 @@ func TestTopOffloadCountsWhatANodeAnswered(t *testing.T) {
 		t.Errorf("a node that answered nothing has an offload: %v", *idle.OriginOffload)
 	}
 }
+
+// In a window where no node reports answers for peers while nodes
+// relayed (nodes older than peer_answers_total), a node's offload is
+// counted against its client requests, as before.
+func TestTopOffloadOfNodesThatReportNoPeerAnswers(t *testing.T) {
+	v := &topView{Nodes: []*topNode{
+		{Node: "old", sampled: true, requests: 1000, relayed: 600, origin: 80},
+		{Node: "unreachable"},
+	}, Total: &topNode{Node: "total"}}
+	v.rates(1)
+	if n := v.Nodes[0]; n.OriginOffload == nil || math.Abs(*n.OriginOffload-0.92) > 1e-12 {
+		t.Errorf("offload %v, want 0.92 (80 origin requests of 1000)", deref(n.OriginOffload))
+	}
+	if n := v.Nodes[1]; n.OriginOffload != nil || n.HitRatio != nil {
+		t.Errorf("a node not sampled has ratios: %+v", n)
+	}
+	// With answers reported, what it answered itself: 1000 − 600 + 500.
+	v.Nodes[0].peerAnswers = 500
+	v.rates(1)
+	if n := v.Nodes[0]; n.OriginOffload == nil || math.Abs(*n.OriginOffload-(1-80.0/900)) > 1e-12 {
+		t.Errorf("offload %v, want %v", deref(n.OriginOffload), 1-80.0/900)
+	}
+}
