@@ -57,30 +57,26 @@ func TestPurgesReachEveryVariantAndSurviveARestart(t *testing.T) {
 			t.Fatalf("GET %s %v: %s %q, want %s of version %d", path, hdr, got, body, cache, version)
 		}
 	}
-	// Results come when each purge's sweep ends, in any order (what an
-	// exact purge removed at once ahead of it, as sweeping).
+	// Results come when each purge's sweep ends, in any order; an exact
+	// purge's count of what it removed at once comes ahead of it. result
+	// waits for a purge's result with want objects removed (any, when
+	// want < 0), its sweep done.
 	got := map[string]*pb.PurgeResult{}
-	result := func(id string) *pb.PurgeResult {
+	result := func(id string, want int64) *pb.PurgeResult {
 		t.Helper()
 		timeout := time.After(30 * time.Second)
-		for got[id] == nil || got[id].GetSweeping() {
+		for r := got[id]; r == nil || r.GetSweeping() || want >= 0 && r.GetObjectsRemoved() != want; r = got[id] {
 			select {
 			case r := <-fc.results:
 				got[r.GetPurgeId()] = r
 			case <-timeout:
-				t.Fatalf("no result for purge %s", id)
+				t.Fatalf("purge %s: last result %v; want one with %d objects removed, its sweep done", id, got[id], want)
 			}
 		}
 		if r := got[id]; r.GetError() != "" {
 			t.Fatalf("purge %s failed: %s", id, r.GetError())
 		}
 		return got[id]
-	}
-	removed := func(r *pb.PurgeResult, want int64) {
-		t.Helper()
-		if r.GetObjectsRemoved() != want {
-			t.Errorf("purge %s removed %d objects, want %d", r.GetPurgeId(), r.GetObjectsRemoved(), want)
-		}
 	}
 	paths := []string{"/a/1", "/a/2", "/b/1"}
 	for _, want := range []string{"MISS", "HIT"} {
@@ -94,11 +90,9 @@ func TestPurgesReachEveryVariantAndSurviveARestart(t *testing.T) {
 
 	// An exact purge removes the URL's marker and every variant.
 	fc.pushPurge(&pb.Purge{Id: "url", Kind: pb.PurgeKind_PURGE_KIND_URL, Url: "http://127.0.0.1/v/1", Revision: 10})
-	r := result("url")
-	if r.GetRevisionApplied() != 10 {
+	if r := result("url", 3); r.GetRevisionApplied() != 10 {
 		t.Errorf("revision applied %d, want 10", r.GetRevisionApplied())
 	}
-	removed(r, 3)
 	expect(n, "/v/1", "MISS", 2, "Accept-Language", "de")
 	expect(n, "/v/1", "MISS", 2, "Accept-Language", "en")
 	expect(n, "/a/1", "HIT", 1)
@@ -106,8 +100,8 @@ func TestPurgesReachEveryVariantAndSurviveARestart(t *testing.T) {
 	// A prefix purge removes what is under it on its host only.
 	fc.pushPurge(&pb.Purge{Id: "prefix", Kind: pb.PurgeKind_PURGE_KIND_PREFIX, Host: "127.0.0.1", PathPrefix: "/a/", Revision: 11})
 	fc.pushPurge(&pb.Purge{Id: "other-host", Kind: pb.PurgeKind_PURGE_KIND_PREFIX, Host: "other.example", PathPrefix: "/", Revision: 12})
-	removed(result("prefix"), 2)
-	removed(result("other-host"), 0)
+	result("prefix", 2)
+	result("other-host", 0)
 	expect(n, "/a/1", "MISS", 2)
 	expect(n, "/a/2", "MISS", 2)
 	expect(n, "/b/1", "HIT", 1)
@@ -116,8 +110,8 @@ func TestPurgesReachEveryVariantAndSurviveARestart(t *testing.T) {
 	origin.gen.Store(3)
 	fc.pushPurge(&pb.Purge{Id: "tag", Kind: pb.PurgeKind_PURGE_KIND_TAG, Tag: "B", Revision: 13})
 	fc.pushPurge(&pb.Purge{Id: "cache-tag", Kind: pb.PurgeKind_PURGE_KIND_TAG, Tag: "group-2", Revision: 14})
-	removed(result("tag"), 1)
-	removed(result("cache-tag"), 1)
+	result("tag", 1)
+	result("cache-tag", 1)
 	expect(n, "/b/1", "MISS", 3)
 	expect(n, "/a/2", "MISS", 3)
 	expect(n, "/a/1", "HIT", 2)
@@ -139,7 +133,7 @@ func TestPurgesReachEveryVariantAndSurviveARestart(t *testing.T) {
 	if got := fc.helloPurgeRev.Load(); got != 14 {
 		t.Errorf("restarted node said it applied purge revision %d, want 14", got)
 	}
-	result("all")
+	result("all", -1)
 	for _, p := range paths {
 		expect(n, p, "MISS", 4)
 	}

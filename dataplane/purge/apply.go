@@ -46,10 +46,10 @@ const purgeAckWithin = 2 * time.Second
 
 // Apply applies purges pushed by the control plane, in order, and
 // reports each one's result: what it removed at once (an exact purge's
-// keys), with the applied revision, and its whole count once the sweep
-// has applied it to every stored object (after purgeAckWithin, the count
-// so far as well). Once it returns, nothing the purges match is
-// served.
+// keys), ahead of the applied revision, and its whole count once the
+// sweep has applied it to every stored object, when that says more
+// (after purgeAckWithin, the count so far as well, marked sweeping). Once
+// it returns, nothing the purges match is served.
 func (a *Applier) Apply(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 	var added []*Ban
 	for _, p := range ps {
@@ -93,16 +93,16 @@ func (a *Applier) Apply(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 	// Nothing the purges match is served from here on: the applied
 	// revision goes to the control plane now, and answers for them all
 	// (it names no purge). What a purge of a URL or key removed at once
-	// goes ahead of it, as a sweep still running: the status that
-	// completes the purge then counts it, where it would say none; each
-	// one's whole count follows once swept.
-	for _, b := range added {
-		if n := b.Removed().Load(); n > 0 {
-			report(&pb.PurgeResult{NodeId: a.NodeID, PurgeId: b.Purge().GetId(), RevisionApplied: rev, ObjectsRemoved: n, Sweeping: true})
+	// goes ahead of it, so that the status that completes the purge counts
+	// it, where it would say none; a count the sweep raised follows.
+	sent := make([]int64, len(added))
+	for i, b := range added {
+		if sent[i] = b.Removed().Load(); sent[i] > 0 {
+			report(&pb.PurgeResult{NodeId: a.NodeID, PurgeId: b.Purge().GetId(), RevisionApplied: rev, ObjectsRemoved: sent[i]})
 		}
 	}
 	report(&pb.PurgeResult{NodeId: a.NodeID, RevisionApplied: rev})
-	for _, b := range added {
+	for i, b := range added {
 		a.Metrics.Purges.WithLabelValues(strings.ToLower(strings.TrimPrefix(b.Purge().GetKind().String(), "PURGE_KIND_"))).Inc()
 		if b.Soft() {
 			continue // it removes nothing: the applied revision said it all
@@ -114,12 +114,18 @@ func (a *Applier) Apply(ps []*pb.Purge, report func(*pb.PurgeResult)) {
 				return &pb.PurgeResult{NodeId: a.NodeID, PurgeId: b.Purge().GetId(), RevisionApplied: rev,
 					ObjectsRemoved: b.Removed().Load(), Sweeping: sweeping}
 			}
+			late := false
 			for {
 				select {
 				case <-b.Swept():
-					report(count(false))
+					// Once a sweeping result went, the whole count must
+					// follow; else only one that says more than was sent.
+					if r := count(false); late || r.GetObjectsRemoved() != sent[i] || sent[i] == 0 {
+						report(r)
+					}
 					return
 				case <-t.C: // the count so far; the whole one when the sweep ends
+					late = true
 					report(count(true))
 				case <-a.Tasks.Context().Done():
 					return // the node stops: no session is left to carry it
