@@ -134,15 +134,17 @@ func markUsage(root *cobra.Command) {
 // a word that names none of them, as the root does: cobra takes it as an
 // argument, and a group with no action of its own printed its help and
 // exited 0, so a mistyped "cachectl policy aply" in a script succeeded.
-// A group with no action of its own prints its help when given no word.
+// A group with no action of its own prints its help when given no word,
+// or "help".
 func strictGroup(c *cobra.Command) {
 	if c.SuggestionsMinimumDistance <= 0 {
 		c.SuggestionsMinimumDistance = 2 // as the root's suggestions
 	}
+	own := c.Runnable()
 	if c.Args == nil {
 		c.Args = func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return nil
+			if len(args) == 0 || len(args) == 1 && args[0] == "help" && !own {
+				return nil // "policy help" prints the group's help, as before
 			}
 			err := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
 			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
@@ -151,7 +153,7 @@ func strictGroup(c *cobra.Command) {
 			return errors.New(err)
 		}
 	}
-	if !c.Runnable() {
+	if !own {
 		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 	}
 }

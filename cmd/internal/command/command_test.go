@@ -76,6 +76,7 @@ func TestGroupsRefuseUnknownSubcommands(t *testing.T) {
 		{[]string{"policy", "set", "x"}, ExitUsage, "", `tool: unknown command "set" for "tool policy"`},
 		{[]string{"policy", "apply"}, ExitOK, "apply", ""},
 		{[]string{"policy"}, ExitOK, "", ""},
+		{[]string{"policy", "help"}, ExitOK, "", ""},
 		{[]string{"ring", "dif"}, ExitUsage, "", `tool: unknown command "dif" for "tool ring"; did you mean diff?`},
 		{[]string{"ring"}, ExitOK, "ring", ""},
 	} {
