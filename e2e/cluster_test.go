@@ -30,7 +30,19 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	if err := buildBinaries(dir); err != nil {
+	// Dev clusters write their admin token files under XDG_RUNTIME_DIR
+	// (devtoken.Path), else in the user's config directory: the tests'
+	// go to a directory of the run's own (a test may name another), not
+	// into the home of whoever runs them, where a killed cluster's file
+	// would stay.
+	runtime := filepath.Join(dir, "run")
+	if err := os.Mkdir(runtime, 0o700); err == nil {
+		err = os.Setenv("XDG_RUNTIME_DIR", runtime)
+	}
+	if err == nil {
+		err = buildBinaries(dir)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
