@@ -440,11 +440,38 @@ func checkNode(t *testing.T, m *manifests, node workload, flags map[string]bool)
 	}) {
 		t.Errorf("node: --data-dir=%s is not a mounted PersistentVolumeClaim", a["data-dir"])
 	}
+	// The grace period covers the preStop hook and the stop that follows:
+	// /drain waits up to drainOutWait for the epoch without the node, then
+	// serves handoffs for up to --drain-grace; SIGTERM drains again (up to
+	// --drain-grace more while peers still ask), then shuts the listeners
+	// down (up to shutdownGrace) and closes the store, which writes out
+	// its buffers, its probation objects and its index checkpoint. A node
+	// killed before that loses them.
 	grace, err := time.ParseDuration(a["drain-grace"])
+	need := dataplaneConst(t, "ops.go", "drainOutWait") + 2*grace + dataplaneConst(t, "node.go", "shutdownGrace")
 	if err != nil || node.template.Spec.TerminationGracePeriodSeconds == nil ||
-		time.Duration(*node.template.Spec.TerminationGracePeriodSeconds)*time.Second <= grace {
-		t.Errorf("node: terminationGracePeriodSeconds must exceed --drain-grace=%s", a["drain-grace"])
+		time.Duration(*node.template.Spec.TerminationGracePeriodSeconds)*time.Second <= need {
+		t.Errorf("node: terminationGracePeriodSeconds must exceed %s (drainOutWait, twice --drain-grace=%s, shutdownGrace)", need, a["drain-grace"])
 	}
+}
+
+// dataplaneConst reads a duration constant, `const name = N * time.Second`,
+// from a dataplane source file.
+func dataplaneConst(t *testing.T, file, name string) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "dataplane", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`const ` + name + `\s*=\s*(\d+)\s*\*\s*time\.(Second|Minute)\b`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no `const %s = N * time.Second` in dataplane/%s", name, file)
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	if string(m[2]) == "Minute" {
+		return time.Duration(n) * time.Minute
+	}
+	return time.Duration(n) * time.Second
 }
 
 func checkControl(t *testing.T, m *manifests, control workload, flags map[string]bool, external bool) {
