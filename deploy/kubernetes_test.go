@@ -440,6 +440,7 @@ func checkNode(t *testing.T, m *manifests, node workload, flags map[string]bool)
 	}) {
 		t.Errorf("node: --data-dir=%s is not a mounted PersistentVolumeClaim", a["data-dir"])
 	}
+	checkNodeMemory(t, node, a["memory"])
 	// The grace period covers the preStop hook and the stop that follows:
 	// /drain waits up to drainOutWait for the epoch without the node, then
 	// serves handoffs for up to --drain-grace; SIGTERM drains again (up to
@@ -609,4 +610,60 @@ func checkSecurity(t *testing.T, m *manifests, ws []workload, node, control work
 			t.Errorf("NetworkPolicy %s selects no workload's pods", np.Name)
 		}
 	}
+}
+
+// checkNodeMemory: the node's heap stays under its container's memory
+// limit. A full memory tier is a live heap of --memory and more, and at
+// GOGC's default the heap grows to twice the live heap before the
+// collector runs (README, "The collector"): a limit under twice --memory
+// is an OOM kill once the tier fills. GOMEMLIMIT makes the collector run
+// before the heap reaches the limit; it leaves a tenth of the limit to
+// what is not Go's heap, and a quarter of --memory above the tier, so
+// that the collector does not run all the time with the tier full.
+func checkNodeMemory(t *testing.T, node workload, memoryFlag string) {
+	t.Helper()
+	c := node.template.Spec.Containers[0]
+	memory, err := parseBytes(memoryFlag)
+	if err != nil {
+		t.Errorf("node: --memory=%s: %v", memoryFlag, err)
+		return
+	}
+	limit := c.Resources.Limits.Memory().Value()
+	if limit == 0 {
+		t.Error("node: no memory limit")
+		return
+	}
+	i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "GOMEMLIMIT" })
+	if i < 0 {
+		if limit < 2*memory+memory/4 {
+			t.Errorf("node: memory limit %s is under twice --memory=%s and room, and no GOMEMLIMIT keeps the heap under it", c.Resources.Limits.Memory(), memoryFlag)
+		}
+		return
+	}
+	soft, err := parseBytes(c.Env[i].Value)
+	if err != nil {
+		t.Errorf("node: GOMEMLIMIT=%s: %v", c.Env[i].Value, err)
+		return
+	}
+	if soft > limit-limit/10 {
+		t.Errorf("node: GOMEMLIMIT=%s leaves less than a tenth of the memory limit %s to what is not the heap", c.Env[i].Value, c.Resources.Limits.Memory())
+	}
+	if soft < memory+memory/4 {
+		t.Errorf("node: GOMEMLIMIT=%s is under --memory=%s and a quarter: the collector would run all the time with the tier full", c.Env[i].Value, memoryFlag)
+	}
+}
+
+// parseBytes reads a size as --memory and GOMEMLIMIT write it: a number
+// and B, KiB, MiB, GiB or TiB.
+func parseBytes(s string) (int64, error) {
+	for i, u := range []string{"TiB", "GiB", "MiB", "KiB", "B"} {
+		if n, ok := strings.CutSuffix(s, u); ok {
+			v, err := strconv.ParseInt(n, 10, 64)
+			if err != nil {
+				return 0, err
+			}
+			return v << (10 * (4 - i)), nil
+		}
+	}
+	return strconv.ParseInt(s, 10, 64)
 }
