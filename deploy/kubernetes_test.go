@@ -494,6 +494,7 @@ func checkControl(t *testing.T, m *manifests, control workload, flags map[string
 	if etcd < 0 {
 		t.Fatal("no etcd StatefulSet")
 	}
+	checkEtcdCompaction(t, m.statefulSets[etcd])
 	var want []string
 	for i := range int(*m.statefulSets[etcd].Spec.Replicas) {
 		want = append(want, fmt.Sprintf("http://etcd-%d.%s:%d", i, m.statefulSets[etcd].Spec.ServiceName, servicePort(t, m, "etcd", "client")))
@@ -666,4 +667,31 @@ func parseBytes(s string) (int64, error) {
 		}
 	}
 	return strconv.ParseInt(s, 10, 64)
+}
+
+// checkEtcdCompaction: the bundled etcd compacts its history as the
+// control plane's embedded one does (controlplane/etcd.go): nothing else
+// compacts it, and member, status and purge records churn, so without it
+// the backend grows until etcd's quota stops every write.
+func checkEtcdCompaction(t *testing.T, etcd *appsv1.StatefulSet) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "controlplane", "etcd.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := map[string]string{}
+	for _, a := range etcd.Spec.Template.Spec.Containers[0].Command {
+		if name, value, ok := strings.Cut(strings.TrimPrefix(a, "--"), "="); ok {
+			flags[name] = value
+		}
+	}
+	for field, flag := range map[string]string{"AutoCompactionMode": "auto-compaction-mode", "AutoCompactionRetention": "auto-compaction-retention"} {
+		m := regexp.MustCompile(`ec\.` + field + ` = "([^"]*)"`).FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("controlplane/etcd.go sets no %s", field)
+		}
+		if flags[flag] != string(m[1]) {
+			t.Errorf("StatefulSet/etcd: --%s=%q, want %q as the embedded etcd (controlplane/etcd.go)", flag, flags[flag], m[1])
+		}
+	}
 }
