@@ -36,23 +36,37 @@ const MaxGrowth = 256 << 20
 
 // Percent is the collector's percentage that lets a live heap of live
 // bytes grow to budget bytes, or MaxGrowth past live if that is less,
-// before the next collection, and never less than the default 100.
-func Percent(live, budget uint64) int {
+// before the next collection, and never less than the default 100. roots
+// are the stacks and globals the last collection scanned: the collector
+// grows the heap by the percentage of the live heap and its roots both,
+// and to no less than the percentage of its 4 MiB minimum heap, which at
+// the percentages of a small live heap is the larger (a 2 MiB live heap
+// with a 128 MiB budget was let grow to 250 MB).
+func Percent(live, roots, budget uint64) int {
 	target := min(budget, live+MaxGrowth)
-	if live == 0 || target <= 2*live {
+	if live == 0 || target <= 2*live+roots {
 		return 100
 	}
-	return int(min((target-live)*100/live, 1<<20))
+	p := min((target-live)*100/(live+roots), target*100/minimumHeap, 1<<20)
+	return int(max(p, 100))
 }
 
-// liveHeap is the runtime's live heap metric.
-const liveHeap = "/gc/heap/live:bytes"
+// minimumHeap is the Go collector's minimum heap goal at GOGC 100, which
+// it scales by the percentage (runtime's defaultHeapMinimum).
+const minimumHeap = 4 << 20
 
-// Keep sets the collector's percentage to Percent(live heap, budget) after
-// every collection, until stop is called (which restores the default).
+// The runtime's metrics Keep reads after each collection.
+var samples = []string{"/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes"}
+
+// Keep sets the collector's percentage to Percent(live heap, roots,
+// budget) after every collection, until stop is called (which restores
+// the default).
 // set, when not nil, is told each percentage set.
 func Keep(budget uint64, set func(percent int)) (stop func()) {
-	k := &keeper{budget: budget, set: set, last: -1, sample: []metrics.Sample{{Name: liveHeap}}}
+	k := &keeper{budget: budget, set: set, last: -1, sample: make([]metrics.Sample, len(samples))}
+	for i, name := range samples {
+		k.sample[i].Name = name
+	}
 	k.adjust()
 	k.arm()
 	return func() {
@@ -86,10 +100,14 @@ func (k *keeper) arm() {
 
 func (k *keeper) adjust() {
 	metrics.Read(k.sample)
-	if k.sample[0].Value.Kind() != metrics.KindUint64 {
-		return
+	var v [3]uint64
+	for i, s := range k.sample {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return
+		}
+		v[i] = s.Value.Uint64()
 	}
-	p := Percent(k.sample[0].Value.Uint64(), k.budget)
+	p := Percent(v[0], v[1]+v[2], k.budget)
 	// Set again only on a change of more than an eighth: setting it
 	// recomputes the pacer's goal, which is not free.
 	if k.last < 0 || p > k.last+k.last/8 || p < k.last-k.last/8 {
