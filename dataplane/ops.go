@@ -3,6 +3,7 @@ package dataplane
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,7 +18,10 @@ import (
 func (n *Node) drain() {
 	n.front.Drain()
 	rt := n.routes.Load()
-	if n.cfg.DrainGrace <= 0 || n.cfg.HandoffWindow <= 0 || rt == nil || len(rt.Epoch.GetMembers()) < 2 {
+	// A peer may ask for this node's keys; after /drain the ring holds
+	// its peers alone, one in a ring of two.
+	peer := func(m *pb.Member) bool { return m.GetId() != n.cfg.ID }
+	if n.cfg.DrainGrace <= 0 || n.cfg.HandoffWindow <= 0 || rt == nil || !slices.ContainsFunc(rt.Epoch.GetMembers(), peer) {
 		return
 	}
 	start := time.Now()
