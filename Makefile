@@ -32,7 +32,7 @@ build: ## build shardcache and cachectl into .bin/, stamped with git describe
 test: verify-proto lint tidy-check test-deps ## every check and every test, e2e included
 	$(GO) test $(TEST_FLAGS) work
 
-test-deps: ## install what the e2e tests need (Debian's etcd-server) when missing
+test-deps: ## install what the e2e tests need (Debian's etcd-server, prometheus, docker-registry, skopeo, containerd, tmux) when missing
 	e2e/install-deps.sh
 
 unit: ## the tests of every module but e2e

@@ -7,8 +7,8 @@
 // says when it refused the node (another process holds a session for its id)
 // or ended its session because the member record was deleted, replaced or
 // its lease lost; the client then reports not being a member, and registers
-// again at once. A stream that stays silent past twice the control plane's
-// heartbeat interval is taken for dead and replaced.
+// again at once. A stream that stays silent past three times the control
+// plane's heartbeat interval is taken for dead and replaced.
 package session
 
 import (

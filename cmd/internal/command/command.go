@@ -30,8 +30,8 @@ const (
 	// ExitUnauthenticated: the admin token or client certificate was
 	// refused.
 	ExitUnauthenticated = 4
-	// ExitNotFound: the node, policy, purge or revision named does not
-	// exist.
+	// ExitNotFound: the node, policy, purge, epoch or revision named does
+	// not exist.
 	ExitNotFound = 5
 	// ExitPartial: done, but some nodes did not acknowledge it.
 	ExitPartial = 6
@@ -44,7 +44,7 @@ const ExitCodes = `Exit status:
   2  usage: a bad command line, or input refused as invalid
   3  unreachable: the control plane or a node could not be reached
   4  unauthenticated: the admin token or client certificate was refused
-  5  not found: no such node, policy, purge or revision
+  5  not found: no such node, policy, purge, epoch or revision
   6  partial: done, but some nodes did not acknowledge it`
 
 // Error is an error with the exit status it calls for.
