@@ -202,24 +202,7 @@ func TestANodesReportsAreKeptWithinTheirBounds(t *testing.T) {
 	for i := range 100_000 {
 		routes[fmt.Sprint("route-", i)] = uint64(i)
 	}
-	if err := node.stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Load{Load: &pb.LoadReport{
-		RequestsTotal: 7, ResponseBytesByRoute: routes}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := node.stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_PolicyAck{PolicyAck: &pb.PolicyAck{
-		RefusedRevision: 3, Error: strings.Repeat("e", 1<<20)}}}); err != nil {
-		t.Fatal(err)
-	}
-	admin := pb.NewAdminServiceClient(conn)
-	var n *pb.Node
-	waitFor(t, func() bool {
-		resp, err := admin.ListNodes(adminCtx(context.Background(), testToken), &pb.ListNodesRequest{})
-		if err != nil {
-			t.Fatalf("ListNodes: %v", err)
-		}
-		n = resp.GetNodes()[0]
-		return n.GetLoad().GetRequestsTotal() == 7 && n.GetPolicyRefusedRevision() == 3
-	})
+	n := reportAndList(t, conn, node, routes, strings.Repeat("e", 1<<20))
 	t.Logf("kept: %d routes, a policy error of %d bytes, a node of %d bytes", len(n.GetLoad().GetResponseBytesByRoute()),
 		len(n.GetPolicyError()), proto.Size(n))
 	if len(n.GetLoad().GetResponseBytesByRoute()) > maxLoadRoutes || len(n.GetPolicyError()) > maxNodeError+64 {
@@ -347,12 +330,27 @@ func TestANodesOwnWordsReachOperatorsEscaped(t *testing.T) {
 	s, _, _ := startServer(t, nil)
 	conn := dial(t, s)
 	node := openSession(t, conn, "n1")
+	n := reportAndList(t, conn, node, map[string]uint64{"local": 1, "\x1b[2Jforged": 2}, "bad\x1b]8;;http://evil/\x07policy\u202e")
+	shown := n.GetPolicyError()
+	for r := range n.GetLoad().GetResponseBytesByRoute() {
+		shown += " " + r
+	}
+	if strings.ContainsAny(shown, "\x1b\x07\u202e") || !strings.Contains(shown, "policy") {
+		t.Fatalf("a node's words reach ListNodes as %q; want them escaped", shown)
+	}
+}
+
+// reportAndList sends, on node's session, a load report of 7 requests with
+// routes and a refusal of policy revision 3 for reason, and returns the
+// node as ListNodes shows it once both are kept.
+func reportAndList(t *testing.T, conn *grpc.ClientConn, node *nodeSession, routes map[string]uint64, reason string) *pb.Node {
+	t.Helper()
 	if err := node.stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_Load{Load: &pb.LoadReport{
-		RequestsTotal: 7, ResponseBytesByRoute: map[string]uint64{"local": 1, "\x1b[2Jforged": 2}}}}); err != nil {
+		RequestsTotal: 7, ResponseBytesByRoute: routes}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := node.stream.Send(&pb.SessionRequest{Msg: &pb.SessionRequest_PolicyAck{PolicyAck: &pb.PolicyAck{
-		RefusedRevision: 3, Error: "bad\x1b]8;;http://evil/\x07policy\u202e"}}}); err != nil {
+		RefusedRevision: 3, Error: reason}}}); err != nil {
 		t.Fatal(err)
 	}
 	admin := pb.NewAdminServiceClient(conn)
@@ -365,11 +363,5 @@ func TestANodesOwnWordsReachOperatorsEscaped(t *testing.T) {
 		n = resp.GetNodes()[0]
 		return n.GetLoad().GetRequestsTotal() == 7 && n.GetPolicyRefusedRevision() == 3
 	})
-	shown := n.GetPolicyError()
-	for r := range n.GetLoad().GetResponseBytesByRoute() {
-		shown += " " + r
-	}
-	if strings.ContainsAny(shown, "\x1b\x07\u202e") || !strings.Contains(shown, "policy") {
-		t.Fatalf("a node's words reach ListNodes as %q; want them escaped", shown)
-	}
+	return n
 }
