@@ -638,15 +638,7 @@ func TestPeerListenerOnlyServesRelayedRequests(t *testing.T) {
 	if resp.StatusCode != http.StatusHTTPVersionNotSupported {
 		t.Fatalf("HTTP/1.1 on the peer listener: %d, want 505", resp.StatusCode)
 	}
-	h2c := &http.Client{Transport: &http.Transport{Protocols: relay.Protocols(false)}}
-	resp, err := h2c.Get("http://" + a.PeerAddr().String() + "/x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("unmarked request on the peer listener: %d, want 400", resp.StatusCode)
-	}
+	unmarkedPeerRequest(t, a)
 	if o := origin.Config.Handler.(*testOrigin); o.count("/x") != 0 {
 		t.Fatalf("a refused peer request reached the origin %d times", o.count("/x"))
 	}
@@ -663,17 +655,9 @@ func TestPeerListenerOnlyServesRelayedRequests(t *testing.T) {
 func TestRefusedPeerRequestsWriteABoundedLog(t *testing.T) {
 	var logs syncBuffer
 	_, a := startOne(t, "http://127.0.0.1:1", func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
-	h2c := &http.Client{Transport: &http.Transport{Protocols: relay.Protocols(false)}}
 	const n = 200
 	for range n {
-		resp, err := h2c.Get("http://" + a.PeerAddr().String() + "/x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest {
-			t.Fatalf("unmarked request on the peer listener: %d, want 400", resp.StatusCode)
-		}
+		unmarkedPeerRequest(t, a)
 	}
 	if got := metricValue(t, a, "shardcache_peer_refused_total", `reason="no_hop"`); got != n {
 		t.Fatalf("peer requests refused: %v, want %d", got, n)
@@ -1379,4 +1363,19 @@ func startHotTrio(t *testing.T, fc *fakeControl, origin string, threshold uint32
 		}
 	}
 	return nodes, e
+}
+
+// unmarkedPeerRequest sends a's peer listener an h2c request without the
+// hop marker, and wants it refused with 400.
+func unmarkedPeerRequest(t *testing.T, a *Node) {
+	t.Helper()
+	h2c := &http.Client{Transport: &http.Transport{Protocols: relay.Protocols(false)}}
+	resp, err := h2c.Get("http://" + a.PeerAddr().String() + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("unmarked request on the peer listener: %d, want 400", resp.StatusCode)
+	}
 }
