@@ -78,12 +78,9 @@ func (f *Front) check(r *http.Request) (*policy.Policy, *refusal) {
 		}
 		r.URL.Path, r.URL.RawPath = p, ""
 	}
-	// One spelling of the escapes (policy.NormalEscapes): the key, the
-	// origin and a purge see the same URL for /%7Eu and /~u.
-	policy.NormalPath(r.URL)
-	if q := r.URL.RawQuery; q != "" {
-		r.URL.RawQuery = policy.NormalEscapes(q) // its bytes outside ASCII escaped, as a path's are sent
-	}
+	// One spelling of the escapes: the key, the origin and a purge see the
+	// same URL for /%7Eu and /~u.
+	policy.NormalURL(r.URL)
 	p := f.cfg.Policies.Load().Match(policy.Host(r), r.URL.Path) // by name: a policy's hosts carry no port, nor does the key
 	if named := removeHopByHop(r.Header, p); named != "" {
 		return nil, &refusal{http.StatusBadRequest, "shardcache: Connection names " + named +

@@ -71,11 +71,9 @@ func (l *listener) serveInspect(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "inspect: ?url= wants an absolute http or https URL, got "+strconv.Quote(raw), http.StatusBadRequest)
 		return
 	}
-	// The URL's escapes spelled as a request's are on arrival
-	// (policy.NormalPath, policy.NormalEscapes), which its key holds: a
-	// query's bytes outside ASCII escaped, a raw path's escapes kept.
-	policy.NormalPath(u)
-	u.RawQuery = policy.NormalEscapes(u.RawQuery)
+	// The URL's escapes spelled as a request's are on arrival, which its
+	// key holds.
+	policy.NormalURL(u)
 	req := &http.Request{Method: http.MethodGet, URL: u, Host: u.Host, Header: http.Header{}}
 	p := l.cfg.Policies.Load().Match(policy.Host(req), u.Path)
 	key := p.Key(u.Scheme, req)

@@ -51,9 +51,7 @@ func (o *Owner) Invalidate(req Request, h http.Header) {
 	for _, f := range []string{"Location", "Content-Location"} {
 		if v := h.Get(f); v != "" {
 			if u, err := base.Parse(v); err == nil && strings.EqualFold(u.Host, base.Host) {
-				// Spelled as a request for it is keyed on arrival.
-				policy.NormalPath(u)
-				u.RawQuery = policy.NormalEscapes(u.RawQuery)
+				policy.NormalURL(u) // spelled as a request for it is keyed on arrival
 				targets = append(targets, u)
 			}
 		}

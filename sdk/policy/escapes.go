@@ -59,6 +59,15 @@ func NormalPath(u *url.URL) {
 	}
 }
 
+// NormalURL spells u's path and query as a node keys them on arrival:
+// NormalPath, and the query's escapes in their one spelling, its bytes
+// outside ASCII escaped. The key, the origin, a purge, /inspect and an
+// invalidation then see one URL for every spelling.
+func NormalURL(u *url.URL) {
+	NormalPath(u)
+	u.RawQuery = NormalEscapes(u.RawQuery)
+}
+
 const upperHex = "0123456789ABCDEF"
 
 func unhex(c byte) int {
