@@ -114,7 +114,11 @@ func inspectTable(tw *tabwriter.Writer, in *inspection) {
 	} else {
 		fmt.Fprintln(rt, "NODE\tKIND\tTIER\tSIZE\tAGE\tFRESH FOR")
 	}
+	// cells writes a row of a node's words, each escaped (shown).
 	cells := func(cs ...string) {
+		for i := range cs {
+			cs[i] = shown(cs[i])
+		}
 		if !in.wide { // NODE KIND TIER SIZE AGE FRESH FOR; the rest below
 			var d []string
 			for i, label := range []string{"", "", "variant ", "", "", "", "", "freshness ", "validators ", "tags "} {
@@ -129,7 +133,7 @@ func inspectTable(tw *tabwriter.Writer, in *inspection) {
 	}
 	var unreachable []string
 	for _, n := range in.Nodes {
-		name := shown(n.Node)
+		name := n.Node
 		switch {
 		case len(in.Owners) > 0 && n.Node == in.Owners[0]:
 			name += " (owner)"
@@ -145,9 +149,9 @@ func inspectTable(tw *tabwriter.Writer, in *inspection) {
 			cells(name, "not stored", "-", "-", "-", "-", "-", "-", "-", "-")
 		}
 		for _, o := range n.Objects {
-			variant := dash(shown(o.Variant))
+			variant := dash(o.Variant)
 			if o.Range != "" {
-				variant = shown(o.Range)
+				variant = o.Range
 			}
 			if o.Slices > 0 {
 				variant = fmt.Sprintf("%d slices here", o.Slices)
@@ -156,9 +160,9 @@ func inspectTable(tw *tabwriter.Writer, in *inspection) {
 			if o.FreshFor < 0 {
 				fresh = "stale " + (time.Duration(-o.FreshFor) * time.Second).String()
 			}
-			validators := strings.TrimSpace(shown(o.ETag) + " " + shown(o.LastModified))
-			cells(name, shown(o.Kind), variant, shown(o.Tier), units.Bytes(o.Size), (time.Duration(o.Age) * time.Second).String(), fresh,
-				dash(shown(o.Freshness)), dash(validators), dash(shown(strings.Join(o.Tags, ","))))
+			validators := strings.TrimSpace(o.ETag + " " + o.LastModified)
+			cells(name, o.Kind, variant, o.Tier, units.Bytes(o.Size), (time.Duration(o.Age) * time.Second).String(), fresh,
+				dash(o.Freshness), dash(validators), dash(strings.Join(o.Tags, ",")))
 		}
 	}
 	rt.Flush()
